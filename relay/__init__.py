@@ -1,0 +1,1 @@
+"""The runwire relay."""

@@ -1,0 +1,1 @@
+"""The one asyncio/anyio driver layer that the relay and both SDKs share."""

@@ -1,0 +1,169 @@
+"""The codec: frames to bytes and back. The only module that touches orjson.
+
+Decoding never raises anything but ``RunwireError``, with a stable code:
+``PAYLOAD_TOO_LARGE`` (over ``max_bytes``), ``PROTOCOL_ERROR`` (not JSON, not an
+object, no string ``type``), ``UNKNOWN_FRAME`` (a ``type`` this side does not
+know) or ``VALIDATION_ERROR`` (a known frame with bad fields; ``details.errors``
+says which). ``request_id()`` recovers the ``req`` of a frame that failed, so
+the error reply can still be matched to its request.
+
+Entries are stored and delivered as bytes: the relay encodes an entry once,
+without its serial, and ``splice_serial`` adds the serial in front without
+re-encoding, so fan-out to many subscribers costs one encode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from .errors import (
+    PAYLOAD_TOO_LARGE,
+    PROTOCOL_ERROR,
+    UNKNOWN_FRAME,
+    VALIDATION_ERROR,
+    RunwireError,
+)
+from .frames import (
+    ClientFrame,
+    EntryBody,
+    RelayFrame,
+    client_frame_adapter,
+    entry_adapter,
+    relay_frame_adapter,
+)
+
+__all__ = [
+    "CLIENT_FRAME_TYPES",
+    "RELAY_FRAME_TYPES",
+    "decode_client_frame",
+    "decode_entry",
+    "decode_relay_frame",
+    "deliver_frame",
+    "dumps",
+    "encode",
+    "encode_entry",
+    "loads",
+    "request_id",
+    "splice_serial",
+]
+
+CLIENT_FRAME_TYPES = frozenset({"hello", "attach", "detach", "publish", "history", "worker"})
+RELAY_FRAME_TYPES = frozenset(
+    {"welcome", "attached", "ack", "page", "deliver", "dispatch", "error"}
+)
+
+
+def dumps(value: Any) -> bytes:
+    """JSON-encode plain data."""
+    return orjson.dumps(value)
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON-decode; raises ``RunwireError(PROTOCOL_ERROR)`` on bad JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RunwireError(PROTOCOL_ERROR, f"frame is not valid JSON: {exc}") from None
+
+
+def encode(frame: BaseModel) -> bytes:
+    """Encode a frame model (fields left at None are omitted)."""
+    return orjson.dumps(frame.model_dump(mode="json", exclude_none=True))
+
+
+def encode_entry(entry: BaseModel) -> bytes:
+    """Encode an entry without its serial (the store adds it with ``splice_serial``)."""
+    return orjson.dumps(entry.model_dump(mode="json", exclude_none=True, exclude={"serial"}))
+
+
+def splice_serial(entry: bytes, serial: int) -> bytes:
+    """Put ``"serial": N`` first in an encoded entry object."""
+    if entry == b"{}":
+        return b'{"serial":%d}' % serial
+    return b'{"serial":%d,' % serial + entry[1:]
+
+
+def deliver_frame(session_id: str, entries: Iterable[bytes]) -> bytes:
+    """A ``deliver`` frame around already-encoded entries."""
+    return (
+        b'{"type":"deliver","session_id":'
+        + orjson.dumps(session_id)
+        + b',"entries":['
+        + b",".join(entries)
+        + b"]}"
+    )
+
+
+def _decode(
+    data: bytes | str,
+    adapter: TypeAdapter[Any],
+    known: frozenset[str],
+    max_bytes: int | None,
+) -> Any:
+    if max_bytes is not None and len(data) > max_bytes:
+        raise RunwireError(
+            PAYLOAD_TOO_LARGE,
+            f"frame of {len(data)} bytes exceeds the limit of {max_bytes}",
+            details={"size": len(data), "limit": max_bytes},
+        )
+    obj = loads(data)
+    if not isinstance(obj, dict):
+        raise RunwireError(PROTOCOL_ERROR, "frame must be a JSON object")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise RunwireError(PROTOCOL_ERROR, "frame has no string 'type'")
+    if kind not in known:
+        raise RunwireError(UNKNOWN_FRAME, f"unknown frame type {kind[:50]!r}")
+    try:
+        return adapter.validate_python(obj)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+
+
+def _validation_error(exc: ValidationError) -> RunwireError:
+    errors = [
+        {"loc": [str(p) for p in err["loc"]], "msg": err["msg"], "type": err["type"]}
+        for err in exc.errors(include_url=False, include_context=False, include_input=False)
+    ][:20]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid"}
+    where = ".".join(first["loc"]) or "frame"
+    return RunwireError(VALIDATION_ERROR, f"{where}: {first['msg']}", details={"errors": errors})
+
+
+def decode_client_frame(data: bytes | str, *, max_bytes: int | None = None) -> ClientFrame:
+    """Decode a frame sent to the relay."""
+    frame: ClientFrame = _decode(data, client_frame_adapter, CLIENT_FRAME_TYPES, max_bytes)
+    return frame
+
+
+def decode_relay_frame(data: bytes | str) -> RelayFrame:
+    """Decode a frame sent by the relay."""
+    frame: RelayFrame = _decode(data, relay_frame_adapter, RELAY_FRAME_TYPES, None)
+    return frame
+
+
+def decode_entry(data: dict[str, Any]) -> EntryBody:
+    """Validate one delivered entry."""
+    try:
+        return entry_adapter.validate_python(data)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+
+
+def request_id(data: bytes | str) -> int | str | None:
+    """Best effort: the ``req`` of a frame that failed to decode, if it had a usable one."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(obj, dict):
+        req = obj.get("req")
+        if isinstance(req, bool):
+            return None
+        if isinstance(req, int) or (isinstance(req, str) and len(req) <= 100):
+            return req
+    return None

@@ -1,0 +1,130 @@
+"""One root exception with a stable code, and the codes the wire uses.
+
+Every error that crosses the wire is a ``RunwireError``: ``code`` is a stable
+upper-case string (the contract), ``message`` is for people, ``details`` is a
+JSON-able dict. ``to_wire()`` / ``from_wire()`` round-trip it through the
+``error`` frame, so the relay, both SDKs and the JavaScript client report the
+same failure the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AGENT_LOST",
+    "CLOSE_CODES",
+    "DUPLICATE_RUN",
+    "EPOCH_MISMATCH",
+    "INTERNAL_ERROR",
+    "NOT_ATTACHED",
+    "PAYLOAD_TOO_LARGE",
+    "PROTOCOL_ERROR",
+    "RATE_LIMITED",
+    "RUN_NOT_ACTIVE",
+    "RUN_NOT_FOUND",
+    "SLOW_CONSUMER",
+    "STORE_UNAVAILABLE",
+    "UNAUTHORIZED",
+    "UNKNOWN_FRAME",
+    "VALIDATION_ERROR",
+    "CloseCode",
+    "RunwireError",
+]
+
+PROTOCOL_ERROR = "PROTOCOL_ERROR"
+"""A frame that is not valid JSON, or not an object, or misses ``type``."""
+UNKNOWN_FRAME = "UNKNOWN_FRAME"
+"""A frame whose ``type`` the receiver does not know."""
+VALIDATION_ERROR = "VALIDATION_ERROR"
+"""A known frame whose fields have the wrong type or value."""
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+"""A frame larger than the relay's ``max_frame_bytes``."""
+NOT_ATTACHED = "NOT_ATTACHED"
+"""A frame about a session this connection has not attached to."""
+RUN_NOT_FOUND = "RUN_NOT_FOUND"
+"""A frame about a Run the session does not have."""
+RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE"
+"""Steering, cancelling or streaming into a Run that has already ended."""
+DUPLICATE_RUN = "DUPLICATE_RUN"
+"""A prompt that names a run id the session already has."""
+EPOCH_MISMATCH = "EPOCH_MISMATCH"
+"""A resume from a serial of another epoch: the channel's history was lost."""
+SLOW_CONSUMER = "SLOW_CONSUMER"
+"""The connection's send queue overflowed; it is closed and should resume."""
+AGENT_LOST = "AGENT_LOST"
+"""The agent worker of an active Run went away and did not come back in time."""
+UNAUTHORIZED = "UNAUTHORIZED"
+"""The credentials do not allow this."""
+STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+"""The relay's store cannot take writes right now."""
+RATE_LIMITED = "RATE_LIMITED"
+"""Too many requests in flight on one connection."""
+INTERNAL_ERROR = "INTERNAL_ERROR"
+"""A fault inside the relay; the request had no effect."""
+
+
+class CloseCode:
+    """WebSocket close codes the relay uses (4000-4999 are application codes)."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001
+    MESSAGE_TOO_BIG = 1009
+    PROTOCOL_ERROR = 4002
+    UNAUTHORIZED = 4001
+    SLOW_CONSUMER = 4008
+    TOKEN_EXPIRED = 4003
+
+
+CLOSE_CODES: dict[int, str] = {
+    CloseCode.NORMAL: "NORMAL",
+    CloseCode.GOING_AWAY: "GOING_AWAY",
+    CloseCode.MESSAGE_TOO_BIG: PAYLOAD_TOO_LARGE,
+    CloseCode.PROTOCOL_ERROR: PROTOCOL_ERROR,
+    CloseCode.UNAUTHORIZED: UNAUTHORIZED,
+    CloseCode.SLOW_CONSUMER: SLOW_CONSUMER,
+    CloseCode.TOKEN_EXPIRED: "TOKEN_EXPIRED",
+}
+"""What each close code means, by the error code it stands for."""
+
+
+class RunwireError(Exception):
+    """The one exception runwire raises for anything the caller can act on.
+
+    ``code`` is stable and travels on the wire; ``details`` is JSON-able.
+    """
+
+    def __init__(
+        self, code: str, message: str | None = None, *, details: dict[str, Any] | None = None
+    ) -> None:
+        self.code = code
+        self.message = message or code
+        self.details: dict[str, Any] = dict(details or {})
+        super().__init__(f"{code}: {self.message}")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``error`` object of an error frame."""
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> RunwireError:
+        """Rebuild an error from the ``error`` object of a frame; tolerant of junk."""
+        code = data.get("code")
+        message = data.get("message")
+        details = data.get("details")
+        return cls(
+            code if isinstance(code, str) and code else INTERNAL_ERROR,
+            message if isinstance(message, str) else None,
+            details=details if isinstance(details, dict) else None,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RunwireError):
+            return NotImplemented
+        return (self.code, self.message, self.details) == (other.code, other.message, other.details)
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.message))
+
+    def __repr__(self) -> str:
+        return f"RunwireError({self.code!r}, {self.message!r}, details={self.details!r})"

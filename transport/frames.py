@@ -1,0 +1,320 @@
+"""The runwire wire protocol, version 1: frames and channel entries.
+
+Theory of operation
+-------------------
+A connection carries JSON text frames, each an object with a ``type``. The
+first frame a peer sends is ``hello``; the relay answers ``welcome``. After
+that a peer may ``attach`` to any number of sessions (one channel each),
+``publish`` entries to them, page ``history``, and (agents) register as a
+``worker`` of an agent name to be sent ``dispatch`` frames for new Runs.
+
+Requests carry a ``req`` id chosen by the sender; the relay's reply echoes it
+(``attached``, ``ack``, ``page``, or ``error``). Frames the relay pushes
+unasked (``deliver``, ``dispatch``, and ``error`` without ``req``) carry none.
+
+What a channel holds is a sequence of *entries*. Publishers send an entry body
+(``EntryBody``); the relay stamps it with ``serial`` (strictly increasing per
+channel), ``ts`` (ms since the epoch), ``user_id`` and ``client_id`` taken
+from the connection (whatever the sender claimed is overwritten), stores it,
+acknowledges it, and delivers it to every attached connection in serial order.
+Every entry has a sender-chosen ``id``: the relay drops a repeated id and
+acknowledges it again with the original serial (``duplicate: true``), so a
+publisher may retry after a reconnect.
+
+Entry kinds:
+
+* ``message``: a user's message with an ``intent``. ``prompt`` starts a Run
+  named by ``run_id`` (the sender picks it); ``steer``, ``follow_up`` and
+  ``inject`` are aimed at an existing Run.
+* ``run``: a Run's lifecycle (``active`` when started or resumed,
+  ``suspended``, or terminal ``complete``/``cancelled``/``error``).
+* ``cancel``: a signal asking the Run's agent to stop.
+* ``response_open`` / ``response_append`` / ``response_close``: the agent's
+  output, one message that grows by appends of UI message stream parts.
+  ``response_open.seen`` lists the steering message ids the agent had taken in
+  before producing this response: that is how outcomes resolve.
+
+Attaching names ``from_serial`` (and the ``epoch`` it belongs to) to resume, or
+nothing to get the newest page. A resume from another epoch gets ``reset: true``
+and the newest page, never a silent gap.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .messages import UIMessage
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Ack",
+    "Attach",
+    "Attached",
+    "CancelEntry",
+    "ClientFrame",
+    "Deliver",
+    "Detach",
+    "Dispatch",
+    "EntryBody",
+    "Error",
+    "ErrorBody",
+    "Hello",
+    "History",
+    "Intent",
+    "MessageEntry",
+    "Page",
+    "Publish",
+    "RelayFrame",
+    "ResponseAppend",
+    "ResponseClose",
+    "ResponseOpen",
+    "RunEndReason",
+    "RunEntry",
+    "RunStatus",
+    "Welcome",
+    "Worker",
+    "client_frame_adapter",
+    "entry_adapter",
+    "relay_frame_adapter",
+]
+
+PROTOCOL_VERSION = 1
+
+RunEndReason = Literal["complete", "cancelled", "error"]
+RunStatus = Literal["pending", "active", "suspended", "complete", "cancelled", "error"]
+Intent = Literal["prompt", "steer", "follow_up", "inject"]
+
+Id = Annotated[str, Field(min_length=1, max_length=200)]
+SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:\-]+$")]
+ReqId = int | Annotated[str, Field(max_length=100)]
+Serial = Annotated[int, Field(ge=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(_Model):
+    """The ``error`` object of an error frame or a failed Run."""
+
+    code: str
+    message: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- entries ---
+
+
+class _Entry(_Model):
+    # Stamped by the relay; a publisher's values are ignored.
+    serial: Serial | None = None
+    ts: int | None = None
+    user_id: str | None = None
+    client_id: str | None = None
+
+    id: Id
+    run_id: Id
+
+
+class MessageEntry(_Entry):
+    """A user message: a prompt that starts a Run, or a message aimed at one."""
+
+    kind: Literal["message"] = "message"
+    intent: Intent = "prompt"
+    message: UIMessage
+    parent_id: Id | None = None
+    agent: Id | None = None
+    """For a prompt: the agent name its Run goes to (default ``default``)."""
+
+
+class RunEntry(_Entry):
+    """A Run's lifecycle event."""
+
+    kind: Literal["run"] = "run"
+    status: Literal["active", "suspended", "complete", "cancelled", "error"]
+    error: ErrorBody | None = None
+
+
+class CancelEntry(_Entry):
+    """A request to stop a Run."""
+
+    kind: Literal["cancel"] = "cancel"
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+class ResponseOpen(_Entry):
+    """The agent starts a response message."""
+
+    kind: Literal["response_open"] = "response_open"
+    message_id: Id
+    parent_id: Id | None = None
+    seen: list[Id] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ResponseAppend(_Entry):
+    """Stream parts appended to an open response (several coalesced deltas ride one)."""
+
+    kind: Literal["response_append"] = "response_append"
+    message_id: Id
+    chunks: list[dict[str, Any]] = Field(min_length=1)
+
+
+class ResponseClose(_Entry):
+    """The response is finished; ``message`` is the whole message as it stands."""
+
+    kind: Literal["response_close"] = "response_close"
+    message_id: Id
+    message: UIMessage
+
+
+EntryBody = Annotated[
+    MessageEntry | RunEntry | CancelEntry | ResponseOpen | ResponseAppend | ResponseClose,
+    Field(discriminator="kind"),
+]
+entry_adapter: TypeAdapter[EntryBody] = TypeAdapter(EntryBody)
+
+# ------------------------------------------------------- peer -> relay -----
+
+
+class Hello(_Model):
+    """The first frame a peer sends."""
+
+    type: Literal["hello"] = "hello"
+    v: int = PROTOCOL_VERSION
+    client_id: Id | None = None
+    role: Literal["client", "agent"] = "client"
+    req: ReqId | None = None
+
+
+class Attach(_Model):
+    """Subscribe to a session; resume after ``from_serial`` or get the newest page."""
+
+    type: Literal["attach"] = "attach"
+    req: ReqId
+    session_id: SessionId
+    from_serial: Serial | None = None
+    epoch: str | None = Field(default=None, max_length=100)
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class Detach(_Model):
+    """Stop receiving a session's entries."""
+
+    type: Literal["detach"] = "detach"
+    req: ReqId
+    session_id: SessionId
+
+
+class Publish(_Model):
+    """Add an entry to a session's channel (the connection must be attached)."""
+
+    type: Literal["publish"] = "publish"
+    req: ReqId
+    session_id: SessionId
+    entry: EntryBody
+
+
+class History(_Model):
+    """Ask for entries older than ``before`` (newest of them first in the page's order)."""
+
+    type: Literal["history"] = "history"
+    req: ReqId
+    session_id: SessionId
+    before: Serial
+    limit: int = Field(default=50, ge=1, le=1000)
+
+
+class Worker(_Model):
+    """Register this connection as a worker of an agent name."""
+
+    type: Literal["worker"] = "worker"
+    req: ReqId
+    agent: Id = "default"
+
+
+ClientFrame = Annotated[
+    Hello | Attach | Detach | Publish | History | Worker, Field(discriminator="type")
+]
+client_frame_adapter: TypeAdapter[ClientFrame] = TypeAdapter(ClientFrame)
+
+# ------------------------------------------------------- relay -> peer -----
+
+
+class Welcome(_Model):
+    """The relay's answer to ``hello``."""
+
+    type: Literal["welcome"] = "welcome"
+    v: int = PROTOCOL_VERSION
+    req: ReqId | None = None
+    client_id: str
+    user_id: str | None = None
+    connection_id: str
+    max_frame_bytes: int
+
+
+class Attached(_Model):
+    """Attach succeeded. ``entries`` is the backlog after ``from_serial``, or the newest page."""
+
+    type: Literal["attached"] = "attached"
+    req: ReqId
+    session_id: str
+    epoch: str
+    head: Serial
+    entries: list[dict[str, Any]]
+    has_older: bool
+    reset: bool = False
+
+
+class Ack(_Model):
+    """A request took effect; for a publish, ``serial`` is the entry's serial."""
+
+    type: Literal["ack"] = "ack"
+    req: ReqId
+    serial: Serial | None = None
+    duplicate: bool = False
+
+
+class Page(_Model):
+    """A page of older entries, in serial order."""
+
+    type: Literal["page"] = "page"
+    req: ReqId
+    session_id: str
+    entries: list[dict[str, Any]]
+    has_older: bool
+
+
+class Deliver(_Model):
+    """Live entries of an attached session, in serial order."""
+
+    type: Literal["deliver"] = "deliver"
+    session_id: str
+    entries: list[dict[str, Any]]
+
+
+class Dispatch(_Model):
+    """A new Run for this worker to take."""
+
+    type: Literal["dispatch"] = "dispatch"
+    session_id: str
+    run_id: str
+    agent: str
+    message_id: str
+
+
+class Error(_Model):
+    """A request failed (``req`` set) or the relay reports a problem (``req`` absent)."""
+
+    type: Literal["error"] = "error"
+    req: ReqId | None = None
+    session_id: str | None = None
+    error: ErrorBody
+
+
+RelayFrame = Annotated[
+    Welcome | Attached | Ack | Page | Deliver | Dispatch | Error, Field(discriminator="type")
+]
+relay_frame_adapter: TypeAdapter[RelayFrame] = TypeAdapter(RelayFrame)
