@@ -1,0 +1,304 @@
+"""``Connection``: one logical, self-healing connection from an SDK to the relay.
+
+Theory of operation
+-------------------
+A ``Connection`` owns at most one WebSocket at a time. ``request(frame)``
+assigns a fresh ``req`` id, sends the frame once the connection is ready, and
+returns the reply frame (``attached``, ``ack``, ``page``), raising
+``RunwireError`` for an ``error`` reply. Frames the relay pushes unasked
+(``deliver``, ``dispatch``, ``error`` without ``req``) go to ``on_frame``.
+
+When the socket drops, the connection reconnects with exponential backoff and
+full jitter. After each ``hello``/``welcome`` it awaits ``on_connect`` (the
+SDK re-attaches its sessions there, from the last serial it saw), then re-sends
+every request still waiting for a reply. Every request of the protocol is
+idempotent (a publish carries its entry id, which the relay de-duplicates), so
+a retry never duplicates anything.
+
+A close with ``UNAUTHORIZED`` is final: pending and later requests fail with
+that error. ``aclose()`` ends everything; pending requests then fail with
+``RunwireError("CONNECTION_CLOSED")``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+
+from .. import codec
+from ..errors import CLOSE_CODES, UNAUTHORIZED, CloseCode, RunwireError
+from ..frames import Error, Hello, RelayFrame, Welcome
+
+__all__ = ["CONNECTION_CLOSED", "Connection"]
+
+log = logging.getLogger("runwire.connection")
+
+CONNECTION_CLOSED = "CONNECTION_CLOSED"
+
+FrameHandler = Callable[[RelayFrame], None]
+ConnectHook = Callable[["Connection"], Awaitable[None]]
+
+
+class _Pending:
+    __slots__ = ("data", "done", "error", "reply", "sent_on")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.sent_on = -1
+        self.done = anyio.Event()
+        self.reply: RelayFrame | None = None
+        self.error: RunwireError | None = None
+
+
+class Connection:
+    """A reconnecting request/reply connection to a relay."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client_id: str | None = None,
+        role: Literal["client", "agent"] = "client",
+        token: str | None = None,
+        on_frame: FrameHandler | None = None,
+        on_connect: ConnectHook | None = None,
+        reconnect: bool = True,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 5.0,
+        open_timeout: float = 10.0,
+    ) -> None:
+        self.url = url
+        self.client_id = client_id
+        self.role = role
+        self.token = token
+        self.on_frame = on_frame
+        self.on_connect = on_connect
+        self.reconnect = reconnect
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.open_timeout = open_timeout
+        self.welcome: Welcome | None = None
+        self.connects = 0
+        self._ws: ClientConnection | None = None
+        self._ready = anyio.Event()
+        self._closed = False
+        self._fatal: RunwireError | None = None
+        self._next_req = 0
+        self._pending: dict[int, _Pending] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._first = anyio.Event()
+        self._first_error: BaseException | None = None
+        self._state_callbacks: list[Callable[[str], None]] = []
+
+    # ------------------------------------------------------------ public --
+
+    @property
+    def connected(self) -> bool:
+        """True while a socket is up and ready."""
+        return self._ready.is_set()
+
+    def on_state(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn("connected" | "disconnected" | "closed")`` on every change."""
+        self._state_callbacks.append(fn)
+
+    async def __aenter__(self) -> Connection:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._run)
+        await self._first.wait()
+        if self._first_error is not None:
+            await self.aclose()
+            raise self._first_error
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the socket, stop reconnecting, fail pending requests."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_all(RunwireError(CONNECTION_CLOSED, "connection closed"))
+        if self._ws is not None:
+            await self._ws.close()
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+        self._emit("closed")
+
+    async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
+        """Send a request frame and return its reply; raise ``RunwireError`` on an error reply."""
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed:
+            raise RunwireError(CONNECTION_CLOSED, "connection closed")
+        self._next_req += 1
+        req = self._next_req
+        data = frame.model_dump(mode="json", exclude_none=True)
+        data["req"] = req
+        pending = _Pending(data)
+        self._pending[req] = pending
+        try:
+            if wait_ready:
+                await self._ready.wait()
+            await self._send_pending(pending)
+            await pending.done.wait()
+        finally:
+            self._pending.pop(req, None)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.reply is not None
+        return pending.reply
+
+    async def kill_socket(self) -> None:
+        """Drop the current socket abruptly (tests use it to simulate a network drop)."""
+        if self._ws is not None:
+            self._ws.transport.abort()
+
+    # ----------------------------------------------------------- internal --
+
+    async def _send_pending(self, pending: _Pending) -> None:
+        ws = self._ws
+        if ws is None or pending.done.is_set():
+            return  # re-sent after the next connect
+        try:
+            pending.sent_on = self.connects
+            await ws.send(codec.dumps(pending.data).decode())
+        except ConnectionClosed:
+            pass  # re-sent after the next connect
+
+    def _emit(self, state: str) -> None:
+        for fn in list(self._state_callbacks):
+            try:
+                fn(state)
+            except Exception:  # a listener's bug must not break the connection
+                log.exception("state callback failed")
+
+    def _fail_all(self, error: RunwireError) -> None:
+        for pending in list(self._pending.values()):
+            if not pending.done.is_set():
+                pending.error = error
+                pending.done.set()
+
+    async def _run(self) -> None:
+        attempt = 0
+        while not self._closed:
+            try:
+                await self._connect_once()
+                attempt = 0
+            except RunwireError as exc:
+                if exc.code == UNAUTHORIZED or not self._first.is_set():
+                    self._fatal = exc
+                    self._fail_all(exc)
+                    if not self._first.is_set():
+                        self._first_error = exc
+                        self._first.set()
+                    return
+            except (OSError, WebSocketException, TimeoutError) as exc:
+                if not self._first.is_set():
+                    self._first_error = RunwireError(
+                        CONNECTION_CLOSED, f"cannot connect to {self.url}: {exc}"
+                    )
+                    self._first.set()
+                    return
+                log.debug("connection lost: %r", exc)
+            if self._ready.is_set():
+                self._ready = anyio.Event()
+            self._ws = None
+            if self._closed or not self.reconnect:
+                self._fail_all(RunwireError(CONNECTION_CLOSED, "connection lost"))
+                return
+            self._emit("disconnected")
+            cap = min(self.backoff_max, self.backoff_initial * (2**attempt))
+            attempt = min(attempt + 1, 16)
+            await anyio.sleep(random.uniform(cap / 2, cap))
+
+    async def _connect_once(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        try:
+            ws = await connect(
+                self.url,
+                additional_headers=headers,
+                open_timeout=self.open_timeout,
+                max_size=64 * 1024 * 1024,
+                compression=None,
+            )
+        except InvalidStatus as exc:
+            if exc.response.status_code in (401, 403):
+                raise RunwireError(UNAUTHORIZED, "the relay refused the credentials") from None
+            raise
+        self._ws = ws
+        try:
+            hello = Hello(client_id=self.client_id, role=self.role)
+            await ws.send(codec.encode(hello).decode())
+            with anyio.fail_after(self.open_timeout):
+                first = codec.decode_relay_frame(await ws.recv())
+            if isinstance(first, Error):
+                raise RunwireError.from_wire(first.error.model_dump())
+            if not isinstance(first, Welcome):
+                raise RunwireError("PROTOCOL_ERROR", f"expected welcome, got {first.type}")
+            self.welcome = first
+            self.client_id = first.client_id
+            self.connects += 1
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._after_connect, ws)
+                await self._read(ws)
+                tg.cancel_scope.cancel()
+        finally:
+            self._ws = None
+            await ws.close()
+        code = ws.close_code
+        if code == CloseCode.UNAUTHORIZED or code == CloseCode.TOKEN_EXPIRED:
+            raise RunwireError(CLOSE_CODES.get(code, UNAUTHORIZED), ws.close_reason or "")
+
+    async def _after_connect(self, ws: ClientConnection) -> None:
+        connects = self.connects
+        try:
+            if self.on_connect is not None:
+                await self.on_connect(self)
+        except RunwireError as exc:
+            log.warning("re-attaching after connect failed: %s", exc)
+            if not self._first.is_set():
+                self._first_error = exc
+                self._first.set()
+            await ws.close()
+            return
+        self._ready.set()
+        if not self._first.is_set():
+            self._first.set()
+        self._emit("connected")
+        for pending in list(self._pending.values()):
+            if pending.sent_on != connects:
+                await self._send_pending(pending)
+
+    async def _read(self, ws: ClientConnection) -> None:
+        try:
+            async for raw in ws:
+                try:
+                    frame = codec.decode_relay_frame(raw)
+                except RunwireError:
+                    log.warning("dropping a frame this client cannot read")
+                    continue
+                req = getattr(frame, "req", None)
+                if req is not None and frame.type != "welcome":
+                    pending = self._pending.get(req) if isinstance(req, int) else None
+                    if pending is not None and not pending.done.is_set():
+                        if isinstance(frame, Error):
+                            pending.error = RunwireError.from_wire(frame.error.model_dump())
+                        else:
+                            pending.reply = frame
+                        pending.done.set()
+                    continue
+                if self.on_frame is not None:
+                    self.on_frame(frame)
+        except ConnectionClosed:
+            pass
