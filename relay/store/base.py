@@ -15,6 +15,10 @@ Contract
   write is durable. A repeated ``entry_id`` (within the dedup window, at least
   the newest 10,000 ids of the channel) writes nothing and returns the original
   serial and data with ``duplicate=True``.
+* ``find(session_id, entry_id)`` returns what ``append`` would return for a
+  repeat of that id (``duplicate=True``), or None; the relay asks it before it
+  checks an entry against the Run rules, so a retried prompt is acknowledged
+  again rather than refused as a second Run.
 * ``data`` is the encoded entry without its serial; what the store returns and
   reads back is the entry with its serial spliced in (``codec.splice_serial``).
 * ``read(session_id, after=, before=, limit=)`` returns stored entries in
@@ -88,6 +92,10 @@ class Store(ABC):
         runs: Sequence[RunRecord] = (),
     ) -> Appended:
         """Sequence, store and (with ``runs``) update Run records atomically."""
+
+    @abstractmethod
+    async def find(self, session_id: str, entry_id: str) -> Appended | None:
+        """The stored (or being stored) entry with this id, within the dedup window."""
 
     @abstractmethod
     async def read(

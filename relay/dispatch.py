@@ -1,0 +1,148 @@
+"""``Dispatcher``: which worker runs which Run, and what happens when one goes away.
+
+* A new Run (its prompt stored, status ``pending``) goes to the connected
+  worker of its agent name that has the fewest Runs handed to it and not yet
+  started. With no worker connected it waits, durable in the store, and goes to
+  the first worker of that name that registers.
+* A worker that disconnects before starting a Run handed to it: the Run is
+  handed to another worker (or waits for one).
+* An agent connection that owns active Runs (it started them) and disconnects:
+  each such Run gets ``agent_grace`` seconds. If a connection with the same
+  client id comes back in time, it carries on; otherwise the relay ends the Run
+  ``error`` with ``AGENT_LOST``, so every device leaves its streaming state and
+  every pending steering outcome resolves. A relay that restarts treats the
+  active Runs it finds in the store the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from transport import codec
+from transport.frames import Dispatch
+from transport.runs import RunRecord
+
+from .metrics import Metrics
+from .peer import Peer
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger("runwire.relay")
+
+RunKey = tuple[str, str]
+Expire = Callable[[str, str], Coroutine[Any, Any, None]]
+
+
+class Dispatcher:
+    """Workers by agent name, Runs handed out, and grace timers."""
+
+    def __init__(self, *, grace: float, expire: Expire, metrics: Metrics) -> None:
+        self.grace = grace
+        self.metrics = metrics
+        self._expire = expire
+        self.workers: dict[str, list[Peer]] = {}
+        self.assigned: dict[RunKey, Peer] = {}
+        self.waiting: dict[RunKey, RunRecord] = {}
+        self.timers: dict[RunKey, tuple[str, asyncio.TimerHandle]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ workers --
+
+    def add_worker(self, peer: Peer, agent: str, pending: list[RunRecord]) -> None:
+        """Register ``peer`` for ``agent`` and hand it (or share out) the waiting Runs."""
+        peer.agent = agent
+        self.workers.setdefault(agent, []).append(peer)
+        self.metrics.workers.inc()
+        for record in pending:
+            key = (record.session_id, record.run_id)
+            if key not in self.assigned or self.assigned[key].closed:
+                self.waiting[key] = record
+        for key, record in list(self.waiting.items()):
+            if record.agent == agent:
+                self._hand_out(record)
+
+    def peer_gone(self, peer: Peer, owned_active: list[RunRecord]) -> None:
+        """React to a closed connection: re-dispatch its unstarted Runs, time its active ones."""
+        if peer.agent is not None:
+            workers = self.workers.get(peer.agent, [])
+            if peer in workers:
+                workers.remove(peer)
+                self.metrics.workers.dec()
+        for key, holder in list(self.assigned.items()):
+            if holder is peer:
+                del self.assigned[key]
+                record = self.waiting.get(key)
+                if record is not None:
+                    self._hand_out(record)
+        for record in owned_active:
+            self.start_timer(record)
+
+    def client_back(self, client_id: str) -> None:
+        """A connection with ``client_id`` arrived: its Runs' grace timers stop."""
+        for key, (owner, handle) in list(self.timers.items()):
+            if owner == client_id:
+                handle.cancel()
+                del self.timers[key]
+
+    # --------------------------------------------------------------- runs --
+
+    def run_changed(self, record: RunRecord, *, new: bool) -> None:
+        """Follow a Run record the store just wrote."""
+        key = (record.session_id, record.run_id)
+        if new and record.status == "pending":
+            self.waiting[key] = record
+            self._hand_out(record)
+            return
+        if record.status != "pending":
+            self.waiting.pop(key, None)
+            self.assigned.pop(key, None)
+        if record.terminal:
+            timer = self.timers.pop(key, None)
+            if timer is not None:
+                timer[1].cancel()
+
+    def start_timer(self, record: RunRecord) -> None:
+        """Give an owner-less active Run ``grace`` seconds before it ends ``AGENT_LOST``."""
+        key = (record.session_id, record.run_id)
+        if key in self.timers or record.owner is None:
+            return
+        loop = asyncio.get_running_loop()
+        handle = loop.call_later(self.grace, self._fire, key)
+        self.timers[key] = (record.owner, handle)
+
+    def _fire(self, key: RunKey) -> None:
+        self.timers.pop(key, None)
+        task = asyncio.get_running_loop().create_task(self._expire(*key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _hand_out(self, record: RunRecord) -> None:
+        workers = [w for w in self.workers.get(record.agent, []) if not w.closed]
+        if not workers:
+            return
+        load: dict[int, int] = {}
+        for holder in self.assigned.values():
+            load[id(holder)] = load.get(id(holder), 0) + 1
+        worker = min(workers, key=lambda w: load.get(id(w), 0))
+        key = (record.session_id, record.run_id)
+        self.assigned[key] = worker
+        self.metrics.dispatched.inc()
+        worker.send_frame(
+            codec.encode(
+                Dispatch(
+                    session_id=record.session_id,
+                    run_id=record.run_id,
+                    agent=record.agent,
+                    message_id=record.prompt_id,
+                )
+            )
+        )
+
+    def close(self) -> None:
+        """Cancel every timer."""
+        for _, handle in self.timers.values():
+            handle.cancel()
+        self.timers.clear()

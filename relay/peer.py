@@ -1,0 +1,137 @@
+"""``Peer``: one WebSocket connection on the relay and its bounded send queue.
+
+Frames for a peer are queued, never awaited by whoever produces them, so one
+slow reader cannot slow a channel down. A drain task (started only while the
+queue has something, so an idle peer costs no task) sends the queue in order,
+folding consecutive entries of one session into one ``deliver`` frame. When
+unsent bytes exceed ``send_queue_bytes`` the peer is closed with
+``SLOW_CONSUMER`` (4008); its client resumes from the last serial it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from transport import codec
+from transport.errors import CloseCode, RunwireError
+from transport.runs import Sender
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
+
+__all__ = ["Peer"]
+
+log = logging.getLogger("runwire.relay")
+
+
+class Peer:
+    """The relay's side of one connection."""
+
+    __slots__ = (
+        "_drain",
+        "_queue",
+        "_queued_bytes",
+        "agent",
+        "attached",
+        "closed",
+        "connection_id",
+        "inflight",
+        "limit",
+        "metrics",
+        "sender",
+        "ws",
+    )
+
+    def __init__(
+        self, ws: ServerConnection, connection_id: str, limit: int, metrics: Metrics
+    ) -> None:
+        self.ws = ws
+        self.connection_id = connection_id
+        self.limit = limit
+        self.metrics = metrics
+        self.sender = Sender(client_id=connection_id)
+        self.agent: str | None = None
+        self.attached: set[str] = set()
+        self.inflight = 0
+        self.closed = False
+        # Items: (session_id, entry bytes) for entries, (None, frame bytes) for frames.
+        self._queue: deque[tuple[str | None, bytes]] = deque()
+        self._queued_bytes = 0
+        self._drain: asyncio.Task[None] | None = None
+
+    def send_frame(self, frame: bytes) -> None:
+        """Queue a whole frame."""
+        self._put(None, frame)
+
+    def send_entry(self, session_id: str, entry: bytes) -> None:
+        """Queue one entry of an attached session (sent inside a ``deliver`` frame)."""
+        self._put(session_id, entry)
+
+    def send_error(self, error: RunwireError, req: int | str | None = None) -> None:
+        """Queue an ``error`` frame."""
+        self.metrics.errors.labels(error.code).inc()
+        frame: dict[str, object] = {"type": "error", "error": error.to_wire()}
+        if req is not None:
+            frame["req"] = req
+        self._put(None, codec.dumps(frame))
+
+    def _put(self, session_id: str | None, data: bytes) -> None:
+        if self.closed:
+            return
+        self._queue.append((session_id, data))
+        self._queued_bytes += len(data)
+        if self._queued_bytes > self.limit:
+            self.metrics.slow_consumers.inc()
+            self.close(CloseCode.SLOW_CONSUMER, "SLOW_CONSUMER: send queue full, resume")
+            return
+        if self._drain is None:
+            self._drain = asyncio.get_running_loop().create_task(self._run_drain())
+
+    async def flushed(self) -> None:
+        """Wait until everything queued so far was handed to the socket."""
+        while self._drain is not None:
+            await asyncio.shield(self._drain)
+
+    def close(self, code: int, reason: str) -> None:
+        """Close the connection (asynchronously) and drop what is queued."""
+        if self.closed:
+            return
+        self.closed = True
+        self._queue.clear()
+        self._queued_bytes = 0
+        asyncio.get_running_loop().create_task(self.ws.close(code, reason[:120]))
+
+    async def _run_drain(self) -> None:
+        try:
+            while self._queue and not self.closed:
+                frame = self._next_frame()
+                await self.ws.send(frame, text=True)
+                self.metrics.frames_out.inc()
+        except ConnectionClosed:
+            self.closed = True
+        except Exception:  # never let a send problem escape unseen
+            log.exception("send to %s failed", self.connection_id)
+            self.closed = True
+        finally:
+            self._drain = None
+
+    def _next_frame(self) -> bytes:
+        session_id, data = self._queue.popleft()
+        self._queued_bytes -= len(data)
+        if session_id is None:
+            return data
+        entries = [data]
+        size = len(data)
+        # Fold following entries of the same session into one deliver frame.
+        while self._queue and self._queue[0][0] == session_id and size < 256 * 1024:
+            _, more = self._queue.popleft()
+            self._queued_bytes -= len(more)
+            size += len(more)
+            entries.append(more)
+        return codec.deliver_frame(session_id, entries)

@@ -1,0 +1,167 @@
+"""``serve()``: the relay's WebSocket server, with ``/healthz`` and ``/metrics`` on its port.
+
+A connection's first frame must be ``hello`` (answered by ``welcome``);
+anything else first is answered with a ``PROTOCOL_ERROR`` and the connection
+closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
+connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
+``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
+/metrics`` the Prometheus text format.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import fields
+from http import HTTPStatus
+from typing import Any
+
+from websockets.asyncio.server import Server as WSServer
+from websockets.asyncio.server import ServerConnection, serve as ws_serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from transport import codec
+from transport.errors import PROTOCOL_ERROR, CloseCode, RunwireError
+from transport.frames import Hello, Welcome
+from transport.messages import new_id
+
+from .hub import Hub
+from .metrics import Metrics
+from .options import RelayOptions
+from .peer import Peer
+from .store import open_store
+from .store.base import Store
+
+__all__ = ["Server", "serve"]
+
+log = logging.getLogger("runwire.relay")
+
+
+class Server:
+    """A running relay: ``.url`` (ws://), ``.port``, ``.hub``, ``.store``."""
+
+    def __init__(self, ws_server: WSServer, hub: Hub, host: str) -> None:
+        self.ws_server = ws_server
+        self.hub = hub
+        self.store = hub.store
+        sock = next(iter(ws_server.sockets))
+        self.port: int = sock.getsockname()[1]
+        self.host = host
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"ws://{shown}:{self.port}"
+        self.http_url = f"http://{shown}:{self.port}"
+
+
+@asynccontextmanager
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = 8787,
+    store: str | Store = "sqlite:///./runwire.db",
+    **options: Any,
+) -> AsyncIterator[Server]:
+    """Run a relay until the block exits. ``options`` are the fields of ``RelayOptions``."""
+    known = {f.name for f in fields(RelayOptions)}
+    unknown = set(options) - known
+    if unknown:
+        raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
+    opts = RelayOptions(**options)
+    the_store = open_store(store) if isinstance(store, str) else store
+    await the_store.start()
+    metrics = Metrics()
+    hub = Hub(the_store, opts, metrics)
+    try:
+        await hub.start()
+
+        async def process_request(conn: ServerConnection, request: Request) -> Response | None:
+            path = request.path.split("?", 1)[0]
+            if path == "/healthz":
+                ok = await the_store.healthy()
+                body = codec.dumps(
+                    {"status": "ok" if ok else "unavailable", "store": the_store.url, **hub.stats()}
+                )
+                return _response(200 if ok else 503, body, "application/json")
+            if path == "/metrics":
+                return _response(200, metrics.render(), "text/plain; version=0.0.4")
+            if "upgrade" not in request.headers.get("Connection", "").lower():
+                return _response(404, b"not found\n", "text/plain")
+            return None
+
+        async def handler(ws: ServerConnection) -> None:
+            await _handle_connection(ws, hub, opts, metrics)
+
+        async with ws_serve(
+            handler,
+            host,
+            port,
+            process_request=process_request,
+            max_size=opts.hard_frame_bytes,
+            max_queue=64,
+            compression=None,
+            ping_interval=20,
+            ping_timeout=20,
+        ) as ws_server:
+            yield Server(ws_server, hub, host)
+            ws_server.close(close_connections=True)
+    finally:
+        hub.close()
+        await the_store.aclose()
+
+
+def _response(status: int, body: bytes, content_type: str) -> Response:
+    headers = Headers(
+        [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Connection", "close")]
+    )
+    return Response(status, HTTPStatus(status).phrase, headers, body)
+
+
+async def _handle_connection(
+    ws: ServerConnection, hub: Hub, opts: RelayOptions, metrics: Metrics
+) -> None:
+    peer = Peer(ws, new_id(), opts.send_queue_bytes, metrics)
+    metrics.connections.inc()
+    try:
+        try:
+            raw = await ws.recv()
+        except ConnectionClosed:
+            return
+        try:
+            hello = codec.decode_client_frame(raw, max_bytes=opts.max_frame_bytes)
+            if not isinstance(hello, Hello):
+                raise RunwireError(PROTOCOL_ERROR, "the first frame must be hello")
+            if hello.v != 1:
+                raise RunwireError(PROTOCOL_ERROR, f"protocol version {hello.v} is not supported")
+        except RunwireError as exc:
+            peer.send_error(exc, codec.request_id(raw))
+            await _flush_and_close(peer, CloseCode.PROTOCOL_ERROR, exc.message)
+            return
+        hub.hello(peer, hello)
+        peer.send_frame(
+            codec.encode(
+                Welcome(
+                    req=hello.req,
+                    client_id=peer.sender.client_id,
+                    user_id=peer.sender.user_id,
+                    connection_id=peer.connection_id,
+                    max_frame_bytes=opts.max_frame_bytes,
+                )
+            )
+        )
+        async for raw in ws:
+            await hub.handle(peer, raw)
+    except ConnectionClosed:
+        pass
+    finally:
+        peer.closed = True
+        hub.gone(peer)
+        metrics.connections.dec()
+
+
+async def _flush_and_close(peer: Peer, code: int, reason: str) -> None:
+    # Let the queued error frame go out before the close frame.
+    try:
+        await peer.flushed()
+    finally:
+        await peer.ws.close(code, reason[:120])

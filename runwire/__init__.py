@@ -1,0 +1,1 @@
+"""The ``runwire`` command: ``runwire relay`` and ``runwire demo``."""
