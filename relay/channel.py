@@ -139,9 +139,7 @@ class Channel:
                 )
             else:
                 if self.last:
-                    page = await self.store.read(
-                        self.session_id, before=self.last + 1, limit=limit
-                    )
+                    page = await self.store.read(self.session_id, before=self.last + 1, limit=limit)
                     entries = [e for e in page if e.serial <= self.last]
                 has_older = bool(entries) and entries[0].serial > self.first
             peer.send_frame(

@@ -60,7 +60,7 @@ class Dispatcher:
             key = (record.session_id, record.run_id)
             if key not in self.assigned or self.assigned[key].closed:
                 self.waiting[key] = record
-        for key, record in list(self.waiting.items()):
+        for record in list(self.waiting.values()):
             if record.agent == agent:
                 self._hand_out(record)
 

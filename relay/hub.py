@@ -191,7 +191,9 @@ class Hub:
             peer.send_error(exc, frame.req)
         except Exception:
             log.exception("publish failed")
-            peer.send_error(RunwireError(INTERNAL_ERROR, "the relay failed on this publish"), frame.req)
+            peer.send_error(
+                RunwireError(INTERNAL_ERROR, "the relay failed on this publish"), frame.req
+            )
         finally:
             peer.inflight -= 1
 

@@ -105,6 +105,9 @@ class Peer:
         self.closed = True
         self._queue.clear()
         self._queued_bytes = 0
+        if self._drain is not None:
+            # A send stuck on a full socket buffer would hold up the close frame.
+            self._drain.cancel()
         asyncio.get_running_loop().create_task(self.ws.close(code, reason[:120]))
 
     async def _run_drain(self) -> None:

@@ -18,7 +18,8 @@ from http import HTTPStatus
 from typing import Any
 
 from websockets.asyncio.server import Server as WSServer
-from websockets.asyncio.server import ServerConnection, serve as ws_serve
+from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import serve as ws_serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
@@ -112,7 +113,11 @@ async def serve(
 
 def _response(status: int, body: bytes, content_type: str) -> Response:
     headers = Headers(
-        [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Connection", "close")]
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ]
     )
     return Response(status, HTTPStatus(status).phrase, headers, body)
 

@@ -26,9 +26,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     demo.add_argument("--no-chat", action="store_true", help="serve only, no terminal chat")
     args = parser.parse_args(argv)
     if args.command == "relay":
-        logging.basicConfig(
-            level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
-        )
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
         anyio.run(relay_cli.run, args)
     elif args.command == "demo":
         from .demo import run_demo

@@ -40,7 +40,7 @@ _SIGHTS = [
 
 
 def plan_reply(conversation: list[UIMessage]) -> str:
-    """The demo model's answer to a conversation: deterministic, and shaped by every user message."""
+    """The demo model's answer: deterministic, and shaped by every user message."""
     users = [message_text(m) for m in conversation if m.role == "user"]
     text = " ".join(users)
     days = 3
@@ -89,7 +89,7 @@ async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
             text = message_text(vm.message)
             done = printed.get(vm.message.id)
             if done is None:
-                out(f"\nagent> ")
+                out("\nagent> ")
                 done = 0
             if len(text) > done:
                 out(text[done:])

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 import relay
 from relay import Server
@@ -99,10 +100,14 @@ async def test_first_frame_must_be_hello(server: Server) -> None:
         (b'{"type": "explode", "req": 3}', "UNKNOWN_FRAME"),
         (b'{"type": "attach", "req": 3, "session_id": 7}', "VALIDATION_ERROR"),
         (b'{"type": "attach", "req": 3, "session_id": "bad id with spaces"}', "VALIDATION_ERROR"),
-        (b'{"type": "publish", "req": 3, "session_id": "s", "entry": {"kind": "nope"}}',
-         "VALIDATION_ERROR"),
-        (b'{"type": "history", "req": 3, "session_id": "never-attached", "before": 5}',
-         "NOT_ATTACHED"),
+        (
+            b'{"type": "publish", "req": 3, "session_id": "s", "entry": {"kind": "nope"}}',
+            "VALIDATION_ERROR",
+        ),
+        (
+            b'{"type": "history", "req": 3, "session_id": "never-attached", "before": 5}',
+            "NOT_ATTACHED",
+        ),
         (b'{"type": "hello", "req": 3}', "PROTOCOL_ERROR"),
     ],
 )
@@ -291,7 +296,7 @@ async def test_cancel_before_start_is_kept(server: Server) -> None:
 
 
 async def test_slow_consumer_is_closed_with_4008_and_others_go_on() -> None:
-    async with relay.serve(port=0, store="memory://", send_queue_bytes=20_000) as s:
+    async with relay.serve(port=0, store="memory://", send_queue_bytes=200_000) as s:
         slow = await RawPeer.open(s.url)
         await slow.attach("s")
         fast = await RawPeer.open(s.url)
@@ -300,14 +305,25 @@ async def test_slow_consumer_is_closed_with_4008_and_others_go_on() -> None:
         slow.ws.transport.pause_reading()
         pub = await RawPeer.open(s.url)
         await pub.attach("s")
-        for i in range(400):
-            await pub.publish("s", prompt(text="y" * 500 + str(i)))
-        got = await fast.entries(400)
-        assert len(got) == 400
+        got: list[dict[str, Any]] = []
+
+        async def read_fast() -> None:
+            got.extend(await fast.entries(600, timeout=30))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_fast)
+            # Enough to fill the kernel's socket buffers on loopback too.
+            for i in range(600):
+                await pub.publish("s", prompt(text="y" * 30_000 + str(i)))
+        assert [e["serial"] for e in got] == list(range(1, 601))
         slow.ws.transport.resume_reading()
-        with anyio.fail_after(5):
-            await slow.ws.wait_closed()
+        with anyio.fail_after(15):
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    await slow.ws.recv()
         assert slow.ws.close_code == 4008
+        # The relay's memory for it is gone, and the others still work.
+        assert (await pub.publish("s", prompt()))["serial"] == 601
 
 
 async def test_healthz_and_metrics(server: Server) -> None:

@@ -21,9 +21,7 @@ class RawPeer:
         self.client_id = ""
 
     @classmethod
-    async def open(
-        cls, url: str, *, role: str = "client", client_id: str | None = None
-    ) -> RawPeer:
+    async def open(cls, url: str, *, role: str = "client", client_id: str | None = None) -> RawPeer:
         ws = await connect(url, max_size=None)
         peer = cls(ws)
         hello: dict[str, Any] = {"type": "hello", "v": 1, "role": role}
@@ -92,7 +90,9 @@ class RawPeer:
         return await self.request({"type": "publish", "session_id": session_id, "entry": entry})
 
 
-def prompt(run_id: str | None = None, text: str = "hello", agent: str = "default") -> dict[str, Any]:
+def prompt(
+    run_id: str | None = None, text: str = "hello", agent: str = "default"
+) -> dict[str, Any]:
     message = user_message(text).model_dump(mode="json")
     return {
         "kind": "message",
@@ -106,7 +106,13 @@ def prompt(run_id: str | None = None, text: str = "hello", agent: str = "default
 
 def steer(run_id: str, text: str) -> dict[str, Any]:
     message = user_message(text).model_dump(mode="json")
-    return {"kind": "message", "intent": "steer", "id": message["id"], "run_id": run_id, "message": message}
+    return {
+        "kind": "message",
+        "intent": "steer",
+        "id": message["id"],
+        "run_id": run_id,
+        "message": message,
+    }
 
 
 def run_status(run_id: str, status: str) -> dict[str, Any]:
