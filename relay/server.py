@@ -103,6 +103,7 @@ async def serve(
             compression=None,
             ping_interval=20,
             ping_timeout=20,
+            close_timeout=2,
         ) as ws_server:
             yield Server(ws_server, hub, host)
             ws_server.close(close_connections=True)
