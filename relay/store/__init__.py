@@ -1,0 +1,59 @@
+"""The relay's stores, chosen by URL with ``open_store``.
+
+* ``memory://``: nothing kept across processes (tests).
+* ``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` (as SQLAlchemy
+  writes them): one SQLite file, the default.
+* ``redis://``: several relay nodes sharing sessions (not available yet).
+"""
+
+from __future__ import annotations
+
+from transport.errors import VALIDATION_ERROR, RunwireError
+
+from .base import Appended, ChannelInfo, Store, StoredEntry
+from .memory import MemoryStore
+from .sqlite import SQLiteStore
+
+__all__ = [
+    "Appended",
+    "ChannelInfo",
+    "MemoryStore",
+    "SQLiteStore",
+    "Store",
+    "StoredEntry",
+    "open_store",
+]
+
+_FORMS = "memory://, sqlite:///relative.db or sqlite:////absolute/path.db"
+
+
+def open_store(url: str) -> Store:
+    """The store that ``url`` names, not started yet (``await store.start()`` before use).
+
+    Raises ``RunwireError(VALIDATION_ERROR)`` for a URL that names no store this
+    relay has.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise RunwireError(VALIDATION_ERROR, f"store URL {url!r} has no scheme; use {_FORMS}")
+    scheme = scheme.lower()
+    if scheme == "memory":
+        if rest:
+            raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: write just memory://")
+        return MemoryStore()
+    if scheme == "sqlite":
+        # sqlite:/// + path: the third slash ends the (empty) host part.
+        if not rest.startswith("/") or len(rest) == 1:
+            raise RunwireError(
+                VALIDATION_ERROR, f"store URL {url!r} names no SQLite file; use {_FORMS}"
+            )
+        if "?" in rest or "#" in rest:
+            raise RunwireError(
+                VALIDATION_ERROR, f"store URL {url!r}: the SQLite store takes no options"
+            )
+        return SQLiteStore(rest[1:])
+    if scheme in ("redis", "rediss"):
+        raise RunwireError(
+            VALIDATION_ERROR, f"store URL {url!r}: the redis store is not available yet"
+        )
+    raise RunwireError(VALIDATION_ERROR, f"unknown store URL scheme {scheme!r}; use {_FORMS}")

@@ -9,8 +9,9 @@ Contract
   channel and returns its ``ChannelInfo``. It must be awaited once before
   ``append`` is called for that session (the relay does so on attach/publish).
 * ``append(session_id, entry_id, data, runs)`` assigns the next serial of the
-  channel *in call order* (the serial is fixed before the call first yields, so
-  two appends to one channel started in order get serials in that order),
+  channel *in call order* (the append's place in line is fixed before the call
+  first yields, so two appends to one channel started in order get serials in
+  that order),
   writes the entry and the changed Run records atomically, and returns once the
   write is durable. A repeated ``entry_id`` (within the dedup window, at least
   the newest 10,000 ids of the channel) writes nothing and returns the original

@@ -1,0 +1,377 @@
+"""One conformance suite for every ``Store`` (the contract in ``relay/store/base.py``).
+
+A store's test module subclasses ``StoreConformance`` as ``Test...`` and
+defines ``make_store()``, which returns a new, empty store that is not
+started yet. Every test below then runs against that store.
+"""
+
+from __future__ import annotations
+
+import abc
+import string
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from relay.store import Appended, Store
+from transport.codec import splice_serial
+from transport.errors import INTERNAL_ERROR, STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
+from transport.frames import RunStatus
+from transport.runs import RunRecord
+
+
+def body(entry_id: str, n: int = 0) -> bytes:
+    """An encoded entry without its serial."""
+    return b'{"type":"message","id":"%s","n":%d}' % (entry_id.encode(), n)
+
+
+def run(
+    session_id: str, run_id: str, status: RunStatus = "pending", agent: str = "default"
+) -> RunRecord:
+    """A Run record with ``error`` and ``extra`` filled in, to show they round-trip."""
+    return RunRecord(
+        session_id=session_id,
+        run_id=run_id,
+        agent=agent,
+        status=status,
+        prompt_id=f"m-{run_id}",
+        error={"code": "X"} if status == "error" else None,
+        extra={"k": [1, 2]},
+    )
+
+
+def model_read(
+    entries: list[bytes], after: int | None, before: int | None, limit: int
+) -> list[tuple[int, bytes]]:
+    """What ``read`` returns by the contract for a channel of ``entries`` (serial 1 first)."""
+    chosen = [
+        (serial, data)
+        for serial, data in enumerate(entries, start=1)
+        if (after is None or serial > after) and (before is None or serial < before)
+    ]
+    return chosen[:limit] if after is not None else chosen[-limit:]
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.sampled_from("ab"), st.integers(0, 9)),
+        st.tuples(
+            st.just("read"),
+            st.sampled_from("ab"),
+            st.none() | st.integers(-1, 12),
+            st.none() | st.integers(-1, 12),
+            st.integers(1, 5),
+        ),
+        st.tuples(st.just("open"), st.sampled_from("ab")),
+    ),
+    max_size=40,
+)
+
+
+@pytest.mark.anyio
+class StoreConformance(abc.ABC):
+    """The behaviour every store promises."""
+
+    @abc.abstractmethod
+    def make_store(self) -> Store:
+        """A new, empty, not yet started store."""
+
+    @asynccontextmanager
+    async def opened(self) -> AsyncIterator[Store]:
+        """A started store, closed on exit."""
+        store = self.make_store()
+        await store.start()
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+    @pytest.fixture
+    async def store(self, anyio_backend: str) -> AsyncIterator[Store]:
+        async with self.opened() as store:
+            yield store
+
+    # -- channels and serials ---------------------------------------------------
+
+    async def test_new_channel_is_empty_with_a_hex_epoch(self, store: Store) -> None:
+        info = await store.open_channel("s")
+        assert (info.session_id, info.first, info.last) == ("s", 0, 0)
+        assert info.epoch and set(info.epoch) <= set(string.hexdigits)
+        assert await store.read("s") == []
+        assert await store.read("s", after=0) == []
+
+    async def test_epoch_is_stable_per_channel_and_differs_between_channels(
+        self, store: Store
+    ) -> None:
+        first = await store.open_channel("s")
+        await store.append("s", "e1", body("e1"))
+        again = await store.open_channel("s")
+        assert again.epoch == first.epoch
+        assert (again.first, again.last) == (1, 1)
+        assert (await store.open_channel("t")).epoch != first.epoch
+
+    async def test_append_gives_serials_from_one_and_splices_them_in(self, store: Store) -> None:
+        await store.open_channel("s")
+        results = [await store.append("s", f"e{i}", body(f"e{i}")) for i in range(5)]
+        assert [r.serial for r in results] == [1, 2, 3, 4, 5]
+        assert all(not r.duplicate for r in results)
+        assert [r.data for r in results] == [splice_serial(body(f"e{i}"), i + 1) for i in range(5)]
+        stored = await store.read("s", after=0)
+        assert [(e.serial, e.data) for e in stored] == [(r.serial, r.data) for r in results]
+        info = await store.open_channel("s")
+        assert (info.first, info.last) == (1, 5)
+
+    async def test_concurrent_appends_get_gap_free_serials_in_call_order(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        calls: list[str] = []
+        serials: dict[str, int] = {}
+
+        async def append(entry_id: str) -> None:
+            calls.append(entry_id)  # no await before append: this is the call order
+            serials[entry_id] = (await store.append("s", entry_id, body(entry_id))).serial
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(300):
+                    tg.start_soon(append, f"e{i}")
+        assert [serials[entry_id] for entry_id in calls] == list(range(1, 301))
+        stored = await store.read("s", after=0, limit=1000)
+        assert [e.data for e in stored] == [
+            splice_serial(body(entry_id), n) for n, entry_id in enumerate(calls, start=1)
+        ]
+
+    async def test_channels_are_sequenced_independently(self, store: Store) -> None:
+        channels = ["a", "b", "c"]
+        for session_id in channels:
+            await store.open_channel(session_id)
+        got: dict[str, list[int]] = {session_id: [] for session_id in channels}
+
+        async def append(session_id: str, i: int) -> None:
+            result = await store.append(session_id, f"e{i}", body(f"{session_id}{i}"))
+            got[session_id].append(result.serial)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(60):
+                    tg.start_soon(append, channels[i % 3], i)
+        for session_id in channels:
+            assert sorted(got[session_id]) == list(range(1, 21))
+            stored = await store.read(session_id, after=0)
+            assert [e.serial for e in stored] == list(range(1, 21))
+            assert all(b'"id":"%s' % session_id.encode() in e.data for e in stored)
+
+    async def test_append_before_open_channel_is_refused(self, store: Store) -> None:
+        with pytest.raises(RunwireError) as caught:
+            await store.append("never-opened", "e1", body("e1"))
+        assert caught.value.code == INTERNAL_ERROR
+
+    # -- dedup ------------------------------------------------------------------
+
+    async def test_repeated_entry_id_returns_the_original_and_writes_nothing(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        original = await store.append("s", "e1", body("e1", 1), [run("s", "r1")])
+        await store.append("s", "e2", body("e2"))
+        again = await store.append("s", "e1", body("e1", 2), [run("s", "r1", "active")])
+        assert again.duplicate
+        assert (again.serial, again.data) == (original.serial, original.data)
+        assert [e.serial for e in await store.read("s")] == [1, 2]
+        assert await store.runs("s") == [run("s", "r1")]
+        assert (await store.append("s", "e3", body("e3"))).serial == 3
+
+    async def test_same_entry_id_in_another_channel_is_not_a_duplicate(self, store: Store) -> None:
+        await store.open_channel("s")
+        await store.open_channel("t")
+        await store.append("s", "e1", body("e1"))
+        other = await store.append("t", "e1", body("e1"))
+        assert (other.serial, other.duplicate) == (1, False)
+
+    async def test_concurrent_repeats_of_one_id_store_it_once(self, store: Store) -> None:
+        await store.open_channel("s")
+        results = []
+
+        async def append(n: int) -> None:
+            results.append(await store.append("s", "same", body("same", n)))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for n in range(5):
+                    tg.start_soon(append, n)
+        assert sorted(r.duplicate for r in results) == [False, True, True, True, True]
+        assert {(r.serial, r.data) for r in results} == {(1, splice_serial(body("same", 0), 1))}
+        assert len(await store.read("s")) == 1
+
+    async def test_find_returns_what_a_repeat_would_or_none(self, store: Store) -> None:
+        await store.open_channel("s")
+        await store.open_channel("t")
+        assert await store.find("s", "e1") is None
+        original = await store.append("s", "e1", body("e1"))
+        await store.append("s", "e2", body("e2"))
+        found = await store.find("s", "e1")
+        assert found is not None
+        assert (found.serial, found.data, found.duplicate) == (1, original.data, True)
+        assert await store.find("t", "e1") is None
+        assert await store.find("s", "e3") is None
+        assert len(await store.read("s")) == 2
+
+    async def test_find_sees_an_append_in_flight(self, store: Store) -> None:
+        await store.open_channel("s")
+        found: list[object] = []
+
+        async def find() -> None:
+            found.append(await store.find("s", "e1"))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.append, "s", "e1", body("e1"))
+                tg.start_soon(find)  # starts after the append was called
+        assert found == [Appended(1, splice_serial(body("e1"), 1), duplicate=True)]
+
+    async def test_dedup_window_covers_ten_thousand_ids(self, store: Store) -> None:
+        await store.open_channel("s")
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for i in range(10_001):
+                    tg.start_soon(store.append, "s", f"e{i}", b"{}")
+            oldest = await store.append("s", "e1", b'{"other":1}')
+        assert (oldest.serial, oldest.data, oldest.duplicate) == (2, b'{"serial":2}', True)
+        assert (await store.open_channel("s")).last == 10_001
+
+    # -- read -------------------------------------------------------------------
+
+    async def test_read_pages_by_after_before_and_limit(self, store: Store) -> None:
+        await store.open_channel("s")
+        for i in range(1, 11):
+            await store.append("s", f"e{i}", body(f"e{i}"))
+
+        async def serials(**kwargs: int) -> list[int]:
+            return [e.serial for e in await store.read("s", **kwargs)]
+
+        assert await serials(limit=3) == [8, 9, 10]
+        assert await serials(after=0, limit=3) == [1, 2, 3]
+        assert await serials(after=7, limit=5) == [8, 9, 10]
+        assert await serials(after=10) == []
+        assert await serials(after=99) == []
+        assert await serials(before=4, limit=2) == [2, 3]
+        assert await serials(before=1) == []
+        assert await serials(before=99, limit=2) == [9, 10]
+        assert await serials(after=2, before=9, limit=3) == [3, 4, 5]
+        assert await serials(after=5, before=6) == []
+        assert await serials() == list(range(1, 11))
+        assert await store.read("unknown") == []
+
+    async def test_read_refuses_a_limit_below_one(self, store: Store) -> None:
+        await store.open_channel("s")
+        with pytest.raises(RunwireError) as caught:
+            await store.read("s", limit=0)
+        assert caught.value.code == VALIDATION_ERROR
+
+    # -- runs -------------------------------------------------------------------
+
+    async def test_runs_are_written_with_their_entry_and_replaced_by_run_id(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        assert await store.runs("s") == []
+        await store.append("s", "p1", body("p1"), [run("s", "r1")])
+        await store.append("s", "p2", body("p2"), [run("s", "r2")])
+        assert await store.runs("s") == [run("s", "r1"), run("s", "r2")]
+        await store.append("s", "x", body("x"), [run("s", "r1", "active"), run("s", "r2", "error")])
+        assert await store.runs("s") == [run("s", "r1", "active"), run("s", "r2", "error")]
+        assert await store.runs("other") == []
+
+    async def test_put_runs_and_runs_with_status_across_sessions(self, store: Store) -> None:
+        await store.put_runs(
+            [
+                run("s", "r1", "pending", "alpha"),
+                run("s", "r2", "active", "alpha"),
+                run("t", "r3", "pending", "beta"),
+                run("t", "r4", "complete", "alpha"),
+            ]
+        )
+        await store.put_runs([run("s", "r2", "suspended", "alpha")])
+
+        async def ids(statuses: list[str], agent: str | None = None) -> list[str]:
+            found = await store.runs_with_status(statuses, agent=agent)
+            return sorted(r.run_id for r in found)
+
+        assert await ids(["pending"]) == ["r1", "r3"]
+        assert await ids(["pending"], "alpha") == ["r1"]
+        assert await ids(["active", "suspended", "pending"], "alpha") == ["r1", "r2"]
+        assert await ids(["active"]) == []
+        assert await ids(["complete"], "beta") == []
+        assert await ids([]) == []
+        assert await store.runs("s") == [
+            run("s", "r1", "pending", "alpha"),
+            run("s", "r2", "suspended", "alpha"),
+        ]
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def test_a_closed_store_refuses_writes(self) -> None:
+        async with self.opened() as store:
+            await store.open_channel("s")
+            assert await store.healthy()
+        await store.aclose()  # idempotent
+        assert not await store.healthy()
+        with pytest.raises(RunwireError) as caught:
+            await store.append("s", "e1", body("e1"))
+        assert caught.value.code == STORE_UNAVAILABLE
+
+    # -- a model ----------------------------------------------------------------
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(ops=_OPS)
+    async def test_behaves_like_a_list_per_channel(
+        self, anyio_backend: str, ops: list[tuple[object, ...]]
+    ) -> None:
+        """Random appends, repeats and reads agree with a list per channel."""
+        model: dict[str, list[bytes]] = {}
+        ids: dict[str, dict[str, int]] = {}
+        epochs: dict[str, str] = {}
+        async with self.opened() as store:
+            with anyio.fail_after(20):
+                for n, op in enumerate(ops):
+                    session_id = str(op[1])
+                    if session_id not in epochs:
+                        epochs[session_id] = (await store.open_channel(session_id)).epoch
+                        model[session_id], ids[session_id] = [], {}
+                    entries, known = model[session_id], ids[session_id]
+                    if op[0] == "open":
+                        info = await store.open_channel(session_id)
+                        assert info.epoch == epochs[session_id]
+                        assert (info.first, info.last) == (min(len(entries), 1), len(entries))
+                    elif op[0] == "append":
+                        entry_id = f"e{op[2]}"
+                        result = await store.append(session_id, entry_id, body(entry_id, n))
+                        if entry_id in known:
+                            serial = known[entry_id]
+                            expected = (serial, entries[serial - 1], True)
+                        else:
+                            entries.append(splice_serial(body(entry_id, n), len(entries) + 1))
+                            known[entry_id] = len(entries)
+                            expected = (len(entries), entries[-1], False)
+                        assert (result.serial, result.data, result.duplicate) == expected
+                    else:
+                        after, before, limit = op[2], op[3], op[4]
+                        assert isinstance(limit, int)
+                        assert after is None or isinstance(after, int)
+                        assert before is None or isinstance(before, int)
+                        got = await store.read(session_id, after=after, before=before, limit=limit)
+                        assert [(e.serial, e.data) for e in got] == model_read(
+                            entries, after, before, limit
+                        )
