@@ -21,21 +21,30 @@ from .messages import (
     new_id,
     user_message,
 )
+from .outcomes import OutcomeRecord
+from .tree import ConversationTree, DeliveryEvent, MessageEvent, RunEvent, RunInfo, ViewMessage
 
 __all__ = [
     "PROTOCOL_VERSION",
     "AbortController",
     "AbortSignal",
     "CloseCode",
+    "ConversationTree",
+    "DeliveryEvent",
+    "MessageEvent",
+    "OutcomeRecord",
     "Part",
     "ReasoningPart",
     "RunEndReason",
+    "RunEvent",
+    "RunInfo",
     "RunStatus",
     "RunwireError",
     "TextPart",
     "ToolCallPart",
     "ToolResultPart",
     "UIMessage",
+    "ViewMessage",
     "message_text",
     "new_id",
     "user_message",

@@ -127,13 +127,18 @@ class Connection:
             return
         self._closed = True
         self._fail_all(RunwireError(CONNECTION_CLOSED, "connection closed"))
-        if self._ws is not None:
-            await self._ws.close()
-        tg, self._tg = self._tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
-        self._emit("closed")
+        try:
+            if self._ws is not None:
+                await self._ws.close()
+        finally:
+            # Even when the close is cancelled (aclose() called from a cancelled
+            # task), leave the task group, or the caller's cancel scopes unwind
+            # out of order.
+            tg, self._tg = self._tg, None
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+            self._emit("closed")
 
     async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
         """Send a request frame and return its reply; raise ``RunwireError`` on an error reply."""
@@ -149,7 +154,7 @@ class Connection:
         self._pending[req] = pending
         try:
             if wait_ready:
-                await self._ready.wait()
+                await self._wait_ready(pending)
             await self._send_pending(pending)
             await pending.done.wait()
         finally:
@@ -165,6 +170,21 @@ class Connection:
             self._ws.transport.abort()
 
     # ----------------------------------------------------------- internal --
+
+    async def _wait_ready(self, pending: _Pending) -> None:
+        # Until the link is up, or the request failed meanwhile (aclose, a fatal error):
+        # waiting on the ready event alone would hang forever after those.
+        if self._ready.is_set() or pending.done.is_set():
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def ready() -> None:
+                await self._ready.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(ready)
+            await pending.done.wait()
+            tg.cancel_scope.cancel()
 
     async def _send_pending(self, pending: _Pending) -> None:
         ws = self._ws

@@ -1,0 +1,136 @@
+"""Steering outcomes: when a steer (or follow-up, or inject) message is settled.
+
+Theory of operation
+-------------------
+The seed's ``activeRun.steer()`` returns an ``outcome`` that resolves to
+``{consumed, runTerminalReason}``. Nobody publishes outcomes: every side
+derives them from the same channel entries, so every client agrees.
+``OutcomeBook`` is that derivation for one session, fed in serial order:
+
+* ``track(message_id, run_id)``: a steer / follow-up / inject message folded.
+  It is *pending*. If its Run has already ended (the relay refuses these, but
+  the book stays consistent anyway) it resolves at once, ``consumed=False``,
+  with the Run's end reason.
+* ``saw(run_id, ids)``: a ``response_open`` of that Run listed ``ids`` in
+  ``seen``; those of the Run's messages are *consumed* (not yet resolved).
+  Only the Run's own ``seen`` lists count: a response of another Run does not
+  consume a message aimed at this one.
+* ``run_status(run_id, status)``: a Run lifecycle entry.
+
+  - ``suspended``: every consumed, unresolved message of the Run resolves
+    ``consumed=True`` with ``run_terminal_reason=None`` (the Run has not
+    ended). Unconsumed ones stay pending until the Run resumes and consumes
+    them, or ends.
+  - terminal (``complete`` / ``cancelled`` / ``error``): every unresolved
+    message of the Run resolves: ``consumed`` says whether the Run's responses
+    had seen it, ``run_terminal_reason`` is the end reason. The first terminal
+    status wins; later lifecycle entries of that Run change nothing.
+  - ``active`` / ``pending``: nothing resolves.
+
+Each message resolves exactly once; the methods return the records they
+resolved (in tracking order) so the caller can report each one once.
+``outcome(message_id)`` is ``None`` while a message is pending (or unknown).
+``refused`` is reserved for input-check refusals and is ``None`` for now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .frames import RunEndReason
+from .runs import end_reason
+
+__all__ = ["OutcomeBook", "OutcomeRecord"]
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """How a steering message settled.
+
+    ``consumed``: the agent saw the message before it sent a response.
+    ``run_terminal_reason``: how the Run ended, ``None`` when the message
+    resolved at a suspend (the Run had not ended). ``refused``: reserved for
+    refusals (always ``None`` for now).
+    """
+
+    message_id: str
+    run_id: str
+    consumed: bool
+    run_terminal_reason: RunEndReason | None = None
+    refused: dict[str, Any] | None = None
+
+
+class OutcomeBook:
+    """Pending and resolved steering outcomes of one session (fed in serial order)."""
+
+    def __init__(self) -> None:
+        self._run_of: dict[str, str] = {}
+        self._pending: dict[str, dict[str, None]] = {}
+        self._seen: dict[str, set[str]] = {}
+        self._ended: dict[str, RunEndReason] = {}
+        self._resolved: dict[str, OutcomeRecord] = {}
+
+    def track(self, message_id: str, run_id: str) -> list[OutcomeRecord]:
+        """Start tracking a message aimed at ``run_id``; returns it if it resolved at once.
+
+        A message id already tracked is ignored (returns ``[]``).
+        """
+        if message_id in self._run_of:
+            return []
+        self._run_of[message_id] = run_id
+        reason = self._ended.get(run_id)
+        if reason is not None:
+            return [self._resolve(message_id, run_id, reason)]
+        self._pending.setdefault(run_id, {})[message_id] = None
+        return []
+
+    def saw(self, run_id: str, message_ids: Iterable[str]) -> None:
+        """Record that a response of ``run_id`` had seen ``message_ids`` (they are consumed)."""
+        self._seen.setdefault(run_id, set()).update(message_ids)
+
+    def run_status(self, run_id: str, status: str) -> list[OutcomeRecord]:
+        """Apply a Run lifecycle status; returns the records it resolved, in tracking order."""
+        if run_id in self._ended:
+            return []
+        reason = end_reason(status)
+        if reason is not None:
+            self._ended[run_id] = reason
+            pending = self._pending.pop(run_id, {})
+            return [self._resolve(mid, run_id, reason) for mid in pending]
+        if status != "suspended":
+            return []
+        pending = self._pending.get(run_id, {})
+        seen = self._seen.get(run_id, set())
+        done = [mid for mid in pending if mid in seen]
+        for mid in done:
+            del pending[mid]
+        return [self._resolve(mid, run_id, None) for mid in done]
+
+    def outcome(self, message_id: str) -> OutcomeRecord | None:
+        """The resolved outcome of a message; ``None`` while pending or unknown."""
+        return self._resolved.get(message_id)
+
+    def pending(self, run_id: str) -> list[str]:
+        """Ids of the Run's messages not resolved yet, in tracking order."""
+        return list(self._pending.get(run_id, ()))
+
+    def consumed(self, message_id: str) -> bool:
+        """True once a response of the message's Run has seen it (resolved or not)."""
+        run_id = self._run_of.get(message_id)
+        return run_id is not None and message_id in self._seen.get(run_id, ())
+
+    def resolved(self) -> list[OutcomeRecord]:
+        """Every resolved outcome, in the order they resolved."""
+        return list(self._resolved.values())
+
+    def _resolve(self, message_id: str, run_id: str, reason: RunEndReason | None) -> OutcomeRecord:
+        record = OutcomeRecord(
+            message_id=message_id,
+            run_id=run_id,
+            consumed=message_id in self._seen.get(run_id, ()),
+            run_terminal_reason=reason,
+        )
+        self._resolved[message_id] = record
+        return record

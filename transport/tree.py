@@ -1,0 +1,596 @@
+"""The conversation tree: a session's entries folded into messages, Runs and outcomes.
+
+Theory of operation
+-------------------
+``ConversationTree`` is sans-I/O: fed relay-stamped entries (``transport.frames``
+models with ``serial`` set, or dicts ``decode_entry`` accepts), it answers
+questions, and every fold returns the events it caused. The Python client, the
+agent and the JavaScript client (checked by the JSON vectors under
+``tests/vectors/tree``) run these rules, so the same entries give the same tree.
+
+Order. Entries are kept by serial; a serial already held is ignored (``[]``).
+An entry newer than all held folds incrementally. An older one (a history
+page) is merged and the state rebuilt by folding every entry again in serial
+order, so arrival order never matters. A rebuild reports the difference:
+``MessageEvent`` (``added`` / ``updated``) per new or changed message in serial
+order, then ``RunEvent`` per new or changed Run, then ``DeliveryEvent`` for
+outcomes never reported before (each outcome is reported once, ever).
+
+Nodes. A ``message`` entry adds its ``UIMessage`` as sent. ``response_open``
+adds an empty assistant message (id ``message_id``, the entry's metadata);
+``response_append`` folds stream chunks into it (below); ``response_close``
+replaces its content with the carried message (keeping id ``message_id``) and
+closes it. Appends and closes to a closed response, a user message or an
+unknown id are ignored. A message or response whose id the tree holds adds no
+node (a prompt still creates its Run; a response still records ``seen``).
+
+Parents. A ``parent_id`` the tree holds is the parent. Otherwise (absent, not
+loaded, bogus) the parent is the tip of the *default path*, which depends on
+entries only: from the root, at each node, the child with the highest serial.
+Local selections never change parents (a sender continuing a selected branch
+names the parent). ``ViewMessage.parent_id`` is the parent in the tree. A node
+whose parent already has children starts a branch.
+
+Active path (``messages()``): at each node the locally selected child, else the
+child with the highest serial. A new child drops the selection at its parent,
+so a fork off the active path becomes the active branch. ``select_branch(id)``
+selects every step from the root to ``id`` and returns
+``MessageEvent(op="updated")`` for the messages it brings onto the path.
+
+Chunks (AI SDK names, camelCase keys): ``text-start {id}`` starts an empty text
+part known by ``id``; ``text-delta {id?, delta}`` appends to the part with that
+id (a new one for an unknown id) or, without an id, to the last part if it is a
+text part, else a new one; ``text-end`` does nothing; ``reasoning-*`` likewise
+for reasoning parts. ``tool-input-available {toolCallId, toolName, input}``
+adds a tool call; ``tool-output-available {toolCallId, output}`` adds a result
+named after its call (else the chunk's ``toolName``, else ``""``);
+``tool-output-error {toolCallId, errorText}`` adds a result with ``is_error``
+and ``output=errorText``. Non-string ids, deltas or texts make a chunk ignored,
+as are all other chunk types.
+
+Runs. A Run appears with the first entry naming it: a prompt makes it
+``pending`` with its ``client_id``, ``user_id`` and ``agent`` (default
+``"default"``); another entry (the prompt is in an older page) makes it
+``pending`` with those ``None``, or takes the run entry's status. Run entries
+set status, ``error`` and ``end_reason``; a terminal status is final.
+``cancel`` sets ``cancel_requested``. Steer, follow-up and inject messages go
+to ``transport.outcomes``; each resolution is a ``DeliveryEvent``.
+
+Events of one incremental fold: ``RunEvent`` for a new Run (or a status
+change), then ``MessageEvent``, then ``DeliveryEvent`` in resolution order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .codec import decode_entry
+from .errors import VALIDATION_ERROR, RunwireError
+from .frames import (
+    CancelEntry,
+    Intent,
+    MessageEntry,
+    ResponseAppend,
+    ResponseClose,
+    ResponseOpen,
+    RunEndReason,
+    RunEntry,
+    RunStatus,
+)
+from .messages import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
+from .outcomes import OutcomeBook, OutcomeRecord
+from .runs import TERMINAL, end_reason
+
+__all__ = [
+    "ConversationTree",
+    "DeliveryEvent",
+    "Entry",
+    "MessageEvent",
+    "RunEvent",
+    "RunInfo",
+    "TreeEvent",
+    "ViewMessage",
+]
+
+Entry = MessageEntry | RunEntry | CancelEntry | ResponseOpen | ResponseAppend | ResponseClose
+_ENTRY_TYPES = (MessageEntry, RunEntry, CancelEntry, ResponseOpen, ResponseAppend, ResponseClose)
+
+
+@dataclass(frozen=True)
+class ViewMessage:
+    """A message as the tree holds it: the ``UIMessage`` and where it sits.
+
+    ``serial`` is the serial of the entry that created it (a response's
+    ``response_open``); ``intent`` is ``None`` for responses.
+    """
+
+    message: UIMessage
+    run_id: str
+    serial: int
+    parent_id: str | None = None
+    intent: Intent | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A snapshot of one Run as the channel's entries describe it.
+
+    ``client_id`` / ``user_id`` / ``agent`` come from the Run's prompt (``None``
+    while the prompt is not loaded).
+    """
+
+    run_id: str
+    status: RunStatus
+    client_id: str | None = None
+    user_id: str | None = None
+    end_reason: RunEndReason | None = None
+    error: dict[str, Any] | None = None
+    agent: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    """A message was added to the tree, or changed (content, parent, or visibility)."""
+
+    message: ViewMessage
+    op: Literal["added", "updated"]
+    kind: Literal["message"] = field(default="message", init=False)
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A Run appeared or its status (or error) changed."""
+
+    run: RunInfo
+    kind: Literal["run"] = field(default="run", init=False)
+
+
+@dataclass(frozen=True)
+class DeliveryEvent:
+    """A steering message's outcome resolved (reported once per message)."""
+
+    outcome: OutcomeRecord
+    kind: Literal["delivery"] = field(default="delivery", init=False)
+
+
+TreeEvent = MessageEvent | RunEvent | DeliveryEvent
+
+
+@dataclass
+class _Node:
+    view: ViewMessage
+    response: bool
+    children: list[str] = field(default_factory=list)
+    closed: bool = False
+    part_ids: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass
+class _Run:
+    info: RunInfo
+    cancel_requested: bool = False
+    inputs: list[str] = field(default_factory=list)
+    seen: dict[str, None] = field(default_factory=dict)
+
+
+class _Fold:
+    """Everything derived from entries; rebuilt from scratch when older entries arrive."""
+
+    def __init__(self, selections: dict[str | None, str] | None) -> None:
+        self.selections = selections  # None while rebuilding: only live folds move them
+        self.nodes: dict[str, _Node] = {}
+        self.roots: list[str] = []
+        self.spine: list[str] = []  # the default path (highest-serial child at each node)
+        self.spine_pos: dict[str, int] = {}
+        self.runs: dict[str, _Run] = {}
+        self.book = OutcomeBook()
+
+    def apply(self, e: Entry) -> list[TreeEvent]:
+        """Fold one entry (the newest so far); the events it caused."""
+        assert e.serial is not None
+        events: list[TreeEvent] = []
+        run, created = self._run(e)
+        if isinstance(e, RunEntry):
+            old = run.info
+            if old.status not in TERMINAL:
+                run.info = replace(
+                    old,
+                    status=e.status,
+                    end_reason=end_reason(e.status),
+                    error=e.error.model_dump() if e.error is not None else None,
+                )
+            if created or run.info != old:
+                events.append(RunEvent(run.info))
+            events.extend(DeliveryEvent(r) for r in self.book.run_status(e.run_id, e.status))
+            return events
+        if created:
+            events.append(RunEvent(run.info))
+        if isinstance(e, MessageEntry):
+            mid = e.message.id
+            if mid in self.nodes:
+                return events
+            node = self._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, response=False)
+            events.append(MessageEvent(node.view, "added"))
+            if e.intent != "prompt":
+                run.inputs.append(mid)
+                events.extend(DeliveryEvent(r) for r in self.book.track(mid, e.run_id))
+        elif isinstance(e, CancelEntry):
+            run.cancel_requested = True
+        elif isinstance(e, ResponseOpen):
+            run.seen.update(dict.fromkeys(e.seen))
+            self.book.saw(e.run_id, e.seen)
+            if e.message_id not in self.nodes:
+                message = UIMessage(
+                    id=e.message_id, role="assistant", parts=[], metadata=dict(e.metadata)
+                )
+                node = self._add(message, e.run_id, e.serial, e.parent_id, None, response=True)
+                events.append(MessageEvent(node.view, "added"))
+        else:
+            target = self.nodes.get(e.message_id)
+            if target is not None and target.response and not target.closed:
+                if isinstance(e, ResponseAppend):
+                    message = _fold_chunks(target, e.chunks)
+                else:
+                    target.closed = True
+                    message = e.message
+                    if message.id != e.message_id:
+                        message = message.model_copy(update={"id": e.message_id})
+                if message != target.view.message:
+                    target.view = replace(target.view, message=message)
+                    events.append(MessageEvent(target.view, "updated"))
+        return events
+
+    def _run(self, e: Entry) -> tuple[_Run, bool]:
+        run = self.runs.get(e.run_id)
+        if run is not None:
+            return run, False
+        info = RunInfo(run_id=e.run_id, status="pending")
+        if isinstance(e, MessageEntry) and e.intent == "prompt":
+            info = replace(
+                info, client_id=e.client_id, user_id=e.user_id, agent=e.agent or "default"
+            )
+        run = self.runs[e.run_id] = _Run(info)
+        return run, True
+
+    def _add(
+        self,
+        message: UIMessage,
+        run_id: str,
+        serial: int,
+        parent_id: str | None,
+        intent: Intent | None,
+        *,
+        response: bool,
+    ) -> _Node:
+        if parent_id is None or parent_id not in self.nodes:
+            parent_id = self.spine[-1] if self.spine else None
+        node = _Node(ViewMessage(message, run_id, serial, parent_id, intent), response)
+        self.nodes[message.id] = node
+        if parent_id is None:
+            self.roots.append(message.id)
+            self.spine_pos.clear()
+            self.spine.clear()
+        else:
+            self.nodes[parent_id].children.append(message.id)
+            pos = self.spine_pos.get(parent_id)
+            if pos is not None:
+                for dropped in self.spine[pos + 1 :]:
+                    del self.spine_pos[dropped]
+                del self.spine[pos + 1 :]
+        if parent_id is None or parent_id in self.spine_pos:
+            self.spine_pos[message.id] = len(self.spine)
+            self.spine.append(message.id)
+        if self.selections is not None:
+            self.selections.pop(parent_id, None)
+        return node
+
+    def path(self) -> list[str]:
+        if not self.selections:
+            return list(self.spine)
+        out: list[str] = []
+        key: str | None = None
+        children = self.roots
+        while children:
+            pick = self.selections.get(key) or children[-1]
+            out.append(pick)
+            key = pick
+            children = self.nodes[pick].children
+        return out
+
+
+def _fold_chunks(node: _Node, chunks: list[dict[str, Any]]) -> UIMessage:
+    """The node's message with ``chunks`` folded in (a new object; the old one is untouched)."""
+    parts: list[Part] = list(node.view.message.parts)
+    changed = False
+    for chunk in chunks:
+        kind = chunk.get("type")
+        if kind in ("text-start", "text-delta"):
+            changed |= _stream(parts, node.part_ids, "text", kind == "text-start", chunk)
+        elif kind in ("reasoning-start", "reasoning-delta"):
+            changed |= _stream(parts, node.part_ids, "reasoning", kind == "reasoning-start", chunk)
+        elif kind == "tool-input-available":
+            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
+            if isinstance(call_id, str) and isinstance(name, str):
+                parts.append(
+                    ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
+                )
+                changed = True
+        elif kind in ("tool-output-available", "tool-output-error"):
+            call_id = chunk.get("toolCallId")
+            error = chunk.get("errorText")
+            if not isinstance(call_id, str) or (
+                kind == "tool-output-error" and not isinstance(error, str)
+            ):
+                continue
+            name = _tool_name(parts, call_id, chunk.get("toolName"))
+            if kind == "tool-output-error":
+                part = ToolResultPart(
+                    tool_call_id=call_id, tool_name=name, output=error, is_error=True
+                )
+            else:
+                part = ToolResultPart(
+                    tool_call_id=call_id, tool_name=name, output=chunk.get("output")
+                )
+            parts.append(part)
+            changed = True
+    if not changed:
+        return node.view.message
+    return node.view.message.model_copy(update={"parts": parts})
+
+
+def _stream(
+    parts: list[Part],
+    ids: dict[tuple[str, str], int],
+    family: str,
+    start: bool,
+    chunk: dict[str, Any],
+) -> bool:
+    """Fold one text/reasoning start or delta; True if the parts changed."""
+    cls: type[TextPart] | type[ReasoningPart] = TextPart if family == "text" else ReasoningPart
+    cid = chunk.get("id")
+    if cid is not None and not isinstance(cid, str):
+        return False
+    delta = "" if start else chunk.get("delta")
+    if not isinstance(delta, str):
+        return False
+    index: int | None
+    if start:
+        index = None
+    elif cid is not None:
+        index = ids.get((family, cid))
+    else:
+        index = len(parts) - 1 if parts and isinstance(parts[-1], cls) else None
+    if index is None:
+        parts.append(cls(text=delta))
+        if cid is not None:
+            ids[(family, cid)] = len(parts) - 1
+        return True
+    if not delta:
+        return False
+    old = parts[index]
+    assert isinstance(old, TextPart | ReasoningPart)
+    parts[index] = cls(text=old.text + delta)
+    return True
+
+
+def _tool_name(parts: list[Part], call_id: str, fallback: Any) -> str:
+    for part in reversed(parts):
+        if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
+            return part.tool_name
+    return fallback if isinstance(fallback, str) else ""
+
+
+class ConversationTree:
+    """A session's entries folded into a conversation tree, Runs and steering outcomes.
+
+    Feed it every entry the relay delivers (live, and history pages) with
+    ``fold`` / ``fold_older``; read it with ``messages``, ``runs`` and friends.
+    ``fold`` and ``fold_older`` raise ``RunwireError(VALIDATION_ERROR)`` for an
+    entry that does not validate or has no serial (nothing is folded then); bad
+    content inside a valid entry never raises.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, Entry] = {}
+        self._oldest: int | None = None
+        self._newest: int | None = None
+        self._selected: dict[str | None, str] = {}
+        self._reported: set[str] = set()
+        self._state = _Fold(self._selected)
+
+    # ------------------------------------------------------------- folding
+
+    def fold(self, entry: Entry | Mapping[str, Any]) -> list[TreeEvent]:
+        """Fold one stamped entry; the events it caused (``[]`` for a serial already folded)."""
+        return self.fold_older([entry])
+
+    def fold_older(self, entries: Iterable[Entry | Mapping[str, Any]]) -> list[TreeEvent]:
+        """Fold several stamped entries, in any order (a history page); the events they caused.
+
+        Entries newer than everything held fold incrementally; any older one
+        makes the tree rebuild, and the events then describe what changed.
+        """
+        fresh: dict[int, Entry] = {}
+        for raw in entries:
+            entry = _coerce(raw)
+            assert entry.serial is not None
+            if entry.serial not in self._entries:
+                fresh.setdefault(entry.serial, entry)
+        if not fresh:
+            return []
+        incremental = self._newest is None or min(fresh) > self._newest
+        self._entries.update(fresh)
+        low, high = min(fresh), max(fresh)
+        self._oldest = low if self._oldest is None else min(self._oldest, low)
+        self._newest = high if self._newest is None else max(self._newest, high)
+        if not incremental:
+            return self._rebuild()
+        events: list[TreeEvent] = []
+        for serial in sorted(fresh):
+            events.extend(self._state.apply(fresh[serial]))
+        return self._once(events)
+
+    def _rebuild(self) -> list[TreeEvent]:
+        old = self._state
+        new = _Fold(None)
+        # A close replaces the whole content, so appends before it cannot change the result.
+        closed_at = {
+            e.message_id: serial
+            for serial, e in sorted(self._entries.items())
+            if isinstance(e, ResponseClose)
+        }
+        for serial in sorted(self._entries):
+            entry = self._entries[serial]
+            if isinstance(entry, ResponseAppend) and closed_at.get(entry.message_id, -1) > serial:
+                continue
+            new.apply(entry)
+        new.selections = self._selected
+        self._state = new
+        for key, child in list(self._selected.items()):
+            node = new.nodes.get(child)
+            if node is None or node.view.parent_id != key:
+                del self._selected[key]
+        events: list[TreeEvent] = []
+        for mid, node in new.nodes.items():
+            before = old.nodes.get(mid)
+            if before is None:
+                events.append(MessageEvent(node.view, "added"))
+            elif before.view != node.view:
+                events.append(MessageEvent(node.view, "updated"))
+        for run_id, run in new.runs.items():
+            was = old.runs.get(run_id)
+            if was is None or was.info != run.info:
+                events.append(RunEvent(run.info))
+        events.extend(DeliveryEvent(r) for r in new.book.resolved())
+        return self._once(events)
+
+    def _once(self, events: list[TreeEvent]) -> list[TreeEvent]:
+        out: list[TreeEvent] = []
+        for event in events:
+            if isinstance(event, DeliveryEvent):
+                if event.outcome.message_id in self._reported:
+                    continue
+                self._reported.add(event.outcome.message_id)
+            out.append(event)
+        return out
+
+    @property
+    def oldest_serial(self) -> int | None:
+        """The lowest serial folded, ``None`` when empty."""
+        return self._oldest
+
+    @property
+    def newest_serial(self) -> int | None:
+        """The highest serial folded, ``None`` when empty."""
+        return self._newest
+
+    # ------------------------------------------------------------ messages
+
+    def messages(self, tail: Sequence[str] = ()) -> list[ViewMessage]:
+        """The active branch, root to tip; ids in ``tail`` on it move last, in that order."""
+        nodes = self._state.nodes
+        path = self._state.path()
+        if not tail:
+            return [nodes[mid].view for mid in path]
+        on_path = set(path)
+        last = [mid for mid in dict.fromkeys(tail) if mid in on_path]
+        moved = set(last)
+        return [nodes[mid].view for mid in path if mid not in moved] + [
+            nodes[mid].view for mid in last
+        ]
+
+    def message(self, message_id: str) -> ViewMessage | None:
+        """Any message of the tree (on the active branch or not), by id."""
+        node = self._state.nodes.get(message_id)
+        return node.view if node is not None else None
+
+    def branches(self, message_id: str) -> list[str]:
+        """Ids of the message's siblings, itself included, in serial order (``[]`` if unknown)."""
+        node = self._state.nodes.get(message_id)
+        if node is None:
+            return []
+        parent = node.view.parent_id
+        return list(self._state.roots if parent is None else self._state.nodes[parent].children)
+
+    def select_branch(self, message_id: str) -> list[TreeEvent]:
+        """Make the path through ``message_id`` active (a local choice).
+
+        Returns ``MessageEvent(op="updated")`` for each message it brought onto
+        the active branch, in path order; ``[]`` for an unknown id.
+        """
+        nodes = self._state.nodes
+        if message_id not in nodes:
+            return []
+        before = set(self._state.path())
+        current = message_id
+        while True:
+            parent = nodes[current].view.parent_id
+            self._selected[parent] = current
+            if parent is None:
+                break
+            current = parent
+        return [
+            MessageEvent(nodes[mid].view, "updated")
+            for mid in self._state.path()
+            if mid not in before
+        ]
+
+    # ---------------------------------------------------------------- runs
+
+    def runs(self) -> list[RunInfo]:
+        """Every Run, in order of creation."""
+        return [run.info for run in self._state.runs.values()]
+
+    def run(self, run_id: str) -> RunInfo | None:
+        """One Run's snapshot, ``None`` if the tree has not seen it."""
+        run = self._state.runs.get(run_id)
+        return run.info if run is not None else None
+
+    def cancel_requested(self, run_id: str) -> bool:
+        """True once a cancel entry for the Run was folded."""
+        run = self._state.runs.get(run_id)
+        return run is not None and run.cancel_requested
+
+    def inputs(self, run_id: str) -> list[ViewMessage]:
+        """Steer, follow-up and inject messages aimed at the Run, in serial order."""
+        run = self._state.runs.get(run_id)
+        nodes = self._state.nodes
+        return [nodes[mid].view for mid in run.inputs] if run is not None else []
+
+    def steering(self, run_id: str) -> list[ViewMessage]:
+        """Steer messages aimed at the Run, in serial order."""
+        return [vm for vm in self.inputs(run_id) if vm.intent == "steer"]
+
+    def seen(self, run_id: str) -> set[str]:
+        """Every message id the Run's responses listed as seen."""
+        run = self._state.runs.get(run_id)
+        return set(run.seen) if run is not None else set()
+
+    # ------------------------------------------------------------ outcomes
+
+    @property
+    def outcomes(self) -> OutcomeBook:
+        """The outcome book (read it; the tree feeds it)."""
+        return self._state.book
+
+    def outcome(self, message_id: str) -> OutcomeRecord | None:
+        """A steering message's resolved outcome; ``None`` while pending or unknown."""
+        return self._state.book.outcome(message_id)
+
+    def pending(self, run_id: str) -> list[str]:
+        """Ids of the Run's steering messages whose outcome is not resolved yet."""
+        return self._state.book.pending(run_id)
+
+
+def _coerce(entry: Entry | Mapping[str, Any]) -> Entry:
+    if isinstance(entry, _ENTRY_TYPES):
+        parsed: Entry = entry
+    elif isinstance(entry, Mapping):
+        parsed = decode_entry(dict(entry))
+    else:
+        raise RunwireError(VALIDATION_ERROR, f"not an entry: {type(entry).__name__}")
+    if parsed.serial is None:
+        raise RunwireError(VALIDATION_ERROR, "entry has no serial: only relay-stamped entries fold")
+    return parsed
