@@ -1,1 +1,29 @@
-"""Client SDK."""
+"""The client SDK: attach to a session, start and steer Runs, watch the conversation.
+
+``async with client_side.connect(url, session_id) as session:`` yields a
+``ClientSession``; ``await session.send(message)`` starts a Run and returns a
+``ClientRun``; ``run.steer(message)`` returns a ``Delivery`` whose
+``published`` and ``outcome`` are awaitable; ``session.view`` is the live
+conversation (``messages()``, ``runs()``, ``on()``, ``events()``).
+"""
+
+from .run import ClientRun, Delivery, Outcome, PendingResult, Published, RunResult
+from .session import MULTITASK_STRATEGIES, ClientSession, Multitask, connect
+from .view import EVENT_KINDS, Event, EventStream, View
+
+__all__ = [
+    "EVENT_KINDS",
+    "MULTITASK_STRATEGIES",
+    "ClientRun",
+    "ClientSession",
+    "Delivery",
+    "Event",
+    "EventStream",
+    "Multitask",
+    "Outcome",
+    "PendingResult",
+    "Published",
+    "RunResult",
+    "View",
+    "connect",
+]
