@@ -261,8 +261,8 @@ class ClientRun:
     ) -> list[UIMessage]:
         """Cancel this Run; return the steering messages it never took.
 
-        Publishes the cancel (raising the relay's ``RUN_NOT_ACTIVE`` /
-        ``RUN_NOT_FOUND`` as ``RunwireError``), then, with ``wait``, waits until
+        Publishes the cancel (a Run that already ended is left as it is;
+        ``RUN_NOT_FOUND`` raises ``RunwireError``), then, with ``wait``, waits until
         the Run ends or ``timeout`` seconds pass. Returns the messages steered
         through this handle whose outcome resolved ``consumed=False`` or is
         still pending.

@@ -31,6 +31,7 @@ from transport.asyncio.connection import CONNECTION_CLOSED, Connection
 from transport.errors import (
     INTERNAL_ERROR,
     PROTOCOL_ERROR,
+    RUN_NOT_ACTIVE,
     RUN_NOT_FOUND,
     VALIDATION_ERROR,
     RunwireError,
@@ -246,10 +247,15 @@ class ClientSession:
     async def cancel(self, run_id: str, *, reason: str | None = None) -> None:
         """Ask the agent of ``run_id`` to stop; returns once the relay acknowledged it.
 
-        Raises ``RunwireError`` (``RUN_NOT_ACTIVE``, ``RUN_NOT_FOUND``, ...)
-        when the relay refuses.
+        Cancelling a Run that has already ended does nothing (cancel-and-re-prompt
+        races the Run's own end; that is not an error). Raises ``RunwireError``
+        (``RUN_NOT_FOUND``, ...) when the relay refuses for another reason.
         """
-        await self._publish(CancelEntry(id=new_id(), run_id=run_id, reason=reason))
+        try:
+            await self._publish(CancelEntry(id=new_id(), run_id=run_id, reason=reason))
+        except RunwireError as exc:
+            if exc.code != RUN_NOT_ACTIVE:
+                raise
 
     def run(self, run_id: str) -> ClientRun:
         """A handle on a Run the view knows (one this client or another one started).
