@@ -1,0 +1,204 @@
+"""Worker mode: ``Agent`` takes the Runs the relay dispatches to its name.
+
+Theory of operation
+-------------------
+An ``Agent`` holds one connection. After every (re)connect it re-attaches the
+sessions it is working in, then registers as a ``worker`` of its name; the
+relay answers with ``dispatch`` frames, one per new Run. For each, the agent
+attaches that session (one attachment per session, shared by its Runs, and
+detached when its last Run is done), builds the ``Run`` and calls the
+``on_run`` handler in a task of its own, so one agent serves many Runs at
+once. A handler that raises ends its Run ``error`` (``AGENT_ERROR`` unless it
+raised a ``RunwireError``); one that returns without ending it ends it
+``complete`` (``cancelled`` if its abort signal fired).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+import anyio
+import anyio.abc
+
+from transport.asyncio.connection import Connection
+from transport.errors import RunwireError
+from transport.frames import Dispatch, Worker
+from transport.runs import TERMINAL
+
+from .run import EndReason, Invocation, QueueOptions, Run, as_error, queue_options
+from .session import AgentSession, _Link
+
+__all__ = ["Agent", "RunHandler"]
+
+log = logging.getLogger("runwire.agent")
+
+RunHandler = Callable[[Run], Awaitable[object]]
+
+
+class Agent:
+    """A worker of an agent name (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        name: str = "default",
+        client_id: str | None = None,
+        queue: Mapping[str, str] | QueueOptions | None = None,
+        max_in_flight: int = 1,
+    ) -> None:
+        self.url = url
+        self.name = name
+        self.queue = queue_options(queue)
+        self.max_in_flight = max_in_flight
+        self.handler: RunHandler | None = None
+        self._link = _Link(
+            url,
+            token=token,
+            client_id=client_id,
+            on_dispatch=self._on_dispatch,
+            after_connect=self._register,
+        )
+        self._taken: set[tuple[str, str]] = set()
+        self._early: list[Dispatch] = []
+        self._stack: AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stopped = anyio.Event()
+
+    @property
+    def client_id(self) -> str | None:
+        """The client id the relay knows this worker by (kept across reconnects)."""
+        return self._link.conn.client_id
+
+    @property
+    def connection(self) -> Connection:
+        """The underlying connection (its state, for tests and health checks)."""
+        return self._link.conn
+
+    def on_run(self, handler: RunHandler) -> RunHandler:
+        """Decorator: ``handler(run)`` is called for each Run dispatched to this agent."""
+        self.handler = handler
+        return handler
+
+    async def serve(self) -> None:
+        """Take Runs until cancelled or ``aclose()``.
+
+        Raises ``RunwireError`` if it cannot connect.
+        """
+        if self._stack is not None:
+            await self._stopped.wait()
+            return
+        async with self:
+            await self._stopped.wait()
+
+    async def __aenter__(self) -> Agent:
+        if self.handler is None:
+            raise RuntimeError("set a handler with @agent.on_run before serving")
+        if self._stack is not None:
+            raise RuntimeError("this Agent is already serving")
+        if self._stopped.is_set():
+            raise RuntimeError("this Agent was closed; make a new one")
+        stack = AsyncExitStack()
+        try:
+            await stack.enter_async_context(self._link.running())
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        # Runs waiting for a worker are dispatched as soon as it registers,
+        # which happens while connecting, before the task group existed.
+        early, self._early = self._early, []
+        for frame in early:
+            self._on_dispatch(frame)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop taking Runs, cancel the handlers still running and close the connection.
+
+        Runs left active end ``AGENT_LOST`` on the relay after its grace period.
+        """
+        self._stopped.set()
+        self._link.closing = True
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    # ---------------------------------------------------------- internal --
+
+    async def _register(self, conn: Connection) -> None:
+        await conn.request(Worker(req=0, agent=self.name), wait_ready=False)
+
+    def _on_dispatch(self, frame: Dispatch) -> None:
+        if self._tg is None:
+            if not self._stopped.is_set():
+                self._early.append(frame)
+            return
+        key = (frame.session_id, frame.run_id)
+        if key in self._taken:
+            return
+        self._taken.add(key)
+        self._tg.start_soon(self._take, frame)
+
+    async def _take(self, frame: Dispatch) -> None:
+        try:
+            await self._take_run(frame)
+        except Exception:  # a bug here must not bring down the other Runs
+            log.exception("run %s of session %s failed", frame.run_id, frame.session_id)
+
+    async def _take_run(self, frame: Dispatch) -> None:
+        key = (frame.session_id, frame.run_id)
+        try:
+            session = await self._link.acquire(frame.session_id, lambda: self._new_session(frame))
+        except RunwireError as exc:
+            log.warning("cannot attach %s for run %s: %s", frame.session_id, frame.run_id, exc)
+            self._taken.discard(key)
+            return
+        try:
+            info = session.tree.run(frame.run_id)
+            if info is not None and info.status in TERMINAL:
+                log.info("run %s was dispatched but has ended (%s)", frame.run_id, info.status)
+                return
+            run = session.create_run(Invocation(frame.session_id, frame.run_id))
+            await self._handle(run)
+        finally:
+            await self._link.release(session)
+            self._taken.discard(key)
+
+    def _new_session(self, frame: Dispatch) -> AgentSession:
+        return AgentSession(
+            self._link, frame.session_id, queue=self.queue, max_in_flight=self.max_in_flight
+        )
+
+    async def _handle(self, run: Run) -> None:
+        assert self.handler is not None
+        try:
+            await self.handler(run)
+        except Exception as exc:
+            log.exception("handler of run %s failed", run.run_id)
+            await self._end_quietly(run, "error", as_error(exc))
+        else:
+            if not run.ended:
+                await self._end_quietly(
+                    run, "cancelled" if run.abort_signal.aborted else "complete", None
+                )
+
+    @staticmethod
+    async def _end_quietly(run: Run, reason: EndReason, error: RunwireError | None) -> None:
+        try:
+            await run.end(reason, error=error)
+        except RunwireError as exc:
+            log.warning("could not end run %s: %s", run.run_id, exc)

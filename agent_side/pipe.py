@@ -1,0 +1,436 @@
+"""Publishing a model's output stream: normalise, coalesce, fold, publish.
+
+Theory of operation
+-------------------
+``run.pipe(stream)`` reads an async iterable of ``str`` text deltas or UI
+message stream parts (dicts with a ``type``, AI SDK names). ``Normalizer``
+turns each item into stream chunks: a run of plain strings becomes one text
+part (``text-start``, ``text-delta``..., ``text-end``). ``MessageBuilder``
+folds chunks into the response ``UIMessage`` by the same rules as
+``transport.tree`` (so the ``response_close`` message is the message every
+subscriber folded). ``Coalescer`` holds chunks waiting to be published:
+consecutive deltas of one part merge into one chunk, so when the relay round
+trip is slower than the model, many tokens ride one ``response_append``.
+
+``pipe_stream`` drives them: one task reads the stream, another publishes
+``response_open``, then a ``response_append`` per batch with at most
+``max_in_flight`` appends unacknowledged (a batch waits for the one before
+it), then ``response_close``. It races only the Run's abort signal: when that
+fires it stops reading, closes the iterator, flushes what it holds, closes
+the response and reports ``cancelled``. A stream that raises closes the
+response with what it had and reports ``error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+
+from transport import codec
+from transport.asyncio.abort import AbortSignal
+from transport.errors import RunwireError
+from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
+from transport.messages import (
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    UIMessage,
+)
+
+__all__ = [
+    "Chunk",
+    "Coalescer",
+    "MessageBuilder",
+    "Normalizer",
+    "PipeReason",
+    "PipeResult",
+    "pipe_stream",
+]
+
+log = logging.getLogger("runwire.agent")
+
+Chunk = dict[str, Any]
+PipeReason = Literal["complete", "cancelled", "error"]
+
+_MERGEABLE = {
+    "text-delta": "delta",
+    "reasoning-delta": "delta",
+    "tool-input-delta": "inputTextDelta",
+}
+_CLOSE_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class PipeResult:
+    """How a ``pipe()`` ended.
+
+    ``reason``: ``complete`` (the stream ended, including when a steering abort
+    ended it), ``cancelled`` (the Run's abort signal fired) or ``error`` (the
+    stream raised, ``error`` says what; or a publish failed). ``message_id``
+    is the response's id (``None`` if nothing was published); ``message`` the
+    response as published.
+    """
+
+    reason: PipeReason
+    message_id: str | None
+    error: BaseException | None = None
+    message: UIMessage | None = field(default=None, compare=False)
+
+
+# ------------------------------------------------------------ normalising --
+
+
+class Normalizer:
+    """Turns stream items into chunks; plain strings become one text part."""
+
+    def __init__(self, id_prefix: str = "text") -> None:
+        self._prefix = id_prefix
+        self._count = 0
+        self._open: str | None = None
+
+    def feed(self, item: object) -> list[Chunk]:
+        """The chunks for one stream item.
+
+        Raises ``TypeError`` for an item that is neither a ``str`` nor a dict
+        with a string ``type``.
+        """
+        if isinstance(item, str):
+            if not item:
+                return []
+            out: list[Chunk] = []
+            if self._open is None:
+                self._count += 1
+                self._open = f"{self._prefix}-{self._count}"
+                out.append({"type": "text-start", "id": self._open})
+            out.append({"type": "text-delta", "id": self._open, "delta": item})
+            return out
+        if isinstance(item, dict) and isinstance(item.get("type"), str):
+            return [*self.finish(), dict(item)]
+        raise TypeError(
+            f"a stream item must be a str or a dict with a 'type', not {type(item).__name__}"
+        )
+
+    def finish(self) -> list[Chunk]:
+        """Chunks that end an implicit text part, if one is open."""
+        if self._open is None:
+            return []
+        chunk: Chunk = {"type": "text-end", "id": self._open}
+        self._open = None
+        return [chunk]
+
+
+# ------------------------------------------------------------- coalescing --
+
+
+class _Slot:
+    __slots__ = ("base", "chars", "key", "pieces")
+
+    def __init__(self, chunk: Chunk) -> None:
+        kind = chunk.get("type")
+        kind = kind if isinstance(kind, str) else ""
+        field_name = _MERGEABLE.get(kind)
+        piece = chunk.get(field_name) if field_name else None
+        self.key: tuple[str, object, str] | None
+        if field_name is not None and isinstance(piece, str):
+            part_id = chunk.get("toolCallId") if kind == "tool-input-delta" else chunk.get("id")
+            self.key = (kind, part_id, field_name)
+            self.pieces = [piece]
+            self.chars = len(piece)
+        else:
+            self.key = None
+            self.pieces = []
+            self.chars = 0
+        self.base = chunk
+
+    def chunk(self) -> Chunk:
+        if self.key is None:
+            return self.base
+        return {**self.base, self.key[2]: "".join(self.pieces)}
+
+
+class Coalescer:
+    """Chunks waiting to be published; consecutive deltas of one part merge.
+
+    ``max_chunk_chars`` caps a merged delta, so one chunk never outgrows a frame.
+    """
+
+    def __init__(self, *, max_chunk_chars: int = 64 * 1024) -> None:
+        self.max_chunk_chars = max_chunk_chars
+        self._slots: list[_Slot] = []
+        self.chunks_in = 0
+        self.chunks_out = 0
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __bool__(self) -> bool:
+        return bool(self._slots)
+
+    def add(self, chunk: Chunk) -> None:
+        """Queue a chunk, merging it into the last one when both are deltas of one part."""
+        self.chunks_in += 1
+        slot = _Slot(chunk)
+        if slot.key is not None and self._slots:
+            last = self._slots[-1]
+            if last.key == slot.key and last.chars + slot.chars <= self.max_chunk_chars:
+                last.pieces.extend(slot.pieces)
+                last.chars += slot.chars
+                return
+        self._slots.append(slot)
+
+    def take(self, max_bytes: int | None = None) -> list[Chunk]:
+        """Remove and return the queued chunks, oldest first, within ``max_bytes`` of JSON.
+
+        The first chunk is always taken, whatever its size.
+        """
+        out: list[Chunk] = []
+        size = 0
+        while self._slots:
+            chunk = self._slots[0].chunk()
+            if max_bytes is not None:
+                n = len(codec.dumps(chunk)) + 1
+                if out and size + n > max_bytes:
+                    break
+                size += n
+            self._slots.pop(0)
+            out.append(chunk)
+        self.chunks_out += len(out)
+        return out
+
+
+# ---------------------------------------------------------------- folding --
+
+
+class MessageBuilder:
+    """Folds stream chunks into an assistant ``UIMessage`` (``transport.tree``'s rules)."""
+
+    def __init__(self, message_id: str, *, metadata: dict[str, Any] | None = None) -> None:
+        self.message_id = message_id
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.parts: list[Part] = []
+        self._by_id: dict[tuple[str, str], TextPart | ReasoningPart] = {}
+        self._calls: dict[str, ToolCallPart] = {}
+
+    def apply(self, chunk: Chunk) -> None:
+        """Fold one chunk; malformed or unknown chunks change nothing."""
+        kind = chunk.get("type")
+        if kind in ("text-start", "reasoning-start"):
+            part_id = chunk.get("id")
+            if part_id is None or isinstance(part_id, str):
+                self._new_part(kind.split("-")[0], part_id)
+        elif kind in ("text-delta", "reasoning-delta"):
+            self._delta(kind.split("-")[0], chunk)
+        elif kind == "tool-input-available":
+            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
+            if isinstance(call_id, str) and isinstance(name, str):
+                call = ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
+                self._calls[call_id] = call
+                self.parts.append(call)
+        elif kind in ("tool-output-available", "tool-output-error"):
+            self._tool_result(kind, chunk)
+        elif kind in ("start", "finish", "message-metadata"):
+            meta = chunk.get("messageMetadata")
+            if isinstance(meta, dict):
+                self.metadata.update(meta)
+
+    def message(self) -> UIMessage:
+        """The message as folded so far (a copy)."""
+        return UIMessage(
+            id=self.message_id,
+            role="assistant",
+            parts=[p.model_copy() for p in self.parts],
+            metadata=dict(self.metadata),
+        )
+
+    def _new_part(self, kind: str, part_id: str | None) -> TextPart | ReasoningPart:
+        part: TextPart | ReasoningPart = (
+            TextPart(text="") if kind == "text" else ReasoningPart(text="")
+        )
+        self.parts.append(part)
+        if part_id is not None:
+            self._by_id[(kind, part_id)] = part
+        return part
+
+    def _delta(self, kind: str, chunk: Chunk) -> None:
+        delta, part_id = chunk.get("delta"), chunk.get("id")
+        if not isinstance(delta, str) or (part_id is not None and not isinstance(part_id, str)):
+            return
+        if part_id is not None:
+            known = self._by_id.get((kind, part_id))
+            part = known if known is not None else self._new_part(kind, part_id)
+        else:
+            wanted = TextPart if kind == "text" else ReasoningPart
+            last = self.parts[-1] if self.parts else None
+            part = last if isinstance(last, wanted) else self._new_part(kind, None)
+        part.text += delta
+
+    def _tool_result(self, kind: str, chunk: Chunk) -> None:
+        call_id = chunk.get("toolCallId")
+        if not isinstance(call_id, str):
+            return
+        call = self._calls.get(call_id)
+        name = call.tool_name if call else chunk.get("toolName")
+        if kind == "tool-output-error":
+            text = chunk.get("errorText")
+            if not isinstance(text, str):
+                return
+            result = ToolResultPart(
+                tool_call_id=call_id,
+                tool_name=name if isinstance(name, str) else "",
+                output=text,
+                is_error=True,
+            )
+        else:
+            result = ToolResultPart(
+                tool_call_id=call_id,
+                tool_name=name if isinstance(name, str) else "",
+                output=chunk.get("output"),
+            )
+        self.parts.append(result)
+
+
+# ---------------------------------------------------------------- driving --
+
+Publish = Callable[[EntryBody], Awaitable[object]]
+
+
+async def pipe_stream(
+    stream: AsyncIterable[str | Chunk],
+    *,
+    run_id: str,
+    message_id: str,
+    seen: list[str],
+    abort_signal: AbortSignal,
+    publish: Publish,
+    entry_id: Callable[[], str],
+    max_in_flight: int = 1,
+    max_batch_bytes: int = 512 * 1024,
+) -> PipeResult:
+    """Publish ``stream`` as one response of ``run_id`` (see the module docstring).
+
+    ``publish`` sends an entry and returns once the relay acknowledged it;
+    ``entry_id()`` returns a fresh entry id. Never raises for the stream's or
+    the relay's errors: they come back as ``PipeResult(reason="error")``.
+    """
+    if max_in_flight < 1:
+        raise ValueError("max_in_flight must be at least 1")
+    iterator = aiter(stream)
+    if abort_signal.aborted:
+        await _close_iterator(iterator)
+        return PipeResult("cancelled", None)
+
+    normalizer = Normalizer()
+    builder = MessageBuilder(message_id)
+    queue = Coalescer(max_chunk_chars=max(1024, max_batch_bytes // 8))
+    state = _PumpState()
+    reason: PipeReason = "complete"
+    error: BaseException | None = None
+
+    def push(chunks: list[Chunk]) -> None:
+        for chunk in chunks:
+            builder.apply(chunk)
+            queue.add(chunk)
+        if chunks:
+            state.wake()
+
+    async def send(entry: EntryBody, slots: anyio.Semaphore) -> None:
+        try:
+            await publish(entry)
+        except RunwireError as exc:
+            state.fail(exc)
+        finally:
+            slots.release()
+
+    async def pump() -> None:
+        try:
+            await publish(
+                ResponseOpen(id=entry_id(), run_id=run_id, message_id=message_id, seen=seen)
+            )
+        except RunwireError as exc:
+            state.fail(exc)
+            return
+        slots = anyio.Semaphore(max_in_flight)
+        async with anyio.create_task_group() as sends:
+            while state.error is None:
+                if not queue:
+                    if state.reading_done:
+                        break
+                    await state.wait()
+                    continue
+                # While this waits for a free slot, new chunks merge into the queue.
+                await slots.acquire()
+                if not queue or state.error is not None:
+                    slots.release()
+                    continue
+                batch = queue.take(max_batch_bytes)
+                entry = ResponseAppend(
+                    id=entry_id(), run_id=run_id, message_id=message_id, chunks=batch
+                )
+                sends.start_soon(send, entry, slots)
+
+    async with anyio.create_task_group() as tg:
+        state.cancel_reading = tg.cancel_scope.cancel
+        tg.start_soon(pump)
+        try:
+            async with abort_signal.scope():
+                async for item in iterator:
+                    push(normalizer.feed(item))
+        except Exception as exc:
+            reason, error = "error", exc
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _close_iterator(iterator)
+        if reason != "error" and abort_signal.aborted:
+            reason = "cancelled"
+        push(normalizer.finish())
+        state.reading_done = True
+        state.wake()
+
+    if state.error is not None:
+        return PipeResult("error", message_id, state.error, builder.message())
+    message = builder.message()
+    try:
+        await publish(
+            ResponseClose(id=entry_id(), run_id=run_id, message_id=message_id, message=message)
+        )
+    except RunwireError as exc:
+        return PipeResult("error", message_id, error or exc, message)
+    log.debug("response %s: %d chunks in %d out", message_id, queue.chunks_in, queue.chunks_out)
+    return PipeResult(reason, message_id, error, message)
+
+
+class _PumpState:
+    """Shared between the reader and the publisher of one pipe."""
+
+    def __init__(self) -> None:
+        self.reading_done = False
+        self.error: RunwireError | None = None
+        self.cancel_reading: Callable[[], None] = lambda: None
+        self._event = anyio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = anyio.Event()
+
+    def fail(self, exc: RunwireError) -> None:
+        if self.error is None:
+            self.error = exc
+            self.cancel_reading()
+
+
+async def _close_iterator(iterator: AsyncIterator[Any]) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is None:
+        return
+    with anyio.move_on_after(_CLOSE_TIMEOUT), contextlib.suppress(Exception):
+        await aclose()

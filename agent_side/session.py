@@ -1,0 +1,523 @@
+"""Explicit mode: ``connect()``, ``AgentSession`` and the agent's ``View``.
+
+Theory of operation
+-------------------
+A ``_Link`` owns one ``Connection(role="agent")`` and the sessions attached
+over it (one ``AgentSession`` per session id, shared by all its Runs). After
+every (re)connect it re-attaches each session from the newest serial it
+holds, so a drop loses and repeats nothing; the driver keeps the client id
+the relay gave it, so the relay still knows this agent as the owner of the
+Runs it started.
+
+An ``AgentSession`` folds every delivered entry into a ``ConversationTree``
+(in serial order, each serial once; the tree answers which steering each Run
+has and which its responses stamped as seen), keeps each Run's latest cancel
+request, and tells the live ``Run`` of that run id (``on_steer`` when a steer
+message is added, ``on_cancel``, an end it did not publish itself). Deliveries that arrive while an
+attach is in flight wait until its backlog has been folded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+from pydantic import ValidationError
+
+from transport.asyncio.connection import Connection
+from transport.errors import VALIDATION_ERROR, RunwireError
+from transport.frames import (
+    Attach,
+    Attached,
+    Deliver,
+    Detach,
+    Dispatch,
+    EntryBody,
+    Error,
+    History,
+    Page,
+    Publish,
+    RelayFrame,
+    RunEntry,
+)
+from transport.tree import ConversationTree, MessageEvent, RunInfo, TreeEvent, ViewMessage
+
+from .run import (
+    CancelHook,
+    CancelRequest,
+    EndReason,
+    Invocation,
+    QueueOptions,
+    Run,
+    SteerHook,
+    queue_options,
+)
+
+__all__ = ["AgentSession", "View", "connect"]
+
+log = logging.getLogger("runwire.agent")
+
+_END_REASONS: dict[str, EndReason] = {
+    "complete": "complete",
+    "cancelled": "cancelled",
+    "error": "error",
+}
+
+ATTACH_LIMIT = 200
+"""Entries of the newest page a first attach asks for."""
+
+EventCallback = Callable[[Any], object]
+
+
+class View:
+    """The whole conversation of a session, as this agent folded it.
+
+    A ``Run``'s view puts that Run's unanswered steering last in
+    ``messages()``, so a prompt built from it never ends on an assistant
+    message while steering waits.
+    """
+
+    def __init__(self, session: AgentSession, *, run: Run | None = None) -> None:
+        self._session = session
+        self._run = run
+
+    def messages(self) -> list[ViewMessage]:
+        """The active branch, oldest first (this Run's unanswered steering last)."""
+        tail = self._run.unanswered() if self._run is not None else []
+        return self._session.tree.messages(tail=tail)
+
+    def runs(self) -> list[RunInfo]:
+        """Every Run the view knows of."""
+        return self._session.tree.runs()
+
+    def has_older(self) -> bool:
+        """True while the relay holds entries older than the view's."""
+        return self._session._has_older
+
+    async def load_older(self, limit: int = 50) -> int:
+        """Fold the next older page into the view; returns how many entries it had."""
+        return await self._session._load_older(limit)
+
+    def branches(self, message_id: str) -> list[str]:
+        """Ids of the message and its siblings at a fork, in serial order."""
+        return self._session.tree.branches(message_id)
+
+    def select_branch(self, message_id: str) -> None:
+        """Make the branch through ``message_id`` the active one."""
+        self._session._emit(self._session.tree.select_branch(message_id))
+
+    def on(self, event: str, callback: EventCallback) -> Callable[[], None]:
+        """Call ``callback(event)`` on each ``message``/``run``/``delivery`` event.
+
+        Returns a function that removes the callback.
+        """
+        if event not in ("message", "run", "delivery"):
+            raise ValueError(f"unknown event {event!r}")
+        listeners = self._session._listeners.setdefault(event, [])
+        listeners.append(callback)
+
+        def remove() -> None:
+            if callback in listeners:
+                listeners.remove(callback)
+
+        return remove
+
+
+class AgentSession:
+    """One session attached by an agent; ``create_run()`` takes its Runs."""
+
+    def __init__(
+        self,
+        link: _Link,
+        session_id: str,
+        *,
+        queue: QueueOptions | None = None,
+        max_in_flight: int = 1,
+        owns_link: bool = False,
+    ) -> None:
+        try:
+            Attach(req=0, session_id=session_id)
+        except ValidationError:
+            raise RunwireError(VALIDATION_ERROR, f"invalid session id {session_id!r}") from None
+        self.session_id = session_id
+        self.tree = ConversationTree()
+        self.view = View(self)
+        self.epoch: str | None = None
+        self.last_serial: int | None = None
+        self.attached = anyio.Event()
+        self._link = link
+        self._queue = queue or QueueOptions()
+        self._max_in_flight = max_in_flight
+        self._owns_link = owns_link
+        self._has_older = False
+        self._oldest: int | None = None
+        self._buffer: list[list[dict[str, Any]]] | None = None
+        self._attach_error: RunwireError | None = None
+        self._runs: dict[str, Run] = {}
+        self._cancels: dict[str, CancelRequest] = {}
+        self._own: set[str] = set()
+        self._listeners: dict[str, list[EventCallback]] = {}
+        # Worker mode: how many Runs use this attachment, and its detaching state.
+        self._refs = 0
+        self._closing = False
+        self._closed = anyio.Event()
+
+    @property
+    def client_id(self) -> str | None:
+        """The client id the relay knows this agent connection by."""
+        return self._link.conn.client_id
+
+    # ------------------------------------------------------------- Runs --
+
+    def create_run(
+        self,
+        invocation: Invocation | str,
+        *,
+        on_steer: SteerHook | None = None,
+        on_cancel: CancelHook | None = None,
+        queue: Mapping[str, str] | QueueOptions | None = None,
+    ) -> Run:
+        """A ``Run`` for a Run of this session (an ``Invocation`` or a run id).
+
+        Raises ``ValueError`` for another session's invocation, a bad ``queue``,
+        or a run id that already has a live ``Run`` here.
+        """
+        if isinstance(invocation, str):
+            invocation = Invocation(self.session_id, invocation)
+        if invocation.session_id != self.session_id:
+            raise ValueError(
+                f"invocation of session {invocation.session_id!r}, not {self.session_id!r}"
+            )
+        if invocation.run_id in self._runs:
+            raise ValueError(f"run {invocation.run_id!r} already has a live Run")
+        run = Run(
+            self,
+            invocation,
+            on_steer=on_steer,
+            on_cancel=on_cancel,
+            queue=queue_options(queue, self._queue),
+            max_in_flight=self._max_in_flight,
+        )
+        self._runs[invocation.run_id] = run
+        return run
+
+    def invocations(self) -> list[Invocation]:
+        """Invocations for the Runs in the view that wait for an agent (``pending``)."""
+        return [
+            Invocation(self.session_id, info.run_id)
+            for info in self.tree.runs()
+            if info.status == "pending"
+        ]
+
+    async def aclose(self) -> None:
+        """Close the connection (explicit mode); Runs not ended stay as they are on the relay.
+
+        Raises ``RuntimeError`` for a worker's session: that closes with its ``Agent``.
+        """
+        if not self._owns_link:
+            raise RuntimeError("a worker's session closes with its Agent")
+        await self._link.aclose()
+
+    end = aclose
+
+    # ---------------------------------------------------------- internal --
+
+    async def _attach(self, *, wait_ready: bool = True) -> None:
+        """Attach (or re-attach from ``last_serial``) and fold the backlog."""
+        if self._buffer is None:
+            self._buffer = []
+        resume = self.last_serial is not None
+        frame = Attach(
+            req=0,
+            session_id=self.session_id,
+            from_serial=self.last_serial if resume else None,
+            epoch=self.epoch if resume else None,
+            limit=ATTACH_LIMIT,
+        )
+        reply = await self._link.conn.request(frame, wait_ready=wait_ready)
+        if not isinstance(reply, Attached):
+            raise RunwireError("PROTOCOL_ERROR", f"expected attached, got {reply.type}")
+        if reply.reset:
+            log.warning("session %s: history was lost (new epoch); rebuilding", self.session_id)
+            self.tree = ConversationTree()
+            self.last_serial = None
+            self._oldest = None
+        if not resume or reply.reset:
+            self._has_older = reply.has_older
+        self.epoch = reply.epoch
+        self._fold_live(reply.entries)
+        buffered, self._buffer = self._buffer or [], None
+        for entries in buffered:
+            self._fold_live(entries)
+        self.attached.set()
+
+    def _deliver(self, entries: list[dict[str, Any]]) -> None:
+        if self._buffer is not None:
+            self._buffer.append(entries)
+        else:
+            self._fold_live(entries)
+
+    def _fold_live(self, entries: list[dict[str, Any]]) -> None:
+        for data in entries:
+            serial = data.get("serial")
+            if not isinstance(serial, int):
+                continue
+            if self.last_serial is not None and serial <= self.last_serial:
+                continue
+            self.last_serial = serial
+            if self._oldest is None:
+                self._oldest = serial
+            try:
+                events = self.tree.fold(data)
+            except Exception:  # bad data from the other end must not end the connection
+                log.exception("session %s: cannot fold entry %s", self.session_id, serial)
+                continue
+            self._index(data, events)
+            self._emit(events)
+
+    async def _load_older(self, limit: int) -> int:
+        if not self._has_older or self._oldest is None:
+            return 0
+        reply = await self._link.conn.request(
+            History(req=0, session_id=self.session_id, before=self._oldest, limit=limit)
+        )
+        if not isinstance(reply, Page):
+            raise RunwireError("PROTOCOL_ERROR", f"expected page, got {reply.type}")
+        entries = [e for e in reply.entries if isinstance(e.get("serial"), int)]
+        events = self.tree.fold_older(entries)
+        for data in entries:
+            self._oldest = min(self._oldest, data["serial"])
+            if data.get("kind") == "cancel" and isinstance(data.get("run_id"), str):
+                self._cancels.setdefault(data["run_id"], _cancel_request(data))
+        self._has_older = reply.has_older
+        self._emit(events)
+        return len(entries)
+
+    def _index(self, data: dict[str, Any], events: list[TreeEvent]) -> None:
+        """Tell the live Runs what an entry changed for them (the tree is already folded)."""
+        for event in events:
+            if isinstance(event, MessageEvent) and event.op == "added":
+                vm = event.message
+                run = self._runs.get(vm.run_id)
+                if vm.intent == "steer" and run is not None:
+                    run._steering_folded()
+        kind, run_id = data.get("kind"), data.get("run_id")
+        if not isinstance(run_id, str):
+            return
+        run = self._runs.get(run_id)
+        if kind == "cancel":
+            request = _cancel_request(data)
+            self._cancels[run_id] = request
+            if run is not None:
+                run._cancel_folded(request)
+        elif kind == "run" and run is not None:
+            status = data.get("status")
+            reason = _END_REASONS.get(status) if isinstance(status, str) else None
+            if reason is not None and data.get("id") not in self._own:
+                error = data.get("error")
+                err = RunwireError.from_wire(error) if isinstance(error, dict) else None
+                run._ended_elsewhere(reason, err)
+
+    def _emit(self, events: list[Any]) -> None:
+        for event in events:
+            for callback in list(self._listeners.get(getattr(event, "kind", ""), ())):
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("view listener failed")
+
+    def _steering_of(self, run_id: str) -> list[str]:
+        return [vm.message.id for vm in self.tree.steering(run_id)]
+
+    def _seen_of(self, run_id: str) -> set[str]:
+        return self.tree.seen(run_id)
+
+    def _cancel_of(self, run_id: str) -> CancelRequest | None:
+        request = self._cancels.get(run_id)
+        if request is None and self.tree.cancel_requested(run_id):
+            request = CancelRequest(run_id=run_id)
+        return request
+
+    def _forget(self, run: Run) -> None:
+        if self._runs.get(run.run_id) is run:
+            del self._runs[run.run_id]
+
+    async def _publish(self, entry: EntryBody) -> None:
+        if isinstance(entry, RunEntry):
+            self._own.add(entry.id)
+        await self._link.conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
+
+    def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        self._link.spawn(fn, *args)
+
+    def __repr__(self) -> str:
+        return f"AgentSession(session_id={self.session_id!r}, last_serial={self.last_serial})"
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _cancel_request(data: dict[str, Any]) -> CancelRequest:
+    return CancelRequest(
+        run_id=str(data.get("run_id")),
+        reason=_str_or_none(data.get("reason")),
+        client_id=_str_or_none(data.get("client_id")),
+        user_id=_str_or_none(data.get("user_id")),
+    )
+
+
+class _Link:
+    """One agent connection and the sessions attached over it."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        client_id: str | None = None,
+        on_dispatch: Callable[[Dispatch], None] | None = None,
+        after_connect: Callable[[Connection], Awaitable[None]] | None = None,
+    ) -> None:
+        self.sessions: dict[str, AgentSession] = {}
+        self.conn = Connection(
+            url,
+            client_id=client_id,
+            role="agent",
+            token=token,
+            on_frame=self._on_frame,
+            on_connect=self._on_connect,
+        )
+        self._on_dispatch = on_dispatch
+        self._after_connect = after_connect
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.closing = False
+        """Set when the owner shuts down: releases then skip the detach round trip."""
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[_Link]:
+        """Connect (attaching the sessions registered so far) until the block exits.
+
+        The background task group is exited with no exception info, so an error
+        raised in the caller's block propagates as itself, not in a group.
+        """
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            async with self.conn:
+                yield self
+        finally:
+            self._tg = None
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    async def aclose(self) -> None:
+        """Close the connection; the ``running()`` block ends its tasks on exit."""
+        self.closing = True
+        await self.conn.aclose()
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the background while the link runs; its errors are logged."""
+        if self._tg is None:
+            return
+
+        async def guarded() -> None:
+            try:
+                await fn(*args)
+            except Exception:
+                log.exception("background task failed")
+
+        self._tg.start_soon(guarded)
+
+    async def acquire(self, session_id: str, make: Callable[[], AgentSession]) -> AgentSession:
+        """The session's attachment, attaching it if this is its first user."""
+        while True:
+            session = self.sessions.get(session_id)
+            if session is None:
+                session = make()
+                session._refs = 1
+                self.sessions[session_id] = session
+                try:
+                    await session._attach()
+                except BaseException as exc:
+                    session._attach_error = (
+                        exc if isinstance(exc, RunwireError) else RunwireError("CANCELLED")
+                    )
+                    session.attached.set()
+                    await self.release(session)
+                    raise
+                return session
+            if session._closing:
+                await session._closed.wait()
+                continue
+            session._refs += 1
+            await session.attached.wait()
+            if session._attach_error is not None:
+                await self.release(session)
+                raise session._attach_error
+            return session
+
+    async def release(self, session: AgentSession) -> None:
+        """One user of the session is done; the last one detaches it."""
+        session._refs -= 1
+        if session._refs > 0 or self.sessions.get(session.session_id) is not session:
+            return
+        session._closing = True
+        try:
+            if self.closing:
+                return
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self.conn.request(Detach(req=0, session_id=session.session_id))
+        except RunwireError as exc:
+            log.debug("detach of %s failed: %s", session.session_id, exc)
+        finally:
+            if self.sessions.get(session.session_id) is session:
+                del self.sessions[session.session_id]
+            session._closed.set()
+
+    async def _on_connect(self, conn: Connection) -> None:
+        for session in list(self.sessions.values()):
+            await session._attach(wait_ready=False)
+        if self._after_connect is not None:
+            await self._after_connect(conn)
+
+    def _on_frame(self, frame: RelayFrame) -> None:
+        if isinstance(frame, Deliver):
+            session = self.sessions.get(frame.session_id)
+            if session is not None:
+                session._deliver(frame.entries)
+        elif isinstance(frame, Dispatch):
+            if self._on_dispatch is not None:
+                self._on_dispatch(frame)
+        elif isinstance(frame, Error):
+            log.warning("relay error (session %s): %s", frame.session_id, frame.error.message)
+
+
+@asynccontextmanager
+async def connect(
+    url: str,
+    session_id: str,
+    *,
+    token: str | None = None,
+    client_id: str | None = None,
+    queue: Mapping[str, str] | QueueOptions | None = None,
+    max_in_flight: int = 1,
+) -> AsyncIterator[AgentSession]:
+    """Attach to one session as an agent until the block exits (explicit mode).
+
+    ``queue`` sets the default queue modes of the session's Runs;
+    ``max_in_flight`` how many appends a ``pipe()`` may have unacknowledged.
+    Raises ``RunwireError`` if the relay cannot be reached or refuses.
+    """
+    link = _Link(url, token=token, client_id=client_id)
+    session = AgentSession(
+        link, session_id, queue=queue_options(queue), max_in_flight=max_in_flight, owns_link=True
+    )
+    link.sessions[session_id] = session
+    async with link.running():
+        yield session

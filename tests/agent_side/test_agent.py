@@ -1,0 +1,178 @@
+"""Worker mode over a real relay: dispatch, concurrency, handler errors, reconnects."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from agent_side import AbortSignal, Agent, Run, steering_loop
+from transport.errors import RunwireError
+from transport.messages import UIMessage
+
+from .helpers import client_end
+
+pytestmark = pytest.mark.anyio
+
+
+async def echo(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[str]:
+    yield f"echo: {messages[-1].text()}"
+
+
+@asynccontextmanager
+async def serving(
+    url: str, handler: Callable[[Run], Awaitable[object]], **kw: object
+) -> AsyncIterator[Agent]:
+    agent = Agent(url, **kw)  # type: ignore[arg-type]
+    agent.on_run(handler)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(agent.serve)
+        try:
+            yield agent
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def test_a_dispatched_run_runs_the_handler(relay_url: str) -> None:
+    seen: list[Run] = []
+
+    async def handle(run: Run) -> None:
+        seen.append(run)
+        await steering_loop(run, echo)
+
+    async with serving(relay_url, handle), client_end(relay_url, "w-basic") as client:
+        run_id = await client.prompt("hello agent")
+        await client.wait_status(run_id, "complete")
+    assert client.response_texts(run_id) == ["echo: hello agent"]
+    assert [(r.session_id, r.run_id) for r in seen] == [("w-basic", run_id)]
+
+
+async def test_runs_that_waited_for_a_worker_are_taken_when_it_starts(relay_url: str) -> None:
+    async def handle(run: Run) -> None:
+        await run.pipe(echo(run.messages, run.abort_signal))  # this Run's own turn
+
+    async with client_end(relay_url, "w-waiting") as client:
+        waiting = [await client.prompt(f"waiting {i}") for i in range(3)]
+        async with serving(relay_url, handle):
+            for run_id in waiting:
+                await client.wait_status(run_id, "complete")
+    assert [client.response_texts(r) for r in waiting] == [[f"echo: waiting {i}"] for i in range(3)]
+
+
+async def test_only_runs_for_its_name_reach_a_worker(relay_url: str) -> None:
+    async def handle(run: Run) -> None:
+        await steering_loop(run, echo)
+
+    async with (
+        serving(relay_url, handle, name="planner"),
+        client_end(relay_url, "w-name") as client,
+    ):
+        other = await client.prompt("for nobody", agent="someone-else")
+        run_id = await client.prompt("for the planner", agent="planner")
+        await client.wait_status(run_id, "complete")
+        info = client.tree.run(other)
+        assert info is not None and info.status == "pending"
+
+
+async def test_two_runs_of_one_session_at_once_share_one_attachment(relay_url: str) -> None:
+    inside: list[Run] = []
+    both_inside = anyio.Event()
+
+    async def handle(run: Run) -> None:
+        await run.start()
+        inside.append(run)
+        if len(inside) == 2:
+            both_inside.set()
+        with anyio.fail_after(10):
+            await both_inside.wait()
+        await run.pipe(echo(run.messages, run.abort_signal))
+        await run.end()
+
+    async with serving(relay_url, handle) as agent, client_end(relay_url, "w-two") as client:
+        first = await client.prompt("first")
+        second = await client.prompt("second")
+        await client.wait_status(first, "complete")
+        await client.wait_status(second, "complete")
+        assert inside[0].session is inside[1].session
+        with pytest.raises(RuntimeError):
+            await inside[0].session.aclose()  # the Agent owns the connection
+        assert agent.connection.connects == 1
+    texts = {r: client.response_texts(r) for r in (first, second)}
+    assert texts == {first: ["echo: first"], second: ["echo: second"]}
+
+
+async def test_a_handler_that_raises_ends_its_run_error(relay_url: str) -> None:
+    async def handle(run: Run) -> None:
+        await run.start()
+        if run.messages[0].text() == "custom":
+            raise RunwireError("TOOL_FAILED", "the tool broke")
+        raise ValueError("handler bug")
+
+    async with serving(relay_url, handle), client_end(relay_url, "w-raise") as client:
+        plain = await client.prompt("plain")
+        custom = await client.prompt("custom")
+        await client.wait_status(plain, "error")
+        await client.wait_status(custom, "error")
+    errors = {r: client.tree.run(r).error for r in (plain, custom)}  # type: ignore[union-attr]
+    assert errors[plain] == {"code": "AGENT_ERROR", "message": "handler bug", "details": {}}
+    assert errors[custom] == {"code": "TOOL_FAILED", "message": "the tool broke", "details": {}}
+
+
+async def test_a_handler_that_returns_leaves_the_sdk_to_end_the_run(relay_url: str) -> None:
+    async def handle(run: Run) -> None:
+        await run.start()
+        if run.messages[0].text() == "wait for cancel":
+            with anyio.fail_after(10):
+                await run.abort_signal.wait()
+            return
+        await run.pipe(echo(run.messages, run.abort_signal))
+
+    async with serving(relay_url, handle), client_end(relay_url, "w-return") as client:
+        done = await client.prompt("finish")
+        waiting = await client.prompt("wait for cancel")
+        await client.wait_status(done, "complete")
+        await client.wait_status(waiting, "active")
+        await client.cancel(waiting)
+        await client.wait_status(waiting, "cancelled")
+
+
+async def test_the_worker_keeps_its_identity_and_registration_across_a_drop(
+    relay_url: str,
+) -> None:
+    async def handle(run: Run) -> None:
+        await steering_loop(run, echo)
+
+    async with serving(relay_url, handle) as agent, client_end(relay_url, "w-drop") as client:
+        first = await client.prompt("before the drop")
+        await client.wait_status(first, "complete")
+        client_id = agent.client_id
+        await agent.connection.kill_socket()
+        second = await client.prompt("after the drop")
+        await client.wait_status(second, "complete")
+        assert agent.connection.connects >= 2
+        assert agent.client_id == client_id
+    assert client.response_texts(second) == ["echo: after the drop"]
+
+
+async def test_serve_without_a_handler_is_refused(relay_url: str) -> None:
+    with pytest.raises(RuntimeError):
+        await Agent(relay_url).serve()
+
+
+async def test_agent_as_a_context_manager_serves_until_closed(relay_url: str) -> None:
+    agent = Agent(relay_url, name="ctx")
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await steering_loop(run, echo)
+
+    async with client_end(relay_url, "w-ctx") as client:
+        async with agent:
+            run_id = await client.prompt("hi", agent="ctx")
+            await client.wait_status(run_id, "complete")
+        assert not agent.connection.connected
+        await agent.aclose()  # closing twice is fine
+        with pytest.raises(RuntimeError):
+            await agent.serve()  # an Agent serves once
