@@ -21,7 +21,15 @@ import anyio
 import agent_side
 import client_side
 import relay
-from transport import AbortSignal, UIMessage, message_text, new_id
+from transport import (
+    AbortSignal,
+    MessageEvent,
+    RunEvent,
+    RunwireError,
+    UIMessage,
+    message_text,
+    new_id,
+)
 
 __all__ = ["demo_model", "plan_reply", "run_demo"]
 
@@ -55,7 +63,7 @@ def plan_reply(conversation: list[UIMessage]) -> str:
     vegan = "vegan" in text.lower()
     opening = ""
     if len(users) > 1 and conversation and conversation[-1].role == "user":
-        opening = f'Got it: "{users[-1]}". '
+        opening = f'Got it: "{users[-1].rstrip(".!? ")}". '
     lines = [f"{opening}Here is a {days}-day plan for {place}."]
     for day in range(days):
         lines.append(f"Day {day + 1}: {_SIGHTS[day % len(_SIGHTS)]}.")
@@ -79,26 +87,53 @@ async def demo_model(
 
 
 async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
-    async with client_side.connect(url, session_id) as session:
+    """A line-based terminal chat on ``session_id`` (see the module docstring)."""
+    async with client_side.connect(url, session_id) as session, anyio.create_task_group() as tg:
+        # The terminal follows one reply at a time; a reply streaming alongside it is
+        # held back and shown, caught up, when the followed one's Run ends.
         printed: dict[str, int] = {}
+        texts: dict[str, tuple[str, str]] = {}  # message id -> (run id, text so far)
+        follow: list[str] = []
 
-        def on_message(event: object) -> None:
-            vm = event.message  # type: ignore[attr-defined]
-            if vm.message.role != "assistant":
-                return
-            text = message_text(vm.message)
-            done = printed.get(vm.message.id)
+        def show(message_id: str) -> None:
+            run_id, text = texts[message_id]
+            done = printed.get(message_id)
             if done is None:
-                out("\nagent> ")
+                out(f"\nagent [{run_id[:8]}]> ")
                 done = 0
-            if len(text) > done:
-                out(text[done:])
-                printed[vm.message.id] = len(text)
+            out(text[done:])
+            printed[message_id] = len(text)
 
-        def on_run(event: object) -> None:
-            info = event.run  # type: ignore[attr-defined]
-            if info.status in ("complete", "cancelled", "error"):
-                out(f"\n[run {info.run_id[:8]} {info.status}]\n")
+        def on_message(event: MessageEvent) -> None:
+            message = event.message.message
+            if message.role != "assistant":
+                return
+            texts[message.id] = (event.message.run_id or "", message_text(message))
+            if not follow:
+                follow.append(message.id)
+            if follow[0] == message.id:
+                show(message.id)
+
+        def on_run(event: RunEvent) -> None:
+            info = event.run
+            if info.status not in ("complete", "cancelled", "error"):
+                return
+            out(f"\n[run {info.run_id[:8]} {info.status}]\n")
+            if follow and texts[follow[0]][0] == info.run_id:
+                follow.clear()
+                waiting = [m for m, (_, t) in texts.items() if len(t) > printed.get(m, 0)]
+                if waiting:
+                    follow.append(waiting[0])
+                    show(waiting[0])
+
+        async def report(delivery: client_side.Delivery) -> None:
+            try:
+                outcome = await delivery.outcome
+            except RunwireError as exc:
+                out(f"\n(steering not sent: {exc.code})\n")
+                return
+            if not outcome.consumed:
+                out("\n(not seen by the agent: it had already finished)\n")
 
         session.view.on("message", on_message)
         session.view.on("run", on_run)
@@ -109,46 +144,31 @@ async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
         while True:
             line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
             if not line:
-                return
+                break
             text = line.strip()
             if not text:
                 continue
             active = [r for r in session.view.runs() if r.status in ("pending", "active")]
             if text == "/quit":
-                return
+                break
             if text == "/stop":
                 for r in active:
                     await session.cancel(r.run_id)
-                continue
-            if text.startswith("/new "):
+            elif text.startswith("/new "):
                 for r in active:
                     await session.cancel(r.run_id)
                 await session.send(text[5:])
-                continue
-            if text.startswith("/also "):
+            elif text.startswith("/also "):
                 await session.send(text[6:])
-                continue
-            if active:
-                run = session.run(active[-1].run_id)
-                delivery = run.steer(text)
-
-                async def report(d: object = delivery) -> None:
-                    outcome = await d.outcome  # type: ignore[attr-defined]
-                    if not outcome.consumed:
-                        out("\n(not seen by the agent: it had already finished)\n")
-
-                anyio.lowlevel.current_token()  # keep within the loop
-                session_tasks.start_soon(report)
-                continue
-            await session.send(text)
-
-
-session_tasks: anyio.abc.TaskGroup
+            elif active:
+                tg.start_soon(report, session.run(active[-1].run_id).steer(text))
+            else:
+                await session.send(text)
+        tg.cancel_scope.cancel()
 
 
 async def run_demo(args: argparse.Namespace) -> None:
     """Relay + demo agent (+ terminal chat unless ``--no-chat``) until /quit or Ctrl-C."""
-    global session_tasks
 
     def out(text: str) -> None:
         sys.stdout.write(text)
@@ -163,7 +183,6 @@ async def run_demo(args: argparse.Namespace) -> None:
             await agent_side.steering_loop(run, demo_model)
 
         async with anyio.create_task_group() as tg:
-            session_tasks = tg
             tg.start_soon(agent.serve)
             if args.no_chat:
                 with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
