@@ -76,9 +76,11 @@ EventCallback = Callable[[Any], object]
 class View:
     """The whole conversation of a session, as this agent folded it.
 
-    A ``Run``'s view puts that Run's unanswered steering last in
-    ``messages()``, so a prompt built from it never ends on an assistant
-    message while steering waits.
+    A ``Run``'s view is that Run's conversation: everything before its prompt,
+    then its own turn (its prompt, responses and steering), leaving out what
+    Runs streaming alongside it added after its prompt; and it puts this Run's
+    unanswered steering last, so a prompt built from it never ends on an
+    assistant message, nor on another Run's message.
     """
 
     def __init__(self, session: AgentSession, *, run: Run | None = None) -> None:
@@ -86,9 +88,18 @@ class View:
         self._run = run
 
     def messages(self) -> list[ViewMessage]:
-        """The active branch, oldest first (this Run's unanswered steering last)."""
-        tail = self._run.unanswered() if self._run is not None else []
-        return self._session.tree.messages(tail=tail)
+        """The active branch, oldest first (for a Run: its conversation, see above)."""
+        if self._run is None:
+            return self._session.tree.messages()
+        run_id = self._run.run_id
+        branch = self._session.tree.messages(tail=self._run.unanswered())
+        start = next(
+            (i for i, vm in enumerate(branch) if vm.run_id == run_id and vm.intent == "prompt"),
+            None,
+        )
+        if start is None:
+            return branch
+        return branch[:start] + [vm for vm in branch[start:] if vm.run_id == run_id]
 
     def runs(self) -> list[RunInfo]:
         """Every Run the view knows of."""
