@@ -193,7 +193,7 @@ async def test_several_steering_messages_drain_into_one_model_call() -> None:
             await run.pipe(model(conversation, run.abort_signal))
         await run.end()
 
-    async with stack(handle) as (server, worker), client_side.connect(server.url, "s") as session:
+    async with stack(handle) as (server, _), client_side.connect(server.url, "s") as session:
         run = await session.send("first")
         with anyio.fail_after(10):
             await model.started.wait()
