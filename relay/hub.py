@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transport import codec
 from transport.errors import (
@@ -40,7 +40,7 @@ from transport.frames import (
     Worker,
 )
 from transport.messages import new_id
-from transport.runs import RunRecord, RunRegistry, Sender
+from transport.runs import RELAY_CLIENT_ID, RunRecord, Sender
 
 from .channel import Channel
 from .dispatch import Dispatcher
@@ -48,6 +48,9 @@ from .metrics import Metrics
 from .options import RelayOptions
 from .peer import Peer
 from .store.base import Store
+
+if TYPE_CHECKING:
+    from .cluster import RedisDispatcher
 
 __all__ = ["Hub"]
 
@@ -69,15 +72,28 @@ class Hub:
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Future[Channel]] = {}
         self.peers: set[Peer] = set()
-        self.dispatcher = Dispatcher(
-            grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
-        )
+        self.dispatcher: Dispatcher | RedisDispatcher
+        if store.url.startswith(("redis://", "rediss://")):
+            from .cluster import RedisDispatcher
+            from .store.redis import RedisStore
+
+            assert isinstance(store, RedisStore)
+            self.dispatcher = RedisDispatcher(
+                store, grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
+            )
+        else:
+            self.dispatcher = Dispatcher(
+                grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
+            )
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Time the Runs that were active when the relay last stopped."""
-        for record in await self.store.runs_with_status(["active"]):
-            self.dispatcher.start_timer(record)
+        """Time the Runs that were active when the relay last stopped (or start the sweep)."""
+        if isinstance(self.dispatcher, Dispatcher):
+            for record in await self.store.runs_with_status(["active"]):
+                self.dispatcher.start_timer(record)
+        else:
+            self.dispatcher.start()
 
     def close(self) -> None:
         """Stop timers and background tasks."""
@@ -90,6 +106,8 @@ class Hub:
     def hello(self, peer: Peer, frame: Hello) -> None:
         """Stamp the connection's identity; a returning client id stops its grace timers."""
         client_id = frame.client_id or peer.connection_id
+        if client_id == RELAY_CLIENT_ID:
+            raise RunwireError(PROTOCOL_ERROR, f"client id {RELAY_CLIENT_ID!r} is the relay's own")
         peer.sender = Sender(client_id=client_id, user_id=peer.sender.user_id, role=frame.role)
         self.peers.add(peer)
         self.dispatcher.client_back(client_id)
@@ -111,6 +129,7 @@ class Hub:
                     for r in channel.registry.active()
                     if r.owner == client_id and r.status == "active"
                 )
+            self.release(channel)
         self.dispatcher.peer_gone(peer, owned)
 
     # -------------------------------------------------------------- frames --
@@ -156,6 +175,7 @@ class Hub:
             channel = self._attached(peer, frame.session_id)
             channel.detach(peer)
             peer.send_frame(codec.encode(Ack(req=frame.req)))
+            self.release(channel)
         elif isinstance(frame, History):
             channel = self._attached(peer, frame.session_id)
             entries, has_older = await channel.history(
@@ -186,6 +206,14 @@ class Hub:
             serial, duplicate = await channel.publish(frame.entry, peer.sender, now_ms())
             if duplicate:
                 self.metrics.duplicates.inc()
+            else:
+                self.metrics.published.inc()
+                entry = frame.entry
+                if isinstance(entry, MessageEntry) and entry.intent == "prompt":
+                    # Only the node that stored the prompt hands the new Run out.
+                    record = channel.registry.get(entry.run_id)
+                    if record is not None and record.status == "pending":
+                        await self.dispatcher.run_created(record)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
@@ -218,9 +246,12 @@ class Hub:
         future: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
-            info = await self.store.open_channel(session_id)
-            registry = RunRegistry(session_id, await self.store.runs(session_id))
-            channel = Channel(self.store, info, registry, self._committed)
+            channel = Channel(self.store, session_id, self._committed)
+            try:
+                await channel.load()
+            except BaseException:
+                channel.close()
+                raise
             self.channels[session_id] = channel
             self.metrics.channels.set(len(self.channels))
             future.set_result(channel)
@@ -232,12 +263,20 @@ class Hub:
         finally:
             del self._loading[session_id]
 
+    def release(self, channel: Channel) -> None:
+        """Forget a channel nobody on this node watches (its store subscription ends)."""
+        if channel.subscribers or channel.lock.locked():
+            return
+        if self.channels.get(channel.session_id) is channel:
+            del self.channels[channel.session_id]
+            channel.close()
+            self.metrics.channels.set(len(self.channels))
+
     def _committed(self, channel: Channel, entry: EntryBody, changes: list[RunRecord]) -> None:
-        self.metrics.published.inc()
+        """React to an entry this node took in, whichever node published it."""
         self.metrics.delivered.inc(len(channel.subscribers))
         for record in changes:
-            new = isinstance(entry, MessageEntry) and entry.intent == "prompt"
-            self.dispatcher.run_changed(record, new=new)
+            self.dispatcher.run_changed(record)
 
     async def _agent_lost(self, session_id: str, run_id: str) -> None:
         """End a Run whose agent did not come back within the grace period."""
@@ -258,7 +297,7 @@ class Hub:
                     details={"grace_seconds": self.options.agent_grace},
                 ),
             )
-            await channel.publish(entry, Sender(client_id="relay", role="relay"), now_ms())
+            await channel.publish(entry, Sender(client_id=RELAY_CLIENT_ID, role="relay"), now_ms())
             self.metrics.agent_lost.inc()
         except RunwireError as exc:
             log.warning("could not end run %s/%s: %s", session_id, run_id, exc)

@@ -25,3 +25,5 @@ class RelayOptions:
     """The most entries one attach or history page returns."""
     backlog_max: int = 100_000
     """The most entries a resume replays; beyond it the client gets a ``reset``."""
+    index_html: str | None = None
+    """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""

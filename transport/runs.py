@@ -46,6 +46,7 @@ from .frames import (
 )
 
 __all__ = [
+    "RELAY_CLIENT_ID",
     "TERMINAL",
     "TRANSITIONS",
     "RunRecord",
@@ -63,6 +64,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "cancelled": frozenset(),
     "error": frozenset(),
 }
+
+
+RELAY_CLIENT_ID = "relay"
+"""The client id stamped on entries the relay itself publishes (no peer may claim it)."""
 
 
 def end_reason(status: str) -> RunEndReason | None:
@@ -201,6 +206,29 @@ class RunRegistry:
             self._check_owner(record, sender)
             return []
         raise RunwireError(VALIDATION_ERROR, "unknown entry kind")  # pragma: no cover
+
+    def replay(self, entry: EntryBody) -> list[RunRecord]:
+        """Take in an entry the channel already holds; returns (and applies) what it changed.
+
+        Every node replays every entry in serial order, so all hold the same
+        records. The entry passed the rules when it was published, so only its
+        effect is computed here: who sent it is read from its stamps and not
+        checked again. An entry that changes nothing (or no longer applies)
+        returns ``[]``.
+        """
+        client_id = entry.client_id or ""
+        role: Literal["client", "agent", "relay"] = (
+            "relay" if client_id == RELAY_CLIENT_ID else "agent"
+        )
+        if isinstance(entry, MessageEntry | CancelEntry):
+            role = "client"
+        sender = Sender(client_id=client_id, user_id=entry.user_id, role=role)
+        try:
+            changes = self.plan(entry, sender, entry.ts or 0)
+        except RunwireError:
+            return []
+        self.apply(changes)
+        return changes
 
     def apply(self, records: list[RunRecord]) -> None:
         """Make planned changes current (after the store wrote them)."""

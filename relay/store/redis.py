@@ -192,6 +192,16 @@ class RedisStore(Store):
         self._listener = Listener(self)
         self._closed = False
 
+    def client(self) -> Any:
+        """A ``redis.asyncio.Redis`` on this store's pool, for relay-node coordination."""
+        from redis.asyncio import Redis
+
+        return Redis(connection_pool=self._pool)
+
+    def key(self, *parts: str) -> str:
+        """A key under this store's prefix for node coordination (``<prefix>a:b``)."""
+        return self.prefix + ":".join(parts)
+
     @property
     def filled(self) -> int:
         """Entries delivered to subscribers from the stream rather than from pub/sub."""
