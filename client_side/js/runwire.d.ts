@@ -1,0 +1,234 @@
+// Type declarations for runwire.js, the runwire client for browsers (see docs/protocol.md).
+
+export type Role = "user" | "assistant" | "system";
+export type RunStatus = "pending" | "active" | "suspended" | "complete" | "cancelled" | "error";
+export type RunEndReason = "complete" | "cancelled" | "error";
+export type Intent = "prompt" | "steer" | "follow_up" | "inject";
+export type ConnectionState = "connected" | "disconnected" | "closed";
+
+export interface TextPart {
+  type: "text";
+  text: string;
+}
+export interface ReasoningPart {
+  type: "reasoning";
+  text: string;
+}
+export interface ToolCallPart {
+  type: "tool-call";
+  tool_call_id: string;
+  tool_name: string;
+  input: unknown;
+}
+export interface ToolResultPart {
+  type: "tool-result";
+  tool_call_id: string;
+  tool_name: string;
+  output: unknown;
+  is_error: boolean;
+}
+export type Part = TextPart | ReasoningPart | ToolCallPart | ToolResultPart;
+
+/** One message of a conversation; the same shape as on the wire. */
+export interface UIMessage {
+  id: string;
+  role: Role;
+  parts: Part[];
+  metadata: Record<string, unknown>;
+}
+
+/** A message as the tree holds it; `intent` is null for responses. */
+export interface ViewMessage {
+  readonly message: UIMessage;
+  readonly runId: string;
+  readonly serial: number;
+  readonly parentId: string | null;
+  readonly intent: Intent | null;
+}
+
+/** A snapshot of one Run; `clientId` / `userId` / `agent` come from its prompt. */
+export interface RunInfo {
+  readonly runId: string;
+  readonly status: RunStatus;
+  readonly clientId: string | null;
+  readonly userId: string | null;
+  readonly endReason: RunEndReason | null;
+  readonly error: Record<string, unknown> | null;
+  readonly agent: string | null;
+}
+
+export interface OutcomeRecord {
+  readonly messageId: string;
+  readonly runId: string;
+  readonly consumed: boolean;
+  readonly runTerminalReason: RunEndReason | null;
+  readonly refused: Record<string, unknown> | null;
+}
+
+export interface MessageEvent {
+  kind: "message";
+  message: ViewMessage;
+  op: "added" | "updated";
+}
+export interface RunEvent {
+  kind: "run";
+  run: RunInfo;
+}
+export interface DeliveryEvent {
+  kind: "delivery";
+  outcome: OutcomeRecord;
+}
+export type TreeEvent = MessageEvent | RunEvent | DeliveryEvent;
+
+/** A channel entry (see docs/schema/stamped-entry.json); wire field names. */
+export type Entry = Record<string, any>;
+
+export const PROTOCOL_VERSION: 1;
+export const TERMINAL: readonly RunEndReason[];
+export const EVENT_KINDS: readonly ["message", "run", "delivery"];
+export const CONNECTION_CLOSED: "CONNECTION_CLOSED";
+export const CLOSE_CODES: Readonly<Record<number, string>>;
+
+export class RunwireError extends Error {
+  constructor(code: string, message?: string, details?: Record<string, unknown>);
+  readonly code: string;
+  readonly details: Record<string, unknown>;
+  /** The message without the code in front. */
+  readonly text: string;
+  static fromWire(data: unknown): RunwireError;
+  toWire(): { code: string; message: string; details: Record<string, unknown> };
+}
+
+export function newId(): string;
+export function userMessage(
+  textOrParts: string | Part[],
+  options?: { id?: string; metadata?: Record<string, unknown> },
+): UIMessage;
+export function messageText(message: UIMessage): string;
+export function endReason(status: string): RunEndReason | null;
+/** Validate an entry as the relay's models do; throws RunwireError("VALIDATION_ERROR"). */
+export function decodeEntry(raw: unknown): Entry;
+
+export class OutcomeBook {
+  track(messageId: string, runId: string): OutcomeRecord[];
+  saw(runId: string, messageIds: Iterable<string>): void;
+  runStatus(runId: string, status: string): OutcomeRecord[];
+  outcome(messageId: string): OutcomeRecord | null;
+  pending(runId: string): string[];
+  consumed(messageId: string): boolean;
+  resolved(): OutcomeRecord[];
+}
+
+/** A port of transport/tree.py: a session's entries folded into messages, Runs and outcomes. */
+export class ConversationTree {
+  fold(entry: Entry): TreeEvent[];
+  foldOlder(entries: Iterable<Entry>): TreeEvent[];
+  readonly oldestSerial: number | null;
+  readonly newestSerial: number | null;
+  messages(tail?: string[]): ViewMessage[];
+  message(messageId: string): ViewMessage | null;
+  branches(messageId: string): string[];
+  selectBranch(messageId: string): MessageEvent[];
+  runs(): RunInfo[];
+  run(runId: string): RunInfo | null;
+  cancelRequested(runId: string): boolean;
+  inputs(runId: string): ViewMessage[];
+  steering(runId: string): ViewMessage[];
+  seen(runId: string): Set<string>;
+  readonly outcomes: OutcomeBook;
+  outcome(messageId: string): OutcomeRecord | null;
+  pending(runId: string): string[];
+}
+
+export interface EventMap {
+  message: MessageEvent;
+  run: RunEvent;
+  delivery: DeliveryEvent;
+}
+
+/** A client's live picture of one session's conversation (`session.view`). */
+export class View {
+  readonly sessionId: string;
+  readonly tree: ConversationTree;
+  readonly newestSerial: number | null;
+  readonly oldestSerial: number | null;
+  getMessages(): ViewMessage[];
+  runs(): RunInfo[];
+  run(runId: string): RunInfo | null;
+  hasOlder(): boolean;
+  loadOlder(limit?: number): Promise<number>;
+  branches(messageId: string): string[];
+  selectBranch(messageId: string): void;
+  on<K extends keyof EventMap>(event: K, callback: (event: EventMap[K]) => void): () => void;
+  events(): AsyncIterableIterator<TreeEvent>;
+}
+
+export interface Published {
+  serial: number;
+}
+export interface Outcome {
+  consumed: boolean;
+  runTerminalReason: RunEndReason | null;
+  refused: RunwireError | null;
+}
+export interface RunResult {
+  status: RunStatus;
+  endReason: RunEndReason | null;
+  undelivered: UIMessage[];
+  interrupts: unknown[];
+}
+
+/** What `run.steer()` returns. Both promises reject at once when the Run has ended. */
+export class Delivery {
+  readonly message: UIMessage;
+  readonly runId: string;
+  readonly published: Promise<Published>;
+  readonly outcome: Promise<Outcome>;
+}
+
+export class ClientRun {
+  readonly runId: string;
+  readonly prompt: UIMessage | null;
+  readonly status: RunStatus;
+  readonly queued: UIMessage[];
+  steer(message: string | UIMessage): Delivery;
+  result(): Promise<RunResult>;
+  cancel(options?: { reason?: string; wait?: boolean; timeout?: number }): Promise<UIMessage[]>;
+}
+
+export interface ConnectOptions {
+  /** The client id the relay stamps on this client's entries. */
+  clientId?: string;
+  /** The agent that Runs started by `send` go to ("default"). */
+  agent?: string;
+  /** Sent as the `token` query parameter. */
+  token?: string;
+  /** The size of the first page (1 to 1000, default 100). */
+  historyLimit?: number;
+  /** First reconnect delay cap in ms (default 50). */
+  backoffInitial?: number;
+  /** Largest reconnect delay cap in ms (default 5000). */
+  backoffMax?: number;
+  /** Ms to wait for `welcome` and `attached` (default 10000). */
+  openTimeout?: number;
+  /** A WebSocket class (default: the global one). */
+  WebSocket?: typeof WebSocket;
+}
+
+export class Session {
+  readonly url: string;
+  readonly sessionId: string;
+  readonly agent: string;
+  readonly clientId: string | null;
+  readonly view: View;
+  readonly connected: boolean;
+  readonly closed: boolean;
+  send(message: string | UIMessage, options?: { multitask?: "alongside" }): Promise<ClientRun>;
+  cancel(runId: string, options?: { reason?: string }): Promise<void>;
+  run(runId: string): ClientRun;
+  onState(fn: (state: ConnectionState) => void): () => void;
+  on(event: "state", fn: (state: ConnectionState) => void): () => void;
+  close(): Promise<void>;
+}
+
+export function connect(url: string, sessionId: string, options?: ConnectOptions): Promise<Session>;
