@@ -23,7 +23,7 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-from transport.asyncio.connection import Connection
+from transport.asyncio.connection import Connection, TokenProvider
 from transport.errors import RunwireError
 from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
@@ -46,6 +46,7 @@ class Agent:
         url: str,
         *,
         token: str | None = None,
+        token_provider: TokenProvider | None = None,
         name: str = "default",
         client_id: str | None = None,
         queue: Mapping[str, str] | QueueOptions | None = None,
@@ -59,6 +60,7 @@ class Agent:
         self._link = _Link(
             url,
             token=token,
+            token_provider=token_provider,
             client_id=client_id,
             on_dispatch=self._on_dispatch,
             after_connect=self._register,

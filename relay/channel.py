@@ -2,8 +2,9 @@
 
 Every change to a channel happens under its lock, in this order: drop a
 repeated entry id, check the entry against the Run rules, stamp it with the
-publisher's identity and the time, store it (the store assigns the serial and
-writes the changed Run records in the same transaction), acknowledge the
+publisher's identity, the time and what the rules decided, store it (the
+store assigns the serial and writes the changed Run records in the same
+transaction), acknowledge the
 publisher, queue the entry to every subscriber, then let the hub react
 (dispatch a new Run, settle timers). The lock is held through the store's
 write, so subscribers get entries in serial order with no gap; writes of
@@ -65,23 +66,21 @@ class Channel:
             if found is not None:
                 return found.serial, True
             changes = self.registry.plan(entry, sender, now_ms)
-            stamped = entry.model_copy(
-                update={
-                    "serial": None,
-                    "ts": now_ms,
-                    "user_id": sender.user_id,
-                    "client_id": sender.client_id,
-                }
-            )
+            stamped = self.registry.stamp(entry, sender, now_ms, changes)
             try:
                 appended = await self.store.append(
                     self.session_id, entry.id, codec.encode_entry(stamped), changes
                 )
             except RunwireError:
+                self.registry.abandon(changes)
                 # The store may or may not hold the write; read back the truth.
-                self.registry = RunRegistry(self.session_id, await self._safe_runs())
+                self.registry.reload(await self._safe_runs())
+                raise
+            except BaseException:
+                self.registry.abandon(changes)
                 raise
             if appended.duplicate:
+                self.registry.abandon(changes)
                 return appended.serial, True
             self.registry.apply(changes)
             self.last = appended.serial
