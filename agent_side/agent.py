@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from transport.asyncio.connection import Connection, TokenProvider
-from transport.errors import RunwireError
+from transport.errors import RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
@@ -189,6 +189,13 @@ class Agent:
         assert self.handler is not None
         try:
             await self.handler(run)
+        except RunwireError as exc:
+            if exc.code == RUN_NOT_ACTIVE and run.ended:
+                # The relay ended it meanwhile (an interrupt of a Run not started yet).
+                log.info("run %s ended elsewhere while its handler ran: %s", run.run_id, exc)
+                return
+            log.exception("handler of run %s failed", run.run_id)
+            await self._end_quietly(run, "error", exc)
         except Exception as exc:
             log.exception("handler of run %s failed", run.run_id)
             await self._end_quietly(run, "error", as_error(exc))

@@ -357,7 +357,7 @@ class ClientSession:
         prompt = next(
             (
                 vm.message
-                for vm in self.view.messages()
+                for vm in [*self.view.messages(), *self.view.waiting()]
                 if vm.run_id == run_id and vm.intent == "prompt"
             ),
             None,

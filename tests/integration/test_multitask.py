@@ -5,7 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
+import agent_side
 import client_side
+import relay
 from client_side import ClientRun, ClientSession
 from transport import RunwireError
 from transport.asyncio.abort import AbortController
@@ -275,3 +277,56 @@ async def test_strategies_touch_only_runs_of_their_own_user_unless_shared() -> N
             await agent.wait(lambda: queued.run_id in agent.started)
             agent.release(queued.run_id)
             await queued.result()
+
+
+async def test_interrupting_a_run_no_agent_started_ends_it_at_once() -> None:
+    agent = Conductor()
+    async with (
+        relay.serve(port=0, store="memory://") as server,
+        client_side.connect(server.url, "s") as session,
+    ):
+        unstarted = await session.send("nobody took me")
+        new = await session.send("take me instead", multitask="rollback")
+        assert (await unstarted.result()).status == "cancelled"
+        await until(session, lambda: new.status == "pending")
+        assert session.run(new.run_id).prompt is not None
+        worker = agent_side.Agent(server.url)
+        worker.on_run(agent)
+        async with worker:
+            await agent.wait(lambda: agent.started == [new.run_id])
+            agent.release(new.run_id)
+            await new.result()
+        assert texts(session) == ["take me instead", "take me instead: started and done"]
+
+
+async def test_a_worker_whose_dispatched_run_is_interrupted_before_it_started_lets_it_go(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gate = anyio.Event()
+    took_first = anyio.Event()
+    taken: list[str] = []
+    outcomes: dict[str, str] = {}
+
+    async def handle(run: agent_side.Run) -> None:
+        taken.append(run.run_id)
+        took_first.set()
+        await gate.wait()  # the worker is slow to start what it was handed
+        await run.start()
+        await run.end()
+        outcomes[run.run_id] = run.status
+
+    async with relay.serve(port=0, store="memory://") as server:
+        worker = agent_side.Agent(server.url)
+        worker.on_run(handle)
+        async with worker, client_side.connect(server.url, "s") as session:
+            first = await session.send("first")
+            with anyio.fail_after(10):
+                await took_first.wait()
+            assert taken == [first.run_id]
+            second = await session.send("second", multitask="interrupt")
+            assert (await first.result()).status == "cancelled"
+            await until(session, lambda: second.status == "pending")
+            gate.set()
+            assert (await second.result()).status == "complete"
+    assert outcomes == {second.run_id: "complete"}
+    assert not [r for r in caplog.records if "handler of run" in r.getMessage()]
