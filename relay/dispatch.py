@@ -90,13 +90,15 @@ class Dispatcher:
 
     # --------------------------------------------------------------- runs --
 
-    def run_changed(self, record: RunRecord, *, new: bool) -> None:
-        """Follow a Run record the store just wrote."""
+    async def run_created(self, record: RunRecord) -> None:
+        """A new Run was stored by this node: hand it to a worker (or keep it waiting)."""
         key = (record.session_id, record.run_id)
-        if new and record.status == "pending":
-            self.waiting[key] = record
-            self._hand_out(record)
-            return
+        self.waiting[key] = record
+        self._hand_out(record)
+
+    def run_changed(self, record: RunRecord) -> None:
+        """Follow a Run record an entry changed (on any node)."""
+        key = (record.session_id, record.run_id)
         if record.status != "pending":
             self.waiting.pop(key, None)
             self.assigned.pop(key, None)

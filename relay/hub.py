@@ -28,7 +28,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transport import codec
 from transport.errors import (
@@ -56,6 +56,7 @@ from transport.frames import (
     Worker,
 )
 from transport.messages import new_id
+from transport.policy import RELAY
 from transport.runs import (
     AGENT,
     SUBSCRIBE,
@@ -72,6 +73,9 @@ from .metrics import Metrics
 from .options import RelayOptions
 from .peer import Peer
 from .store.base import Store
+
+if TYPE_CHECKING:
+    from .cluster import RedisDispatcher
 
 __all__ = ["Hub"]
 
@@ -93,9 +97,19 @@ class Hub:
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Future[Channel]] = {}
         self.peers: set[Peer] = set()
-        self.dispatcher = Dispatcher(
-            grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
-        )
+        self.dispatcher: Dispatcher | RedisDispatcher
+        if store.url.startswith(("redis://", "rediss://")):
+            from .cluster import RedisDispatcher
+            from .store.redis import RedisStore
+
+            assert isinstance(store, RedisStore)
+            self.dispatcher = RedisDispatcher(
+                store, grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
+            )
+        else:
+            self.dispatcher = Dispatcher(
+                grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
+            )
         self.policy = Policy(multitask=options.multitask, thread_access=options.thread_access)
         self.slots = SlotBook(options.max_concurrent_runs)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -106,8 +120,11 @@ class Hub:
         """Time the Runs that were active when the relay last stopped; give queued Runs
         whose turn came their turn."""
         self.slots.sync(await self.store.runs_with_status(["pending", "active"]))
-        for record in await self.store.runs_with_status(["active"]):
-            self.dispatcher.start_timer(record)
+        if isinstance(self.dispatcher, Dispatcher):
+            for record in await self.store.runs_with_status(["active"]):
+                self.dispatcher.start_timer(record)
+        else:
+            self.dispatcher.start()
         queued = await self.store.runs_with_status(["queued"])
         for session_id in dict.fromkeys(r.session_id for r in queued):
             self._react_soon(await self.channel(session_id))
@@ -129,6 +146,8 @@ class Hub:
         user's client id.
         """
         claimed = frame.client_id or peer.connection_id
+        if claimed == RELAY.client_id:
+            raise RunwireError(PROTOCOL_ERROR, f"client id {claimed!r} is the relay's own")
         identity = peer.identity
         if identity is None:
             client_id, user_id = claimed, None
@@ -157,6 +176,7 @@ class Hub:
                     for r in channel.registry.active()
                     if r.owner == client_id and r.status == "active"
                 )
+            self.release(channel)
         self.dispatcher.peer_gone(peer, owned)
 
     # -------------------------------------------------------------- frames --
@@ -208,6 +228,7 @@ class Hub:
             channel = self._attached(peer, frame.session_id)
             channel.detach(peer)
             peer.send_frame(codec.encode(Ack(req=frame.req)))
+            self.release(channel)
         elif isinstance(frame, History):
             channel = self._attached(peer, frame.session_id)
             entries, has_older = await channel.history(
@@ -240,9 +261,11 @@ class Hub:
         try:
             channel = self._attached(peer, frame.session_id)
             sender = peer.sender_for(frame.session_id)
-            serial, duplicate = await channel.publish(frame.entry, sender, now_ms())
+            serial, duplicate, changes = await channel.publish(frame.entry, sender, now_ms())
             if duplicate:
                 self.metrics.duplicates.inc()
+            else:
+                await self._published(frame.entry, changes)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
@@ -275,11 +298,12 @@ class Hub:
         future: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
-            info = await self.store.open_channel(session_id)
-            registry = RunRegistry(
-                session_id, await self.store.runs(session_id), policy=self.policy, slots=self.slots
-            )
-            channel = Channel(self.store, info, registry, self._committed)
+            channel = Channel(self.store, session_id, self._committed, self._registry)
+            try:
+                await channel.load()
+            except BaseException:
+                channel.close()
+                raise
             self.channels[session_id] = channel
             self.metrics.channels.set(len(self.channels))
             future.set_result(channel)
@@ -291,26 +315,62 @@ class Hub:
         finally:
             del self._loading[session_id]
 
-    def _committed(self, channel: Channel, entry: EntryBody, changes: list[RunRecord]) -> None:
+    def _registry(self, session_id: str, records: list[RunRecord]) -> RunRegistry:
+        return RunRegistry(session_id, records, policy=self.policy, slots=self.slots)
+
+    def release(self, channel: Channel) -> None:
+        """Forget a channel nobody on this node watches (its store subscription ends)."""
+        if channel.subscribers or channel.lock.locked() or channel.session_id in self._reacting:
+            return
+        if self.channels.get(channel.session_id) is channel:
+            del self.channels[channel.session_id]
+            channel.close()
+            self.metrics.channels.set(len(self.channels))
+
+    async def _published(self, entry: EntryBody, changes: list[RunRecord]) -> None:
+        """After this node stored an entry: hand out the Runs it made pending.
+
+        Only the node that stored the entry does this, so a Run is handed out once.
+        """
         self.metrics.published.inc()
+        for record in changes:
+            if record.status == "pending" and (
+                (isinstance(entry, MessageEntry) and entry.intent == "prompt")
+                or (isinstance(entry, RunEntry) and entry.status == "pending")
+            ):
+                await self.dispatcher.run_created(record)
+
+    def _committed(self, channel: Channel, entry: EntryBody, changes: list[RunRecord]) -> None:
+        """React to an entry this node took in, whichever node published it."""
         self.metrics.delivered.inc(len(channel.subscribers))
         freed = False
         for record in changes:
-            new = record.status == "pending" and (
-                (isinstance(entry, MessageEntry) and entry.intent == "prompt")
-                or (isinstance(entry, RunEntry) and entry.status == "pending")
-            )
-            self.dispatcher.run_changed(record, new=new)
+            self.dispatcher.run_changed(record)
             freed = freed or record.terminal or record.status == "suspended"
-        if changes:
-            self._react_soon(channel)
         if freed and self.slots.limit is not None:
-            waiting = [
-                c for c in self.channels.values() if c is not channel and c.registry.queued()
-            ]
-            waiting.sort(key=lambda c: c.registry.queued()[0].created_ts)
-            for other in waiting:
-                self._react_soon(other)
+            # A slot came free: sessions with queued Runs take their turns oldest first,
+            # one after the other (each waits for its channel's lock), so a younger
+            # Run in another session cannot take the slot first.
+            waiting = [c for c in self.channels.values() if c.registry.queued()]
+            if channel not in waiting and changes:
+                waiting.append(channel)
+            waiting.sort(
+                key=lambda c: c.registry.queued()[0].created_ts if c.registry.queued() else 0
+            )
+            task = asyncio.get_running_loop().create_task(self._react_in_turn(waiting))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif changes:
+            self._react_soon(channel)
+
+    async def _react_in_turn(self, channels: list[Channel]) -> None:
+        for channel in channels:
+            session_id = channel.session_id
+            if session_id in self._reacting:
+                self._again.add(session_id)
+                continue
+            self._reacting.add(session_id)
+            await self._react(channel)
 
     def _react_soon(self, channel: Channel) -> None:
         """Publish what the relay owes ``channel`` (once the current publish let go of it)."""
@@ -331,7 +391,9 @@ class Hub:
                 self._again.discard(session_id)
                 for entry, sender in channel.registry.due():
                     try:
-                        await channel.publish(entry, sender, now_ms())
+                        _, duplicate, changes = await channel.publish(entry, sender, now_ms())
+                        if not duplicate:
+                            await self._published(entry, changes)
                     except RunwireError as exc:  # no longer due, or the store failed
                         log.debug("relay entry %s not published: %s", entry.id, exc)
                 if session_id not in self._again:
@@ -360,7 +422,7 @@ class Hub:
                     details={"grace_seconds": self.options.agent_grace},
                 ),
             )
-            await channel.publish(entry, Sender(client_id="relay", role="relay"), now_ms())
+            await channel.publish(entry, RELAY, now_ms())
             self.metrics.agent_lost.inc()
         except RunwireError as exc:
             log.warning("could not end run %s/%s: %s", session_id, run_id, exc)

@@ -39,3 +39,5 @@ class RelayOptions:
     """Sessions whose first prompt says nothing are shared (``shared``) or not (``own``)."""
     max_concurrent_runs: int | None = None
     """Runs going on (pending or active) at once on this relay node; more wait, queued."""
+    index_html: str | None = None
+    """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""

@@ -5,7 +5,9 @@ anything else first is answered with a ``PROTOCOL_ERROR`` and the connection
 closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
 connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
 ``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
-/metrics`` the Prometheus text format.
+/metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
+(``client_side/js/runwire.js``), and ``GET /`` the ``index_html`` file when
+that option names one.
 
 Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
 (``Authorization: Bearer``, or the ``token`` query parameter for browsers,
@@ -29,6 +31,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import fields
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server as WSServer
@@ -54,6 +57,9 @@ from .store.base import Store
 __all__ = ["Server", "serve"]
 
 log = logging.getLogger("runwire.relay")
+
+CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "runwire.js"
+"""The browser client, served at ``/client.js`` (found beside the installed packages)."""
 
 
 class Server:
@@ -113,7 +119,14 @@ async def serve(
                 return _response(200 if ok else 503, body, "application/json")
             if path == "/metrics":
                 return _response(200, metrics.render(), "text/plain; version=0.0.4")
-            if "upgrade" not in request.headers.get("Connection", "").lower():
+            if path == "/client.js":
+                # Any page may import it (a module script from another origin needs CORS).
+                js = _file(CLIENT_JS, "application/javascript; charset=utf-8")
+                js.headers["Access-Control-Allow-Origin"] = "*"
+                return js
+            if path == "/" and opts.index_html is not None and not _upgrade(request):
+                return _file(Path(opts.index_html), "text/html; charset=utf-8")
+            if not _upgrade(request):
                 return _response(404, b"not found\n", "text/plain")
             return None
 
@@ -139,6 +152,10 @@ async def serve(
         await the_store.aclose()
 
 
+def _upgrade(request: Request) -> bool:
+    return "upgrade" in request.headers.get("Connection", "").lower()
+
+
 def _response(status: int, body: bytes, content_type: str) -> Response:
     headers = Headers(
         [
@@ -157,6 +174,17 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _file(path: Path, content_type: str) -> Response:
+    """A static file, read on each request (small, and edits show on reload); 404 if missing."""
+    try:
+        body = path.read_bytes()
+    except OSError:
+        return _response(404, b"not found\n", "text/plain")
+    response = _response(200, body, content_type)
+    response.headers["Cache-Control"] = "no-cache"
+    return response
 
 
 async def _handle_connection(
@@ -188,6 +216,7 @@ async def _handle_connection(
                 raise RunwireError(PROTOCOL_ERROR, "the first frame must be hello")
             if hello.v != 1:
                 raise RunwireError(PROTOCOL_ERROR, f"protocol version {hello.v} is not supported")
+            hub.hello(peer, hello)
         except RunwireError as exc:
             peer.send_error(exc, codec.request_id(raw))
             await _flush_and_close(peer, CloseCode.PROTOCOL_ERROR, exc.message)

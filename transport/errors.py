@@ -16,6 +16,7 @@ __all__ = [
     "AGENT_LOST",
     "CANCEL_DENIED",
     "CLOSE_CODES",
+    "CONFLICT",
     "DUPLICATE_RUN",
     "EPOCH_MISMATCH",
     "INTERNAL_ERROR",
@@ -75,6 +76,8 @@ STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
 """The relay's store cannot take writes right now."""
 RATE_LIMITED = "RATE_LIMITED"
 """Too many requests in flight on one connection."""
+CONFLICT = "CONFLICT"
+"""The channel moved on since the entry was checked; re-check and retry."""
 INTERNAL_ERROR = "INTERNAL_ERROR"
 """A fault inside the relay; the request had no effect."""
 

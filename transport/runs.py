@@ -147,6 +147,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+RELAY_CLIENT_ID = "relay"
+"""The client id stamped on entries the relay itself publishes (no peer may claim it)."""
+
+
 def end_reason(status: str) -> RunEndReason | None:
     """The ``RunEndReason`` of a terminal status, None otherwise."""
     if status == "complete":
@@ -347,6 +351,61 @@ class RunRegistry:
         elif isinstance(entry, CancelEntry) and sender.role != "relay":
             update["interrupted_by"] = None
         return entry.model_copy(update=update)
+
+    def replay(self, entry: EntryBody) -> list[RunRecord]:
+        """Take in an entry the channel already holds; returns (and applies) what it changed.
+
+        Every relay node replays every entry of a session in serial order, so
+        all hold the same records. The entry passed the rules when it was
+        published, so its effect is taken as it was decided then: a Run's
+        status change is applied as it stands, a prompt is queued or not as its
+        stamp says (nodes may differ in free slots), and who sent an entry is
+        read from its stamps without checking rights again. An entry that no
+        longer applies returns ``[]``.
+        """
+        ts = entry.ts or 0
+        client_id = entry.client_id or ""
+        if isinstance(entry, RunEntry):
+            record = self.runs.get(entry.run_id)
+            if record is None or record.terminal or record.status == entry.status:
+                return []
+            owner = record.owner
+            if owner is None and client_id != RELAY.client_id and entry.status != "pending":
+                owner = client_id
+            changes = [
+                replace(
+                    record,
+                    status=entry.status,
+                    owner=owner,
+                    error=entry.error.model_dump() if entry.error else None,
+                    updated_ts=ts,
+                )
+            ]
+        else:
+            role: Literal["client", "agent", "relay"] = "agent"
+            if client_id == RELAY.client_id or (
+                isinstance(entry, CancelEntry) and entry.interrupted_by
+            ):
+                role = "relay"
+            elif isinstance(entry, MessageEntry | CancelEntry):
+                role = "client"
+            sender = Sender(client_id=client_id, user_id=entry.user_id, role=role)
+            try:
+                changes = self.plan(entry, sender, ts)
+            except RunwireError:
+                return []
+            if isinstance(entry, MessageEntry) and entry.intent == "prompt" and changes:
+                record = changes[0]
+                changes = [
+                    replace(
+                        record,
+                        status="queued" if entry.queued else "pending",
+                        multitask=entry.multitask or record.multitask,
+                        interrupts=list(entry.interrupts or record.interrupts),
+                    )
+                ]
+        self.apply(changes)
+        return changes
 
     def apply(self, records: list[RunRecord]) -> None:
         """Make planned changes current (after the store wrote them)."""
