@@ -18,7 +18,10 @@ the set the next ``pipe()`` lists in ``response_open.seen``.
 Signals. ``on_steer()`` is called synchronously the moment a steering message
 of this Run folds in. A cancel entry of this Run is offered to
 ``on_cancel(request)`` (default: accept); once accepted, ``abort_signal``
-fires. A cancel that folded in before ``start()`` is applied right after it.
+fires. A refusal (``on_cancel`` returns ``False``) publishes a
+``cancel_denied`` entry naming the cancel, so the asker gets
+``CANCEL_DENIED`` and every device sees the Run go on; a later cancel is
+offered again. A cancel that folded in before ``start()`` is applied right after it.
 A terminal lifecycle entry that this Run did not publish (the relay ending it
 ``AGENT_LOST``) marks it ended and fires ``abort_signal`` too.
 """
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.errors import RUN_NOT_ACTIVE, RunwireError
-from transport.frames import ErrorBody, RunEntry, RunStatus
+from transport.frames import CancelDenied, ErrorBody, RunEntry, RunStatus
 from transport.messages import UIMessage, new_id
 from transport.runs import TERMINAL
 
@@ -76,12 +79,17 @@ class Invocation:
 
 @dataclass(frozen=True)
 class CancelRequest:
-    """A cancel of a Run, as ``on_cancel`` sees it (ids stamped by the relay)."""
+    """A cancel of a Run, as ``on_cancel`` sees it (who asked: ids stamped by the relay).
+
+    ``interrupted_by`` is the Run whose ``interrupt`` / ``rollback`` caused it.
+    """
 
     run_id: str
     reason: str | None = None
     client_id: str | None = None
     user_id: str | None = None
+    cancel_id: str | None = None
+    interrupted_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -372,6 +380,8 @@ class Run:
             self._session._spawn(self._await_cancel, decision, request)
         elif decision is not False:
             self._abort.abort(request)
+        else:
+            self._session._spawn(self._deny, request)
 
     async def _await_cancel(self, decision: Awaitable[bool | None], request: CancelRequest) -> None:
         try:
@@ -381,6 +391,23 @@ class Run:
             accepted = True
         if accepted is not False:
             self._abort.abort(request)
+        else:
+            await self._deny(request)
+
+    async def _deny(self, request: CancelRequest) -> None:
+        """Tell everyone the cancel was refused (the asker's SDK raises ``CANCEL_DENIED``)."""
+        if self.ended or self.abort_signal.aborted:
+            return
+        entry = CancelDenied(
+            id=self._entry_id(),
+            run_id=self.run_id,
+            cancel_id=request.cancel_id,
+            reason="the agent refused to cancel this run",
+        )
+        try:
+            await self._session._publish(entry)
+        except RunwireError as exc:
+            log.warning("could not refuse the cancel of run %s: %s", self.run_id, exc)
 
     def _ended_elsewhere(self, status: EndReason, error: RunwireError | None) -> None:
         """The relay (or another publisher) ended this Run."""

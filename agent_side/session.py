@@ -28,7 +28,7 @@ import anyio
 import anyio.abc
 from pydantic import ValidationError
 
-from transport.asyncio.connection import Connection
+from transport.asyncio.connection import Connection, TokenProvider
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
     Attach,
@@ -348,10 +348,10 @@ class AgentSession:
         return self.tree.seen(run_id)
 
     def _cancel_of(self, run_id: str) -> CancelRequest | None:
-        request = self._cancels.get(run_id)
-        if request is None and self.tree.cancel_requested(run_id):
-            request = CancelRequest(run_id=run_id)
-        return request
+        """The Run's standing cancel request (none once the agent refused it)."""
+        if not self.tree.cancel_requested(run_id):
+            return None
+        return self._cancels.get(run_id) or CancelRequest(run_id=run_id)
 
     def _forget(self, run: Run) -> None:
         if self._runs.get(run.run_id) is run:
@@ -379,6 +379,8 @@ def _cancel_request(data: dict[str, Any]) -> CancelRequest:
         reason=_str_or_none(data.get("reason")),
         client_id=_str_or_none(data.get("client_id")),
         user_id=_str_or_none(data.get("user_id")),
+        cancel_id=_str_or_none(data.get("id")),
+        interrupted_by=_str_or_none(data.get("interrupted_by")),
     )
 
 
@@ -390,6 +392,7 @@ class _Link:
         url: str,
         *,
         token: str | None = None,
+        token_provider: TokenProvider | None = None,
         client_id: str | None = None,
         on_dispatch: Callable[[Dispatch], None] | None = None,
         after_connect: Callable[[Connection], Awaitable[None]] | None = None,
@@ -400,6 +403,7 @@ class _Link:
             client_id=client_id,
             role="agent",
             token=token,
+            token_provider=token_provider,
             on_frame=self._on_frame,
             on_connect=self._on_connect,
         )
@@ -515,6 +519,7 @@ async def connect(
     session_id: str,
     *,
     token: str | None = None,
+    token_provider: TokenProvider | None = None,
     client_id: str | None = None,
     queue: Mapping[str, str] | QueueOptions | None = None,
     max_in_flight: int = 1,
@@ -522,10 +527,11 @@ async def connect(
     """Attach to one session as an agent until the block exits (explicit mode).
 
     ``queue`` sets the default queue modes of the session's Runs;
-    ``max_in_flight`` how many appends a ``pipe()`` may have unacknowledged.
+    ``max_in_flight`` how many appends a ``pipe()`` may have unacknowledged;
+    ``token_provider`` (plain or async) gives a fresh token on each reconnect.
     Raises ``RunwireError`` if the relay cannot be reached or refuses.
     """
-    link = _Link(url, token=token, client_id=client_id)
+    link = _Link(url, token=token, token_provider=token_provider, client_id=client_id)
     session = AgentSession(
         link, session_id, queue=queue_options(queue), max_in_flight=max_in_flight, owns_link=True
     )

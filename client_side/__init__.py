@@ -7,8 +7,11 @@
 conversation (``messages()``, ``runs()``, ``on()``, ``events()``).
 """
 
+from transport.frames import Multitask
+from transport.runs import MULTITASK_STRATEGIES
+
 from .run import ClientRun, Delivery, Outcome, PendingResult, Published, RunResult
-from .session import MULTITASK_STRATEGIES, ClientSession, Multitask, connect
+from .session import ClientSession, connect
 from .view import EVENT_KINDS, Event, EventStream, View
 
 __all__ = [

@@ -191,7 +191,8 @@ class ClientRun:
 
     @property
     def status(self) -> RunStatus:
-        """The Run's status in the view; ``"pending"`` until the agent starts it."""
+        """The Run's status in the view: ``"queued"`` while it waits its turn,
+        ``"pending"`` until the agent starts it, and so on."""
         info = self._session.view.run(self.run_id)
         return info.status if info is not None else "pending"
 
@@ -262,19 +263,13 @@ class ClientRun:
         """Cancel this Run; return the steering messages it never took.
 
         Publishes the cancel (a Run that already ended is left as it is;
-        ``RUN_NOT_FOUND`` raises ``RunwireError``), then, with ``wait``, waits until
-        the Run ends or ``timeout`` seconds pass. Returns the messages steered
-        through this handle whose outcome resolved ``consumed=False`` or is
-        still pending.
+        ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``), then, with
+        ``wait``, waits until the Run ends or ``timeout`` seconds pass, and
+        raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses it (the Run
+        goes on). Returns the messages steered through this handle whose
+        outcome resolved ``consumed=False`` or is still pending.
         """
-        await self._session.cancel(self.run_id, reason=reason)
-        if wait:
-            with anyio.move_on_after(timeout):
-                while True:
-                    info = self._session.view.run(self.run_id)
-                    if info is not None and info.status in TERMINAL:
-                        break
-                    await self._session._wait_change()
+        await self._session.cancel(self.run_id, reason=reason, wait=wait, timeout=timeout)
         return [
             d.message
             for d in self._deliveries

@@ -43,6 +43,8 @@ log = logging.getLogger("runwire.relay")
 
 Committed = Callable[["Channel", EntryBody, list[RunRecord]], None]
 """The hub's reaction to an entry this node took in (from any node)."""
+MakeRegistry = Callable[[str, list[RunRecord]], RunRegistry]
+"""Builds a session's registry from its records (the hub adds its policy and slots)."""
 
 _APPEND_KIND = b'"kind":"response_append"'
 _RETRIES = 20
@@ -51,13 +53,20 @@ _RETRIES = 20
 class Channel:
     """A relay node's state for one session."""
 
-    def __init__(self, store: Store, session_id: str, on_entry: Committed) -> None:
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        on_entry: Committed,
+        make_registry: MakeRegistry | None = None,
+    ) -> None:
         self.store = store
         self.session_id = session_id
         self.epoch = ""
         self.first = 0
         self.last = 0
-        self.registry = RunRegistry(session_id)
+        self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
+        self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
         self.lock = asyncio.Lock()
         self.reset = False
@@ -74,7 +83,7 @@ class Channel:
         )
         info = await self.store.open_channel(self.session_id)
         self.epoch, self.first, self.last = info.epoch, info.first, info.last
-        self.registry = RunRegistry(self.session_id, await self.store.runs(self.session_id))
+        self.registry = self._make_registry(self.session_id, await self.store.runs(self.session_id))
         self._loaded = True
         early, self._early = self._early, []
         for stored in early:
@@ -149,26 +158,21 @@ class Channel:
 
     # ------------------------------------------------------------ publish --
 
-    async def publish(self, entry: EntryBody, sender: Sender, now_ms: int) -> tuple[int, bool]:
+    async def publish(
+        self, entry: EntryBody, sender: Sender, now_ms: int
+    ) -> tuple[int, bool, list[RunRecord]]:
         """Store one entry (it reaches subscribers through the subscription).
 
-        Returns ``(serial, duplicate)``. Raises ``RunwireError`` when the Run
-        rules refuse the entry or the store fails.
+        Returns ``(serial, duplicate, changed Run records)``. Raises
+        ``RunwireError`` when the Run rules refuse the entry or the store fails.
         """
         async with self.lock:
             for _ in range(_RETRIES):
                 found = await self.store.find(self.session_id, entry.id)
                 if found is not None:
-                    return found.serial, True
+                    return found.serial, True, []
                 changes = self.registry.plan(entry, sender, now_ms)
-                stamped = entry.model_copy(
-                    update={
-                        "serial": None,
-                        "ts": now_ms,
-                        "user_id": sender.user_id,
-                        "client_id": sender.client_id,
-                    }
-                )
+                stamped = self.registry.stamp(entry, sender, now_ms, changes)
                 try:
                     appended = await self.store.append(
                         self.session_id,
@@ -178,13 +182,19 @@ class Channel:
                         expect_last=self.last,
                     )
                 except RunwireError as exc:
+                    self.registry.abandon(changes)
                     if exc.code != CONFLICT:
                         raise
                     await self._catch_up(int(exc.details.get("last", self.last + 1)))
                     continue
-                if not appended.duplicate:
-                    await self._applied(appended.serial)
-                return appended.serial, appended.duplicate
+                except BaseException:
+                    self.registry.abandon(changes)
+                    raise
+                if appended.duplicate:
+                    self.registry.abandon(changes)
+                    return appended.serial, True, []
+                await self._applied(appended.serial)
+                return appended.serial, False, changes
         raise RunwireError(CONFLICT, "the session is too busy right now; retry")
 
     # ------------------------------------------------------------- attach --

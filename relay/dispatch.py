@@ -1,8 +1,9 @@
 """``Dispatcher``: which worker runs which Run, and what happens when one goes away.
 
-* A new Run (its prompt stored, status ``pending``) goes to the connected
-  worker of its agent name that has the fewest Runs handed to it and not yet
-  started. With no worker connected it waits, durable in the store, and goes to
+* A new Run (its prompt stored, status ``pending``, or a queued Run whose
+  turn came) goes to the connected worker of its agent name, with the
+  ``agent`` right in its session, that has the fewest Runs handed to it and
+  not yet started. With no worker connected it waits, durable in the store, and goes to
   the first worker of that name that registers.
 * A worker that disconnects before starting a Run handed to it: the Run is
   handed to another worker (or waits for one).
@@ -23,7 +24,7 @@ from typing import Any
 
 from transport import codec
 from transport.frames import Dispatch
-from transport.runs import RunRecord
+from transport.runs import AGENT, RunRecord
 
 from .metrics import Metrics
 from .peer import Peer
@@ -122,7 +123,11 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     def _hand_out(self, record: RunRecord) -> None:
-        workers = [w for w in self.workers.get(record.agent, []) if not w.closed]
+        workers = [
+            w
+            for w in self.workers.get(record.agent, [])
+            if not w.closed and w.can(record.session_id, AGENT)
+        ]
         if not workers:
             return
         load: dict[int, int] = {}

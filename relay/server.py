@@ -8,11 +8,25 @@ connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
 /metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
 (``client_side/js/runwire.js``), and ``GET /`` the ``index_html`` file when
 that option names one.
+
+Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
+(``Authorization: Bearer``, or the ``token`` query parameter for browsers,
+which cannot set headers). A missing, forged or expired token is answered, at
+``hello``, by an ``error`` frame (``UNAUTHORIZED`` with ``details.reason``, or
+``TOKEN_EXPIRED``) and a close with 4001 (4003 when expired); the handshake
+itself succeeds so that browsers can read the code. A connection whose token
+expires later is closed with 4003 at that moment; its SDK reconnects with a
+fresh token. Without either key the relay is anonymous (every connection has
+every right, user ids are ``None``), says so in its log, and refuses to listen
+on a host that is not loopback unless ``allow_anonymous=True``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import fields
@@ -28,10 +42,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from transport import codec
-from transport.errors import PROTOCOL_ERROR, CloseCode, RunwireError
+from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
 from transport.messages import new_id
 
+from .auth import TokenVerifier, token_from_request
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
@@ -75,6 +90,18 @@ async def serve(
     if unknown:
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
+    verifier: TokenVerifier | None = None
+    if opts.secret or opts.public_key:
+        verifier = TokenVerifier(secret=opts.secret, public_key=opts.public_key)
+    elif not opts.allow_anonymous and not _is_loopback(host):
+        raise ValueError(
+            f"refusing to listen on {host!r} without tokens: give a secret or public key "
+            "(--secret-file / --public-key-file), or allow_anonymous=True (--allow-anonymous)"
+        )
+    else:
+        log.warning(
+            "the relay is anonymous (no secret or public key): every connection has every right"
+        )
     the_store = open_store(store) if isinstance(store, str) else store
     await the_store.start()
     metrics = Metrics()
@@ -104,7 +131,7 @@ async def serve(
             return None
 
         async def handler(ws: ServerConnection) -> None:
-            await _handle_connection(ws, hub, opts, metrics)
+            await _handle_connection(ws, hub, opts, metrics, verifier)
 
         async with ws_serve(
             handler,
@@ -140,6 +167,15 @@ def _response(status: int, body: bytes, content_type: str) -> Response:
     return Response(status, HTTPStatus(status).phrase, headers, body)
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _file(path: Path, content_type: str) -> Response:
     """A static file, read on each request (small, and edits show on reload); 404 if missing."""
     try:
@@ -152,10 +188,23 @@ def _file(path: Path, content_type: str) -> Response:
 
 
 async def _handle_connection(
-    ws: ServerConnection, hub: Hub, opts: RelayOptions, metrics: Metrics
+    ws: ServerConnection,
+    hub: Hub,
+    opts: RelayOptions,
+    metrics: Metrics,
+    verifier: TokenVerifier | None,
 ) -> None:
     peer = Peer(ws, new_id(), opts.send_queue_bytes, metrics)
     metrics.connections.inc()
+    expiry: asyncio.TimerHandle | None = None
+    refused: RunwireError | None = None
+    if verifier is not None:
+        request = ws.request
+        token = token_from_request(request.headers, request.path) if request else None
+        try:
+            peer.identity = verifier.verify(token)
+        except RunwireError as exc:
+            refused = exc
     try:
         try:
             raw = await ws.recv()
@@ -172,6 +221,20 @@ async def _handle_connection(
             peer.send_error(exc, codec.request_id(raw))
             await _flush_and_close(peer, CloseCode.PROTOCOL_ERROR, exc.message)
             return
+        if refused is not None:
+            peer.send_error(refused, hello.req)
+            expired = refused.code == TOKEN_EXPIRED
+            code = CloseCode.TOKEN_EXPIRED if expired else CloseCode.UNAUTHORIZED
+            await _flush_and_close(peer, code, f"{refused.code}: {refused.message}")
+            return
+        if peer.identity is not None:
+            expiry = asyncio.get_running_loop().call_later(
+                max(0.0, peer.identity.expires_at - time.time()),
+                peer.close,
+                CloseCode.TOKEN_EXPIRED,
+                "TOKEN_EXPIRED: the token expired; reconnect with a fresh one",
+            )
+        hub.hello(peer, hello)
         peer.send_frame(
             codec.encode(
                 Welcome(
@@ -180,6 +243,7 @@ async def _handle_connection(
                     user_id=peer.sender.user_id,
                     connection_id=peer.connection_id,
                     max_frame_bytes=opts.max_frame_bytes,
+                    multitask=opts.multitask,
                 )
             )
         )
@@ -188,6 +252,8 @@ async def _handle_connection(
     except ConnectionClosed:
         pass
     finally:
+        if expiry is not None:
+            expiry.cancel()
         peer.closed = True
         hub.gone(peer)
         metrics.connections.dec()

@@ -53,8 +53,22 @@ Runs. A Run appears with the first entry naming it: a prompt makes it
 ``"default"``); another entry (the prompt is in an older page) makes it
 ``pending`` with those ``None``, or takes the run entry's status. Run entries
 set status, ``error`` and ``end_reason``; a terminal status is final.
-``cancel`` sets ``cancel_requested``. Steer, follow-up and inject messages go
-to ``transport.outcomes``; each resolution is a ``DeliveryEvent``.
+``cancel`` sets ``cancel_requested``; ``cancel_denied`` (the agent refused)
+clears it and is kept as a ``CancelDenial`` (``cancel_denial(cancel_id)``).
+Steer, follow-up and inject messages go to ``transport.outcomes``; each
+resolution is a ``DeliveryEvent``.
+
+Queued Runs. A prompt the relay stamped ``queued`` makes its Run ``queued``
+and is held out of the conversation (``waiting()`` lists such prompts; a
+``MessageEvent`` is not reported), and so is steering aimed at that Run (its
+outcome is tracked at once). When the Run's status leaves ``queued`` for a
+non-terminal one (the relay's ``run: pending``) the prompt is added, at that
+point of the fold, then the held steering in order: the prompt's parent is
+its ``parent_id`` if the tree holds it, else, for a ``rollback`` prompt with
+``interrupts``, the parent of the earliest interrupted Run's prompt (a new
+branch beside the interrupted turn, possibly a new root), else the tip of the
+default path. A queued Run that ends never adds its messages.
+``message(id)`` finds held messages too.
 
 Events of one incremental fold: ``RunEvent`` for a new Run (or a status
 change), then ``MessageEvent``, then ``DeliveryEvent`` in resolution order.
@@ -64,26 +78,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
+from .chunks import fold_chunks
 from .codec import decode_entry
 from .errors import VALIDATION_ERROR, RunwireError
+from .events import (
+    CancelDenial,
+    DeliveryEvent,
+    MessageEvent,
+    RunEvent,
+    RunInfo,
+    TreeEvent,
+    ViewMessage,
+)
 from .frames import (
+    CancelDenied,
     CancelEntry,
     Intent,
     MessageEntry,
     ResponseAppend,
     ResponseClose,
     ResponseOpen,
-    RunEndReason,
     RunEntry,
-    RunStatus,
 )
-from .messages import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
+from .messages import UIMessage
 from .outcomes import OutcomeBook, OutcomeRecord
 from .runs import TERMINAL, end_reason
 
 __all__ = [
+    "CancelDenial",
     "ConversationTree",
     "DeliveryEvent",
     "Entry",
@@ -94,68 +118,24 @@ __all__ = [
     "ViewMessage",
 ]
 
-Entry = MessageEntry | RunEntry | CancelEntry | ResponseOpen | ResponseAppend | ResponseClose
-_ENTRY_TYPES = (MessageEntry, RunEntry, CancelEntry, ResponseOpen, ResponseAppend, ResponseClose)
-
-
-@dataclass(frozen=True)
-class ViewMessage:
-    """A message as the tree holds it: the ``UIMessage`` and where it sits.
-
-    ``serial`` is the serial of the entry that created it (a response's
-    ``response_open``); ``intent`` is ``None`` for responses.
-    """
-
-    message: UIMessage
-    run_id: str
-    serial: int
-    parent_id: str | None = None
-    intent: Intent | None = None
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """A snapshot of one Run as the channel's entries describe it.
-
-    ``client_id`` / ``user_id`` / ``agent`` come from the Run's prompt (``None``
-    while the prompt is not loaded).
-    """
-
-    run_id: str
-    status: RunStatus
-    client_id: str | None = None
-    user_id: str | None = None
-    end_reason: RunEndReason | None = None
-    error: dict[str, Any] | None = None
-    agent: str | None = None
-
-
-@dataclass(frozen=True)
-class MessageEvent:
-    """A message was added to the tree, or changed (content, parent, or visibility)."""
-
-    message: ViewMessage
-    op: Literal["added", "updated"]
-    kind: Literal["message"] = field(default="message", init=False)
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    """A Run appeared or its status (or error) changed."""
-
-    run: RunInfo
-    kind: Literal["run"] = field(default="run", init=False)
-
-
-@dataclass(frozen=True)
-class DeliveryEvent:
-    """A steering message's outcome resolved (reported once per message)."""
-
-    outcome: OutcomeRecord
-    kind: Literal["delivery"] = field(default="delivery", init=False)
-
-
-TreeEvent = MessageEvent | RunEvent | DeliveryEvent
+Entry = (
+    MessageEntry
+    | RunEntry
+    | CancelEntry
+    | CancelDenied
+    | ResponseOpen
+    | ResponseAppend
+    | ResponseClose
+)
+_ENTRY_TYPES = (
+    MessageEntry,
+    RunEntry,
+    CancelEntry,
+    CancelDenied,
+    ResponseOpen,
+    ResponseAppend,
+    ResponseClose,
+)
 
 
 @dataclass
@@ -173,6 +153,10 @@ class _Run:
     cancel_requested: bool = False
     inputs: list[str] = field(default_factory=list)
     seen: dict[str, None] = field(default_factory=dict)
+    prompt_id: str | None = None
+    held: MessageEntry | None = None  # a queued prompt, added when its turn comes
+    held_inputs: list[MessageEntry] = field(default_factory=list)  # steering aimed at it
+    denials: list[CancelDenial] = field(default_factory=list)
 
 
 class _Fold:
@@ -186,6 +170,8 @@ class _Fold:
         self.spine_pos: dict[str, int] = {}
         self.runs: dict[str, _Run] = {}
         self.book = OutcomeBook()
+        self.held: dict[str, ViewMessage] = {}  # queued prompts by message id (kept once dropped)
+        self.denials: dict[str, CancelDenial] = {}
 
     def apply(self, e: Entry) -> list[TreeEvent]:
         """Fold one entry (the newest so far); the events it caused."""
@@ -203,21 +189,71 @@ class _Fold:
                 )
             if created or run.info != old:
                 events.append(RunEvent(run.info))
+            held = run.held
+            if held is not None and run.info.status != "queued":
+                run.held = None
+                inputs, run.held_inputs = run.held_inputs, []
+                if run.info.status not in TERMINAL and held.message.id not in self.nodes:
+                    for i, waiting in enumerate([held, *inputs]):
+                        if i:
+                            node = self._add(
+                                waiting.message,
+                                waiting.run_id,
+                                waiting.serial or 0,
+                                waiting.parent_id,
+                                waiting.intent,
+                                response=False,
+                            )
+                        else:
+                            node = self._place(waiting)
+                        self.held.pop(waiting.message.id, None)
+                        events.append(MessageEvent(node.view, "added"))
             events.extend(DeliveryEvent(r) for r in self.book.run_status(e.run_id, e.status))
             return events
         if created:
             events.append(RunEvent(run.info))
         if isinstance(e, MessageEntry):
             mid = e.message.id
-            if mid in self.nodes:
+            if mid in self.nodes or mid in self.held:
                 return events
-            node = self._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, response=False)
+            if e.intent == "prompt":
+                run.prompt_id = mid
+                if e.queued and run.info.status == "queued":
+                    run.held = e
+                    self.held[mid] = ViewMessage(
+                        e.message, e.run_id, e.serial, e.parent_id, e.intent
+                    )
+                    return events
+                node = self._place(e)
+            elif run.held is not None:  # aimed at a queued Run: it waits with its prompt
+                run.held_inputs.append(e)
+                self.held[mid] = ViewMessage(e.message, e.run_id, e.serial, e.parent_id, e.intent)
+                run.inputs.append(mid)
+                events.extend(DeliveryEvent(r) for r in self.book.track(mid, e.run_id))
+                return events
+            else:
+                node = self._add(
+                    e.message, e.run_id, e.serial, e.parent_id, e.intent, response=False
+                )
             events.append(MessageEvent(node.view, "added"))
             if e.intent != "prompt":
                 run.inputs.append(mid)
                 events.extend(DeliveryEvent(r) for r in self.book.track(mid, e.run_id))
         elif isinstance(e, CancelEntry):
             run.cancel_requested = True
+        elif isinstance(e, CancelDenied):
+            run.cancel_requested = False
+            denial = CancelDenial(
+                run_id=e.run_id,
+                cancel_id=e.cancel_id,
+                serial=e.serial,
+                reason=e.reason,
+                client_id=e.client_id,
+                user_id=e.user_id,
+            )
+            run.denials.append(denial)
+            if e.cancel_id is not None:
+                self.denials.setdefault(e.cancel_id, denial)
         elif isinstance(e, ResponseOpen):
             run.seen.update(dict.fromkeys(e.seen))
             self.book.saw(e.run_id, e.seen)
@@ -231,7 +267,7 @@ class _Fold:
             target = self.nodes.get(e.message_id)
             if target is not None and target.response and not target.closed:
                 if isinstance(e, ResponseAppend):
-                    message = _fold_chunks(target, e.chunks)
+                    message = fold_chunks(target.view.message, target.part_ids, e.chunks)
                 else:
                     target.closed = True
                     message = e.message
@@ -249,10 +285,32 @@ class _Fold:
         info = RunInfo(run_id=e.run_id, status="pending")
         if isinstance(e, MessageEntry) and e.intent == "prompt":
             info = replace(
-                info, client_id=e.client_id, user_id=e.user_id, agent=e.agent or "default"
+                info,
+                status="queued" if e.queued else "pending",
+                client_id=e.client_id,
+                user_id=e.user_id,
+                agent=e.agent or "default",
             )
         run = self.runs[e.run_id] = _Run(info)
         return run, True
+
+    def _place(self, e: MessageEntry) -> _Node:
+        """Add a prompt: under its parent, beside the turn it rolls back, or at the tip."""
+        assert e.serial is not None
+        if e.parent_id is None or e.parent_id not in self.nodes:
+            if e.multitask == "rollback" and e.interrupts:
+                prompts = [
+                    self.nodes[pid]
+                    for pid in (self.runs[r].prompt_id for r in e.interrupts if r in self.runs)
+                    if pid is not None and pid in self.nodes
+                ]
+                if prompts:
+                    earliest = min(prompts, key=lambda n: n.view.serial)
+                    parent = earliest.view.parent_id
+                    return self._add(
+                        e.message, e.run_id, e.serial, parent, e.intent, response=False, exact=True
+                    )
+        return self._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, response=False)
 
     def _add(
         self,
@@ -263,8 +321,9 @@ class _Fold:
         intent: Intent | None,
         *,
         response: bool,
+        exact: bool = False,
     ) -> _Node:
-        if parent_id is None or parent_id not in self.nodes:
+        if not exact and (parent_id is None or parent_id not in self.nodes):
             parent_id = self.spine[-1] if self.spine else None
         node = _Node(ViewMessage(message, run_id, serial, parent_id, intent), response)
         self.nodes[message.id] = node
@@ -298,88 +357,6 @@ class _Fold:
             key = pick
             children = self.nodes[pick].children
         return out
-
-
-def _fold_chunks(node: _Node, chunks: list[dict[str, Any]]) -> UIMessage:
-    """The node's message with ``chunks`` folded in (a new object; the old one is untouched)."""
-    parts: list[Part] = list(node.view.message.parts)
-    changed = False
-    for chunk in chunks:
-        kind = chunk.get("type")
-        if kind in ("text-start", "text-delta"):
-            changed |= _stream(parts, node.part_ids, "text", kind == "text-start", chunk)
-        elif kind in ("reasoning-start", "reasoning-delta"):
-            changed |= _stream(parts, node.part_ids, "reasoning", kind == "reasoning-start", chunk)
-        elif kind == "tool-input-available":
-            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
-            if isinstance(call_id, str) and isinstance(name, str):
-                parts.append(
-                    ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
-                )
-                changed = True
-        elif kind in ("tool-output-available", "tool-output-error"):
-            call_id = chunk.get("toolCallId")
-            error = chunk.get("errorText")
-            if not isinstance(call_id, str) or (
-                kind == "tool-output-error" and not isinstance(error, str)
-            ):
-                continue
-            name = _tool_name(parts, call_id, chunk.get("toolName"))
-            if kind == "tool-output-error":
-                part = ToolResultPart(
-                    tool_call_id=call_id, tool_name=name, output=error, is_error=True
-                )
-            else:
-                part = ToolResultPart(
-                    tool_call_id=call_id, tool_name=name, output=chunk.get("output")
-                )
-            parts.append(part)
-            changed = True
-    if not changed:
-        return node.view.message
-    return node.view.message.model_copy(update={"parts": parts})
-
-
-def _stream(
-    parts: list[Part],
-    ids: dict[tuple[str, str], int],
-    family: str,
-    start: bool,
-    chunk: dict[str, Any],
-) -> bool:
-    """Fold one text/reasoning start or delta; True if the parts changed."""
-    cls: type[TextPart] | type[ReasoningPart] = TextPart if family == "text" else ReasoningPart
-    cid = chunk.get("id")
-    if cid is not None and not isinstance(cid, str):
-        return False
-    delta = "" if start else chunk.get("delta")
-    if not isinstance(delta, str):
-        return False
-    index: int | None
-    if start:
-        index = None
-    elif cid is not None:
-        index = ids.get((family, cid))
-    else:
-        index = len(parts) - 1 if parts and isinstance(parts[-1], cls) else None
-    if index is None:
-        parts.append(cls(text=delta))
-        if cid is not None:
-            ids[(family, cid)] = len(parts) - 1
-        return True
-    if not delta:
-        return False
-    old = parts[index]
-    assert isinstance(old, TextPart | ReasoningPart)
-    parts[index] = cls(text=old.text + delta)
-    return True
-
-
-def _tool_name(parts: list[Part], call_id: str, fallback: Any) -> str:
-    for part in reversed(parts):
-        if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
-            return part.tool_name
-    return fallback if isinstance(fallback, str) else ""
 
 
 class ConversationTree:
@@ -502,9 +479,19 @@ class ConversationTree:
         ]
 
     def message(self, message_id: str) -> ViewMessage | None:
-        """Any message of the tree (on the active branch or not), by id."""
+        """Any message of the tree (on the active branch or not, or a held prompt), by id."""
         node = self._state.nodes.get(message_id)
-        return node.view if node is not None else None
+        if node is not None:
+            return node.view
+        return self._state.held.get(message_id)
+
+    def waiting(self) -> list[ViewMessage]:
+        """Prompts of queued Runs, not yet in the conversation, oldest first."""
+        return [
+            self._state.held[run.held.message.id]
+            for run in self._state.runs.values()
+            if run.held is not None and run.held.message.id in self._state.held
+        ]
 
     def branches(self, message_id: str) -> list[str]:
         """Ids of the message's siblings, itself included, in serial order (``[]`` if unknown)."""
@@ -549,15 +536,26 @@ class ConversationTree:
         return run.info if run is not None else None
 
     def cancel_requested(self, run_id: str) -> bool:
-        """True once a cancel entry for the Run was folded."""
+        """True once a cancel entry for the Run was folded (and no refusal came after it)."""
         run = self._state.runs.get(run_id)
         return run is not None and run.cancel_requested
+
+    def cancel_denial(self, cancel_id: str) -> CancelDenial | None:
+        """The agent's refusal of the cancel entry ``cancel_id``, if it refused."""
+        return self._state.denials.get(cancel_id)
+
+    def cancel_denials(self, run_id: str) -> list[CancelDenial]:
+        """Every refused cancel of the Run, in serial order."""
+        run = self._state.runs.get(run_id)
+        return list(run.denials) if run is not None else []
 
     def inputs(self, run_id: str) -> list[ViewMessage]:
         """Steer, follow-up and inject messages aimed at the Run, in serial order."""
         run = self._state.runs.get(run_id)
-        nodes = self._state.nodes
-        return [nodes[mid].view for mid in run.inputs] if run is not None else []
+        if run is None:
+            return []
+        found = (self.message(mid) for mid in run.inputs)
+        return [vm for vm in found if vm is not None]
 
     def steering(self, run_id: str) -> list[ViewMessage]:
         """Steer messages aimed at the Run, in serial order."""

@@ -1,0 +1,101 @@
+"""Folding UI message stream chunks into a response message (no I/O).
+
+Chunk types use the AI SDK's names and camelCase keys; see ``transport.tree``
+for the rules (``text-*``, ``reasoning-*``, ``tool-input-available``,
+``tool-output-available``, ``tool-output-error``; everything else is ignored).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .messages import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
+
+__all__ = ["fold_chunks"]
+
+
+def fold_chunks(
+    message: UIMessage, part_ids: dict[tuple[str, str], int], chunks: list[dict[str, Any]]
+) -> UIMessage:
+    """``message`` with ``chunks`` folded in (a new object; the old one is untouched).
+
+    ``part_ids`` maps ``(family, stream id)`` to part indexes; it is updated in place.
+    """
+    parts: list[Part] = list(message.parts)
+    changed = False
+    for chunk in chunks:
+        kind = chunk.get("type")
+        if kind in ("text-start", "text-delta"):
+            changed |= _stream(parts, part_ids, "text", kind == "text-start", chunk)
+        elif kind in ("reasoning-start", "reasoning-delta"):
+            changed |= _stream(parts, part_ids, "reasoning", kind == "reasoning-start", chunk)
+        elif kind == "tool-input-available":
+            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
+            if isinstance(call_id, str) and isinstance(name, str):
+                parts.append(
+                    ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
+                )
+                changed = True
+        elif kind in ("tool-output-available", "tool-output-error"):
+            call_id = chunk.get("toolCallId")
+            error = chunk.get("errorText")
+            if not isinstance(call_id, str) or (
+                kind == "tool-output-error" and not isinstance(error, str)
+            ):
+                continue
+            name = _tool_name(parts, call_id, chunk.get("toolName"))
+            if kind == "tool-output-error":
+                part = ToolResultPart(
+                    tool_call_id=call_id, tool_name=name, output=error, is_error=True
+                )
+            else:
+                part = ToolResultPart(
+                    tool_call_id=call_id, tool_name=name, output=chunk.get("output")
+                )
+            parts.append(part)
+            changed = True
+    if not changed:
+        return message
+    return message.model_copy(update={"parts": parts})
+
+
+def _stream(
+    parts: list[Part],
+    ids: dict[tuple[str, str], int],
+    family: str,
+    start: bool,
+    chunk: dict[str, Any],
+) -> bool:
+    """Fold one text/reasoning start or delta; True if the parts changed."""
+    cls: type[TextPart] | type[ReasoningPart] = TextPart if family == "text" else ReasoningPart
+    cid = chunk.get("id")
+    if cid is not None and not isinstance(cid, str):
+        return False
+    delta = "" if start else chunk.get("delta")
+    if not isinstance(delta, str):
+        return False
+    index: int | None
+    if start:
+        index = None
+    elif cid is not None:
+        index = ids.get((family, cid))
+    else:
+        index = len(parts) - 1 if parts and isinstance(parts[-1], cls) else None
+    if index is None:
+        parts.append(cls(text=delta))
+        if cid is not None:
+            ids[(family, cid)] = len(parts) - 1
+        return True
+    if not delta:
+        return False
+    old = parts[index]
+    assert isinstance(old, TextPart | ReasoningPart)
+    parts[index] = cls(text=old.text + delta)
+    return True
+
+
+def _tool_name(parts: list[Part], call_id: str, fallback: Any) -> str:
+    for part in reversed(parts):
+        if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
+            return part.tool_name
+    return fallback if isinstance(fallback, str) else ""
