@@ -1,9 +1,14 @@
 // Type declarations for runwire.js, the runwire client for browsers (see docs/protocol.md).
 
 export type Role = "user" | "assistant" | "system";
-export type RunStatus = "pending" | "active" | "suspended" | "complete" | "cancelled" | "error";
+/** "queued": waiting its turn (multitask enqueue/interrupt/rollback); "pending": not started yet. */
+export type RunStatus = "queued" | "pending" | "active" | "suspended" | "complete" | "cancelled" | "error";
 export type RunEndReason = "complete" | "cancelled" | "error";
 export type Intent = "prompt" | "steer" | "follow_up" | "inject";
+/** What a prompt's Run does to Runs going on in the session. */
+export type Multitask = "alongside" | "reject" | "enqueue" | "interrupt" | "rollback";
+/** `shared` on a session's first prompt lets other users' strategies touch its Runs. */
+export type ThreadAccess = "own" | "shared";
 export type ConnectionState = "connected" | "disconnected" | "closed";
 
 export interface TextPart {
@@ -57,6 +62,16 @@ export interface RunInfo {
   readonly agent: string | null;
 }
 
+/** An agent refused a cancel: which one (`cancelId`, the refused cancel entry's id), of which Run, who refused. */
+export interface CancelDenial {
+  readonly runId: string;
+  readonly cancelId: string | null;
+  readonly serial: number;
+  readonly reason: string | null;
+  readonly clientId: string | null;
+  readonly userId: string | null;
+}
+
 export interface OutcomeRecord {
   readonly messageId: string;
   readonly runId: string;
@@ -80,7 +95,10 @@ export interface DeliveryEvent {
 }
 export type TreeEvent = MessageEvent | RunEvent | DeliveryEvent;
 
-/** A channel entry (see docs/schema/stamped-entry.json); wire field names. */
+/**
+ * A channel entry (see docs/schema/stamped-entry.json); wire field names. Kinds: message, run,
+ * cancel, cancel_denied, response_open, response_append, response_close.
+ */
 export type Entry = Record<string, any>;
 
 export const PROTOCOL_VERSION: 1;
@@ -88,6 +106,7 @@ export const TERMINAL: readonly RunEndReason[];
 export const EVENT_KINDS: readonly ["message", "run", "delivery"];
 export const CONNECTION_CLOSED: "CONNECTION_CLOSED";
 export const CLOSE_CODES: Readonly<Record<number, string>>;
+export const MULTITASK_STRATEGIES: readonly Multitask[];
 
 export class RunwireError extends Error {
   constructor(code: string, message?: string, details?: Record<string, unknown>);
@@ -126,12 +145,20 @@ export class ConversationTree {
   readonly oldestSerial: number | null;
   readonly newestSerial: number | null;
   messages(tail?: string[]): ViewMessage[];
+  /** Any message, on the active branch or not, or a held (queued) prompt. */
   message(messageId: string): ViewMessage | null;
+  /** Prompts of queued Runs, not yet in the conversation, oldest first. */
+  waiting(): ViewMessage[];
   branches(messageId: string): string[];
   selectBranch(messageId: string): MessageEvent[];
   runs(): RunInfo[];
   run(runId: string): RunInfo | null;
+  /** True once a cancel entry for the Run was folded (and no refusal came after it). */
   cancelRequested(runId: string): boolean;
+  /** The agent's refusal of the cancel entry `cancelId`, if it refused. */
+  cancelDenial(cancelId: string): CancelDenial | null;
+  /** Every refused cancel of the Run, in serial order. */
+  cancelDenials(runId: string): CancelDenial[];
   inputs(runId: string): ViewMessage[];
   steering(runId: string): ViewMessage[];
   seen(runId: string): Set<string>;
@@ -153,6 +180,8 @@ export class View {
   readonly newestSerial: number | null;
   readonly oldestSerial: number | null;
   getMessages(): ViewMessage[];
+  /** Prompts of queued Runs (not yet in `getMessages()`), oldest first. */
+  waiting(): ViewMessage[];
   runs(): RunInfo[];
   run(runId: string): RunInfo | null;
   hasOlder(): boolean;
@@ -193,7 +222,8 @@ export class ClientRun {
   readonly queued: UIMessage[];
   steer(message: string | UIMessage): Delivery;
   result(): Promise<RunResult>;
-  cancel(options?: { reason?: string; wait?: boolean; timeout?: number }): Promise<UIMessage[]>;
+  /** `wait` defaults to true; rejects with CANCEL_DENIED if the agent refuses the cancel. */
+  cancel(options?: { reason?: string; wait?: boolean; timeout?: number | null }): Promise<UIMessage[]>;
 }
 
 export interface ConnectOptions {
@@ -215,6 +245,26 @@ export interface ConnectOptions {
   WebSocket?: typeof WebSocket;
 }
 
+export interface SendOptions {
+  /** Unset: the relay's default (itself "alongside" unless set). */
+  multitask?: Multitask | null;
+  /** The message to continue from (default: the view's tail for alongside and reject). */
+  parentId?: string | null;
+  /** The Run whose tool call starts this one (never held back by it). */
+  parentRunId?: string | null;
+  threadAccess?: ThreadAccess | null;
+  /** Already aborted: nothing is sent (ABORTED); aborted later: the Run is cancelled. */
+  signal?: AbortSignal | null;
+}
+
+export interface CancelOptions {
+  reason?: string | null;
+  /** Wait until the Run ends (default false); rejects with CANCEL_DENIED if the agent refuses. */
+  wait?: boolean;
+  /** Ms to wait with `wait` (default 30000; null: no limit). */
+  timeout?: number | null;
+}
+
 export class Session {
   readonly url: string;
   readonly sessionId: string;
@@ -223,8 +273,8 @@ export class Session {
   readonly view: View;
   readonly connected: boolean;
   readonly closed: boolean;
-  send(message: string | UIMessage, options?: { multitask?: "alongside" }): Promise<ClientRun>;
-  cancel(runId: string, options?: { reason?: string }): Promise<void>;
+  send(message: string | UIMessage, options?: SendOptions): Promise<ClientRun>;
+  cancel(runId: string, options?: CancelOptions): Promise<void>;
   run(runId: string): ClientRun;
   onState(fn: (state: ConnectionState) => void): () => void;
   on(event: "state", fn: (state: ConnectionState) => void): () => void;

@@ -15,9 +15,11 @@
 // transport/outcomes.py; the JSON vectors in tests/vectors/tree/ run against both.
 
 /** @typedef {"user" | "assistant" | "system"} Role */
-/** @typedef {"pending" | "active" | "suspended" | "complete" | "cancelled" | "error"} RunStatus */
+/** @typedef {"queued" | "pending" | "active" | "suspended" | "complete" | "cancelled" | "error"} RunStatus */
 /** @typedef {"complete" | "cancelled" | "error"} RunEndReason */
 /** @typedef {"prompt" | "steer" | "follow_up" | "inject"} Intent */
+/** @typedef {"alongside" | "reject" | "enqueue" | "interrupt" | "rollback"} Multitask */
+/** @typedef {"own" | "shared"} ThreadAccess */
 /** @typedef {{type: "text", text: string}} TextPart */
 /** @typedef {{type: "reasoning", text: string}} ReasoningPart */
 /** @typedef {{type: "tool-call", tool_call_id: string, tool_name: string, input: unknown}} ToolCallPart */
@@ -35,6 +37,10 @@
  * @typedef {{runId: string, status: RunStatus, clientId: string | null, userId: string | null, endReason: RunEndReason | null, error: Record<string, unknown> | null, agent: string | null}} RunInfo
  */
 /** @typedef {{messageId: string, runId: string, consumed: boolean, runTerminalReason: RunEndReason | null, refused: Record<string, unknown> | null}} OutcomeRecord */
+/**
+ * An agent refused a cancel: which one (`cancelId`, the refused cancel entry's id), of which Run, who refused.
+ * @typedef {{runId: string, cancelId: string | null, serial: number, reason: string | null, clientId: string | null, userId: string | null}} CancelDenial
+ */
 /** @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated"}} MessageEvent */
 /** @typedef {{kind: "run", run: RunInfo}} RunEvent */
 /** @typedef {{kind: "delivery", outcome: OutcomeRecord}} DeliveryEvent */
@@ -62,7 +68,11 @@ const PROTOCOL_ERROR = "PROTOCOL_ERROR";
 const RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE";
 const RUN_NOT_FOUND = "RUN_NOT_FOUND";
 const UNAUTHORIZED = "UNAUTHORIZED";
-const MULTITASK = ["alongside", "reject", "enqueue", "interrupt", "rollback"];
+const CANCEL_DENIED = "CANCEL_DENIED";
+const ABORTED = "ABORTED";
+/** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
+export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
+const THREAD_ACCESS = ["own", "shared"];
 
 // ------------------------------------------------------------------------------- basics ---
 
@@ -187,6 +197,20 @@ function optInt(v, where) {
   return v;
 }
 
+/** @param {any} v @param {string} where @param {number} max */
+function optText(v, where, max) {
+  const s = optString(v, where);
+  if (s !== null && s.length > max) invalid(where, `must have at most ${max} characters`);
+  return s;
+}
+
+/** @param {any} v @param {readonly string[]} choices @param {string} where */
+function optChoice(v, choices, where) {
+  if (v === undefined || v === null) return null;
+  if (!choices.includes(v)) invalid(where, `must be one of ${choices.join(", ")}`);
+  return v;
+}
+
 /** @param {Record<string, any>} obj @param {string[]} allowed @param {string} where */
 function checkKeys(obj, allowed, where) {
   for (const key of Object.keys(obj)) {
@@ -244,9 +268,10 @@ function validateMessage(raw, where) {
 
 const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
 const KIND_FIELDS = {
-  message: ["intent", "message", "parent_id", "agent"],
+  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
   run: ["status", "error"],
-  cancel: ["reason"],
+  cancel: ["reason", "interrupted_by"],
+  cancel_denied: ["cancel_id", "reason"],
   response_open: ["message_id", "parent_id", "seen", "metadata"],
   response_append: ["message_id", "chunks"],
   response_close: ["message_id", "message"],
@@ -280,8 +305,19 @@ export function decodeEntry(raw) {
     e.message = validateMessage(raw.message, "message.message");
     e.parent_id = checkId(raw.parent_id, "message.parent_id", true);
     e.agent = checkId(raw.agent, "message.agent", true);
+    e.multitask = optChoice(raw.multitask, MULTITASK_STRATEGIES, "message.multitask");
+    e.parent_run_id = checkId(raw.parent_run_id, "message.parent_run_id", true);
+    e.thread_access = optChoice(raw.thread_access, THREAD_ACCESS, "message.thread_access");
+    if (raw.queued !== undefined && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
+    e.queued = raw.queued ?? null;
+    if (raw.interrupts === undefined || raw.interrupts === null) e.interrupts = null;
+    else {
+      if (!Array.isArray(raw.interrupts)) invalid("message.interrupts", "must be a list");
+      e.interrupts = raw.interrupts.map((/** @type {any} */ r, /** @type {number} */ i) => checkId(r, `message.interrupts.${i}`));
+    }
   } else if (kind === "run") {
-    if (!["active", "suspended", "complete", "cancelled", "error"].includes(raw.status)) invalid("run.status", "unknown status");
+    // `pending` comes only from the relay: a queued Run's turn came.
+    if (!["pending", "active", "suspended", "complete", "cancelled", "error"].includes(raw.status)) invalid("run.status", "unknown status");
     e.status = raw.status;
     if (raw.error === undefined || raw.error === null) e.error = null;
     else {
@@ -290,7 +326,11 @@ export function decodeEntry(raw) {
       e.error = { code: raw.error.code, message: raw.error.message ?? "", details: { ...(raw.error.details || {}) } };
     }
   } else if (kind === "cancel") {
-    e.reason = optString(raw.reason, "cancel.reason");
+    e.reason = optText(raw.reason, "cancel.reason", 1000);
+    e.interrupted_by = checkId(raw.interrupted_by, "cancel.interrupted_by", true);
+  } else if (kind === "cancel_denied") {
+    e.cancel_id = checkId(raw.cancel_id, "cancel_denied.cancel_id", true);
+    e.reason = optText(raw.reason, "cancel_denied.reason", 1000);
   } else {
     e.message_id = checkId(raw.message_id, `${kind}.message_id`);
     if (kind === "response_open") {
@@ -405,10 +445,15 @@ export class OutcomeBook {
 // ---------------------------------------------------------------------- conversation tree ---
 
 /** @typedef {{view: ViewMessage, response: boolean, children: string[], closed: boolean, partIds: Map<string, number>}} TreeNode */
-/** @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>}} TreeRun */
+/**
+ * `held` is a queued prompt (added when its turn comes), `heldInputs` the steering aimed at it.
+ * @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[]}} TreeRun
+ */
 
 /** @param {ViewMessage} view @returns {ViewMessage} */
 const freezeView = (view) => Object.freeze(view);
+/** A held (queued) message entry's view. @param {Entry} e @returns {ViewMessage} */
+const heldView = (e) => freezeView({ message: e.message, runId: e.run_id, serial: e.serial, parentId: e.parent_id, intent: e.intent });
 /** @param {RunInfo} info @returns {RunInfo} */
 const freezeRun = (info) => Object.freeze(info);
 
@@ -423,6 +468,8 @@ class Fold {
     /** @type {Map<string, number>} */ this.spinePos = new Map();
     /** @type {Map<string, TreeRun>} */ this.runs = new Map();
     this.book = new OutcomeBook();
+    /** @type {Map<string, ViewMessage>} */ this.held = new Map(); // queued prompts by message id (kept once dropped)
+    /** @type {Map<string, CancelDenial>} */ this.denials = new Map();
   }
 
   /** Fold one entry (the newest so far); the events it caused. @param {Entry} e @returns {TreeEvent[]} */
@@ -436,14 +483,47 @@ class Fold {
         run.info = freezeRun({ ...old, status: e.status, endReason: endReason(e.status), error: e.error });
       }
       if (created || !deepEqual(run.info, old)) events.push({ kind: "run", run: run.info });
+      const held = run.held;
+      if (held !== null && run.info.status !== "queued") {
+        run.held = null;
+        const inputs = run.heldInputs;
+        run.heldInputs = [];
+        if (!TERMINAL.includes(run.info.status) && !this.nodes.has(held.message.id)) {
+          [held, ...inputs].forEach((waiting, i) => {
+            const node = i
+              ? this._add(waiting.message, waiting.run_id, waiting.serial ?? 0, waiting.parent_id, waiting.intent, false)
+              : this._place(waiting);
+            this.held.delete(waiting.message.id);
+            events.push({ kind: "message", message: node.view, op: "added" });
+          });
+        }
+      }
       for (const r of this.book.runStatus(e.run_id, e.status)) events.push({ kind: "delivery", outcome: r });
       return events;
     }
     if (created) events.push({ kind: "run", run: run.info });
     if (e.kind === "message") {
       const mid = e.message.id;
-      if (this.nodes.has(mid)) return events;
-      const node = this._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, false);
+      if (this.nodes.has(mid) || this.held.has(mid)) return events;
+      let node;
+      if (e.intent === "prompt") {
+        run.promptId = mid;
+        if (e.queued && run.info.status === "queued") {
+          run.held = e;
+          this.held.set(mid, heldView(e));
+          return events;
+        }
+        node = this._place(e);
+      } else if (run.held !== null) {
+        // Aimed at a queued Run: it waits with its prompt (its outcome is tracked at once).
+        run.heldInputs.push(e);
+        this.held.set(mid, heldView(e));
+        run.inputs.push(mid);
+        for (const r of this.book.track(mid, e.run_id)) events.push({ kind: "delivery", outcome: r });
+        return events;
+      } else {
+        node = this._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, false);
+      }
       events.push({ kind: "message", message: node.view, op: "added" });
       if (e.intent !== "prompt") {
         run.inputs.push(mid);
@@ -451,6 +531,19 @@ class Fold {
       }
     } else if (e.kind === "cancel") {
       run.cancelRequested = true;
+    } else if (e.kind === "cancel_denied") {
+      run.cancelRequested = false;
+      /** @type {CancelDenial} */
+      const denial = Object.freeze({
+        runId: e.run_id,
+        cancelId: e.cancel_id,
+        serial: e.serial,
+        reason: e.reason,
+        clientId: e.client_id,
+        userId: e.user_id,
+      });
+      run.denials.push(denial);
+      if (e.cancel_id !== null && !this.denials.has(e.cancel_id)) this.denials.set(e.cancel_id, denial);
     } else if (e.kind === "response_open") {
       for (const id of e.seen) run.seen.add(id);
       this.book.saw(e.run_id, e.seen);
@@ -487,21 +580,53 @@ class Fold {
     /** @type {RunInfo} */
     let info = { runId: e.run_id, status: "pending", clientId: null, userId: null, endReason: null, error: null, agent: null };
     if (e.kind === "message" && e.intent === "prompt") {
-      info = { ...info, clientId: e.client_id, userId: e.user_id, agent: e.agent || "default" };
+      info = { ...info, status: e.queued ? "queued" : "pending", clientId: e.client_id, userId: e.user_id, agent: e.agent || "default" };
     }
     /** @type {TreeRun} */
-    const run = { info: freezeRun(info), cancelRequested: false, inputs: [], seen: new Set() };
+    const run = {
+      info: freezeRun(info),
+      cancelRequested: false,
+      inputs: [],
+      seen: new Set(),
+      promptId: null,
+      held: null,
+      heldInputs: [],
+      denials: [],
+    };
     this.runs.set(e.run_id, run);
     return [run, true];
   }
 
   /**
+   * Add a prompt: under its parent, beside the turn it rolls back, or at the tip.
+   * @param {Entry} e @returns {TreeNode}
+   */
+  _place(e) {
+    if ((e.parent_id === null || !this.nodes.has(e.parent_id)) && e.multitask === "rollback" && e.interrupts && e.interrupts.length) {
+      /** @type {TreeNode[]} */
+      const prompts = [];
+      for (const r of e.interrupts) {
+        const pid = this.runs.get(r)?.promptId;
+        const node = pid === null || pid === undefined ? undefined : this.nodes.get(pid);
+        if (node !== undefined) prompts.push(node);
+      }
+      if (prompts.length) {
+        // The first of the lowest serial, as Python's min().
+        const earliest = prompts.reduce((a, b) => (b.view.serial < a.view.serial ? b : a));
+        return this._add(e.message, e.run_id, e.serial, earliest.view.parentId, e.intent, false, true);
+      }
+    }
+    return this._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, false);
+  }
+
+  /**
    * @param {UIMessage} message @param {string} runId @param {number} serial
    * @param {string | null} parentId @param {Intent | null} intent @param {boolean} response
+   * @param {boolean} [exact] take `parentId` as it is (null: a new root)
    * @returns {TreeNode}
    */
-  _add(message, runId, serial, parentId, intent, response) {
-    if (parentId === null || !this.nodes.has(parentId)) {
+  _add(message, runId, serial, parentId, intent, response, exact = false) {
+    if (!exact && (parentId === null || !this.nodes.has(parentId))) {
       parentId = this.spine.length ? this.spine[this.spine.length - 1] : null;
     }
     /** @type {TreeNode} */
@@ -748,9 +873,21 @@ export class ConversationTree {
     return [...path.filter((mid) => !moved.has(mid)).map(view), ...last.map(view)];
   }
 
-  /** Any message of the tree (on the active branch or not), by id. @param {string} messageId */
+  /** Any message of the tree (on the active branch or not, or a held prompt), by id. @param {string} messageId */
   message(messageId) {
-    return this._state.nodes.get(messageId)?.view ?? null;
+    return this._state.nodes.get(messageId)?.view ?? this._state.held.get(messageId) ?? null;
+  }
+
+  /** Prompts of queued Runs, not yet in the conversation, oldest first. @returns {ViewMessage[]} */
+  waiting() {
+    const held = this._state.held;
+    /** @type {ViewMessage[]} */
+    const out = [];
+    for (const run of this._state.runs.values()) {
+      const view = run.held === null ? undefined : held.get(run.held.message.id);
+      if (view !== undefined) out.push(view);
+    }
+    return out;
   }
 
   /** Ids of the message's siblings, itself included, in serial order. @param {string} messageId */
@@ -793,16 +930,32 @@ export class ConversationTree {
     return this._state.runs.get(runId)?.info ?? null;
   }
 
-  /** True once a cancel entry for the Run was folded. @param {string} runId */
+  /** True once a cancel entry for the Run was folded (and no refusal came after it). @param {string} runId */
   cancelRequested(runId) {
     return this._state.runs.get(runId)?.cancelRequested ?? false;
+  }
+
+  /** The agent's refusal of the cancel entry `cancelId`, if it refused. @param {string} cancelId @returns {CancelDenial | null} */
+  cancelDenial(cancelId) {
+    return this._state.denials.get(cancelId) ?? null;
+  }
+
+  /** Every refused cancel of the Run, in serial order. @param {string} runId @returns {CancelDenial[]} */
+  cancelDenials(runId) {
+    return [...(this._state.runs.get(runId)?.denials ?? [])];
   }
 
   /** Steer, follow-up and inject messages aimed at the Run, in serial order. @param {string} runId */
   inputs(runId) {
     const run = this._state.runs.get(runId);
     if (run === undefined) return [];
-    return run.inputs.map((mid) => /** @type {TreeNode} */ (this._state.nodes.get(mid)).view);
+    /** @type {ViewMessage[]} */
+    const out = [];
+    for (const mid of run.inputs) {
+      const vm = this.message(mid);
+      if (vm !== null) out.push(vm);
+    }
+    return out;
   }
 
   /** Steer messages aimed at the Run, in serial order. @param {string} runId */
@@ -878,6 +1031,11 @@ export class View {
   /** The active branch of the conversation, oldest first. @returns {ViewMessage[]} */
   getMessages() {
     return this._tree.messages();
+  }
+
+  /** Prompts of queued Runs (not yet in `getMessages()`), oldest first. @returns {ViewMessage[]} */
+  waiting() {
+    return this._tree.waiting();
   }
 
   /** Every Run the view knows, with its status. @returns {RunInfo[]} */
@@ -1016,6 +1174,7 @@ export class View {
       }
       this._dispatch(events);
     }
+    this._notify(); // entries that raise no event (a refused cancel) still wake waiters
   }
 
   /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
@@ -1159,7 +1318,10 @@ export class ClientRun {
     /** @type {Delivery[]} */ this._deliveries = [];
   }
 
-  /** The Run's status in the view; "pending" until the agent starts it. @returns {RunStatus} */
+  /**
+   * The Run's status in the view: "queued" while it waits its turn, "pending" until the agent
+   * starts it, and so on. @returns {RunStatus}
+   */
   get status() {
     return this._session.view.run(this.runId)?.status ?? "pending";
   }
@@ -1207,26 +1369,15 @@ export class ClientRun {
 
   /**
    * Cancel this Run; resolves to the steering messages it never took. With `wait` (the
-   * default) it waits until the Run ends or `timeout` ms pass.
-   * @param {{reason?: string, wait?: boolean, timeout?: number}} [options]
+   * default) it waits until the Run ends or `timeout` ms pass, and rejects with
+   * RunwireError(CANCEL_DENIED) if the agent refuses the cancel (the Run goes on).
+   * RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already ended is left as it is.
+   * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<UIMessage[]>}
    */
   async cancel(options = {}) {
     const { reason, wait = true, timeout = 30000 } = options;
-    await this._session.cancel(this.runId, { reason });
-    if (wait) {
-      /** @type {ReturnType<typeof setTimeout> | undefined} */
-      let timer;
-      const ended = this._session.view._until(() => TERMINAL.includes(this._session.view.run(this.runId)?.status ?? ""));
-      const late = new Promise((resolve) => {
-        timer = setTimeout(resolve, timeout);
-      });
-      try {
-        await Promise.race([ended.catch(() => {}), late]);
-      } finally {
-        clearTimeout(timer);
-      }
-    }
+    await this._session.cancel(this.runId, { reason, wait, timeout });
     return this._deliveries
       .filter((d) => !d._outcome.settled || (d._outcome.error === undefined && !d._outcome.value?.consumed))
       .map((d) => d.message);
@@ -1238,6 +1389,16 @@ function asMessage(message) {
   if (typeof message === "string") return userMessage(message);
   if (isObject(message)) return validateMessage(message, "message");
   throw new RunwireError(VALIDATION_ERROR, `a message is a string or a UIMessage, not ${typeof message}`);
+}
+
+/** The error a refused cancel raises. @param {CancelDenial} denial */
+function denied(denial) {
+  return new RunwireError(CANCEL_DENIED, denial.reason || "the agent refused the cancel", {
+    run_id: denial.runId,
+    cancel_id: denial.cancelId,
+    client_id: denial.clientId,
+    user_id: denial.userId,
+  });
 }
 
 /** @param {string} messageId @param {number} [serial] */
@@ -1310,6 +1471,7 @@ export class Session {
     this._closed = false;
     /** @type {RunwireError | null} */ this._fatal = null;
     /** @type {string | null} */ this._epoch = null;
+    /** @type {Multitask | null} The relay's default strategy (its welcome says). */ this._defaultMultitask = null;
     this._connects = 0;
     this._attempt = 0;
     this._nextReq = 0;
@@ -1361,46 +1523,116 @@ export class Session {
   }
 
   /**
-   * Start a Run with `message`; resolves once the relay acknowledged the prompt. Rejects with the
-   * relay's RunwireError if it refuses the publish. Only `multitask: "alongside"` (the default)
-   * is supported yet.
-   * @param {string | UIMessage} message @param {{multitask?: string}} [options]
+   * Start a Run with `message`; resolves once the relay acknowledged the prompt.
+   *
+   * `multitask` says what the Run does to Runs going on in the session (none: the relay's
+   * default, itself "alongside" unless set):
+   * - "alongside": they go on side by side;
+   * - "reject": rejects with RunwireError(THREAD_BUSY) while one goes on;
+   * - "enqueue": the Run is "queued" until they settle, then starts;
+   * - "interrupt": they are cancelled, then the Run starts;
+   * - "rollback": as interrupt, and the interrupted turn goes onto a branch of its own: the
+   *   conversation continues from before it.
+   *
+   * Any strategy but alongside rejects with THREAD_ACCESS_DENIED while another user's Run goes
+   * on, unless the session is shared (its first prompt sent `threadAccess: "shared"`, or the
+   * relay shares sessions by default). `parentId` names the message to continue from (by
+   * default the view's tail for alongside and reject; the relay's placement for the others);
+   * `parentRunId` the Run whose tool call starts this one (never held back). With `signal`
+   * already aborted nothing is sent and it rejects with RunwireError(ABORTED); aborted later, it
+   * cancels the Run. Rejects with VALIDATION_ERROR for an unknown strategy, and with the relay's
+   * RunwireError if it refuses the prompt.
+   * @param {string | UIMessage} message
+   * @param {{multitask?: Multitask | null, parentId?: string | null, parentRunId?: string | null, threadAccess?: ThreadAccess | null, signal?: AbortSignal | null}} [options]
    * @returns {Promise<ClientRun>}
    */
   async send(message, options = {}) {
-    const { multitask } = options;
-    if (multitask !== undefined && multitask !== null && multitask !== "alongside") {
-      if (MULTITASK.includes(multitask)) {
-        throw new RunwireError(VALIDATION_ERROR, `multitask=${JSON.stringify(multitask)} is not supported yet; only "alongside" (the default) is`, { multitask });
-      }
-      throw new RunwireError(VALIDATION_ERROR, `unknown multitask strategy ${JSON.stringify(multitask)}; expected one of ${MULTITASK.join(", ")}`, { multitask });
+    const { multitask, parentRunId, threadAccess, signal } = options;
+    let parentId = options.parentId ?? null;
+    if (multitask !== undefined && multitask !== null && !MULTITASK_STRATEGIES.includes(multitask)) {
+      throw new RunwireError(
+        VALIDATION_ERROR,
+        `unknown multitask strategy ${JSON.stringify(multitask)}; expected one of ${MULTITASK_STRATEGIES.join(", ")}`,
+        { multitask },
+      );
     }
+    if (signal && signal.aborted) throw new RunwireError(ABORTED, "the send's signal was aborted; nothing was sent");
     const msg = asMessage(message);
     if (this.view.tree.message(msg.id) !== null) throw reused(msg.id);
     const runId = newId();
-    const tail = this.view.getMessages();
+    const effective = multitask || this._defaultMultitask || "alongside";
+    if (parentId === null && (effective === "alongside" || effective === "reject")) {
+      const tail = this.view.getMessages();
+      if (tail.length) parentId = tail[tail.length - 1].message.id;
+    }
     /** @type {Entry} */
     const entry = { kind: "message", id: msg.id, run_id: runId, intent: "prompt", agent: this.agent, message: msg };
-    if (tail.length) entry.parent_id = tail[tail.length - 1].message.id;
+    if (parentId !== null) entry.parent_id = parentId;
+    if (multitask !== undefined && multitask !== null) entry.multitask = multitask;
+    if (parentRunId !== undefined && parentRunId !== null) entry.parent_run_id = parentRunId;
+    if (threadAccess !== undefined && threadAccess !== null) entry.thread_access = threadAccess;
     const ack = await this._publish(entry);
     if (ack.duplicate && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
+    if (signal) signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
     return new ClientRun(this, runId, msg);
   }
 
   /**
    * Ask the agent of `runId` to stop; resolves once the relay acknowledged it. Cancelling a Run
-   * that has already ended does nothing; other refusals (RUN_NOT_FOUND, ...) reject.
-   * @param {string} runId @param {{reason?: string}} [options] @returns {Promise<void>}
+   * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
+   * (up to `timeout` ms; null: no limit) until the Run ends, and rejects with
+   * RunwireError(CANCEL_DENIED) if its agent refuses this cancel. Rejects with the relay's
+   * RunwireError (RUN_NOT_FOUND, UNAUTHORIZED without the right, ...) when it refuses the cancel.
+   * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
+   * @returns {Promise<void>}
    */
   async cancel(runId, options = {}) {
+    const { reason, wait = false, timeout = 30000 } = options;
     /** @type {Entry} */
     const entry = { kind: "cancel", id: newId(), run_id: runId };
-    if (options.reason !== undefined && options.reason !== null) entry.reason = options.reason;
+    if (reason !== undefined && reason !== null) entry.reason = reason;
     try {
       await this._publish(entry);
     } catch (err) {
       if (!(err instanceof RunwireError) || err.code !== RUN_NOT_ACTIVE) throw err;
+      return;
     }
+    if (wait) await this._settled(runId, entry.id, timeout);
+  }
+
+  /**
+   * Wait until the Run ends (or `timeout` ms pass, or the session closes); reject with
+   * CANCEL_DENIED if the cancel `cancelId` is refused.
+   * @param {string} runId @param {string} cancelId @param {number | null} timeout
+   */
+  async _settled(runId, cancelId, timeout) {
+    const view = this.view;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let timer;
+    const settled = view._until(() => {
+      const denial = view.tree.cancelDenial(cancelId);
+      if (denial !== null) return { denial };
+      const info = view.run(runId);
+      return info !== null && TERMINAL.includes(info.status) ? { denial: null } : null;
+    });
+    const late = new Promise((resolve) => {
+      if (timeout !== null && timeout !== undefined && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
+    });
+    try {
+      const result = await Promise.race([settled.catch(() => null), late]);
+      if (result && result.denial) throw denied(result.denial);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId */
+  _cancelSoon(runId) {
+    const info = this.view.run(runId);
+    if (this._closed || (info !== null && TERMINAL.includes(info.status))) return;
+    this.cancel(runId, { reason: "the send's signal was aborted" }).catch((err) => {
+      console.warn(`runwire: cancelling run ${runId} after its signal fired failed:`, err);
+    });
   }
 
   /**
@@ -1412,7 +1644,7 @@ export class Session {
     if (this.view.run(runId) === null) {
       throw new RunwireError(RUN_NOT_FOUND, `the view has no run ${JSON.stringify(runId)}`, { run_id: runId });
     }
-    const prompt = this.view.getMessages().find((vm) => vm.runId === runId && vm.intent === "prompt");
+    const prompt = [...this.view.getMessages(), ...this.view.waiting()].find((vm) => vm.runId === runId && vm.intent === "prompt");
     return new ClientRun(this, runId, prompt ? prompt.message : null);
   }
 
@@ -1521,6 +1753,7 @@ export class Session {
         }
         welcomed = true;
         this.clientId = frame.client_id;
+        this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
         this._connects += 1;
         this._attach(ws, timer);
         return;
