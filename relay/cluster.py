@@ -31,11 +31,10 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from transport import codec
-from transport.frames import Dispatch
 from transport.messages import new_id
 from transport.runs import RunRecord
 
+from .dispatch import hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
 from .store.redis import RedisStore
@@ -64,6 +63,7 @@ class RedisDispatcher:
         self.store = store
         self.grace = grace
         self.metrics = metrics
+        metrics.count_store_round_trips(lambda: store.round_trips)
         self.claim_idle = claim_idle
         self.heartbeat = max(0.2, min(grace / 3, 2.0))
         self.node_id = f"node-{new_id()[:12]}"
@@ -195,28 +195,11 @@ class RedisDispatcher:
         return [w for w in self.workers.get(agent, []) if not w.closed]
 
     def _hand_local(self, record: RunRecord) -> bool:
-        workers = self._live_workers(record.agent)
-        if not workers:
-            return False
-        load: dict[int, int] = {}
-        for holder in self.assigned.values():
-            load[id(holder)] = load.get(id(holder), 0) + 1
-        worker = min(workers, key=lambda w: load.get(id(w), 0))
         key = (record.session_id, record.run_id)
-        self.assigned[key] = worker
-        self.records[key] = record
-        self.metrics.dispatched.inc()
-        worker.send_frame(
-            codec.encode(
-                Dispatch(
-                    session_id=record.session_id,
-                    run_id=record.run_id,
-                    agent=record.agent,
-                    message_id=record.prompt_id,
-                )
-            )
-        )
-        return True
+        if hand_to_worker(self._live_workers(record.agent), self.assigned, record, self.metrics):
+            self.records[key] = record
+            return True
+        return False
 
     async def _take(self, agent: str, entry_id: str, fields: dict[bytes, bytes]) -> None:
         session_id = fields.get(b"s", b"").decode()

@@ -29,7 +29,7 @@ from transport.runs import AGENT, RunRecord
 from .metrics import Metrics
 from .peer import Peer
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "hand_to_worker"]
 
 log = logging.getLogger("runwire.relay")
 
@@ -123,33 +123,40 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     def _hand_out(self, record: RunRecord) -> None:
-        workers = [
-            w
-            for w in self.workers.get(record.agent, [])
-            if not w.closed and w.can(record.session_id, AGENT)
-        ]
-        if not workers:
-            return
-        load: dict[int, int] = {}
-        for holder in self.assigned.values():
-            load[id(holder)] = load.get(id(holder), 0) + 1
-        worker = min(workers, key=lambda w: load.get(id(w), 0))
-        key = (record.session_id, record.run_id)
-        self.assigned[key] = worker
-        self.metrics.dispatched.inc()
-        worker.send_frame(
-            codec.encode(
-                Dispatch(
-                    session_id=record.session_id,
-                    run_id=record.run_id,
-                    agent=record.agent,
-                    message_id=record.prompt_id,
-                )
-            )
-        )
+        hand_to_worker(self.workers.get(record.agent, []), self.assigned, record, self.metrics)
 
     def close(self) -> None:
         """Cancel every timer."""
         for _, handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
+
+
+def hand_to_worker(
+    workers: list[Peer], assigned: dict[RunKey, Peer], record: RunRecord, metrics: Metrics
+) -> Peer | None:
+    """Send ``record``'s Run to the least loaded of ``workers`` allowed to take it.
+
+    A worker may take Runs of sessions its token gives it ``agent`` on. Records
+    the choice in ``assigned`` and returns the worker, or None when none can.
+    """
+    eligible = [w for w in workers if not w.closed and w.can(record.session_id, AGENT)]
+    if not eligible:
+        return None
+    load: dict[int, int] = {}
+    for holder in assigned.values():
+        load[id(holder)] = load.get(id(holder), 0) + 1
+    worker = min(eligible, key=lambda w: load.get(id(w), 0))
+    assigned[(record.session_id, record.run_id)] = worker
+    metrics.dispatched.inc()
+    worker.send_frame(
+        codec.encode(
+            Dispatch(
+                session_id=record.session_id,
+                run_id=record.run_id,
+                agent=record.agent,
+                message_id=record.prompt_id,
+            )
+        )
+    )
+    return worker
