@@ -18,6 +18,11 @@ different channels still share the store's commits.
 
 Attaching reads the backlog (or the newest page) up to ``last`` and joins the
 subscribers with no await in between, so nothing is missed or sent twice.
+
+Besides connections, a channel has *listeners* (``listen``): plain callbacks
+told of each entry it takes in (the HTTP API's event stream waits on one), and
+*holds* (``Hub.hold``) that keep it loaded while someone uses it without
+subscribing. The hub forgets a channel only when it has neither.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from transport.errors import CONFLICT, EPOCH_MISMATCH, RunwireError
 from transport.frames import EntryBody
 from transport.runs import RunRecord, RunRegistry, Sender
 
-from .store.base import Store, StoredEntry, Unsubscribe
+from .store.base import OnEntry, Store, StoredEntry, Unsubscribe
 
 if TYPE_CHECKING:
     from .peer import Peer
@@ -68,6 +73,9 @@ class Channel:
         self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
         self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
+        self.listeners: list[OnEntry] = []
+        self.holds = 0
+        """Users that keep the channel loaded without subscribing (see ``Hub.hold``)."""
         self.lock = asyncio.Lock()
         self.reset = False
         self._on_committed = on_entry
@@ -122,6 +130,11 @@ class Channel:
                 )
         for peer in self.subscribers:
             peer.send_entry(self.session_id, stored.data)
+        for listener in list(self.listeners):
+            try:
+                listener(stored)
+            except Exception:
+                log.exception("channel %s: a listener failed", self.session_id)
         if entry is not None:
             self._on_committed(self, entry, changes)
         if self._waiters:
@@ -130,6 +143,17 @@ class Channel:
             for waiter in ready:
                 if not waiter.done():
                     waiter.set_result(None)
+
+    def listen(self, fn: OnEntry) -> Unsubscribe:
+        """Call ``fn`` with each entry this channel takes in from now on, in serial order;
+        returns the function that stops it (idempotent)."""
+        self.listeners.append(fn)
+
+        def stop() -> None:
+            if fn in self.listeners:
+                self.listeners.remove(fn)
+
+        return stop
 
     def _on_reset(self) -> None:
         log.warning("channel %s: the store lost its history; clients will reset", self.session_id)

@@ -28,6 +28,8 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from transport import codec
@@ -75,6 +77,7 @@ from .peer import Peer
 from .store.base import Store
 
 if TYPE_CHECKING:
+    from .auth import Identity
     from .cluster import RedisDispatcher
 
 __all__ = ["Hub"]
@@ -145,19 +148,19 @@ class Hub:
         scoped to the user (``user/...``), so no client can take another
         user's client id.
         """
-        claimed = frame.client_id or peer.connection_id
-        if claimed == RELAY.client_id:
-            raise RunwireError(PROTOCOL_ERROR, f"client id {claimed!r} is the relay's own")
-        identity = peer.identity
-        if identity is None:
-            client_id, user_id = claimed, None
-        else:
-            user_id = identity.user_id
-            client_id = identity.client_id or _scoped(user_id, claimed)
+        client_id, user_id = _stamped(peer.identity, frame.client_id or peer.connection_id)
         peer.sender = Sender(client_id=client_id, user_id=user_id, role=frame.role)
         peer.senders.clear()
         self.peers.add(peer)
         self.dispatcher.client_back(client_id)
+
+    def sender(self, identity: Identity | None, claimed: str, session_id: str) -> Sender:
+        """A client's identity for one request without a connection (the HTTP API): stamped
+        from its token exactly as ``hello`` stamps a connection's, with its capabilities in
+        ``session_id`` (every right, and no user, on an anonymous relay)."""
+        client_id, user_id = _stamped(identity, claimed)
+        caps = None if identity is None else identity.caps(session_id)
+        return Sender(client_id=client_id, user_id=user_id, role="client", caps=caps)
 
     def gone(self, peer: Peer) -> None:
         """Forget a closed connection."""
@@ -215,15 +218,15 @@ class Hub:
                     f"the token does not grant 'subscribe' in {frame.session_id!r}",
                     details={"session_id": frame.session_id, "needs": SUBSCRIBE},
                 )
-            channel = await self.channel(frame.session_id)
-            await channel.attach(
-                peer,
-                frame.req,
-                from_serial=frame.from_serial,
-                epoch=frame.epoch,
-                limit=min(frame.limit, self.options.history_page_max),
-                backlog_max=self.options.backlog_max,
-            )
+            async with self.hold(frame.session_id) as channel:
+                await channel.attach(
+                    peer,
+                    frame.req,
+                    from_serial=frame.from_serial,
+                    epoch=frame.epoch,
+                    limit=min(frame.limit, self.options.history_page_max),
+                    backlog_max=self.options.backlog_max,
+                )
         elif isinstance(frame, Detach):
             channel = self._attached(peer, frame.session_id)
             channel.detach(peer)
@@ -261,11 +264,7 @@ class Hub:
         try:
             channel = self._attached(peer, frame.session_id)
             sender = peer.sender_for(frame.session_id)
-            serial, duplicate, changes = await channel.publish(frame.entry, sender, now_ms())
-            if duplicate:
-                self.metrics.duplicates.inc()
-            else:
-                await self._published(frame.entry, changes)
+            serial, duplicate = await self.publish(channel, frame.entry, sender)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
@@ -276,6 +275,17 @@ class Hub:
             )
         finally:
             peer.inflight -= 1
+
+    async def publish(self, channel: Channel, entry: EntryBody, sender: Sender) -> tuple[int, bool]:
+        """Store one entry under the Run rules as ``sender`` and hand out the Runs it made
+        pending: the one publish path of WebSocket and HTTP clients. Returns ``(serial,
+        duplicate)``; raises ``RunwireError`` when the rules refuse it or the store fails."""
+        serial, duplicate, changes = await channel.publish(entry, sender, now_ms())
+        if duplicate:
+            self.metrics.duplicates.inc()
+        else:
+            await self._published(entry, changes)
+        return serial, duplicate
 
     def _attached(self, peer: Peer, session_id: str) -> Channel:
         channel = self.channels.get(session_id)
@@ -315,12 +325,39 @@ class Hub:
         finally:
             del self._loading[session_id]
 
+    @asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[Channel]:
+        """The session's channel, kept loaded for the block and released after it (forgotten
+        then if nobody on this node watches it), so a user that does not subscribe (an
+        attach in progress, an HTTP request) neither loses it midway nor pins it."""
+        channel = await self.channel(session_id)
+        while self.channels.get(session_id) is not channel:
+            # Released while this task waited for another's load of it: load it again.
+            channel = await self.channel(session_id)
+        channel.holds += 1
+        try:
+            yield channel
+        finally:
+            channel.holds -= 1
+            self.release(channel)
+
     def _registry(self, session_id: str, records: list[RunRecord]) -> RunRegistry:
         return RunRegistry(session_id, records, policy=self.policy, slots=self.slots)
 
     def release(self, channel: Channel) -> None:
-        """Forget a channel nobody on this node watches (its store subscription ends)."""
-        if channel.subscribers or channel.lock.locked() or channel.session_id in self._reacting:
+        """Forget a channel nobody on this node watches (its store subscription ends).
+
+        A channel with queued Runs stays: a slot freed in another session gives them
+        their turn only while it is loaded.
+        """
+        if (
+            channel.subscribers
+            or channel.holds
+            or channel.listeners
+            or channel.lock.locked()
+            or channel.session_id in self._reacting
+            or channel.registry.queued()
+        ):
             return
         if self.channels.get(channel.session_id) is channel:
             del self.channels[channel.session_id]
@@ -402,6 +439,7 @@ class Hub:
             log.exception("publishing the relay's entries for %s failed", session_id)
         finally:
             self._reacting.discard(session_id)
+            self.release(channel)
 
     async def _agent_lost(self, session_id: str, run_id: str) -> None:
         """End a Run whose agent did not come back within the grace period."""
@@ -444,3 +482,13 @@ def _scoped(user_id: str, claimed: str) -> str:
         return scoped
     digest = hashlib.sha256(scoped.encode()).hexdigest()[:32]
     return f"{user_id[:150]}/{digest}"
+
+
+def _stamped(identity: Identity | None, claimed: str) -> tuple[str, str | None]:
+    """``(client_id, user_id)`` of a client claiming ``claimed``: the token's user and
+    ``client_id`` claim, else the claim scoped to that user; the claim as is when anonymous."""
+    if claimed == RELAY.client_id:
+        raise RunwireError(PROTOCOL_ERROR, f"client id {claimed!r} is the relay's own")
+    if identity is None:
+        return claimed, None
+    return identity.client_id or _scoped(identity.user_id, claimed), identity.user_id

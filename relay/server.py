@@ -7,7 +7,8 @@ connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
 ``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
 /metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
 (``client_side/js/runwire.js``), and ``GET /`` the ``index_html`` file when
-that option names one.
+that option names one. ``/v1/...`` is the HTTP API for back ends without a
+socket (``relay.http_api``, which also explains how request bodies are read).
 
 Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
 (``Authorization: Bearer``, or the ``token`` query parameter for browsers,
@@ -47,6 +48,7 @@ from transport.frames import Hello, Welcome
 from transport.messages import new_id
 
 from .auth import TokenVerifier, token_from_request
+from .http_api import OPEN_TIMEOUT, HttpApi, connection_class, request_method
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
@@ -106,11 +108,17 @@ async def serve(
     await the_store.start()
     metrics = Metrics()
     hub = Hub(the_store, opts, metrics)
+    api = HttpApi(hub, verifier)
     try:
         await hub.start()
 
         async def process_request(conn: ServerConnection, request: Request) -> Response | None:
             path = request.path.split("?", 1)[0]
+            if (path == "/v1" or path.startswith("/v1/")) and not _upgrade(request):
+                return await api.handle(conn, request)
+            method = request_method(conn, request)
+            if method != "GET" and (method != "HEAD" or _upgrade(request)):
+                return _response(405, b"method not allowed\n", "text/plain")
             if path == "/healthz":
                 ok = await the_store.healthy()
                 body = codec.dumps(
@@ -138,6 +146,8 @@ async def serve(
             host,
             port,
             process_request=process_request,
+            create_connection=connection_class(opts.hard_frame_bytes),
+            open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
             max_queue=64,
             compression=None,
@@ -146,6 +156,7 @@ async def serve(
             close_timeout=2,
         ) as ws_server:
             yield Server(ws_server, hub, host)
+            api.close()
             ws_server.close(close_connections=True)
     finally:
         hub.close()

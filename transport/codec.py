@@ -49,6 +49,7 @@ __all__ = [
     "loads",
     "request_id",
     "splice_serial",
+    "validation_error",
 ]
 
 CLIENT_FRAME_TYPES = frozenset({"hello", "attach", "detach", "publish", "history", "worker"})
@@ -122,6 +123,11 @@ def _decode(
         return adapter.validate_python(obj)
     except ValidationError as exc:
         raise _validation_error(exc) from None
+
+
+def validation_error(exc: ValidationError) -> RunwireError:
+    """The ``VALIDATION_ERROR`` for a pydantic error (``details.errors``: loc, msg, type)."""
+    return _validation_error(exc)
 
 
 def _validation_error(exc: ValidationError) -> RunwireError:

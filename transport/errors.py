@@ -21,6 +21,8 @@ __all__ = [
     "EPOCH_MISMATCH",
     "INTERNAL_ERROR",
     "NOT_ATTACHED",
+    "NOT_FOUND",
+    "NOT_IMPLEMENTED",
     "PAYLOAD_TOO_LARGE",
     "PROTOCOL_ERROR",
     "RATE_LIMITED",
@@ -78,6 +80,10 @@ RATE_LIMITED = "RATE_LIMITED"
 """Too many requests in flight on one connection."""
 CONFLICT = "CONFLICT"
 """The channel moved on since the entry was checked; re-check and retry."""
+NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
+"""A request for a feature this relay does not have yet (HTTP 501); nothing happened."""
+NOT_FOUND = "NOT_FOUND"
+"""An HTTP API path that names no route (HTTP 404)."""
 INTERNAL_ERROR = "INTERNAL_ERROR"
 """A fault inside the relay; the request had no effect."""
 

@@ -1,0 +1,701 @@
+"""The HTTP API: back ends without a socket, on the relay's own port.
+
+Routes (``{id}`` a session id, ``{run_id}`` a Run's; path segments may be
+percent-encoded):
+
+* ``POST /v1/sessions/{id}/messages``: body ``{"message": <UIMessage or text>,
+  "message_id"?, "run_id"?, "intent"?, "multitask"?, "agent"?, "parent_id"?,
+  "parent_run_id"?, "thread_access"?, "client_id"?}`` -> ``201 {"serial",
+  "run_id", "message_id", "duplicate"}``. A ``message`` entry published as the
+  token's user, exactly as a WebSocket ``publish``: the same Run rules, the
+  same de-duplication by the message id (a retry answers the first serial and
+  Run with ``duplicate: true``). ``intent`` defaults to ``prompt`` (a new Run;
+  ``run_id`` is chosen when absent); ``steer`` / ``follow_up`` / ``inject``
+  need ``run_id``. A text message gets a fresh id unless ``message_id`` names
+  one: send one to make retries safe.
+* ``POST /v1/sessions/{id}/runs/{run_id}/cancel``: body ``{"reason"?, "id"?,
+  "client_id"?}`` (or none) -> ``202 {"serial", "run_id", "duplicate"}``; ``id``
+  is the cancel entry's id, for retries.
+* ``POST /v1/sessions/{id}/runs/{run_id}/resume``: ``501 NOT_IMPLEMENTED``.
+  Resuming answers a paused Run's interrupts, which this relay does not have yet.
+* ``GET /v1/sessions/{id}/history?before=&limit=`` -> ``{"entries", "has_older",
+  "head", "epoch"}``: the newest ``limit`` (50) entries below ``before`` (default:
+  the newest), in serial order, as WebSocket ``page`` frames carry them.
+* ``GET /v1/sessions/{id}/events?from=&wait=&limit=``: Server-Sent Events, below.
+
+Rights and errors. A request presents a token as a WebSocket connection does
+(``Authorization: Bearer``, or the ``token`` query parameter) and has the
+rights it grants in that session: ``subscribe`` to read, the Run rules'
+(``transport.runs``) to publish. Entries are stamped with the token's user,
+and its ``client_id`` claim or the body's ``client_id`` (default ``http``)
+scoped to that user; an anonymous relay stamps no user. Every failure is
+``{"error": {"code", "message", "details"}}`` with the WebSocket protocol's
+code and an HTTP status (``STATUS``): 400 ``VALIDATION_ERROR`` /
+``PROTOCOL_ERROR``, 401 ``UNAUTHORIZED`` (a token missing, forged or malformed)
+/ ``TOKEN_EXPIRED``, 403 ``UNAUTHORIZED`` with ``details.needs`` (a capability
+the token lacks), 404 ``RUN_NOT_FOUND`` / ``NOT_FOUND`` (no such route), 405,
+409 ``RUN_NOT_ACTIVE`` / ``THREAD_BUSY`` / ``DUPLICATE_RUN`` /
+``THREAD_ACCESS_DENIED``, 413 ``PAYLOAD_TOO_LARGE`` (a body over
+``max_frame_bytes``), 501 ``NOT_IMPLEMENTED``, 503 ``STORE_UNAVAILABLE``.
+
+The event stream, long-poll style. websockets' ``process_request`` returns a
+whole response, so a response cannot stay open and stream. The stream is
+made of short responses instead, in the way ``EventSource`` already
+reconnects: each response carries every entry after the position (the
+``Last-Event-ID`` header, else the ``from`` query parameter, else the head:
+only new entries), at most ``limit`` (100) of them, as ``id: <serial>`` /
+``event: entry`` / ``data: <entry JSON>``; when there are none yet it waits up
+to ``wait`` seconds (15, at most ``MAX_WAIT``) for one, then ends. It starts
+with ``retry: 25`` and ``id: <position>``, so a browser reconnects 25 ms later
+with ``Last-Event-ID`` set to the last serial it got (or the position it was
+at): no gap and no duplicate. A position the channel cannot continue from (a
+serial beyond its head, from a lost history; or one its store trimmed) gets
+``event: reset`` (data ``{"epoch", "head", "first"}``) and the stream starts
+over from the oldest entry stored. A waiting request listens on the channel
+(``Channel.listen``) under ``Hub.hold``, which releases the channel when the
+request ends, so waiting pins no session.
+
+How a body is read. websockets parses each connection's opening request
+itself (``ServerProtocol.parse`` runs ``Request.parse(reader.read_line)``),
+hands ``process_request`` a ``Request`` without a body, and before that drops
+the connection, with no response, of any request that declares a body (a
+``Content-Length`` other than 0, or a ``Transfer-Encoding``) and, before
+websockets 17, of any method but GET. So ``serve()`` gives websockets
+``create_connection=connection_class(...)``: a ``ServerConnection`` whose
+protocol reads with a ``BodyReader``, installed before the first byte
+arrives. ``BodyReader.read_line`` (the only read ``Request.parse`` makes) keeps
+the method of the request line and shows websockets ``GET``, shows it the
+``Content-Length`` and ``Transfer-Encoding`` headers renamed
+(``X-Runwire-...``), and, as it hands back the blank line that ends the
+head, first reads the body (``Content-Length`` bytes, or chunks) into
+``reader.body``. websockets still parses and limits the head; the body is
+capped at ``hard_frame_bytes`` (a larger one is answered 413 unread). It
+relies on two attributes of websockets' sans-I/O protocol, ``reader`` and
+``parser``, alike from websockets 14 to 17; the tests go through it. Responses
+close the connection (no keep-alive), and the handshake timeout is
+``OPEN_TIMEOUT`` so that a waiting request fits in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Generator
+from http import HTTPStatus
+from typing import Annotated, Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+from websockets.server import ServerProtocol
+from websockets.streams import StreamReader
+
+from transport import codec
+from transport.errors import (
+    CONFLICT,
+    DUPLICATE_RUN,
+    EPOCH_MISMATCH,
+    INTERNAL_ERROR,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PAYLOAD_TOO_LARGE,
+    PROTOCOL_ERROR,
+    RATE_LIMITED,
+    RUN_NOT_ACTIVE,
+    RUN_NOT_FOUND,
+    STORE_UNAVAILABLE,
+    THREAD_ACCESS_DENIED,
+    THREAD_BUSY,
+    TOKEN_EXPIRED,
+    UNAUTHORIZED,
+    VALIDATION_ERROR,
+    RunwireError,
+)
+from transport.frames import CancelEntry, Intent, MessageEntry, Multitask, ThreadAccess
+from transport.messages import UIMessage, new_id, user_message
+from transport.runs import SUBSCRIBE
+
+from .auth import Identity, TokenVerifier, token_from_request
+from .channel import Channel
+from .hub import Hub
+
+__all__ = [
+    "MAX_WAIT",
+    "OPEN_TIMEOUT",
+    "RETRY_MS",
+    "STATUS",
+    "BodyReader",
+    "HttpApi",
+    "connection_class",
+    "request_method",
+]
+
+log = logging.getLogger("runwire.relay")
+
+MAX_WAIT = 25.0
+"""The longest an event-stream request waits for a new entry (seconds)."""
+OPEN_TIMEOUT = MAX_WAIT + 10.0
+"""websockets' handshake timeout, which covers ``process_request``: a waiting request fits."""
+RETRY_MS = 25
+"""The ``retry:`` an event stream announces: browsers reconnect this soon after a response."""
+DEFAULT_CLIENT_ID = "http"
+
+STATUS: dict[str, int] = {
+    VALIDATION_ERROR: 400,
+    PROTOCOL_ERROR: 400,
+    UNAUTHORIZED: 401,
+    TOKEN_EXPIRED: 401,
+    NOT_FOUND: 404,
+    RUN_NOT_FOUND: 404,
+    RUN_NOT_ACTIVE: 409,
+    THREAD_BUSY: 409,
+    DUPLICATE_RUN: 409,
+    THREAD_ACCESS_DENIED: 409,
+    CONFLICT: 409,
+    EPOCH_MISMATCH: 409,
+    PAYLOAD_TOO_LARGE: 413,
+    RATE_LIMITED: 429,
+    INTERNAL_ERROR: 500,
+    NOT_IMPLEMENTED: 501,
+    STORE_UNAVAILABLE: 503,
+}
+"""The HTTP status of each error code (``UNAUTHORIZED`` with ``details.needs``: 403;
+codes not listed, such as an input check's refusal: 400)."""
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:\-]{1,200}")
+_CORS = (
+    ("Access-Control-Allow-Origin", "*"),
+    ("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID"),
+    ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+)
+
+# ------------------------------------------------------------ request bodies --
+
+_REQUEST_LINE, _HEADERS, _DONE = 0, 1, 2
+
+
+class BodyReader(StreamReader):
+    """websockets' stream reader, reading the body of the opening request too.
+
+    ``method`` is the request's method, ``body`` its body, ``body_error`` why
+    the body could not be read (``PAYLOAD_TOO_LARGE``, ``PROTOCOL_ERROR``).
+    """
+
+    def __init__(self, max_body: int) -> None:
+        super().__init__()
+        self.max_body = max_body
+        self.method = "GET"
+        self.body = b""
+        self.body_error: RunwireError | None = None
+        self.opened_at = time.monotonic()
+        self._phase = _REQUEST_LINE
+        self._length: int | None = None
+        self._chunked = False
+
+    def read_line(self, m: int, *args: Any) -> Generator[None, None, bytearray]:
+        # websockets 17 passes the exception to raise for a long line; earlier ones do not.
+        line = yield from super().read_line(m, *args)
+        if self._phase == _DONE:
+            return line
+        if self._phase == _REQUEST_LINE:
+            self._phase = _HEADERS
+            method, space, rest = bytes(line).partition(b" ")
+            if space and method != b"GET":
+                self.method = method.decode("ascii", "replace")[:20]
+                return bytearray(b"GET " + rest)
+            return line
+        if bytes(line) in (b"\r\n", b"\n"):
+            self._phase = _DONE
+            yield from self._read_body()
+            return line
+        name, colon, value = bytes(line).partition(b":")
+        key = name.strip().lower()
+        if colon and key == b"content-length":
+            self._declare_length(value.strip())
+            return bytearray(b"X-Runwire-Content-Length:" + value)
+        if colon and key == b"transfer-encoding":
+            if value.strip().lower().rsplit(b",", 1)[-1].strip() == b"chunked":
+                self._chunked = True
+            else:
+                self.body_error = RunwireError(
+                    PROTOCOL_ERROR, "only the chunked transfer coding is supported"
+                )
+            return bytearray(b"X-Runwire-Transfer-Encoding:" + value)
+        return line
+
+    def _declare_length(self, value: bytes) -> None:
+        if not value.isdigit() or (self._length is not None and int(value) != self._length):
+            self.body_error = RunwireError(PROTOCOL_ERROR, "a bad Content-Length header")
+            return
+        self._length = int(value)
+
+    def _read_body(self) -> Generator[None, None, None]:
+        if self.body_error is not None:
+            return
+        if self._chunked:
+            yield from self._read_chunks()
+        elif self._length:
+            if self._length > self.max_body:
+                self.body_error = _too_large(self._length, self.max_body)
+                return
+            self.body = bytes((yield from self.read_exact(self._length)))
+
+    def _read_chunks(self) -> Generator[None, None, None]:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            line = yield from self.read_line(1024)
+            try:
+                n = int(bytes(line).split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                n = -1
+            if n < 0:
+                self.body_error = RunwireError(PROTOCOL_ERROR, "a bad chunk size")
+                return
+            if n == 0:
+                for _ in range(100):  # trailer fields, up to the blank line
+                    if bytes((yield from self.read_line(8192))) in (b"\r\n", b"\n"):
+                        break
+                break
+            size += n
+            if size > self.max_body:
+                self.body_error = _too_large(size, self.max_body)
+                return
+            chunks.append(bytes((yield from self.read_exact(n))))
+            if (yield from self.read_exact(2)) != b"\r\n":
+                self.body_error = RunwireError(PROTOCOL_ERROR, "a chunk without its CRLF")
+                return
+        self.body = b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> RunwireError:
+    return RunwireError(
+        PAYLOAD_TOO_LARGE,
+        f"a body of {size} bytes exceeds the limit of {limit}",
+        details={"size": size, "limit": limit},
+    )
+
+
+def connection_class(max_body: int) -> type[ServerConnection]:
+    """A ``ServerConnection`` that reads request bodies of up to ``max_body`` bytes (for
+    websockets' ``serve(create_connection=...)``)."""
+
+    class HttpConnection(ServerConnection):
+        def __init__(self, protocol: ServerProtocol, *args: Any, **kwargs: Any) -> None:
+            # No byte has arrived yet: swap the reader, and restart the parser on it.
+            protocol.reader = BodyReader(max_body)
+            protocol.parser = protocol.parse()
+            next(protocol.parser)
+            super().__init__(protocol, *args, **kwargs)
+
+    return HttpConnection
+
+
+def _reader(conn: ServerConnection) -> BodyReader | None:
+    reader = conn.protocol.reader
+    return reader if isinstance(reader, BodyReader) else None
+
+
+def request_method(conn: ServerConnection, request: Request) -> str:
+    """The method of the request as the client sent it."""
+    reader = _reader(conn)
+    if reader is not None:
+        return reader.method
+    return str(getattr(request, "method", "GET"))
+
+
+# ------------------------------------------------------------- request models --
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Id = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class PostMessage(_Body):
+    """The body of ``POST /v1/sessions/{id}/messages``."""
+
+    message: UIMessage | str
+    message_id: Id | None = None
+    run_id: Id | None = None
+    intent: Intent = "prompt"
+    multitask: Multitask | None = None
+    agent: Id | None = None
+    parent_id: Id | None = None
+    parent_run_id: Id | None = None
+    thread_access: ThreadAccess | None = None
+    client_id: Id | None = None
+
+
+class PostCancel(_Body):
+    """The body of ``POST /v1/sessions/{id}/runs/{run_id}/cancel``."""
+
+    reason: str | None = Field(default=None, max_length=1000)
+    id: Id | None = None
+    client_id: Id | None = None
+
+
+B = TypeVar("B", bound=_Body)
+
+# -------------------------------------------------------------------- the API --
+
+_ROUTES: dict[str, str] = {
+    "messages": "POST",
+    "history": "GET",
+    "events": "GET",
+    "cancel": "POST",
+    "resume": "POST",
+}
+
+
+class HttpApi:
+    """Answers ``/v1/...`` requests of one relay (see the module docstring)."""
+
+    def __init__(self, hub: Hub, verifier: TokenVerifier | None) -> None:
+        self.hub = hub
+        self.store = hub.store
+        self.options = hub.options
+        self.verifier = verifier
+        self.closing = False
+        self._wakers: set[asyncio.Event] = set()
+
+    def close(self) -> None:
+        """The relay is stopping: waiting requests answer now, new ones do not wait."""
+        self.closing = True
+        for waker in self._wakers:
+            waker.set()
+
+    async def handle(self, conn: ServerConnection, request: Request) -> Response:
+        """Answer one request (never raises)."""
+        try:
+            return await self._route(conn, request)
+        except RunwireError as exc:
+            return self._error(exc)
+        except Exception:
+            log.exception("HTTP %s failed", request.path.split("?", 1)[0])
+            return self._error(RunwireError(INTERNAL_ERROR, "the relay failed on this request"))
+
+    async def _route(self, conn: ServerConnection, request: Request) -> Response:
+        method = request_method(conn, request)
+        split = urlsplit(request.path)
+        parts = split.path.split("/")
+        name = ""
+        run_id: str | None = None
+        if len(parts) == 5 and parts[1:3] == ["v1", "sessions"] and parts[4] in _ROUTES:
+            name = parts[4]
+        elif len(parts) == 7 and parts[1:3] == ["v1", "sessions"] and parts[4] == "runs":
+            if parts[6] in ("cancel", "resume"):
+                name, run_id = parts[6], unquote(parts[5])
+        if not name:
+            raise RunwireError(
+                NOT_FOUND, f"no route {split.path!r}", details={"path": split.path[:300]}
+            )
+        if method == "OPTIONS":
+            return _response(204, b"", None)
+        if method != _ROUTES[name]:
+            response = self._error(
+                RunwireError(
+                    PROTOCOL_ERROR,
+                    f"{split.path} takes {_ROUTES[name]}, not {method}",
+                    details={"allow": _ROUTES[name]},
+                ),
+                status=405,
+            )
+            response.headers["Allow"] = f"{_ROUTES[name]}, OPTIONS"
+            return response
+        identity = self._identity(request)
+        session_id = unquote(parts[3])
+        if not _SESSION_ID.fullmatch(session_id):
+            raise RunwireError(
+                VALIDATION_ERROR,
+                "a session id is 1-200 characters out of A-Z a-z 0-9 . _ : -",
+                details={"session_id": session_id[:300]},
+            )
+        if run_id is not None and not 0 < len(run_id) <= 200:
+            raise RunwireError(VALIDATION_ERROR, "a run id is 1-200 characters")
+        query = parse_qs(split.query)
+        if name == "messages":
+            return await self._post_message(conn, identity, session_id)
+        if name == "cancel":
+            assert run_id is not None
+            return await self._cancel(conn, identity, session_id, run_id)
+        if name == "resume":
+            raise RunwireError(
+                NOT_IMPLEMENTED,
+                "resuming a Run needs interrupts, which this relay does not have yet",
+                details={"run_id": run_id, "feature": "interrupts"},
+            )
+        self._need_subscribe(identity, session_id)
+        if name == "history":
+            return await self._history(session_id, query)
+        return await self._events(conn, request, session_id, query)
+
+    # ----------------------------------------------------------- publishing --
+
+    async def _post_message(
+        self, conn: ServerConnection, identity: Identity | None, session_id: str
+    ) -> Response:
+        body = self._body(conn, PostMessage)
+        if isinstance(body.message, str):
+            message = user_message(body.message, id=body.message_id)
+        else:
+            message = body.message
+            if body.message_id is not None and body.message_id != message.id:
+                raise RunwireError(
+                    VALIDATION_ERROR,
+                    "message_id differs from message.id (give one or the other)",
+                    details={"message_id": body.message_id, "message.id": message.id},
+                )
+        run_id = body.run_id
+        if run_id is None:
+            if body.intent != "prompt":
+                raise RunwireError(
+                    VALIDATION_ERROR,
+                    f"run_id: required for intent {body.intent!r} (the Run it is aimed at)",
+                    details={
+                        "errors": [{"loc": ["run_id"], "msg": "Field required", "type": "missing"}]
+                    },
+                )
+            run_id = new_id()
+        entry = MessageEntry(
+            id=message.id,
+            run_id=run_id,
+            intent=body.intent,
+            message=message,
+            parent_id=body.parent_id,
+            agent=body.agent,
+            multitask=body.multitask,
+            parent_run_id=body.parent_run_id,
+            thread_access=body.thread_access,
+        )
+        sender = self.hub.sender(identity, body.client_id or DEFAULT_CLIENT_ID, session_id)
+        async with self.hub.hold(session_id) as channel:
+            serial, duplicate = await self.hub.publish(channel, entry, sender)
+        if duplicate:
+            run_id = await self._stored_run_id(session_id, entry.id) or run_id
+        return _json(
+            201,
+            {"serial": serial, "run_id": run_id, "message_id": message.id, "duplicate": duplicate},
+        )
+
+    async def _cancel(
+        self, conn: ServerConnection, identity: Identity | None, session_id: str, run_id: str
+    ) -> Response:
+        body = self._body(conn, PostCancel)
+        entry = CancelEntry(id=body.id or new_id(), run_id=run_id, reason=body.reason)
+        sender = self.hub.sender(identity, body.client_id or DEFAULT_CLIENT_ID, session_id)
+        async with self.hub.hold(session_id) as channel:
+            serial, duplicate = await self.hub.publish(channel, entry, sender)
+        if duplicate:
+            run_id = await self._stored_run_id(session_id, entry.id) or run_id
+        return _json(202, {"serial": serial, "run_id": run_id, "duplicate": duplicate})
+
+    async def _stored_run_id(self, session_id: str, entry_id: str) -> str | None:
+        """The Run of the entry already stored under ``entry_id`` (a retry names the first)."""
+        found = await self.store.find(session_id, entry_id)
+        if found is None:
+            return None
+        try:
+            run_id = codec.loads(found.data).get("run_id")
+        except (RunwireError, AttributeError):
+            return None
+        return run_id if isinstance(run_id, str) else None
+
+    # -------------------------------------------------------------- reading --
+
+    async def _history(self, session_id: str, query: dict[str, list[str]]) -> Response:
+        limit = min(_int(query, "limit", 50, 1, 1000), self.options.history_page_max)
+        before = _opt_int(query, "before")
+        async with self.hub.hold(session_id) as channel:
+            page, has_older = await channel.history(
+                channel.last + 1 if before is None else before, limit
+            )
+            head, epoch = channel.last, channel.epoch
+        body = (
+            b'{"entries":['
+            + b",".join(e.data for e in page)
+            + b'],"has_older":'
+            + (b"true" if has_older else b"false")
+            + b',"head":%d,"epoch":' % head
+            + codec.dumps(epoch)
+            + b"}"
+        )
+        return _response(200, body, "application/json")
+
+    async def _events(
+        self,
+        conn: ServerConnection,
+        request: Request,
+        session_id: str,
+        query: dict[str, list[str]],
+    ) -> Response:
+        limit = min(_int(query, "limit", 100, 1, 1000), self.options.history_page_max)
+        wait = _float(query, "wait", 15.0, 0.0, MAX_WAIT)
+        header = request.headers.get("Last-Event-ID")
+        if header is not None and header.strip():
+            after: int | None = _parse_int("Last-Event-ID", header.strip(), 0, None)
+        else:
+            after = _opt_int(query, "from")
+        reader = _reader(conn)
+        if reader is not None:  # stay inside websockets' handshake timeout
+            wait = min(wait, OPEN_TIMEOUT - 2.0 - (time.monotonic() - reader.opened_at))
+        blocks: list[bytes] = []
+        async with self.hub.hold(session_id) as channel:
+            if after is None:
+                after = channel.last
+            elif after > channel.last or after < channel.first - 1:
+                info = await self.store.open_channel(session_id)  # the channel may lag
+                if after > info.last or after < info.first - 1:
+                    after = max(info.first - 1, 0)
+                    reset = {"epoch": info.epoch, "head": info.last, "first": info.first}
+                    blocks.append(
+                        b"id: %d\nevent: reset\ndata: %s\n\n" % (after, codec.dumps(reset))
+                    )
+            if not blocks and channel.last <= after and wait > 0:
+                await self._wait(conn, channel, wait)
+            entries = await self.store.read(session_id, after=after, limit=limit)
+        blocks.insert(0, b"retry: %d\nid: %d\n\n" % (RETRY_MS, after))
+        blocks.extend(b"id: %d\nevent: entry\ndata: %s\n\n" % (e.serial, e.data) for e in entries)
+        response = _response(200, b"".join(blocks), "text/event-stream; charset=utf-8")
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+    async def _wait(self, conn: ServerConnection, channel: Channel, timeout: float) -> None:
+        """Until the channel takes in an entry, the client hangs up, the relay stops, or
+        ``timeout`` seconds pass."""
+        if self.closing:
+            return
+        woke = asyncio.Event()
+        stop = channel.listen(lambda _stored: woke.set())
+        self._wakers.add(woke)
+        lost: asyncio.Future[None] | None = getattr(conn, "connection_lost_waiter", None)
+
+        def hung_up(_: object) -> None:
+            woke.set()
+
+        if isinstance(lost, asyncio.Future):
+            lost.add_done_callback(hung_up)
+        try:
+            async with asyncio.timeout(timeout):
+                await woke.wait()
+        except TimeoutError:
+            pass
+        finally:
+            stop()
+            self._wakers.discard(woke)
+            if isinstance(lost, asyncio.Future):
+                lost.remove_done_callback(hung_up)
+
+    # -------------------------------------------------------------- helpers --
+
+    def _identity(self, request: Request) -> Identity | None:
+        if self.verifier is None:
+            return None
+        return self.verifier.verify(token_from_request(request.headers, request.path))
+
+    @staticmethod
+    def _need_subscribe(identity: Identity | None, session_id: str) -> None:
+        if identity is not None and SUBSCRIBE not in identity.caps(session_id):
+            raise RunwireError(
+                UNAUTHORIZED,
+                f"the token does not grant 'subscribe' in {session_id!r}",
+                details={"session_id": session_id, "needs": SUBSCRIBE},
+            )
+
+    def _body(self, conn: ServerConnection, model: type[B]) -> B:
+        reader = _reader(conn)
+        raw = b"" if reader is None else reader.body
+        if reader is not None and reader.body_error is not None:
+            raise reader.body_error
+        if len(raw) > self.options.max_frame_bytes:
+            raise _too_large(len(raw), self.options.max_frame_bytes)
+        data: Any = {}
+        if raw.strip():
+            try:
+                data = codec.loads(raw)
+            except RunwireError as exc:
+                raise RunwireError(
+                    PROTOCOL_ERROR, exc.message.replace("frame", "the body", 1)
+                ) from None
+        if not isinstance(data, dict):
+            raise RunwireError(PROTOCOL_ERROR, "the body must be a JSON object")
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise codec.validation_error(exc) from None
+
+    def _error(self, exc: RunwireError, status: int | None = None) -> Response:
+        self.hub.metrics.errors.labels(exc.code).inc()
+        if status is None:
+            status = STATUS.get(exc.code, 400)
+            if exc.code == UNAUTHORIZED and "needs" in exc.details:
+                status = 403
+        response = _json(status, {"error": exc.to_wire()})
+        if status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="runwire"'
+        return response
+
+
+def _param(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[-1] if values else None
+
+
+def _parse_int(name: str, text: str, low: int, high: int | None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise RunwireError(
+            VALIDATION_ERROR, f"{name}: an integer {bounds}", details={"param": name}
+        )
+    return value
+
+
+def _int(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
+    text = _param(query, name)
+    return default if not text else _parse_int(name, text, low, high)
+
+
+def _opt_int(query: dict[str, list[str]], name: str) -> int | None:
+    text = _param(query, name)
+    return None if not text else _parse_int(name, text, 0, None)
+
+
+def _float(
+    query: dict[str, list[str]], name: str, default: float, low: float, high: float
+) -> float:
+    text = _param(query, name)
+    if text is None or text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:
+        raise RunwireError(
+            VALIDATION_ERROR, f"{name}: a number {low:g}..{high:g}", details={"param": name}
+        )
+    return value
+
+
+def _response(status: int, body: bytes, content_type: str | None) -> Response:
+    headers = Headers(_CORS)
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    if status != 204:
+        headers["Content-Length"] = str(len(body))
+    headers["Connection"] = "close"
+    return Response(status, HTTPStatus(status).phrase, headers, body)
+
+
+def _json(status: int, value: Any) -> Response:
+    return _response(status, codec.dumps(value), "application/json")
