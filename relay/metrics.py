@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 __all__ = ["Metrics"]
 
@@ -32,6 +36,20 @@ class Metrics:
         self.agent_lost = Counter("runwire_runs_agent_lost", "Runs ended AGENT_LOST", registry=r)
         self.workers = Gauge("runwire_workers", "Registered agent workers", registry=r)
 
+    def count_store_round_trips(self, read: Callable[[], int]) -> None:
+        """Expose a store's round trips (``read()``) as ``runwire_store_round_trips_total``."""
+        self.registry.register(_Read("runwire_store_round_trips", "Round trips to the store", read))
+
     def render(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+
+class _Read(Collector):
+    """A counter whose value is read when scraped."""
+
+    def __init__(self, name: str, doc: str, read: Callable[[], int]) -> None:
+        self._name, self._doc, self._read = name, doc, read
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self._name, self._doc, value=self._read())
