@@ -27,13 +27,24 @@ Entry kinds:
   named by ``run_id`` (the sender picks it); ``steer``, ``follow_up`` and
   ``inject`` are aimed at an existing Run.
 * ``run``: a Run's lifecycle (``active`` when started or resumed,
-  ``suspended``, or terminal ``complete``/``cancelled``/``error``).
+  ``suspended``, or terminal ``complete``/``cancelled``/``error``; ``pending``
+  again only from the relay, when it hands a durable Run whose agent went away
+  to another worker). ``seen`` on a terminal entry lists queued messages the
+  Run took in without a response (injects saved at its end).
 * ``cancel``: a signal asking the Run's agent to stop.
 * ``response_open`` / ``response_append`` / ``response_close``: the agent's
   output, one message that grows by appends of UI message stream parts.
   ``response_open.seen`` lists the steering message ids the agent had taken in
-  before producing this response: that is how outcomes resolve.
-
+  before producing this response: that is how outcomes resolve. A
+  ``response_open`` naming a response of the same Run that is still open (a
+  step retried after a crash) starts it over.
+* ``refused``: an input check refused a queued message. It names the message
+  and carries the error, never the message's content: a message the relay's
+  checks refuse is not stored at all; one the agent's checks refuse stays on
+  the channel but out of the conversation.
+* ``checkpoint``: a durable Run finished a step; what another worker needs to
+  go on from there (the step number, the turn, the model calls of the turn,
+  the queued messages answered, the agent's own ``state``).
 Attaching names ``from_serial`` (and the ``epoch`` it belongs to) to resume, or
 nothing to get the newest page. A resume from another epoch gets ``reset: true``
 and the newest page, never a silent gap.
@@ -53,6 +64,7 @@ __all__ = [
     "Attach",
     "Attached",
     "CancelEntry",
+    "CheckpointEntry",
     "ClientFrame",
     "Deliver",
     "Detach",
@@ -66,6 +78,7 @@ __all__ = [
     "MessageEntry",
     "Page",
     "Publish",
+    "RefusedEntry",
     "RelayFrame",
     "ResponseAppend",
     "ResponseClose",
@@ -133,8 +146,12 @@ class RunEntry(_Entry):
     """A Run's lifecycle event."""
 
     kind: Literal["run"] = "run"
-    status: Literal["active", "suspended", "complete", "cancelled", "error"]
+    status: Literal["pending", "active", "suspended", "complete", "cancelled", "error"]
     error: ErrorBody | None = None
+    durable: bool | None = None
+    """On ``active``: the agent keeps checkpoints, so the relay may hand the Run on."""
+    seen: list[Id] | None = None
+    """On a terminal status: queued messages taken in without a response (saved injects)."""
 
 
 class CancelEntry(_Entry):
@@ -170,8 +187,35 @@ class ResponseClose(_Entry):
     message: UIMessage
 
 
+class RefusedEntry(_Entry):
+    """An input check refused a queued message (its id and the error, never its content)."""
+
+    kind: Literal["refused"] = "refused"
+    message_id: Id
+    intent: Intent = "steer"
+    error: ErrorBody
+
+
+class CheckpointEntry(_Entry):
+    """A durable Run finished step ``step``: what another worker needs to go on."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    step: int = Field(ge=0)
+    turn: int = Field(default=1, ge=1)
+    iterations: int = Field(default=0, ge=0)
+    seen: list[Id] = Field(default_factory=list)
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
 EntryBody = Annotated[
-    MessageEntry | RunEntry | CancelEntry | ResponseOpen | ResponseAppend | ResponseClose,
+    MessageEntry
+    | RunEntry
+    | CancelEntry
+    | ResponseOpen
+    | ResponseAppend
+    | ResponseClose
+    | RefusedEntry
+    | CheckpointEntry,
     Field(discriminator="kind"),
 ]
 entry_adapter: TypeAdapter[EntryBody] = TypeAdapter(EntryBody)
@@ -303,6 +347,10 @@ class Dispatch(_Model):
     run_id: str
     agent: str
     message_id: str
+    adopted: bool | None = None
+    """True when the Run was started by a worker that went away: this one adopts it."""
+    checkpoint: dict[str, Any] | None = None
+    """The Run's last checkpoint (a ``checkpoint`` entry's fields), if it kept any."""
 
 
 class Error(_Model):

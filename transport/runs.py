@@ -17,7 +17,14 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   agent client that started it) only that client may move it or stream into
   it (``UNAUTHORIZED``); the relay itself may end any Run (``AGENT_LOST``);
 * a cancel on a pending Run is kept (``cancel_requested``) so that the agent
-  applies it when it starts the Run.
+  applies it when it starts the Run;
+* ``refused`` and ``checkpoint`` entries need a live Run and come from its
+  agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
+  clients); a checkpoint becomes the record's ``checkpoint``;
+* ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
+  may put an active or suspended Run back to ``pending`` (its agent went
+  away): the owner is cleared and ``adoptions`` counts the hand-over, so the
+  dispatcher hands the Run to another worker, which adopts it.
 """
 
 from __future__ import annotations
@@ -35,8 +42,10 @@ from .errors import (
 )
 from .frames import (
     CancelEntry,
+    CheckpointEntry,
     EntryBody,
     MessageEntry,
+    RefusedEntry,
     ResponseAppend,
     ResponseClose,
     ResponseOpen,
@@ -102,6 +111,12 @@ class RunRecord:
     created_ts: int = 0
     updated_ts: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    durable: bool = False
+    """The agent keeps checkpoints: if it goes away the relay hands the Run on."""
+    checkpoint: dict[str, Any] | None = None
+    """The fields of the Run's latest ``checkpoint`` entry (without ids and stamps)."""
+    adoptions: int = 0
+    """How many times the relay handed the Run to another worker."""
 
     @property
     def terminal(self) -> bool:
@@ -169,6 +184,8 @@ class RunRegistry:
             record = self._require(entry.run_id)
             if sender.role == "client":
                 raise RunwireError(UNAUTHORIZED, "only agents change a Run's status")
+            if entry.status == "pending":
+                return [self._release(record, sender, now_ms)]
             if entry.status not in TRANSITIONS[record.status]:
                 if record.terminal:
                     raise RunwireError(
@@ -191,6 +208,7 @@ class RunRegistry:
                     status=entry.status,
                     owner=owner,
                     error=entry.error.model_dump() if entry.error else None,
+                    durable=record.durable or bool(entry.status == "active" and entry.durable),
                     updated_ts=now_ms,
                 )
             ]
@@ -200,12 +218,42 @@ class RunRegistry:
                 raise RunwireError(UNAUTHORIZED, "only agents stream responses")
             self._check_owner(record, sender)
             return []
+        if isinstance(entry, RefusedEntry | CheckpointEntry):
+            record = self._live(entry.run_id)
+            if sender.role == "client":
+                raise RunwireError(UNAUTHORIZED, f"only agents publish {entry.kind} entries")
+            self._check_owner(record, sender)
+            if isinstance(entry, RefusedEntry):
+                return []
+            checkpoint = entry.model_dump(
+                include={"step", "turn", "iterations", "seen", "state"}, mode="json"
+            )
+            return [replace(record, checkpoint=checkpoint, updated_ts=now_ms)]
         raise RunwireError(VALIDATION_ERROR, "unknown entry kind")  # pragma: no cover
 
     def apply(self, records: list[RunRecord]) -> None:
         """Make planned changes current (after the store wrote them)."""
         for record in records:
             self.runs[record.run_id] = record
+
+    @staticmethod
+    def _release(record: RunRecord, sender: Sender, now_ms: int) -> RunRecord:
+        """The relay puts a Run whose agent went away back to ``pending`` for another worker."""
+        if sender.role != "relay":
+            raise RunwireError(UNAUTHORIZED, "only the relay hands a Run back to pending")
+        if record.status not in ("active", "suspended"):
+            raise RunwireError(
+                RUN_NOT_ACTIVE if record.terminal else VALIDATION_ERROR,
+                f"run {record.run_id!r} cannot go from {record.status} to pending",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+        return replace(
+            record,
+            status="pending",
+            owner=None,
+            adoptions=record.adoptions + 1,
+            updated_ts=now_ms,
+        )
 
     def _require(self, run_id: str) -> RunRecord:
         record = self.runs.get(run_id)

@@ -16,8 +16,12 @@ order, so arrival order never matters. A rebuild reports the difference:
 order, then ``RunEvent`` per new or changed Run, then ``DeliveryEvent`` for
 outcomes never reported before (each outcome is reported once, ever).
 
-Nodes. A ``message`` entry adds its ``UIMessage`` as sent. ``response_open``
-adds an empty assistant message (id ``message_id``, the entry's metadata);
+Nodes. A ``message`` entry adds its ``UIMessage`` as sent; a steer, follow-up
+or inject message gets ``metadata.queued`` set to its intent unless the sender
+set it. ``response_open`` adds an empty assistant message (id ``message_id``,
+the entry's metadata); a ``response_open`` naming a response of the same Run
+that is still open starts it over (empty again, the new entry's metadata: a
+step retried after a crash replaces what the first attempt half published);
 ``response_append`` folds stream chunks into it (below); ``response_close``
 replaces its content with the carried message (keeping id ``message_id``) and
 closes it. Appends and closes to a closed response, a user message or an
@@ -37,16 +41,13 @@ so a fork off the active path becomes the active branch. ``select_branch(id)``
 selects every step from the root to ``id`` and returns
 ``MessageEvent(op="updated")`` for the messages it brings onto the path.
 
-Chunks (AI SDK names, camelCase keys): ``text-start {id}`` starts an empty text
-part known by ``id``; ``text-delta {id?, delta}`` appends to the part with that
-id (a new one for an unknown id) or, without an id, to the last part if it is a
-text part, else a new one; ``text-end`` does nothing; ``reasoning-*`` likewise
-for reasoning parts. ``tool-input-available {toolCallId, toolName, input}``
-adds a tool call; ``tool-output-available {toolCallId, output}`` adds a result
-named after its call (else the chunk's ``toolName``, else ``""``);
-``tool-output-error {toolCallId, errorText}`` adds a result with ``is_error``
-and ``output=errorText``. Non-string ids, deltas or texts make a chunk ignored,
-as are all other chunk types.
+Chunks fold into a response by the rules of ``transport.chunks``.
+
+Refusals. A ``refused`` entry takes its message out of ``messages()`` (the
+node stays, with ``ViewMessage.refused``, so ``message(id)`` still finds it
+and its children keep their place), resolves its outcome as refused (see
+``transport.outcomes``) and is listed by ``refusals()``. The message itself
+may never have been on the channel (the relay refused it).
 
 Runs. A Run appears with the first entry naming it: a prompt makes it
 ``pending`` with its ``client_id``, ``user_id`` and ``agent`` (default
@@ -54,7 +55,10 @@ Runs. A Run appears with the first entry naming it: a prompt makes it
 ``pending`` with those ``None``, or takes the run entry's status. Run entries
 set status, ``error`` and ``end_reason``; a terminal status is final.
 ``cancel`` sets ``cancel_requested``. Steer, follow-up and inject messages go
-to ``transport.outcomes``; each resolution is a ``DeliveryEvent``.
+to ``transport.outcomes``; each resolution is a ``DeliveryEvent``. A run
+entry's ``seen`` (injects saved at the end) consumes those messages before its
+status applies. ``checkpoint`` entries change no message; ``checkpoint(run_id)``
+returns the latest.
 
 Events of one incremental fold: ``RunEvent`` for a new Run (or a status
 change), then ``MessageEvent``, then ``DeliveryEvent`` in resolution order.
@@ -66,12 +70,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .chunks import fold_chunks
 from .codec import decode_entry
 from .errors import VALIDATION_ERROR, RunwireError
 from .frames import (
     CancelEntry,
+    CheckpointEntry,
     Intent,
     MessageEntry,
+    RefusedEntry,
     ResponseAppend,
     ResponseClose,
     ResponseOpen,
@@ -79,7 +86,7 @@ from .frames import (
     RunEntry,
     RunStatus,
 )
-from .messages import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
+from .messages import UIMessage
 from .outcomes import OutcomeBook, OutcomeRecord
 from .runs import TERMINAL, end_reason
 
@@ -88,14 +95,34 @@ __all__ = [
     "DeliveryEvent",
     "Entry",
     "MessageEvent",
+    "Refusal",
+    "ResponseState",
     "RunEvent",
     "RunInfo",
     "TreeEvent",
     "ViewMessage",
 ]
 
-Entry = MessageEntry | RunEntry | CancelEntry | ResponseOpen | ResponseAppend | ResponseClose
-_ENTRY_TYPES = (MessageEntry, RunEntry, CancelEntry, ResponseOpen, ResponseAppend, ResponseClose)
+Entry = (
+    MessageEntry
+    | RunEntry
+    | CancelEntry
+    | ResponseOpen
+    | ResponseAppend
+    | ResponseClose
+    | RefusedEntry
+    | CheckpointEntry
+)
+_ENTRY_TYPES = (
+    MessageEntry,
+    RunEntry,
+    CancelEntry,
+    ResponseOpen,
+    ResponseAppend,
+    ResponseClose,
+    RefusedEntry,
+    CheckpointEntry,
+)
 
 
 @dataclass(frozen=True)
@@ -103,7 +130,9 @@ class ViewMessage:
     """A message as the tree holds it: the ``UIMessage`` and where it sits.
 
     ``serial`` is the serial of the entry that created it (a response's
-    ``response_open``); ``intent`` is ``None`` for responses.
+    ``response_open``); ``intent`` is ``None`` for responses; ``refused`` is
+    true once an input check refused the message (it is then left out of
+    ``messages()``).
     """
 
     message: UIMessage
@@ -111,6 +140,31 @@ class ViewMessage:
     serial: int
     parent_id: str | None = None
     intent: Intent | None = None
+    refused: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An input check refused a queued message: which, where, and the error object.
+
+    ``client_id`` is who published the refusal (``"relay"``, or the agent).
+    """
+
+    message_id: str
+    run_id: str
+    intent: Intent
+    error: dict[str, Any]
+    serial: int
+    client_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ResponseState:
+    """One response of a Run: the message, whether it was closed, what it had ``seen``."""
+
+    view: ViewMessage
+    closed: bool
+    seen: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +227,9 @@ class _Run:
     cancel_requested: bool = False
     inputs: list[str] = field(default_factory=list)
     seen: dict[str, None] = field(default_factory=dict)
+    prompt: str | None = None
+    responses: dict[str, list[str]] = field(default_factory=dict)  # id -> its seen
+    checkpoint: CheckpointEntry | None = None
 
 
 class _Fold:
@@ -186,6 +243,7 @@ class _Fold:
         self.spine_pos: dict[str, int] = {}
         self.runs: dict[str, _Run] = {}
         self.book = OutcomeBook()
+        self.refusals: dict[str, Refusal] = {}
 
     def apply(self, e: Entry) -> list[TreeEvent]:
         """Fold one entry (the newest so far); the events it caused."""
@@ -193,6 +251,9 @@ class _Fold:
         events: list[TreeEvent] = []
         run, created = self._run(e)
         if isinstance(e, RunEntry):
+            if e.seen:
+                run.seen.update(dict.fromkeys(e.seen))
+                self.book.saw(e.run_id, e.seen)
             old = run.info
             if old.status not in TERMINAL:
                 run.info = replace(
@@ -209,25 +270,48 @@ class _Fold:
             events.append(RunEvent(run.info))
         if isinstance(e, MessageEntry):
             mid = e.message.id
-            if mid in self.nodes:
+            if mid in self.nodes or mid in self.refusals:
                 return events
-            node = self._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, response=False)
+            message = e.message
+            if e.intent != "prompt" and "queued" not in message.metadata:
+                metadata = {**message.metadata, "queued": e.intent}
+                message = message.model_copy(update={"metadata": metadata})
+            node = self._add(message, e.run_id, e.serial, e.parent_id, e.intent, response=False)
             events.append(MessageEvent(node.view, "added"))
-            if e.intent != "prompt":
+            if e.intent == "prompt":
+                run.prompt = run.prompt or mid
+            else:
                 run.inputs.append(mid)
                 events.extend(DeliveryEvent(r) for r in self.book.track(mid, e.run_id))
         elif isinstance(e, CancelEntry):
             run.cancel_requested = True
+        elif isinstance(e, RefusedEntry):
+            events.extend(self._refuse(e))
+        elif isinstance(e, CheckpointEntry):
+            if run.checkpoint is None or e.step >= run.checkpoint.step:
+                run.checkpoint = e
         elif isinstance(e, ResponseOpen):
             run.seen.update(dict.fromkeys(e.seen))
             self.book.saw(e.run_id, e.seen)
-            if e.message_id not in self.nodes:
+            existing = self.nodes.get(e.message_id)
+            if existing is None:
                 message = UIMessage(
                     id=e.message_id, role="assistant", parts=[], metadata=dict(e.metadata)
                 )
                 node = self._add(message, e.run_id, e.serial, e.parent_id, None, response=True)
+                run.responses[e.message_id] = list(e.seen)
                 events.append(MessageEvent(node.view, "added"))
-        else:
+            elif existing.response and not existing.closed and existing.view.run_id == e.run_id:
+                # A retried step: start the response over.
+                run.responses[e.message_id] = list(e.seen)
+                existing.part_ids.clear()
+                message = existing.view.message.model_copy(
+                    update={"parts": [], "metadata": dict(e.metadata)}
+                )
+                if message != existing.view.message:
+                    existing.view = replace(existing.view, message=message)
+                    events.append(MessageEvent(existing.view, "updated"))
+        elif isinstance(e, ResponseAppend | ResponseClose):
             target = self.nodes.get(e.message_id)
             if target is not None and target.response and not target.closed:
                 if isinstance(e, ResponseAppend):
@@ -240,6 +324,27 @@ class _Fold:
                 if message != target.view.message:
                     target.view = replace(target.view, message=message)
                     events.append(MessageEvent(target.view, "updated"))
+        return events
+
+    def _refuse(self, e: RefusedEntry) -> list[TreeEvent]:
+        assert e.serial is not None
+        if e.message_id in self.refusals:
+            return []
+        self.refusals[e.message_id] = Refusal(
+            message_id=e.message_id,
+            run_id=e.run_id,
+            intent=e.intent,
+            error=e.error.model_dump(),
+            serial=e.serial,
+            client_id=e.client_id,
+        )
+        events: list[TreeEvent] = []
+        node = self.nodes.get(e.message_id)
+        if node is not None and not node.response and not node.view.refused:
+            node.view = replace(node.view, refused=True)
+            events.append(MessageEvent(node.view, "updated"))
+        records = self.book.refuse(e.message_id, e.run_id, e.error.model_dump())
+        events.extend(DeliveryEvent(r) for r in records)
         return events
 
     def _run(self, e: Entry) -> tuple[_Run, bool]:
@@ -302,84 +407,7 @@ class _Fold:
 
 def _fold_chunks(node: _Node, chunks: list[dict[str, Any]]) -> UIMessage:
     """The node's message with ``chunks`` folded in (a new object; the old one is untouched)."""
-    parts: list[Part] = list(node.view.message.parts)
-    changed = False
-    for chunk in chunks:
-        kind = chunk.get("type")
-        if kind in ("text-start", "text-delta"):
-            changed |= _stream(parts, node.part_ids, "text", kind == "text-start", chunk)
-        elif kind in ("reasoning-start", "reasoning-delta"):
-            changed |= _stream(parts, node.part_ids, "reasoning", kind == "reasoning-start", chunk)
-        elif kind == "tool-input-available":
-            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
-            if isinstance(call_id, str) and isinstance(name, str):
-                parts.append(
-                    ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
-                )
-                changed = True
-        elif kind in ("tool-output-available", "tool-output-error"):
-            call_id = chunk.get("toolCallId")
-            error = chunk.get("errorText")
-            if not isinstance(call_id, str) or (
-                kind == "tool-output-error" and not isinstance(error, str)
-            ):
-                continue
-            name = _tool_name(parts, call_id, chunk.get("toolName"))
-            if kind == "tool-output-error":
-                part = ToolResultPart(
-                    tool_call_id=call_id, tool_name=name, output=error, is_error=True
-                )
-            else:
-                part = ToolResultPart(
-                    tool_call_id=call_id, tool_name=name, output=chunk.get("output")
-                )
-            parts.append(part)
-            changed = True
-    if not changed:
-        return node.view.message
-    return node.view.message.model_copy(update={"parts": parts})
-
-
-def _stream(
-    parts: list[Part],
-    ids: dict[tuple[str, str], int],
-    family: str,
-    start: bool,
-    chunk: dict[str, Any],
-) -> bool:
-    """Fold one text/reasoning start or delta; True if the parts changed."""
-    cls: type[TextPart] | type[ReasoningPart] = TextPart if family == "text" else ReasoningPart
-    cid = chunk.get("id")
-    if cid is not None and not isinstance(cid, str):
-        return False
-    delta = "" if start else chunk.get("delta")
-    if not isinstance(delta, str):
-        return False
-    index: int | None
-    if start:
-        index = None
-    elif cid is not None:
-        index = ids.get((family, cid))
-    else:
-        index = len(parts) - 1 if parts and isinstance(parts[-1], cls) else None
-    if index is None:
-        parts.append(cls(text=delta))
-        if cid is not None:
-            ids[(family, cid)] = len(parts) - 1
-        return True
-    if not delta:
-        return False
-    old = parts[index]
-    assert isinstance(old, TextPart | ReasoningPart)
-    parts[index] = cls(text=old.text + delta)
-    return True
-
-
-def _tool_name(parts: list[Part], call_id: str, fallback: Any) -> str:
-    for part in reversed(parts):
-        if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
-            return part.tool_name
-    return fallback if isinstance(fallback, str) else ""
+    return fold_chunks(node.view.message, node.part_ids, chunks)
 
 
 class ConversationTree:
@@ -489,9 +517,12 @@ class ConversationTree:
     # ------------------------------------------------------------ messages
 
     def messages(self, tail: Sequence[str] = ()) -> list[ViewMessage]:
-        """The active branch, root to tip; ids in ``tail`` on it move last, in that order."""
+        """The active branch, root to tip; ids in ``tail`` on it move last, in that order.
+
+        Refused messages are left out.
+        """
         nodes = self._state.nodes
-        path = self._state.path()
+        path = [mid for mid in self._state.path() if not nodes[mid].view.refused]
         if not tail:
             return [nodes[mid].view for mid in path]
         on_path = set(path)
@@ -554,10 +585,43 @@ class ConversationTree:
         return run is not None and run.cancel_requested
 
     def inputs(self, run_id: str) -> list[ViewMessage]:
-        """Steer, follow-up and inject messages aimed at the Run, in serial order."""
+        """Steer, follow-up and inject messages aimed at the Run, in serial order.
+
+        Refused ones are left out.
+        """
         run = self._state.runs.get(run_id)
         nodes = self._state.nodes
-        return [nodes[mid].view for mid in run.inputs] if run is not None else []
+        if run is None:
+            return []
+        views = (nodes[mid].view for mid in run.inputs)
+        return [vm for vm in views if not vm.refused]
+
+    def prompt(self, run_id: str) -> ViewMessage | None:
+        """The prompt that started the Run, if the tree holds it."""
+        run = self._state.runs.get(run_id)
+        if run is None or run.prompt is None:
+            return None
+        return self._state.nodes[run.prompt].view
+
+    def responses(self, run_id: str) -> list[ResponseState]:
+        """The Run's responses in the order they opened: each with its state and ``seen``."""
+        run = self._state.runs.get(run_id)
+        if run is None:
+            return []
+        nodes = self._state.nodes
+        return [
+            ResponseState(nodes[mid].view, nodes[mid].closed, tuple(seen))
+            for mid, seen in run.responses.items()
+        ]
+
+    def refusals(self, run_id: str | None = None) -> list[Refusal]:
+        """Refused messages (of one Run, or all), in serial order."""
+        return [r for r in self._state.refusals.values() if run_id is None or r.run_id == run_id]
+
+    def checkpoint(self, run_id: str) -> CheckpointEntry | None:
+        """The latest ``checkpoint`` entry of a Run, if the tree holds one."""
+        run = self._state.runs.get(run_id)
+        return run.checkpoint if run is not None else None
 
     def steering(self, run_id: str) -> list[ViewMessage]:
         """Steer messages aimed at the Run, in serial order."""
