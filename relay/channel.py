@@ -1,7 +1,10 @@
 """``Channel``: one session on the relay: its serials, its Runs, its subscribers.
 
 Every change to a channel happens under its lock, in this order: drop a
-repeated entry id, check the entry against the Run rules, stamp it with the
+repeated entry id, run the input checks on a message entry (a refused prompt
+stops here; a refused queued message is replaced by a ``refused`` entry that
+names it, stored in its place, and the publisher then gets the refusal), check
+the entry against the Run rules, stamp it with the
 publisher's identity and the time, store it (the store assigns the serial and
 writes the changed Run records in the same transaction), acknowledge the
 publisher, queue the entry to every subscriber, then let the hub react
@@ -17,12 +20,12 @@ sent twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from transport import codec
+from transport import checks, codec
 from transport.errors import RunwireError
-from transport.frames import EntryBody
+from transport.frames import EntryBody, MessageEntry
 from transport.runs import RunRecord, RunRegistry, Sender
 
 from .store.base import ChannelInfo, Store, StoredEntry
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Committed"]
 
 Committed = Callable[["Channel", EntryBody, list[RunRecord]], Awaitable[None] | None]
+RELAY = Sender(client_id="relay", role="relay")
 
 
 class Channel:
@@ -44,8 +48,10 @@ class Channel:
         info: ChannelInfo,
         registry: RunRegistry,
         on_committed: Committed,
+        input_checks: Sequence[checks.Check] = (),
     ) -> None:
         self.store = store
+        self.input_checks = input_checks
         self.session_id = info.session_id
         self.epoch = info.epoch
         self.first = info.first
@@ -64,6 +70,15 @@ class Channel:
             found = await self.store.find(self.session_id, entry.id)
             if found is not None:
                 return found.serial, True
+            refusal = None
+            if self.input_checks and isinstance(entry, MessageEntry):
+                refusal = await checks.first_refusal(self.input_checks, entry.message)
+                if refusal is not None:
+                    if entry.intent == "prompt":
+                        raise refusal
+                    entry, sender = checks.refusal_entry(entry, refusal), RELAY
+                    if await self.store.find(self.session_id, entry.id) is not None:
+                        raise refusal
             changes = self.registry.plan(entry, sender, now_ms)
             stamped = entry.model_copy(
                 update={
@@ -82,6 +97,8 @@ class Channel:
                 self.registry = RunRegistry(self.session_id, await self._safe_runs())
                 raise
             if appended.duplicate:
+                if refusal is not None:
+                    raise refusal
                 return appended.serial, True
             self.registry.apply(changes)
             self.last = appended.serial
@@ -92,6 +109,8 @@ class Channel:
             result = self._on_committed(self, stamped, changes)
             if result is not None:
                 await result
+            if refusal is not None:
+                raise refusal
             return appended.serial, False
 
     async def _safe_runs(self) -> list[RunRecord]:

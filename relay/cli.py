@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import anyio
 
+from transport import checks
+
 from .server import serve
 
 __all__ = ["build_parser", "main", "run"]
@@ -33,6 +35,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument(
         "--max-frame-bytes", type=int, default=1024 * 1024, help="largest frame accepted"
     )
+    parser.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        choices=sorted(checks.CHECKS),
+        metavar="NAME",
+        help="an input check every message passes before it is stored (repeatable): "
+        + ", ".join(sorted(checks.CHECKS)),
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     return parser
 
@@ -45,6 +56,7 @@ async def run(args: argparse.Namespace) -> None:
         store=args.store,
         agent_grace=args.agent_grace,
         max_frame_bytes=args.max_frame_bytes,
+        input_checks=[checks.named(name) for name in args.check],
     ) as server:
         logging.getLogger("runwire.relay").info(
             "relay listening on %s (store %s)", server.url, server.store.url

@@ -6,6 +6,9 @@
   the first worker of that name that registers.
 * A worker that disconnects before starting a Run handed to it: the Run is
   handed to another worker (or waits for one).
+* A durable Run whose agent went away longer than ``agent_grace`` is put back
+  to ``pending`` by the hub and handed out like a new one; the dispatch says
+  ``adopted`` and carries the Run's last checkpoint.
 * An agent connection that owns active Runs (it started them) and disconnects:
   each such Run gets ``agent_grace`` seconds. If a connection with the same
   client id comes back in time, it carries on; otherwise the relay ends the Run
@@ -90,7 +93,7 @@ class Dispatcher:
     # --------------------------------------------------------------- runs --
 
     def run_changed(self, record: RunRecord, *, new: bool) -> None:
-        """Follow a Run record the store just wrote."""
+        """Follow a Run record the store just wrote (``new``: hand it out, pending again)."""
         key = (record.session_id, record.run_id)
         if new and record.status == "pending":
             self.waiting[key] = record
@@ -137,6 +140,8 @@ class Dispatcher:
                     run_id=record.run_id,
                     agent=record.agent,
                     message_id=record.prompt_id,
+                    adopted=True if record.adoptions else None,
+                    checkpoint=record.checkpoint,
                 )
             )
         )

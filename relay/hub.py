@@ -220,7 +220,9 @@ class Hub:
         try:
             info = await self.store.open_channel(session_id)
             registry = RunRegistry(session_id, await self.store.runs(session_id))
-            channel = Channel(self.store, info, registry, self._committed)
+            channel = Channel(
+                self.store, info, registry, self._committed, self.options.input_checks
+            )
             self.channels[session_id] = channel
             self.metrics.channels.set(len(self.channels))
             future.set_result(channel)
@@ -237,10 +239,15 @@ class Hub:
         self.metrics.delivered.inc(len(channel.subscribers))
         for record in changes:
             new = isinstance(entry, MessageEntry) and entry.intent == "prompt"
-            self.dispatcher.run_changed(record, new=new)
+            handed_back = isinstance(entry, RunEntry) and entry.status == "pending"
+            self.dispatcher.run_changed(record, new=new or handed_back)
 
     async def _agent_lost(self, session_id: str, run_id: str) -> None:
-        """End a Run whose agent did not come back within the grace period."""
+        """End a Run whose agent did not come back within the grace period.
+
+        A durable Run is not ended: it goes back to ``pending`` and the
+        dispatcher hands it to another worker, which adopts it.
+        """
         try:
             channel = await self.channel(session_id)
             record = channel.registry.get(run_id)
@@ -258,8 +265,11 @@ class Hub:
                     details={"grace_seconds": self.options.agent_grace},
                 ),
             )
+            if record.durable:
+                entry = RunEntry(id=f"relay-{new_id()}", run_id=run_id, status="pending")
             await channel.publish(entry, Sender(client_id="relay", role="relay"), now_ms())
-            self.metrics.agent_lost.inc()
+            if not record.durable:
+                self.metrics.agent_lost.inc()
         except RunwireError as exc:
             log.warning("could not end run %s/%s: %s", session_id, run_id, exc)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from transport.checks import Check
 
 __all__ = ["RelayOptions"]
 
@@ -25,3 +28,5 @@ class RelayOptions:
     """The most entries one attach or history page returns."""
     backlog_max: int = 100_000
     """The most entries a resume replays; beyond it the client gets a ``reset``."""
+    input_checks: Sequence[Check] = ()
+    """Checks every message entry passes before it is stored (see ``transport.checks``)."""
