@@ -571,16 +571,31 @@ async def connect(
     queue: Mapping[str, str] | QueueOptions | None = None,
     max_in_flight: int = 1,
     input_checks: Sequence[Check] | None = None,
+    max_iterations: int | None = None,
+    on_iteration_limit: IterationLimit | None = None,
+    history: bool | None = None,
+    save_interrupted_reply: bool | None = None,
+    durable: bool | None = None,
 ) -> AsyncIterator[AgentSession]:
     """Attach to one session as an agent until the block exits (explicit mode).
 
-    ``queue`` and ``input_checks`` set the defaults of the session's Runs
-    (``create_run`` takes the rest); ``max_in_flight`` how many appends a
-    ``pipe()`` may have unacknowledged. Raises ``RunwireError`` if the relay
-    cannot be reached or refuses.
+    ``queue``, ``input_checks``, ``max_iterations``, ``on_iteration_limit``,
+    ``history``, ``save_interrupted_reply`` and ``durable`` are the defaults
+    of the session's Runs (``RunOptions``; ``create_run`` may override each);
+    ``max_in_flight`` is how many appends a ``pipe()`` may have
+    unacknowledged. Raises ``RunwireError`` if the relay cannot be reached or
+    refuses, ``ValueError`` for a bad option.
     """
     link = _Link(url, token=token, client_id=client_id)
-    options = RunOptions().merge(queue=queue, input_checks=input_checks)
+    options = RunOptions().merge(
+        queue=queue,
+        input_checks=input_checks,
+        max_iterations=max_iterations,
+        on_iteration_limit=on_iteration_limit,
+        history=history,
+        save_interrupted_reply=save_interrupted_reply,
+        durable=durable,
+    )
     session = AgentSession(
         link, session_id, max_in_flight=max_in_flight, owns_link=True, options=options
     )
