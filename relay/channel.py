@@ -3,9 +3,9 @@
 Every change to a channel happens under its lock, in this order: drop a
 repeated entry id, run the input checks on a message entry (a refused prompt
 stops here; a refused queued message is replaced by a ``refused`` entry that
-names it, stored in its place, and the publisher then gets the refusal), check
-the entry against the Run rules, stamp it with the
-publisher's identity and the time, store it (the store assigns the serial and
+names it, stored in its place, and the publisher then gets the refusal),
+check the entry against the Run rules, stamp it with the publisher's
+identity and the time, store it (the store assigns the serial and
 writes the changed Run records in the same transaction), acknowledge the
 publisher, queue the entry to every subscriber, then let the hub react
 (dispatch a new Run, settle timers). The lock is held through the store's
