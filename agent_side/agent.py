@@ -29,9 +29,9 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-from transport.asyncio.connection import Connection
+from transport.asyncio.connection import Connection, TokenProvider
 from transport.checks import Check
-from transport.errors import RunwireError
+from transport.errors import RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
@@ -54,6 +54,7 @@ class Agent:
         url: str,
         *,
         token: str | None = None,
+        token_provider: TokenProvider | None = None,
         name: str = "default",
         client_id: str | None = None,
         queue: Mapping[str, str] | QueueOptions | None = None,
@@ -86,6 +87,7 @@ class Agent:
         self._link = _Link(
             url,
             token=token,
+            token_provider=token_provider,
             client_id=client_id,
             on_dispatch=self._on_dispatch,
             after_connect=self._register,
@@ -224,6 +226,13 @@ class Agent:
         assert self.handler is not None
         try:
             await self.handler(run)
+        except RunwireError as exc:
+            if exc.code == RUN_NOT_ACTIVE and run.ended:
+                # The relay ended it meanwhile (an interrupt of a Run not started yet).
+                log.info("run %s ended elsewhere while its handler ran: %s", run.run_id, exc)
+                return
+            log.exception("handler of run %s failed", run.run_id)
+            await self._end_quietly(run, "error", exc)
         except Exception as exc:
             log.exception("handler of run %s failed", run.run_id)
             await self._end_quietly(run, "error", as_error(exc))

@@ -54,12 +54,17 @@ class Invocation:
 
 @dataclass(frozen=True)
 class CancelRequest:
-    """A cancel of a Run, as ``on_cancel`` sees it (ids stamped by the relay)."""
+    """A cancel of a Run, as ``on_cancel`` sees it (who asked: ids stamped by the relay).
+
+    ``interrupted_by`` is the Run whose ``interrupt`` / ``rollback`` caused it.
+    """
 
     run_id: str
     reason: str | None = None
     client_id: str | None = None
     user_id: str | None = None
+    cancel_id: str | None = None
+    interrupted_by: str | None = None
 
 
 @dataclass(frozen=True)

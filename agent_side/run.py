@@ -21,10 +21,13 @@ refused is published as ``refused`` and never reaches the model. The Run's
 Signals. ``on_steer()`` is called synchronously the moment a steering message
 of this Run folds in (once its checks passed). A cancel entry of this Run is
 offered to ``on_cancel(request)`` (default: accept); once accepted,
-``abort_signal`` fires. A cancel that folded in before ``start()`` is applied
-right after it. A terminal lifecycle entry that this Run did not publish (the
-relay ending it ``AGENT_LOST``), or the relay handing the Run to another
-worker, marks it ended and fires ``abort_signal`` too.
+``abort_signal`` fires. A refusal (``on_cancel`` returns ``False``) publishes
+a ``cancel_denied`` entry naming the cancel, so the asker gets
+``CANCEL_DENIED`` and every device sees the Run go on; a later cancel is
+offered again. A cancel that folded in before ``start()`` is applied right
+after it. A terminal lifecycle entry that this Run did not publish (the relay
+ending it ``AGENT_LOST``), or the relay handing the Run to another worker,
+marks it ended and fires ``abort_signal`` too.
 
 What a cancel leaves. ``pipe()`` saves the text already streamed as the reply
 with ``metadata.interrupted: true`` (with ``save_interrupted_reply=False`` it
@@ -44,6 +47,7 @@ from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check, first_refusal, refusal_entry_id
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, RunwireError
 from transport.frames import (
+    CancelDenied,
     ErrorBody,
     RefusedEntry,
     ResponseClose,
@@ -533,6 +537,8 @@ class Run(RunSteps):
             self._session._spawn(self._await_cancel, decision, request)
         elif decision is not False:
             self._abort.abort(request)
+        else:
+            self._session._spawn(self._deny, request)
 
     async def _await_cancel(self, decision: Awaitable[bool | None], request: CancelRequest) -> None:
         try:
@@ -542,6 +548,23 @@ class Run(RunSteps):
             accepted = True
         if accepted is not False:
             self._abort.abort(request)
+        else:
+            await self._deny(request)
+
+    async def _deny(self, request: CancelRequest) -> None:
+        """Tell everyone the cancel was refused (the asker's SDK raises ``CANCEL_DENIED``)."""
+        if self.ended or self.abort_signal.aborted:
+            return
+        entry = CancelDenied(
+            id=self._entry_id(),
+            run_id=self.run_id,
+            cancel_id=request.cancel_id,
+            reason="the agent refused to cancel this run",
+        )
+        try:
+            await self._session._publish(entry)
+        except RunwireError as exc:
+            log.warning("could not refuse the cancel of run %s: %s", self.run_id, exc)
 
     def _ended_elsewhere(self, status: EndReason, error: RunwireError | None) -> None:
         """The relay (or another publisher) ended this Run."""

@@ -28,7 +28,7 @@ import anyio
 import anyio.abc
 from pydantic import ValidationError
 
-from transport.asyncio.connection import Connection
+from transport.asyncio.connection import Connection, TokenProvider
 from transport.checks import Check
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
@@ -383,7 +383,8 @@ class AgentSession:
             if run is None or data.get("id") in self._own:
                 return
             if status == "pending":
-                run._handed_over()
+                if run.started:  # not a queued Run's turn: the relay handed it on
+                    run._handed_over()
                 return
             reason = _END_REASONS.get(status) if isinstance(status, str) else None
             if reason is not None:
@@ -400,10 +401,10 @@ class AgentSession:
                     log.exception("view listener failed")
 
     def _cancel_of(self, run_id: str) -> CancelRequest | None:
-        request = self._cancels.get(run_id)
-        if request is None and self.tree.cancel_requested(run_id):
-            request = CancelRequest(run_id=run_id)
-        return request
+        """The Run's standing cancel request (none once the agent refused it)."""
+        if not self.tree.cancel_requested(run_id):
+            return None
+        return self._cancels.get(run_id) or CancelRequest(run_id=run_id)
 
     def _forget(self, run: Run) -> None:
         if self._runs.get(run.run_id) is run:
@@ -431,6 +432,8 @@ def _cancel_request(data: dict[str, Any]) -> CancelRequest:
         reason=_str_or_none(data.get("reason")),
         client_id=_str_or_none(data.get("client_id")),
         user_id=_str_or_none(data.get("user_id")),
+        cancel_id=_str_or_none(data.get("id")),
+        interrupted_by=_str_or_none(data.get("interrupted_by")),
     )
 
 
@@ -442,6 +445,7 @@ class _Link:
         url: str,
         *,
         token: str | None = None,
+        token_provider: TokenProvider | None = None,
         client_id: str | None = None,
         on_dispatch: Callable[[Dispatch], None] | None = None,
         after_connect: Callable[[Connection], Awaitable[None]] | None = None,
@@ -452,6 +456,7 @@ class _Link:
             client_id=client_id,
             role="agent",
             token=token,
+            token_provider=token_provider,
             on_frame=self._on_frame,
             on_connect=self._on_connect,
         )
@@ -567,6 +572,7 @@ async def connect(
     session_id: str,
     *,
     token: str | None = None,
+    token_provider: TokenProvider | None = None,
     client_id: str | None = None,
     queue: Mapping[str, str] | QueueOptions | None = None,
     max_in_flight: int = 1,
@@ -584,9 +590,10 @@ async def connect(
     of the session's Runs (``RunOptions``; ``create_run`` may override each);
     ``max_in_flight`` is how many appends a ``pipe()`` may have
     unacknowledged. Raises ``RunwireError`` if the relay cannot be reached or
-    refuses, ``ValueError`` for a bad option.
+    refuses, ``ValueError`` for a bad option. ``token_provider`` (plain or
+    async) gives a fresh token on each reconnect.
     """
-    link = _Link(url, token=token, client_id=client_id)
+    link = _Link(url, token=token, token_provider=token_provider, client_id=client_id)
     options = RunOptions().merge(
         queue=queue,
         input_checks=input_checks,

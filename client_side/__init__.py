@@ -8,6 +8,9 @@
 conversation (``messages()``, ``runs()``, ``on()``, ``events()``).
 """
 
+from transport.frames import Multitask
+from transport.runs import MULTITASK_STRATEGIES
+
 from .run import (
     QUEUED_INTENTS,
     ClientRun,
@@ -18,7 +21,7 @@ from .run import (
     Refused,
     RunResult,
 )
-from .session import MULTITASK_STRATEGIES, ClientSession, Multitask, connect
+from .session import ClientSession, connect
 from .view import EVENT_KINDS, Event, EventStream, View
 
 __all__ = [

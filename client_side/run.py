@@ -240,7 +240,8 @@ class ClientRun:
 
     @property
     def status(self) -> RunStatus:
-        """The Run's status in the view; ``"pending"`` until the agent starts it."""
+        """The Run's status in the view: ``"queued"`` while it waits its turn,
+        ``"pending"`` until the agent starts it, and so on."""
         info = self._session.view.run(self.run_id)
         return info.status if info is not None else "pending"
 
@@ -348,19 +349,13 @@ class ClientRun:
         """Cancel this Run; return the messages it never took (never delivered, never saved).
 
         Publishes the cancel (a Run that already ended is left as it is;
-        ``RUN_NOT_FOUND`` raises ``RunwireError``), then, with ``wait``, waits until
-        the Run ends or ``timeout`` seconds pass. Returns the messages sent
-        through this handle that the Run had not taken in (and that no check
-        refused): their outcomes resolve ``consumed=False``. A cancel that
-        comes after the Run's last model call has nothing left to stop: the
-        Run may still complete.
+        ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``), then, with
+        ``wait``, waits until the Run ends or ``timeout`` seconds pass, and
+        raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses it (the Run
+        goes on). Returns the messages sent through this handle that the Run
+        had not taken in (and that no check refused): their outcomes resolve
+        ``consumed=False``. A cancel that comes after the Run's last model call
+        has nothing left to stop: the Run may still complete.
         """
-        await self._session.cancel(self.run_id, reason=reason)
-        if wait:
-            with anyio.move_on_after(timeout):
-                while True:
-                    info = self._session.view.run(self.run_id)
-                    if info is not None and info.status in TERMINAL:
-                        break
-                    await self._session._wait_change()
+        await self._session.cancel(self.run_id, reason=reason, wait=wait, timeout=timeout)
         return [d.message for d in self._untaken()]

@@ -17,6 +17,15 @@ Publishing (``send``, ``cancel``, steering) goes through ``Connection.request``,
 which re-sends after a reconnect; entry ids make that safe (the relay drops a
 repeated id and acknowledges the original serial).
 
+Multitasking. ``send(message, multitask=...)`` names the strategy; the relay
+decides atomically and refuses with ``THREAD_BUSY`` / ``THREAD_ACCESS_DENIED``
+(raised by ``send``). A prompt that waits (``enqueue``, ``interrupt``,
+``rollback``) names no parent unless asked: the tree places it when its turn
+comes (after what the Runs before it said; beside the interrupted turn for
+``rollback``). A cancel the agent refuses comes back as a ``cancel_denied``
+entry; ``cancel(..., wait=True)`` and ``ClientRun.cancel()`` raise
+``CANCEL_DENIED`` for it.
+
 Refusals. ``on_refused_message(refused)`` is called with a ``Refused`` for
 every ``refused`` entry that folds after the first attach (the refusals in the
 history a session starts with, or pages with ``load_older``, are not news).
@@ -30,13 +39,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import anyio.abc
 
-from transport.asyncio.connection import CONNECTION_CLOSED, Connection
+from transport.asyncio.abort import AbortSignal
+from transport.asyncio.connection import CONNECTION_CLOSED, Connection, TokenProvider
 from transport.errors import (
+    ABORTED,
+    CANCEL_DENIED,
     INTERNAL_ERROR,
     PROTOCOL_ERROR,
     RUN_NOT_ACTIVE,
@@ -53,14 +65,17 @@ from transport.frames import (
     EntryBody,
     History,
     MessageEntry,
+    Multitask,
     Page,
     Publish,
     RelayFrame,
+    ThreadAccess,
 )
 from transport.frames import Error as ErrorFrame
 from transport.messages import UIMessage, new_id, user_message
 from transport.outcomes import OutcomeRecord
-from transport.tree import DeliveryEvent, Refusal
+from transport.runs import MULTITASK_STRATEGIES, TERMINAL
+from transport.tree import CancelDenial, DeliveryEvent, Refusal
 
 from .run import ClientRun, Delivery, Outcome, Published, Refused
 from .view import Event, View
@@ -69,15 +84,13 @@ __all__ = ["MULTITASK_STRATEGIES", "ClientSession", "Multitask", "connect"]
 
 log = logging.getLogger("runwire.client")
 
-Multitask = Literal["alongside", "reject", "enqueue", "interrupt", "rollback"]
-MULTITASK_STRATEGIES: tuple[str, ...] = ("alongside", "reject", "enqueue", "interrupt", "rollback")
-
 
 def connect(
     url: str,
     session_id: str,
     *,
     token: str | None = None,
+    token_provider: TokenProvider | None = None,
     client_id: str | None = None,
     agent: str = "default",
     history_limit: int = 100,
@@ -86,16 +99,20 @@ def connect(
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
 
     Entering it connects and attaches (raising ``RunwireError``, for example
-    ``CONNECTION_CLOSED`` when the relay cannot be reached or ``UNAUTHORIZED``);
-    afterwards it reconnects by itself. ``agent`` names the agent that Runs
-    started by ``send`` go to; ``history_limit`` is the size of the first page;
-    ``on_refused_message(refused)`` is called the moment an input check (the
-    relay's or the agent's) refuses a queued message of the session.
+    ``CONNECTION_CLOSED`` when the relay cannot be reached, ``UNAUTHORIZED`` or
+    ``TOKEN_EXPIRED``); afterwards it reconnects by itself. ``token_provider``
+    (a plain or async callable returning a token) is asked for a fresh token on
+    every reconnect (and first, without ``token``), so a token that expires
+    (close 4003) is replaced and the session resumes. ``agent`` names the agent
+    that Runs started by ``send`` go to; ``history_limit`` is the size of the
+    first page; ``on_refused_message(refused)`` is called the moment an input
+    check (the relay's or the agent's) refuses a queued message of the session.
     """
     return ClientSession(
         url,
         session_id,
         token=token,
+        token_provider=token_provider,
         client_id=client_id,
         agent=agent,
         history_limit=history_limit,
@@ -112,6 +129,7 @@ class ClientSession:
         session_id: str,
         *,
         token: str | None = None,
+        token_provider: TokenProvider | None = None,
         client_id: str | None = None,
         agent: str = "default",
         history_limit: int = 100,
@@ -130,6 +148,7 @@ class ClientSession:
             client_id=client_id,
             role="client",
             token=token,
+            token_provider=token_provider,
             on_frame=self._on_frame,
             on_connect=self._on_connect,
         )
@@ -220,58 +239,125 @@ class ClientSession:
 
     # ------------------------------------------------------------ actions --
 
-    async def send(self, message: str | UIMessage, *, multitask: str | None = None) -> ClientRun:
+    async def send(
+        self,
+        message: str | UIMessage,
+        *,
+        multitask: Multitask | None = None,
+        parent_id: str | None = None,
+        parent_run_id: str | None = None,
+        thread_access: ThreadAccess | None = None,
+        signal: AbortSignal | None = None,
+    ) -> ClientRun:
         """Start a Run with ``message``; returns once the relay acknowledged the prompt.
 
-        ``multitask`` is ``"alongside"`` (the default: other active Runs go on);
-        the other strategies are not supported yet and raise
-        ``RunwireError(VALIDATION_ERROR)``, as does an unknown one. Raises the
-        relay's ``RunwireError`` if it refuses the publish.
+        ``multitask`` says what the Run does to Runs going on in the session
+        (``None``: the relay's default, itself ``"alongside"`` unless set):
+
+        * ``"alongside"``: they go on side by side;
+        * ``"reject"``: raises ``RunwireError(THREAD_BUSY)`` while one goes on;
+        * ``"enqueue"``: the Run is ``queued`` until they settle, then starts;
+        * ``"interrupt"``: they are cancelled, then the Run starts;
+        * ``"rollback"``: as interrupt, and the interrupted turn goes onto a
+          branch of its own: the conversation continues from before it.
+
+        Any strategy but alongside raises ``THREAD_ACCESS_DENIED`` while another
+        user's Run goes on, unless the session is shared (its first prompt sent
+        ``thread_access="shared"``, or the relay shares sessions by default).
+        ``parent_id`` names the message to continue from (by default the
+        view's tail for alongside and reject; the relay's placement for the
+        others); ``parent_run_id`` the Run whose tool call starts this one
+        (never held back). With ``signal`` already aborted nothing is sent and
+        ``RunwireError(ABORTED)`` is raised; aborted later, it cancels the Run.
+        Raises ``VALIDATION_ERROR`` for an unknown strategy, and the relay's
+        ``RunwireError`` if it refuses the prompt.
         """
-        if multitask is not None and multitask != "alongside":
-            if multitask in MULTITASK_STRATEGIES:
-                raise RunwireError(
-                    VALIDATION_ERROR,
-                    f"multitask={multitask!r} is not supported yet; "
-                    "only 'alongside' (the default) is",
-                    details={"multitask": multitask},
-                )
+        if multitask is not None and multitask not in MULTITASK_STRATEGIES:
             raise RunwireError(
                 VALIDATION_ERROR,
                 f"unknown multitask strategy {multitask!r}; expected one of "
                 + ", ".join(MULTITASK_STRATEGIES),
                 details={"multitask": multitask},
             )
+        if signal is not None and signal.aborted:
+            raise RunwireError(ABORTED, "the send's signal was aborted; nothing was sent")
         msg = self._as_message(message)
         if self.view.tree.message(msg.id) is not None:
             raise _reused(msg.id)
         run_id = new_id()
-        tail = self.view.messages()
+        welcome = self._conn.welcome
+        effective = multitask or (welcome.multitask if welcome else None) or "alongside"
+        if parent_id is None and effective in ("alongside", "reject"):
+            tail = self.view.messages()
+            parent_id = tail[-1].message.id if tail else None
         entry = MessageEntry(
             id=msg.id,
             run_id=run_id,
             intent="prompt",
             agent=self.agent,
             message=msg,
-            parent_id=tail[-1].message.id if tail else None,
+            parent_id=parent_id,
+            multitask=multitask,
+            parent_run_id=parent_run_id,
+            thread_access=thread_access,
         )
         ack = await self._publish(entry)
         if ack.duplicate and not self._is_own(msg.id, run_id, "prompt"):
             raise _reused(msg.id, ack.serial)
+        if signal is not None:
+            signal.add_callback(lambda _reason: self._cancel_soon(run_id))
         return ClientRun(self, run_id, msg)
 
-    async def cancel(self, run_id: str, *, reason: str | None = None) -> None:
+    async def cancel(
+        self,
+        run_id: str,
+        *,
+        reason: str | None = None,
+        wait: bool = False,
+        timeout: float | None = 30.0,
+    ) -> None:
         """Ask the agent of ``run_id`` to stop; returns once the relay acknowledged it.
 
         Cancelling a Run that has already ended does nothing (cancel-and-re-prompt
-        races the Run's own end; that is not an error). Raises ``RunwireError``
-        (``RUN_NOT_FOUND``, ...) when the relay refuses for another reason.
+        races the Run's own end; that is not an error); a queued Run stops
+        waiting. With ``wait``, also waits (up to ``timeout`` seconds) until the
+        Run ends, and raises ``RunwireError(CANCEL_DENIED)`` if its agent
+        refuses this cancel. Raises ``RunwireError`` (``RUN_NOT_FOUND``,
+        ``UNAUTHORIZED`` without the right, ...) when the relay refuses it.
         """
+        cancel = CancelEntry(id=new_id(), run_id=run_id, reason=reason)
         try:
-            await self._publish(CancelEntry(id=new_id(), run_id=run_id, reason=reason))
+            await self._publish(cancel)
         except RunwireError as exc:
             if exc.code != RUN_NOT_ACTIVE:
                 raise
+            return
+        if wait:
+            await self._settled(run_id, cancel.id, timeout)
+
+    async def _settled(self, run_id: str, cancel_id: str, timeout: float | None) -> None:
+        """Wait until the Run ends; raise ``CANCEL_DENIED`` if cancel ``cancel_id`` is refused."""
+        with anyio.move_on_after(timeout):
+            while True:
+                denial = self.view.tree.cancel_denial(cancel_id)
+                if denial is not None:
+                    raise _denied(denial)
+                info = self.view.run(run_id)
+                if info is not None and info.status in TERMINAL:
+                    return
+                await self._wait_change()
+
+    def _cancel_soon(self, run_id: str) -> None:
+        info = self.view.run(run_id)
+        if self._closed or self._tg is None or (info is not None and info.status in TERMINAL):
+            return
+        self._tg.start_soon(self._cancel_quietly, run_id)
+
+    async def _cancel_quietly(self, run_id: str) -> None:
+        try:
+            await self.cancel(run_id, reason="the send's signal was aborted")
+        except RunwireError as exc:
+            log.warning("cancelling run %s after its signal fired failed: %s", run_id, exc)
 
     def run(self, run_id: str) -> ClientRun:
         """A handle on a Run the view knows (one this client or another one started).
@@ -286,7 +372,7 @@ class ClientSession:
         prompt = next(
             (
                 vm.message
-                for vm in self.view.messages()
+                for vm in [*self.view.messages(), *self.view.waiting()]
                 if vm.run_id == run_id and vm.intent == "prompt"
             ),
             None,
@@ -499,4 +585,17 @@ def _reused(message_id: str, serial: int | None = None) -> RunwireError:
         VALIDATION_ERROR,
         f"message id {message_id!r} is already used in this session; send a new message",
         details=details,
+    )
+
+
+def _denied(denial: CancelDenial) -> RunwireError:
+    return RunwireError(
+        CANCEL_DENIED,
+        denial.reason or "the agent refused the cancel",
+        details={
+            "run_id": denial.run_id,
+            "cancel_id": denial.cancel_id,
+            "client_id": denial.client_id,
+            "user_id": denial.user_id,
+        },
     )

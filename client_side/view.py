@@ -135,6 +135,10 @@ class View:
         """One Run, or None if the view has not seen it."""
         return self._tree.run(run_id)
 
+    def waiting(self) -> list[ViewMessage]:
+        """Prompts of queued Runs (not yet in ``messages()``), oldest first."""
+        return self._tree.waiting()
+
     def has_older(self) -> bool:
         """True while the session has entries older than the view holds."""
         return self._has_older
@@ -219,6 +223,7 @@ class View:
                 log.warning("session %s: skipping an entry the view cannot read: %s", self, exc)
                 continue
             self._dispatch(events)
+        self._notify()  # entries that raise no event (a refused cancel) still wake waiters
 
     def _attached(self, entries: list[dict[str, Any]], head: int, has_older: bool) -> None:
         """A first attach: the newest page."""

@@ -1,123 +1,227 @@
-"""``Channel``: one session on the relay: its serials, its Runs, its subscribers.
+"""``Channel``: one session on a relay node: its serials, its Runs, its subscribers.
 
-Every change to a channel happens under its lock, in this order: drop a
-repeated entry id, run the input checks on a message entry (a refused prompt
-stops here; a refused queued message is replaced by a ``refused`` entry that
-names it, stored in its place, and the publisher then gets the refusal),
-check the entry against the Run rules, stamp it with the publisher's
-identity and the time, store it (the store assigns the serial and
-writes the changed Run records in the same transaction), acknowledge the
-publisher, queue the entry to every subscriber, then let the hub react
-(dispatch a new Run, settle timers). The lock is held through the store's
-write, so subscribers get entries in serial order with no gap; writes of
-different channels still share commits (the SQLite store's group commit).
+Theory of operation
+-------------------
+A channel learns every entry from the store's live subscription
+(``Store.subscribe``), whoever appended it: this node or, on Redis, another
+node. ``_on_entry`` takes entries in serial order, replays each into the
+channel's ``RunRegistry`` (so every node holds the same Run state), queues it
+to this node's subscribers and lets the hub react. Nothing is delivered that
+the store does not hold durably.
 
-Attaching takes the lock too: the subscriber is added and its backlog (or the
-newest page) read in one step, so nothing published meanwhile is missed or
-sent twice.
+Publishing first runs the input checks on a message entry (a refused prompt
+stops there; a refused queued message is replaced by a ``refused`` entry that
+names it, published by the relay in its place, and the publisher then gets
+the refusal), then checks the entry against the Run rules as of the newest serial
+this node has taken in (``last``), then appends with ``expect_last=last``: if
+another node appended in between, the store refuses (``CONFLICT``), the
+channel catches up from the store and checks again. One node's publishes to a
+channel go through a FIFO lock, so a connection's entries keep their order;
+different channels still share the store's commits.
+
+Attaching reads the backlog (or the newest page) up to ``last`` and joins the
+subscribers with no await in between, so nothing is missed or sent twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from transport import checks, codec
-from transport.errors import RunwireError
+from transport.errors import CONFLICT, EPOCH_MISMATCH, RunwireError
 from transport.frames import EntryBody, MessageEntry
+from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender
 
-from .store.base import ChannelInfo, Store, StoredEntry
+from .store.base import Store, StoredEntry, Unsubscribe
 
 if TYPE_CHECKING:
     from .peer import Peer
 
 __all__ = ["Channel", "Committed"]
 
-Committed = Callable[["Channel", EntryBody, list[RunRecord]], Awaitable[None] | None]
-RELAY = Sender(client_id="relay", role="relay")
+log = logging.getLogger("runwire.relay")
+
+Committed = Callable[["Channel", EntryBody, list[RunRecord]], None]
+"""The hub's reaction to an entry this node took in (from any node)."""
+MakeRegistry = Callable[[str, list[RunRecord]], RunRegistry]
+"""Builds a session's registry from its records (the hub adds its policy and slots)."""
+
+_APPEND_KIND = b'"kind":"response_append"'
+_RETRIES = 20
 
 
 class Channel:
-    """The relay's state for one session."""
+    """A relay node's state for one session."""
 
     def __init__(
         self,
         store: Store,
-        info: ChannelInfo,
-        registry: RunRegistry,
-        on_committed: Committed,
+        session_id: str,
+        on_entry: Committed,
+        make_registry: MakeRegistry | None = None,
         input_checks: Sequence[checks.Check] = (),
     ) -> None:
         self.store = store
         self.input_checks = input_checks
-        self.session_id = info.session_id
-        self.epoch = info.epoch
-        self.first = info.first
-        self.last = info.last
-        self.registry = registry
+        self.session_id = session_id
+        self.epoch = ""
+        self.first = 0
+        self.last = 0
+        self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
+        self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
         self.lock = asyncio.Lock()
-        self._on_committed = on_committed
+        self.reset = False
+        self._on_committed = on_entry
+        self._loaded = False
+        self._early: list[StoredEntry] = []
+        self._unsubscribe: Unsubscribe | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
-    async def publish(self, entry: EntryBody, sender: Sender, now_ms: int) -> tuple[int, bool]:
-        """Store and fan out one entry; returns ``(serial, duplicate)``.
+    async def load(self) -> None:
+        """Subscribe, then read the channel's head and Run records."""
+        self._unsubscribe = await self.store.subscribe(
+            self.session_id, self._on_entry, on_reset=self._on_reset
+        )
+        info = await self.store.open_channel(self.session_id)
+        self.epoch, self.first, self.last = info.epoch, info.first, info.last
+        self.registry = self._make_registry(self.session_id, await self.store.runs(self.session_id))
+        self._loaded = True
+        early, self._early = self._early, []
+        for stored in early:
+            self._on_entry(stored)
 
-        Raises ``RunwireError`` when the Run rules refuse it or the store fails.
+    def close(self) -> None:
+        """Stop the store subscription."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        for _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(RunwireError(EPOCH_MISMATCH, "channel closed"))
+        self._waiters.clear()
+
+    # ------------------------------------------------------------ entries --
+
+    def _on_entry(self, stored: StoredEntry) -> None:
+        if not self._loaded:
+            self._early.append(stored)
+            return
+        if stored.serial <= self.last:
+            return  # already taken in (our own append, or the head read at load)
+        self.last = stored.serial
+        if not self.first:
+            self.first = stored.serial
+        entry: EntryBody | None = None
+        changes: list[RunRecord] = []
+        if _APPEND_KIND not in stored.data[:200]:
+            try:
+                entry = codec.decode_entry(codec.loads(stored.data))
+                changes = self.registry.replay(entry)
+            except RunwireError as exc:
+                log.warning(
+                    "channel %s: unreadable entry %d: %s", self.session_id, stored.serial, exc
+                )
+        for peer in self.subscribers:
+            peer.send_entry(self.session_id, stored.data)
+        if entry is not None:
+            self._on_committed(self, entry, changes)
+        if self._waiters:
+            ready = [w for s, w in self._waiters if s <= self.last]
+            self._waiters = [(s, w) for s, w in self._waiters if s > self.last]
+            for waiter in ready:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _on_reset(self) -> None:
+        log.warning("channel %s: the store lost its history; clients will reset", self.session_id)
+        self.reset = True
+        for peer in list(self.subscribers):
+            peer.close(4009, "EPOCH_MISMATCH: history lost, attach again")
+
+    async def _catch_up(self, serial: int) -> None:
+        """Take in every entry up to ``serial`` now, reading the store if need be."""
+        while self.last < serial:
+            page = await self.store.read(self.session_id, after=self.last, limit=1000)
+            if not page:
+                return
+            for stored in page:
+                self._on_entry(stored)
+
+    async def _applied(self, serial: int) -> None:
+        if self.last >= serial:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((serial, waiter))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout=1.0)
+        except TimeoutError:
+            await self._catch_up(serial)
+
+    # ------------------------------------------------------------ publish --
+
+    async def publish(
+        self, entry: EntryBody, sender: Sender, now_ms: int
+    ) -> tuple[int, bool, list[RunRecord]]:
+        """Store one entry (it reaches subscribers through the subscription).
+
+        Returns ``(serial, duplicate, changed Run records)``. Raises
+        ``RunwireError`` when an input check or the Run rules refuse the entry
+        or the store fails; a refused queued message raises its refusal after
+        the ``refused`` entry that replaces it was stored.
         """
         async with self.lock:
             found = await self.store.find(self.session_id, entry.id)
             if found is not None:
-                return found.serial, True
-            refusal = None
+                return found.serial, True, []
+            refusal: RunwireError | None = None
             if self.input_checks and isinstance(entry, MessageEntry):
                 refusal = await checks.first_refusal(self.input_checks, entry.message)
                 if refusal is not None:
                     if entry.intent == "prompt":
                         raise refusal
                     entry, sender = checks.refusal_entry(entry, refusal), RELAY
-                    if await self.store.find(self.session_id, entry.id) is not None:
+            for _ in range(_RETRIES):
+                found = await self.store.find(self.session_id, entry.id)
+                if found is not None:
+                    if refusal is not None:
                         raise refusal
-            changes = self.registry.plan(entry, sender, now_ms)
-            stamped = entry.model_copy(
-                update={
-                    "serial": None,
-                    "ts": now_ms,
-                    "user_id": sender.user_id,
-                    "client_id": sender.client_id,
-                }
-            )
-            try:
-                appended = await self.store.append(
-                    self.session_id, entry.id, codec.encode_entry(stamped), changes
-                )
-            except RunwireError:
-                # The store may or may not hold the write; read back the truth.
-                self.registry = RunRegistry(self.session_id, await self._safe_runs())
-                raise
-            if appended.duplicate:
+                    return found.serial, True, []
+                changes = self.registry.plan(entry, sender, now_ms)
+                stamped = self.registry.stamp(entry, sender, now_ms, changes)
+                try:
+                    appended = await self.store.append(
+                        self.session_id,
+                        entry.id,
+                        codec.encode_entry(stamped),
+                        changes,
+                        expect_last=self.last,
+                    )
+                except RunwireError as exc:
+                    self.registry.abandon(changes)
+                    if exc.code != CONFLICT:
+                        raise
+                    await self._catch_up(int(exc.details.get("last", self.last + 1)))
+                    continue
+                except BaseException:
+                    self.registry.abandon(changes)
+                    raise
+                if appended.duplicate:
+                    self.registry.abandon(changes)
+                    if refusal is not None:
+                        raise refusal
+                    return appended.serial, True, []
+                await self._applied(appended.serial)
                 if refusal is not None:
                     raise refusal
-                return appended.serial, True
-            self.registry.apply(changes)
-            self.last = appended.serial
-            if not self.first:
-                self.first = appended.serial
-            for peer in self.subscribers:
-                peer.send_entry(self.session_id, appended.data)
-            result = self._on_committed(self, stamped, changes)
-            if result is not None:
-                await result
-            if refusal is not None:
-                raise refusal
-            return appended.serial, False
+                return appended.serial, False, changes
+        raise RunwireError(CONFLICT, "the session is too busy right now; retry")
 
-    async def _safe_runs(self) -> list[RunRecord]:
-        try:
-            return await self.store.runs(self.session_id)
-        except RunwireError:
-            return list(self.registry.runs.values())
+    # ------------------------------------------------------------- attach --
 
     async def attach(
         self,
@@ -136,45 +240,49 @@ class Channel:
         it needs was trimmed) the newest page, and ``reset`` tells a resuming
         client to rebuild rather than leave a silent gap.
         """
-        async with self.lock:
-            resume = from_serial is not None and (epoch is None or epoch == self.epoch)
-            if resume and from_serial is not None:
-                if from_serial > self.last or self.last - from_serial > backlog_max:
-                    resume = False
-                elif self.first and from_serial < self.first - 1:
-                    resume = False
-            reset = from_serial is not None and not resume
-            entries: list[StoredEntry] = []
-            if resume and from_serial is not None:
-                after = from_serial
-                while after < self.last:
-                    page = await self.store.read(self.session_id, after=after, limit=1000)
-                    if not page:
-                        break
-                    entries.extend(e for e in page if e.serial <= self.last)
-                    after = page[-1].serial
-                has_older = from_serial >= self.first > 0 or bool(
-                    entries and entries[0].serial > self.first
-                )
-            else:
-                if self.last:
-                    page = await self.store.read(self.session_id, before=self.last + 1, limit=limit)
-                    entries = [e for e in page if e.serial <= self.last]
-                has_older = bool(entries) and entries[0].serial > self.first
-            peer.send_frame(
-                b'{"type":"attached","req":'
-                + codec.dumps(req)
-                + b',"session_id":'
-                + codec.dumps(self.session_id)
-                + b',"epoch":'
-                + codec.dumps(self.epoch)
-                + b',"head":%d,"has_older":%s,"reset":%s,"entries":['
-                % (self.last, b"true" if has_older else b"false", b"true" if reset else b"false")
-                + b",".join(e.data for e in entries)
-                + b"]}"
-            )
-            self.subscribers.add(peer)
-            peer.attached.add(self.session_id)
+        head = self.last
+        resume = from_serial is not None and (epoch is None or epoch == self.epoch)
+        if resume and from_serial is not None:
+            if from_serial > head or head - from_serial > backlog_max:
+                resume = False
+            elif self.first and from_serial < self.first - 1:
+                resume = False
+        reset = from_serial is not None and not resume
+        entries: list[StoredEntry] = []
+        if resume and from_serial is not None:
+            covered = from_serial
+        elif head:
+            page = await self.store.read(self.session_id, before=head + 1, limit=limit)
+            entries = [e for e in page if e.serial <= head]
+            covered = entries[-1].serial if entries else head
+        else:
+            covered = 0
+        # Read until nothing new arrived during the last read; then join with no await.
+        while covered < self.last:
+            page = await self.store.read(self.session_id, after=covered, limit=1000)
+            page = [e for e in page if e.serial <= self.last]
+            if not page:
+                break
+            entries.extend(page)
+            covered = page[-1].serial
+        if resume:
+            has_older = bool(from_serial and from_serial >= self.first > 0)
+        else:
+            has_older = bool(entries) and entries[0].serial > self.first
+        peer.send_frame(
+            b'{"type":"attached","req":'
+            + codec.dumps(req)
+            + b',"session_id":'
+            + codec.dumps(self.session_id)
+            + b',"epoch":'
+            + codec.dumps(self.epoch)
+            + b',"head":%d,"has_older":%s,"reset":%s,"entries":['
+            % (self.last, b"true" if has_older else b"false", b"true" if reset else b"false")
+            + b",".join(e.data for e in entries)
+            + b"]}"
+        )
+        self.subscribers.add(peer)
+        peer.attached.add(self.session_id)
 
     def detach(self, peer: Peer) -> None:
         """Stop delivering to ``peer``."""

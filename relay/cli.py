@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
 
 import anyio
 
 from transport import checks
+from transport.runs import MULTITASK_STRATEGIES
 
 from .server import serve
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["build_parser", "main", "options", "run"]
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -44,20 +49,67 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="an input check every message passes before it is stored (repeatable): "
         + ", ".join(sorted(checks.CHECKS)),
     )
+    parser.add_argument(
+        "--secret-file", help="file holding the HS256 secret tokens are signed with"
+    )
+    parser.add_argument(
+        "--public-key-file", help="PEM public key RS256 / ES256 tokens are verified with"
+    )
+    parser.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="without a secret or public key, listen on a non-loopback host anyway",
+    )
+    parser.add_argument(
+        "--multitask",
+        choices=MULTITASK_STRATEGIES,
+        default="alongside",
+        help="strategy of prompts that name none",
+    )
+    parser.add_argument(
+        "--thread-access",
+        choices=("own", "shared"),
+        default="own",
+        help="whether sessions whose first prompt says nothing are shared",
+    )
+    parser.add_argument(
+        "--max-concurrent-runs",
+        type=int,
+        default=None,
+        help="Runs going on at once on this relay; more wait queued (default: no limit)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     return parser
 
 
+def options(args: argparse.Namespace) -> dict[str, Any]:
+    """``serve()`` keyword arguments from parsed arguments (reads the key files)."""
+    secret = Path(args.secret_file).read_text().strip() if args.secret_file else None
+    public_key = Path(args.public_key_file).read_text() if args.public_key_file else None
+    return {
+        "host": args.host,
+        "port": args.port,
+        "store": args.store,
+        "agent_grace": args.agent_grace,
+        "max_frame_bytes": args.max_frame_bytes,
+        "secret": secret,
+        "public_key": public_key,
+        "allow_anonymous": args.allow_anonymous,
+        "multitask": args.multitask,
+        "thread_access": args.thread_access,
+        "max_concurrent_runs": args.max_concurrent_runs,
+        "input_checks": [checks.named(name) for name in args.check],
+    }
+
+
 async def run(args: argparse.Namespace) -> None:
-    """Serve until SIGINT or SIGTERM."""
-    async with serve(
-        host=args.host,
-        port=args.port,
-        store=args.store,
-        agent_grace=args.agent_grace,
-        max_frame_bytes=args.max_frame_bytes,
-        input_checks=[checks.named(name) for name in args.check],
-    ) as server:
+    """Serve until SIGINT or SIGTERM (exits with status 2 on a configuration error)."""
+    async with AsyncExitStack() as stack:
+        try:
+            server = await stack.enter_async_context(serve(**options(args)))
+        except (OSError, ValueError) as exc:
+            print(f"runwire relay: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         logging.getLogger("runwire.relay").info(
             "relay listening on %s (store %s)", server.url, server.store.url
         )

@@ -1,8 +1,9 @@
 """``Dispatcher``: which worker runs which Run, and what happens when one goes away.
 
-* A new Run (its prompt stored, status ``pending``) goes to the connected
-  worker of its agent name that has the fewest Runs handed to it and not yet
-  started. With no worker connected it waits, durable in the store, and goes to
+* A new Run (its prompt stored, status ``pending``, or a queued Run whose
+  turn came) goes to the connected worker of its agent name, with the
+  ``agent`` right in its session, that has the fewest Runs handed to it and
+  not yet started. With no worker connected it waits, durable in the store, and goes to
   the first worker of that name that registers.
 * A worker that disconnects before starting a Run handed to it: the Run is
   handed to another worker (or waits for one).
@@ -26,12 +27,12 @@ from typing import Any
 
 from transport import codec
 from transport.frames import Dispatch
-from transport.runs import RunRecord
+from transport.runs import AGENT, RunRecord
 
 from .metrics import Metrics
 from .peer import Peer
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "hand_to_worker"]
 
 log = logging.getLogger("runwire.relay")
 
@@ -92,13 +93,15 @@ class Dispatcher:
 
     # --------------------------------------------------------------- runs --
 
-    def run_changed(self, record: RunRecord, *, new: bool) -> None:
-        """Follow a Run record the store just wrote (``new``: hand it out, pending again)."""
+    async def run_created(self, record: RunRecord) -> None:
+        """A new Run was stored by this node: hand it to a worker (or keep it waiting)."""
         key = (record.session_id, record.run_id)
-        if new and record.status == "pending":
-            self.waiting[key] = record
-            self._hand_out(record)
-            return
+        self.waiting[key] = record
+        self._hand_out(record)
+
+    def run_changed(self, record: RunRecord) -> None:
+        """Follow a Run record an entry changed (on any node)."""
+        key = (record.session_id, record.run_id)
         if record.status != "pending":
             self.waiting.pop(key, None)
             self.assigned.pop(key, None)
@@ -123,31 +126,44 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     def _hand_out(self, record: RunRecord) -> None:
-        workers = [w for w in self.workers.get(record.agent, []) if not w.closed]
-        if not workers:
-            return
-        load: dict[int, int] = {}
-        for holder in self.assigned.values():
-            load[id(holder)] = load.get(id(holder), 0) + 1
-        worker = min(workers, key=lambda w: load.get(id(w), 0))
-        key = (record.session_id, record.run_id)
-        self.assigned[key] = worker
-        self.metrics.dispatched.inc()
-        worker.send_frame(
-            codec.encode(
-                Dispatch(
-                    session_id=record.session_id,
-                    run_id=record.run_id,
-                    agent=record.agent,
-                    message_id=record.prompt_id,
-                    adopted=True if record.adoptions else None,
-                    checkpoint=record.checkpoint,
-                )
-            )
-        )
+        hand_to_worker(self.workers.get(record.agent, []), self.assigned, record, self.metrics)
 
     def close(self) -> None:
         """Cancel every timer."""
         for _, handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
+
+
+def hand_to_worker(
+    workers: list[Peer], assigned: dict[RunKey, Peer], record: RunRecord, metrics: Metrics
+) -> Peer | None:
+    """Send ``record``'s Run to the least loaded of ``workers`` allowed to take it.
+
+    A worker may take Runs of sessions its token gives it ``agent`` on. A Run
+    the relay handed back (its agent went away) goes out ``adopted`` with its
+    last checkpoint. Records the choice in ``assigned`` and returns the
+    worker, or None when none can.
+    """
+    eligible = [w for w in workers if not w.closed and w.can(record.session_id, AGENT)]
+    if not eligible:
+        return None
+    load: dict[int, int] = {}
+    for holder in assigned.values():
+        load[id(holder)] = load.get(id(holder), 0) + 1
+    worker = min(eligible, key=lambda w: load.get(id(w), 0))
+    assigned[(record.session_id, record.run_id)] = worker
+    metrics.dispatched.inc()
+    worker.send_frame(
+        codec.encode(
+            Dispatch(
+                session_id=record.session_id,
+                run_id=record.run_id,
+                agent=record.agent,
+                message_id=record.prompt_id,
+                adopted=True if record.adoptions else None,
+                checkpoint=record.checkpoint,
+            )
+        )
+    )
+    return worker

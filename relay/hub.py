@@ -6,14 +6,29 @@ Publishes run as tasks (at most ``max_inflight`` per connection), so a worker
 streaming into many sessions is not held up by one session's store write;
 channel locks are FIFO, so one connection's publishes to a channel keep their
 order.
+
+Rights. Every frame is checked against the connection's token for its
+session: ``attach`` needs ``subscribe``, ``worker`` needs ``agent`` somewhere
+(and a worker is only handed Runs of sessions where it has it); what a publish
+needs is the Run rules' business (``transport.runs``), fed the connection's
+capabilities in that session. Refusals are ``UNAUTHORIZED`` and change nothing.
+
+Consequences. When an entry changed Run records, the relay publishes what the
+rules say it owes the session (``RunRegistry.due()``: the cancels of an
+interrupt, the end of a queued Run its sender cancelled, the next queued Run's
+turn), in one place: ``_react``, right after the commit. Those entries have
+deterministic ids and go through the rules again, so a repeat (on this node
+or another) is a duplicate and a stale one is refused. When a Run leaves a
+slot of ``max_concurrent_runs``, every session with queued Runs is looked at.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transport import codec
 from transport.errors import (
@@ -22,6 +37,7 @@ from transport.errors import (
     NOT_ATTACHED,
     PROTOCOL_ERROR,
     RATE_LIMITED,
+    UNAUTHORIZED,
     VALIDATION_ERROR,
     RunwireError,
 )
@@ -40,7 +56,17 @@ from transport.frames import (
     Worker,
 )
 from transport.messages import new_id
-from transport.runs import RunRecord, RunRegistry, Sender
+from transport.policy import RELAY
+from transport.runs import (
+    AGENT,
+    SUBSCRIBE,
+    Policy,
+    RunRecord,
+    RunRegistry,
+    Sender,
+    SlotBook,
+    relay_entry_id,
+)
 
 from .channel import Channel
 from .dispatch import Dispatcher
@@ -48,6 +74,9 @@ from .metrics import Metrics
 from .options import RelayOptions
 from .peer import Peer
 from .store.base import Store
+
+if TYPE_CHECKING:
+    from .cluster import RedisDispatcher
 
 __all__ = ["Hub"]
 
@@ -69,15 +98,37 @@ class Hub:
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Future[Channel]] = {}
         self.peers: set[Peer] = set()
-        self.dispatcher = Dispatcher(
-            grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
-        )
+        self.dispatcher: Dispatcher | RedisDispatcher
+        if store.url.startswith(("redis://", "rediss://")):
+            from .cluster import RedisDispatcher
+            from .store.redis import RedisStore
+
+            assert isinstance(store, RedisStore)
+            self.dispatcher = RedisDispatcher(
+                store, grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
+            )
+        else:
+            self.dispatcher = Dispatcher(
+                grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
+            )
+        self.policy = Policy(multitask=options.multitask, thread_access=options.thread_access)
+        self.slots = SlotBook(options.max_concurrent_runs)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reacting: set[str] = set()
+        self._again: set[str] = set()
 
     async def start(self) -> None:
-        """Time the Runs that were active when the relay last stopped."""
-        for record in await self.store.runs_with_status(["active"]):
-            self.dispatcher.start_timer(record)
+        """Time the Runs that were active when the relay last stopped; give queued Runs
+        whose turn came their turn."""
+        self.slots.sync(await self.store.runs_with_status(["pending", "active"]))
+        if isinstance(self.dispatcher, Dispatcher):
+            for record in await self.store.runs_with_status(["active"]):
+                self.dispatcher.start_timer(record)
+        else:
+            self.dispatcher.start()
+        queued = await self.store.runs_with_status(["queued"])
+        for session_id in dict.fromkeys(r.session_id for r in queued):
+            self._react_soon(await self.channel(session_id))
 
     def close(self) -> None:
         """Stop timers and background tasks."""
@@ -88,9 +139,24 @@ class Hub:
     # --------------------------------------------------------- connections --
 
     def hello(self, peer: Peer, frame: Hello) -> None:
-        """Stamp the connection's identity; a returning client id stops its grace timers."""
-        client_id = frame.client_id or peer.connection_id
-        peer.sender = Sender(client_id=client_id, user_id=peer.sender.user_id, role=frame.role)
+        """Stamp the connection's identity; a returning client id stops its grace timers.
+
+        With a token, the user id is its ``sub`` and the client id its
+        ``client_id`` claim, else the one the client asked for (or a new one)
+        scoped to the user (``user/...``), so no client can take another
+        user's client id.
+        """
+        claimed = frame.client_id or peer.connection_id
+        if claimed == RELAY.client_id:
+            raise RunwireError(PROTOCOL_ERROR, f"client id {claimed!r} is the relay's own")
+        identity = peer.identity
+        if identity is None:
+            client_id, user_id = claimed, None
+        else:
+            user_id = identity.user_id
+            client_id = identity.client_id or _scoped(user_id, claimed)
+        peer.sender = Sender(client_id=client_id, user_id=user_id, role=frame.role)
+        peer.senders.clear()
         self.peers.add(peer)
         self.dispatcher.client_back(client_id)
 
@@ -111,6 +177,7 @@ class Hub:
                     for r in channel.registry.active()
                     if r.owner == client_id and r.status == "active"
                 )
+            self.release(channel)
         self.dispatcher.peer_gone(peer, owned)
 
     # -------------------------------------------------------------- frames --
@@ -143,6 +210,12 @@ class Hub:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif isinstance(frame, Attach):
+            if not peer.can(frame.session_id, SUBSCRIBE):
+                raise RunwireError(
+                    UNAUTHORIZED,
+                    f"the token does not grant 'subscribe' in {frame.session_id!r}",
+                    details={"session_id": frame.session_id, "needs": SUBSCRIBE},
+                )
             channel = await self.channel(frame.session_id)
             await channel.attach(
                 peer,
@@ -156,6 +229,7 @@ class Hub:
             channel = self._attached(peer, frame.session_id)
             channel.detach(peer)
             peer.send_frame(codec.encode(Ack(req=frame.req)))
+            self.release(channel)
         elif isinstance(frame, History):
             channel = self._attached(peer, frame.session_id)
             entries, has_older = await channel.history(
@@ -174,6 +248,10 @@ class Hub:
         elif isinstance(frame, Worker):
             if peer.sender.role != "agent":
                 raise RunwireError(VALIDATION_ERROR, "only agent connections register as workers")
+            if peer.identity is not None and not peer.identity.grants_anywhere(AGENT):
+                raise RunwireError(
+                    UNAUTHORIZED, "the token grants 'agent' in no session", details={"needs": AGENT}
+                )
             pending = await self.store.runs_with_status(["pending"], agent=frame.agent)
             peer.send_frame(codec.encode(Ack(req=frame.req)))
             self.dispatcher.add_worker(peer, frame.agent, pending)
@@ -183,9 +261,12 @@ class Hub:
     async def _publish(self, peer: Peer, frame: Publish) -> None:
         try:
             channel = self._attached(peer, frame.session_id)
-            serial, duplicate = await channel.publish(frame.entry, peer.sender, now_ms())
+            sender = peer.sender_for(frame.session_id)
+            serial, duplicate, changes = await channel.publish(frame.entry, sender, now_ms())
             if duplicate:
                 self.metrics.duplicates.inc()
+            else:
+                await self._published(frame.entry, changes)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
@@ -218,11 +299,18 @@ class Hub:
         future: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
-            info = await self.store.open_channel(session_id)
-            registry = RunRegistry(session_id, await self.store.runs(session_id))
             channel = Channel(
-                self.store, info, registry, self._committed, self.options.input_checks
+                self.store,
+                session_id,
+                self._committed,
+                self._registry,
+                input_checks=self.options.input_checks,
             )
+            try:
+                await channel.load()
+            except BaseException:
+                channel.close()
+                raise
             self.channels[session_id] = channel
             self.metrics.channels.set(len(self.channels))
             future.set_result(channel)
@@ -234,13 +322,93 @@ class Hub:
         finally:
             del self._loading[session_id]
 
-    def _committed(self, channel: Channel, entry: EntryBody, changes: list[RunRecord]) -> None:
+    def _registry(self, session_id: str, records: list[RunRecord]) -> RunRegistry:
+        return RunRegistry(session_id, records, policy=self.policy, slots=self.slots)
+
+    def release(self, channel: Channel) -> None:
+        """Forget a channel nobody on this node watches (its store subscription ends)."""
+        if channel.subscribers or channel.lock.locked() or channel.session_id in self._reacting:
+            return
+        if self.channels.get(channel.session_id) is channel:
+            del self.channels[channel.session_id]
+            channel.close()
+            self.metrics.channels.set(len(self.channels))
+
+    async def _published(self, entry: EntryBody, changes: list[RunRecord]) -> None:
+        """After this node stored an entry: hand out the Runs it made pending.
+
+        Only the node that stored the entry does this, so a Run is handed out once.
+        """
         self.metrics.published.inc()
-        self.metrics.delivered.inc(len(channel.subscribers))
         for record in changes:
-            new = isinstance(entry, MessageEntry) and entry.intent == "prompt"
-            handed_back = isinstance(entry, RunEntry) and entry.status == "pending"
-            self.dispatcher.run_changed(record, new=new or handed_back)
+            if record.status == "pending" and (
+                (isinstance(entry, MessageEntry) and entry.intent == "prompt")
+                or (isinstance(entry, RunEntry) and entry.status == "pending")
+            ):
+                await self.dispatcher.run_created(record)
+
+    def _committed(self, channel: Channel, entry: EntryBody, changes: list[RunRecord]) -> None:
+        """React to an entry this node took in, whichever node published it."""
+        self.metrics.delivered.inc(len(channel.subscribers))
+        freed = False
+        for record in changes:
+            self.dispatcher.run_changed(record)
+            freed = freed or record.terminal or record.status == "suspended"
+        if freed and self.slots.limit is not None:
+            # A slot came free: sessions with queued Runs take their turns oldest first,
+            # one after the other (each waits for its channel's lock), so a younger
+            # Run in another session cannot take the slot first.
+            waiting = [c for c in self.channels.values() if c.registry.queued()]
+            if channel not in waiting and changes:
+                waiting.append(channel)
+            waiting.sort(
+                key=lambda c: c.registry.queued()[0].created_ts if c.registry.queued() else 0
+            )
+            task = asyncio.get_running_loop().create_task(self._react_in_turn(waiting))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif changes:
+            self._react_soon(channel)
+
+    async def _react_in_turn(self, channels: list[Channel]) -> None:
+        for channel in channels:
+            session_id = channel.session_id
+            if session_id in self._reacting:
+                self._again.add(session_id)
+                continue
+            self._reacting.add(session_id)
+            await self._react(channel)
+
+    def _react_soon(self, channel: Channel) -> None:
+        """Publish what the relay owes ``channel`` (once the current publish let go of it)."""
+        session_id = channel.session_id
+        if session_id in self._reacting:
+            self._again.add(session_id)
+            return
+        self._reacting.add(session_id)
+        task = asyncio.get_running_loop().create_task(self._react(channel))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _react(self, channel: Channel) -> None:
+        """The one place the relay publishes entries as a consequence of others."""
+        session_id = channel.session_id
+        try:
+            for _ in range(1000):
+                self._again.discard(session_id)
+                for entry, sender in channel.registry.due():
+                    try:
+                        _, duplicate, changes = await channel.publish(entry, sender, now_ms())
+                        if not duplicate:
+                            await self._published(entry, changes)
+                    except RunwireError as exc:  # no longer due, or the store failed
+                        log.debug("relay entry %s not published: %s", entry.id, exc)
+                if session_id not in self._again:
+                    return
+        except Exception:
+            log.exception("publishing the relay's entries for %s failed", session_id)
+        finally:
+            self._reacting.discard(session_id)
 
     async def _agent_lost(self, session_id: str, run_id: str) -> None:
         """End a Run whose agent did not come back within the grace period.
@@ -266,10 +434,19 @@ class Hub:
                 ),
             )
             if record.durable:
-                entry = RunEntry(id=f"relay-{new_id()}", run_id=run_id, status="pending")
-            await channel.publish(entry, Sender(client_id="relay", role="relay"), now_ms())
-            if not record.durable:
-                self.metrics.agent_lost.inc()
+                # Not ended: handed to another worker, which adopts it. The id is the
+                # same on every node, so a second sweep of the same loss is a duplicate.
+                entry = RunEntry(
+                    id=relay_entry_id(run_id, "adopt", str(record.adoptions + 1)),
+                    run_id=run_id,
+                    status="pending",
+                )
+                _, duplicate, changes = await channel.publish(entry, RELAY, now_ms())
+                if not duplicate:
+                    await self._published(entry, changes)
+                return
+            await channel.publish(entry, RELAY, now_ms())
+            self.metrics.agent_lost.inc()
         except RunwireError as exc:
             log.warning("could not end run %s/%s: %s", session_id, run_id, exc)
 
@@ -280,3 +457,13 @@ class Hub:
             "channels": len(self.channels),
             "workers": sum(len(w) for w in self.dispatcher.workers.values()),
         }
+
+
+def _scoped(user_id: str, claimed: str) -> str:
+    """A client id that belongs to ``user_id`` (kept as it is when it already does)."""
+    prefix = f"{user_id}/"
+    scoped = claimed if claimed.startswith(prefix) else prefix + claimed
+    if len(scoped) <= 200:
+        return scoped
+    digest = hashlib.sha256(scoped.encode()).hexdigest()[:32]
+    return f"{user_id[:150]}/{digest}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 __all__ = ["Metrics"]
@@ -31,6 +33,15 @@ class Metrics:
         self.dispatched = Counter("runwire_runs_dispatched", "Runs handed to workers", registry=r)
         self.agent_lost = Counter("runwire_runs_agent_lost", "Runs ended AGENT_LOST", registry=r)
         self.workers = Gauge("runwire_workers", "Registered agent workers", registry=r)
+        self.store_round_trips: Gauge | None = None
+
+    def count_store_round_trips(self, read: Callable[[], int]) -> None:
+        """Expose the store's round trips (a Redis store counts them) as a gauge."""
+        if self.store_round_trips is None:
+            self.store_round_trips = Gauge(
+                "runwire_store_round_trips", "Round trips to the store", registry=self.registry
+            )
+        self.store_round_trips.set_function(lambda: float(read()))
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transport.checks import Check
+from transport.frames import Multitask, ThreadAccess
 
 __all__ = ["RelayOptions"]
 
@@ -28,5 +29,19 @@ class RelayOptions:
     """The most entries one attach or history page returns."""
     backlog_max: int = 100_000
     """The most entries a resume replays; beyond it the client gets a ``reset``."""
+    secret: str | None = field(default=None, repr=False)
+    """Verify HS256 tokens with this shared secret."""
+    public_key: str | None = None
+    """Verify RS256 / ES256 tokens with this PEM public key."""
+    allow_anonymous: bool = False
+    """Without ``secret`` / ``public_key``, listen on a non-loopback host anyway."""
+    multitask: Multitask = "alongside"
+    """The strategy of prompts that name none (every node of a cluster must agree)."""
+    thread_access: ThreadAccess = "own"
+    """Sessions whose first prompt says nothing are shared (``shared``) or not (``own``)."""
+    max_concurrent_runs: int | None = None
+    """Runs going on (pending or active) at once on this relay node; more wait, queued."""
+    index_html: str | None = None
+    """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""
     input_checks: Sequence[Check] = ()
     """Checks every message entry passes before it is stored (see ``transport.checks``)."""

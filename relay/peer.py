@@ -23,6 +23,7 @@ from transport.errors import CloseCode, RunwireError
 from transport.runs import Sender
 
 if TYPE_CHECKING:
+    from .auth import Identity
     from .metrics import Metrics
 
 __all__ = ["Peer"]
@@ -41,10 +42,12 @@ class Peer:
         "attached",
         "closed",
         "connection_id",
+        "identity",
         "inflight",
         "limit",
         "metrics",
         "sender",
+        "senders",
         "ws",
     )
 
@@ -56,6 +59,9 @@ class Peer:
         self.limit = limit
         self.metrics = metrics
         self.sender = Sender(client_id=connection_id)
+        self.identity: Identity | None = None
+        """The verified token; ``None`` on an anonymous relay (every right)."""
+        self.senders: dict[str, Sender] = {}
         self.agent: str | None = None
         self.attached: set[str] = set()
         self.inflight = 0
@@ -64,6 +70,26 @@ class Peer:
         self._queue: deque[tuple[str | None, bytes]] = deque()
         self._queued_bytes = 0
         self._drain: asyncio.Task[None] | None = None
+
+    def sender_for(self, session_id: str) -> Sender:
+        """The connection's identity with its capabilities in ``session_id``."""
+        sender = self.senders.get(session_id)
+        if sender is None:
+            caps = None if self.identity is None else self.identity.caps(session_id)
+            sender = Sender(
+                client_id=self.sender.client_id,
+                user_id=self.sender.user_id,
+                role=self.sender.role,
+                caps=caps,
+            )
+            if len(self.senders) >= 1024:
+                self.senders.clear()
+            self.senders[session_id] = sender
+        return sender
+
+    def can(self, session_id: str, capability: str) -> bool:
+        """True if the connection holds ``capability`` in ``session_id``."""
+        return self.sender_for(session_id).can(capability)
 
     def send_frame(self, frame: bytes) -> None:
         """Queue a whole frame."""

@@ -5,16 +5,33 @@ anything else first is answered with a ``PROTOCOL_ERROR`` and the connection
 closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
 connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
 ``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
-/metrics`` the Prometheus text format.
+/metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
+(``client_side/js/runwire.js``), and ``GET /`` the ``index_html`` file when
+that option names one.
+
+Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
+(``Authorization: Bearer``, or the ``token`` query parameter for browsers,
+which cannot set headers). A missing, forged or expired token is answered, at
+``hello``, by an ``error`` frame (``UNAUTHORIZED`` with ``details.reason``, or
+``TOKEN_EXPIRED``) and a close with 4001 (4003 when expired); the handshake
+itself succeeds so that browsers can read the code. A connection whose token
+expires later is closed with 4003 at that moment; its SDK reconnects with a
+fresh token. Without either key the relay is anonymous (every connection has
+every right, user ids are ``None``), says so in its log, and refuses to listen
+on a host that is not loopback unless ``allow_anonymous=True``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import fields
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server as WSServer
@@ -25,10 +42,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from transport import codec
-from transport.errors import PROTOCOL_ERROR, CloseCode, RunwireError
+from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
 from transport.messages import new_id
 
+from .auth import TokenVerifier, token_from_request
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
@@ -39,6 +57,9 @@ from .store.base import Store
 __all__ = ["Server", "serve"]
 
 log = logging.getLogger("runwire.relay")
+
+CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "runwire.js"
+"""The browser client, served at ``/client.js`` (found beside the installed packages)."""
 
 
 class Server:
@@ -69,6 +90,18 @@ async def serve(
     if unknown:
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
+    verifier: TokenVerifier | None = None
+    if opts.secret or opts.public_key:
+        verifier = TokenVerifier(secret=opts.secret, public_key=opts.public_key)
+    elif not opts.allow_anonymous and not _is_loopback(host):
+        raise ValueError(
+            f"refusing to listen on {host!r} without tokens: give a secret or public key "
+            "(--secret-file / --public-key-file), or allow_anonymous=True (--allow-anonymous)"
+        )
+    else:
+        log.warning(
+            "the relay is anonymous (no secret or public key): every connection has every right"
+        )
     the_store = open_store(store) if isinstance(store, str) else store
     await the_store.start()
     metrics = Metrics()
@@ -86,12 +119,19 @@ async def serve(
                 return _response(200 if ok else 503, body, "application/json")
             if path == "/metrics":
                 return _response(200, metrics.render(), "text/plain; version=0.0.4")
-            if "upgrade" not in request.headers.get("Connection", "").lower():
+            if path == "/client.js":
+                # Any page may import it (a module script from another origin needs CORS).
+                js = _file(CLIENT_JS, "application/javascript; charset=utf-8")
+                js.headers["Access-Control-Allow-Origin"] = "*"
+                return js
+            if path == "/" and opts.index_html is not None and not _upgrade(request):
+                return _file(Path(opts.index_html), "text/html; charset=utf-8")
+            if not _upgrade(request):
                 return _response(404, b"not found\n", "text/plain")
             return None
 
         async def handler(ws: ServerConnection) -> None:
-            await _handle_connection(ws, hub, opts, metrics)
+            await _handle_connection(ws, hub, opts, metrics, verifier)
 
         async with ws_serve(
             handler,
@@ -112,6 +152,10 @@ async def serve(
         await the_store.aclose()
 
 
+def _upgrade(request: Request) -> bool:
+    return "upgrade" in request.headers.get("Connection", "").lower()
+
+
 def _response(status: int, body: bytes, content_type: str) -> Response:
     headers = Headers(
         [
@@ -123,11 +167,44 @@ def _response(status: int, body: bytes, content_type: str) -> Response:
     return Response(status, HTTPStatus(status).phrase, headers, body)
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _file(path: Path, content_type: str) -> Response:
+    """A static file, read on each request (small, and edits show on reload); 404 if missing."""
+    try:
+        body = path.read_bytes()
+    except OSError:
+        return _response(404, b"not found\n", "text/plain")
+    response = _response(200, body, content_type)
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
 async def _handle_connection(
-    ws: ServerConnection, hub: Hub, opts: RelayOptions, metrics: Metrics
+    ws: ServerConnection,
+    hub: Hub,
+    opts: RelayOptions,
+    metrics: Metrics,
+    verifier: TokenVerifier | None,
 ) -> None:
     peer = Peer(ws, new_id(), opts.send_queue_bytes, metrics)
     metrics.connections.inc()
+    expiry: asyncio.TimerHandle | None = None
+    refused: RunwireError | None = None
+    if verifier is not None:
+        request = ws.request
+        token = token_from_request(request.headers, request.path) if request else None
+        try:
+            peer.identity = verifier.verify(token)
+        except RunwireError as exc:
+            refused = exc
     try:
         try:
             raw = await ws.recv()
@@ -139,10 +216,24 @@ async def _handle_connection(
                 raise RunwireError(PROTOCOL_ERROR, "the first frame must be hello")
             if hello.v != 1:
                 raise RunwireError(PROTOCOL_ERROR, f"protocol version {hello.v} is not supported")
+            hub.hello(peer, hello)
         except RunwireError as exc:
             peer.send_error(exc, codec.request_id(raw))
             await _flush_and_close(peer, CloseCode.PROTOCOL_ERROR, exc.message)
             return
+        if refused is not None:
+            peer.send_error(refused, hello.req)
+            expired = refused.code == TOKEN_EXPIRED
+            code = CloseCode.TOKEN_EXPIRED if expired else CloseCode.UNAUTHORIZED
+            await _flush_and_close(peer, code, f"{refused.code}: {refused.message}")
+            return
+        if peer.identity is not None:
+            expiry = asyncio.get_running_loop().call_later(
+                max(0.0, peer.identity.expires_at - time.time()),
+                peer.close,
+                CloseCode.TOKEN_EXPIRED,
+                "TOKEN_EXPIRED: the token expired; reconnect with a fresh one",
+            )
         hub.hello(peer, hello)
         peer.send_frame(
             codec.encode(
@@ -152,6 +243,7 @@ async def _handle_connection(
                     user_id=peer.sender.user_id,
                     connection_id=peer.connection_id,
                     max_frame_bytes=opts.max_frame_bytes,
+                    multitask=opts.multitask,
                 )
             )
         )
@@ -160,6 +252,8 @@ async def _handle_connection(
     except ConnectionClosed:
         pass
     finally:
+        if expiry is not None:
+            expiry.cancel()
         peer.closed = True
         hub.gone(peer)
         metrics.connections.dec()

@@ -1,11 +1,13 @@
-"""``runwire demo``: a relay on SQLite, a demo agent and a terminal chat, in one process.
+"""``runwire demo``: a relay, a demo agent, a chat page and a terminal chat, in one process.
 
 The demo agent's "model" needs no network and no key: it streams a scripted
 travel plan word by word, and it reads the whole conversation on every call,
 so a steering message ("make it 5 days", "under £800", "vegan") visibly changes
 the next answer. In the chat: type to send; typing while the agent streams
 steers it; ``/stop`` cancels; ``/new TEXT`` cancels and re-prompts; ``/also
-TEXT`` sends alongside; ``/quit`` leaves.
+TEXT`` sends alongside; ``/quit`` leaves. The relay also serves a chat page
+(``runwire/static/index.html``) at ``http://127.0.0.1:<port>/?session=<id>``:
+the same session, in a browser, live in every tab.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import anyio
 
@@ -31,7 +34,10 @@ from transport import (
     new_id,
 )
 
-__all__ = ["demo_model", "plan_reply", "run_demo"]
+__all__ = ["PAGE", "demo_model", "page_url", "plan_reply", "run_demo"]
+
+PAGE = Path(__file__).resolve().parent / "static" / "index.html"
+"""The demo's chat page, served by the relay at ``/``."""
 
 _DAYS = re.compile(r"\b(\d{1,2})[\s-]*days?\b", re.IGNORECASE)
 _BUDGET = re.compile(r"(?:under|below|max(?:imum)?|budget(?: of)?)\s*([£$€]\s?\d[\d,]*)", re.I)
@@ -167,15 +173,24 @@ async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
         tg.cancel_scope.cancel()
 
 
+def page_url(port: int, session_id: str) -> str:
+    """The chat page's address for a session on a local relay."""
+    return f"http://127.0.0.1:{port}/?session={session_id}"
+
+
 async def run_demo(args: argparse.Namespace) -> None:
-    """Relay + demo agent (+ terminal chat unless ``--no-chat``) until /quit or Ctrl-C."""
+    """Relay + demo agent + chat page (+ terminal chat unless ``--no-chat``) until /quit or ^C."""
 
     def out(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    async with relay.serve(host="127.0.0.1", port=args.port, store=args.store) as server:
+    session_id = args.session or f"demo-{new_id()[:8]}"
+    async with relay.serve(
+        host="127.0.0.1", port=args.port, store=args.store, index_html=str(PAGE)
+    ) as server:
         out(f"runwire demo: relay on {server.url} (store {server.store.url})\n")
+        out(f"chat in a browser: {page_url(server.port, session_id)}\n")
         agent = agent_side.Agent(server.url, name="default")
 
         @agent.on_run
@@ -189,5 +204,5 @@ async def run_demo(args: argparse.Namespace) -> None:
                     async for _ in signals:
                         break
             else:
-                await _chat(server.url, args.session or f"demo-{new_id()[:8]}", out)
+                await _chat(server.url, session_id, out)
             tg.cancel_scope.cancel()

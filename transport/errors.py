@@ -12,8 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ABORTED",
     "AGENT_LOST",
+    "CANCEL_DENIED",
     "CLOSE_CODES",
+    "CONFLICT",
     "DUPLICATE_RUN",
     "EPOCH_MISMATCH",
     "INTERNAL_ERROR",
@@ -25,6 +28,9 @@ __all__ = [
     "RUN_NOT_FOUND",
     "SLOW_CONSUMER",
     "STORE_UNAVAILABLE",
+    "THREAD_ACCESS_DENIED",
+    "THREAD_BUSY",
+    "TOKEN_EXPIRED",
     "UNAUTHORIZED",
     "UNKNOWN_FRAME",
     "VALIDATION_ERROR",
@@ -55,11 +61,23 @@ SLOW_CONSUMER = "SLOW_CONSUMER"
 AGENT_LOST = "AGENT_LOST"
 """The agent worker of an active Run went away and did not come back in time."""
 UNAUTHORIZED = "UNAUTHORIZED"
-"""The credentials do not allow this."""
+"""The credentials do not allow this (no token, a bad one, or a capability it lacks)."""
+TOKEN_EXPIRED = "TOKEN_EXPIRED"
+"""The connection's token expired (at connect, or later: the relay then closes with 4003)."""
+THREAD_BUSY = "THREAD_BUSY"
+"""A ``reject`` prompt while a Run of the session is going on."""
+THREAD_ACCESS_DENIED = "THREAD_ACCESS_DENIED"
+"""A prompt with a strategy while another user's Run is going on in a session not shared."""
+CANCEL_DENIED = "CANCEL_DENIED"
+"""The Run's agent refused a cancel (its ``on_cancel`` hook); the Run goes on."""
+ABORTED = "ABORTED"
+"""The caller's abort signal had fired: nothing was sent."""
 STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
 """The relay's store cannot take writes right now."""
 RATE_LIMITED = "RATE_LIMITED"
 """Too many requests in flight on one connection."""
+CONFLICT = "CONFLICT"
+"""The channel moved on since the entry was checked; re-check and retry."""
 INTERNAL_ERROR = "INTERNAL_ERROR"
 """A fault inside the relay; the request had no effect."""
 
@@ -83,7 +101,7 @@ CLOSE_CODES: dict[int, str] = {
     CloseCode.PROTOCOL_ERROR: PROTOCOL_ERROR,
     CloseCode.UNAUTHORIZED: UNAUTHORIZED,
     CloseCode.SLOW_CONSUMER: SLOW_CONSUMER,
-    CloseCode.TOKEN_EXPIRED: "TOKEN_EXPIRED",
+    CloseCode.TOKEN_EXPIRED: TOKEN_EXPIRED,
 }
 """What each close code means, by the error code it stands for."""
 

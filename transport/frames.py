@@ -28,10 +28,13 @@ Entry kinds:
   ``inject`` are aimed at an existing Run.
 * ``run``: a Run's lifecycle (``active`` when started or resumed,
   ``suspended``, or terminal ``complete``/``cancelled``/``error``; ``pending``
-  again only from the relay, when it hands a durable Run whose agent went away
-  to another worker). ``seen`` on a terminal entry lists queued messages the
-  Run took in without a response (injects saved at its end).
+  only from the relay, when a queued Run's turn comes or when it hands a
+  durable Run whose agent went away to another worker). ``seen`` on a
+  terminal entry lists queued messages the Run took in without a response
+  (injects saved at its end).
 * ``cancel``: a signal asking the Run's agent to stop.
+* ``cancel_denied``: the Run's agent refused a cancel (its ``on_cancel``
+  hook); the Run goes on, and the asker's SDK reports ``CANCEL_DENIED``.
 * ``response_open`` / ``response_append`` / ``response_close``: the agent's
   output, one message that grows by appends of UI message stream parts.
   ``response_open.seen`` lists the steering message ids the agent had taken in
@@ -45,6 +48,20 @@ Entry kinds:
 * ``checkpoint``: a durable Run finished a step; what another worker needs to
   go on from there (the step number, the turn, the model calls of the turn,
   the queued messages answered, the agent's own ``state``).
+
+Multitasking. A prompt may carry ``multitask`` (``alongside``, ``reject``,
+``enqueue``, ``interrupt`` or ``rollback``; none means the relay's default),
+``parent_run_id`` (a Run started from a tool call of that Run: never held
+back) and ``thread_access`` (``shared`` on a session's first prompt lets other
+users' strategies touch its Runs). The relay decides, atomically, what the
+prompt does and stamps it on the stored prompt: ``multitask`` (the strategy in
+effect), ``queued: true`` when its Run waits (status ``queued``) and
+``interrupts`` (the Runs it cancels). Relay-published entries then carry it
+out: a ``cancel`` with ``interrupted_by`` for each interrupted Run, ``run:
+cancelled`` for a queued Run its sender cancelled (or an interrupted Run no
+agent had started), and ``run: pending`` when a queued Run's turn comes; the
+tree adds a queued prompt to the conversation only then.
+
 Attaching names ``from_serial`` (and the ``epoch`` it belongs to) to resume, or
 nothing to get the newest page. A resume from another epoch gets ``reset: true``
 and the newest page, never a silent gap.
@@ -63,6 +80,7 @@ __all__ = [
     "Ack",
     "Attach",
     "Attached",
+    "CancelDenied",
     "CancelEntry",
     "CheckpointEntry",
     "ClientFrame",
@@ -76,6 +94,7 @@ __all__ = [
     "History",
     "Intent",
     "MessageEntry",
+    "Multitask",
     "Page",
     "Publish",
     "RefusedEntry",
@@ -86,6 +105,7 @@ __all__ = [
     "RunEndReason",
     "RunEntry",
     "RunStatus",
+    "ThreadAccess",
     "Welcome",
     "Worker",
     "client_frame_adapter",
@@ -96,8 +116,10 @@ __all__ = [
 PROTOCOL_VERSION = 1
 
 RunEndReason = Literal["complete", "cancelled", "error"]
-RunStatus = Literal["pending", "active", "suspended", "complete", "cancelled", "error"]
+RunStatus = Literal["queued", "pending", "active", "suspended", "complete", "cancelled", "error"]
 Intent = Literal["prompt", "steer", "follow_up", "inject"]
+Multitask = Literal["alongside", "reject", "enqueue", "interrupt", "rollback"]
+ThreadAccess = Literal["own", "shared"]
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:\-]+$")]
@@ -140,6 +162,18 @@ class MessageEntry(_Entry):
     parent_id: Id | None = None
     agent: Id | None = None
     """For a prompt: the agent name its Run goes to (default ``default``)."""
+    multitask: Multitask | None = None
+    """For a prompt: what its Run does to Runs going on (None: the relay's default).
+
+    The relay stamps the strategy in effect on the stored prompt."""
+    parent_run_id: Id | None = None
+    """For a prompt: the Run whose tool call started this one (never held back by it)."""
+    thread_access: ThreadAccess | None = None
+    """For a session's first prompt: ``shared`` lets other users' strategies touch its Runs."""
+    queued: bool | None = None
+    """Stamped by the relay: true when the Run waits (``queued``); a sender's value is dropped."""
+    interrupts: list[Id] | None = None
+    """Stamped by the relay: the Runs an ``interrupt``/``rollback`` prompt cancels."""
 
 
 class RunEntry(_Entry):
@@ -147,6 +181,8 @@ class RunEntry(_Entry):
 
     kind: Literal["run"] = "run"
     status: Literal["pending", "active", "suspended", "complete", "cancelled", "error"]
+    """``pending`` only from the relay: a queued Run's turn came, or a durable Run's
+    agent went away and another worker is to adopt it."""
     error: ErrorBody | None = None
     durable: bool | None = None
     """On ``active``: the agent keeps checkpoints, so the relay may hand the Run on."""
@@ -158,6 +194,17 @@ class CancelEntry(_Entry):
     """A request to stop a Run."""
 
     kind: Literal["cancel"] = "cancel"
+    reason: str | None = Field(default=None, max_length=1000)
+    interrupted_by: Id | None = None
+    """Stamped by the relay on the cancels an ``interrupt``/``rollback`` prompt caused."""
+
+
+class CancelDenied(_Entry):
+    """The Run's agent refused a cancel; nothing else changes."""
+
+    kind: Literal["cancel_denied"] = "cancel_denied"
+    cancel_id: Id | None = None
+    """The id of the refused ``cancel`` entry."""
     reason: str | None = Field(default=None, max_length=1000)
 
 
@@ -211,6 +258,7 @@ EntryBody = Annotated[
     MessageEntry
     | RunEntry
     | CancelEntry
+    | CancelDenied
     | ResponseOpen
     | ResponseAppend
     | ResponseClose
@@ -297,6 +345,8 @@ class Welcome(_Model):
     user_id: str | None = None
     connection_id: str
     max_frame_bytes: int
+    multitask: Multitask | None = None
+    """The relay's default strategy for prompts that name none."""
 
 
 class Attached(_Model):

@@ -1,50 +1,94 @@
 """Run records and the rules for what may happen to a Run (no I/O).
 
-A Run is created ``pending`` by the prompt that names it, becomes ``active``
-when its agent starts it, may go ``suspended`` and back to ``active``, and ends
-``complete``, ``cancelled`` or ``error``. ``RunRegistry`` holds the records of
-one session and decides, entry by entry, whether a publish is allowed and how
-it changes the records. The relay runs it before storing anything; a store
-writes the changed records in the same transaction as the entry.
+A Run is created by the prompt that names it: ``pending`` (waiting for its
+agent to start it) or, when its multitask strategy makes it wait, ``queued``.
+A queued Run becomes ``pending`` when its turn comes, or ends ``cancelled``
+when its sender cancels it. A pending Run becomes ``active`` when its agent
+starts it, may go ``suspended`` and back to ``active``, and ends ``complete``,
+``cancelled`` or ``error``. ``RunRegistry`` holds the records of one session
+and decides, entry by entry, whether a publish is allowed and how it changes
+the records. The relay runs it before storing anything; a store writes the
+changed records in the same transaction as the entry. Every rule lives here,
+so a relay node that replays a session's records decides exactly as the node
+that wrote them.
 
 Rules (each refusal is a ``RunwireError`` with the code named):
 
+* rights: a sender's capabilities for the session (``Sender.caps``; ``None``
+  means every right, as on an anonymous relay) must include ``publish`` for a
+  prompt, ``steer`` for steer / follow-up / inject, ``cancel`` to cancel a Run
+  of its own user or ``cancel-any`` for anyone's, and ``agent`` for lifecycle,
+  response and ``cancel_denied`` entries (``UNAUTHORIZED``);
 * a prompt names a new run id (``DUPLICATE_RUN`` otherwise);
 * steer / follow-up / inject / cancel / response entries need the Run
   (``RUN_NOT_FOUND``) and that it has not ended (``RUN_NOT_ACTIVE``);
 * lifecycle entries come from agents only (``UNAUTHORIZED``), follow the
   transitions table (``VALIDATION_ERROR``), and once a Run has an owner (the
-  agent client that started it) only that client may move it or stream into
-  it (``UNAUTHORIZED``); the relay itself may end any Run (``AGENT_LOST``);
+  agent client that started it) only that client may move it, stream into it
+  or refuse its cancels (``UNAUTHORIZED``); the relay itself may end any Run
+  (``AGENT_LOST``); a queued Run is moved by the relay only;
 * a cancel on a pending Run is kept (``cancel_requested``) so that the agent
-  applies it when it starts the Run;
+  applies it when it starts the Run; a ``cancel_denied`` clears it;
 * ``refused`` and ``checkpoint`` entries need a live Run and come from its
   agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
   clients); a checkpoint becomes the record's ``checkpoint``;
 * ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
   may put an active or suspended Run back to ``pending`` (its agent went
   away): the owner is cleared and ``adoptions`` counts the hand-over, so the
-  dispatcher hands the Run to another worker, which adopts it.
+  dispatcher hands the Run to another worker, which adopts it. Replay applies
+  the same hand-over (owner cleared, ``adoptions`` counted).
+
+Multitask strategies (the strategy of a prompt is its ``multitask``, else the
+relay's ``Policy.multitask``). Runs *going on* are those ``pending`` or
+``active``: a suspended Run waits on a person and a queued one waits its turn.
+
+* ``alongside``: the Run starts at once, whatever goes on.
+* ``reject``: ``THREAD_BUSY`` while a Run is going on.
+* ``enqueue``: queued while a Run goes on (or an older enqueued Run waits);
+  its turn comes when none goes on, oldest first.
+* ``interrupt`` / ``rollback``: the Runs going on are cancelled (the relay
+  publishes the cancels, see ``due()``; the sender needs the cancel right for
+  each); the new Run is queued until they settle, and goes before enqueued Runs.
+* Any strategy but ``alongside``: while a Run of another user goes on, the
+  prompt fails with ``THREAD_ACCESS_DENIED`` before anything else, unless the
+  session is shared (its first prompt said ``thread_access="shared"``, else
+  ``Policy.thread_access``).
+* A prompt whose ``parent_run_id`` names a Run going on (a tool call of that
+  Run started it) is never held back: it runs alongside, and takes a slot even
+  when none is free.
+* With a ``SlotBook`` (the relay's ``max_concurrent_runs``), a Run that would
+  start while no slot is free is queued instead; a queued Run holds no slot.
+
+``due()`` lists what the relay owes the session after a change (interrupt
+cancels, ends of cancelled queued Runs, the next queued Run's turn), as
+entries with deterministic ids, so however many times or on however many
+relay nodes they are published, they happen once.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+import hashlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from .errors import (
     DUPLICATE_RUN,
     RUN_NOT_ACTIVE,
     RUN_NOT_FOUND,
+    THREAD_ACCESS_DENIED,
+    THREAD_BUSY,
     UNAUTHORIZED,
     VALIDATION_ERROR,
     RunwireError,
 )
 from .frames import (
+    CancelDenied,
     CancelEntry,
     CheckpointEntry,
     EntryBody,
     MessageEntry,
+    Multitask,
     RefusedEntry,
     ResponseAppend,
     ResponseClose,
@@ -52,19 +96,58 @@ from .frames import (
     RunEndReason,
     RunEntry,
     RunStatus,
+    ThreadAccess,
+)
+from .policy import (
+    AGENT,
+    CANCEL,
+    CANCEL_ANY,
+    CAPABILITIES,
+    PUBLISH,
+    RELAY,
+    STEER,
+    SUBSCRIBE,
+    Policy,
+    Sender,
+    SlotBook,
 )
 
 __all__ = [
+    "AGENT",
+    "CANCEL",
+    "CANCEL_ANY",
+    "CAPABILITIES",
+    "GOING_ON",
+    "MULTITASK_STRATEGIES",
+    "PUBLISH",
+    "STEER",
+    "SUBSCRIBE",
     "TERMINAL",
     "TRANSITIONS",
+    "Policy",
     "RunRecord",
     "RunRegistry",
     "Sender",
+    "SlotBook",
     "end_reason",
+    "relay_entry_id",
 ]
 
+MULTITASK_STRATEGIES: tuple[Multitask, ...] = (
+    "alongside",
+    "reject",
+    "enqueue",
+    "interrupt",
+    "rollback",
+)
+_WAITING: frozenset[str] = frozenset({"enqueue", "interrupt", "rollback"})
+_INTERRUPTING: frozenset[str] = frozenset({"interrupt", "rollback"})
+
 TERMINAL: frozenset[str] = frozenset({"complete", "cancelled", "error"})
+GOING_ON: frozenset[str] = frozenset({"pending", "active"})
+"""Statuses of Runs that count as going on (and hold a slot)."""
 TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"pending", "cancelled", "error"}),
     "pending": frozenset({"active", "cancelled", "error"}),
     "active": frozenset({"suspended", "complete", "cancelled", "error"}),
     "suspended": frozenset({"active", "complete", "cancelled", "error"}),
@@ -72,6 +155,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "cancelled": frozenset(),
     "error": frozenset(),
 }
+
+
+RELAY_CLIENT_ID = "relay"
+"""The client id stamped on entries the relay itself publishes (no peer may claim it)."""
 
 
 def end_reason(status: str) -> RunEndReason | None:
@@ -85,13 +172,12 @@ def end_reason(status: str) -> RunEndReason | None:
     return None
 
 
-@dataclass(frozen=True)
-class Sender:
-    """Who publishes: stamped from the connection, never from the frame."""
-
-    client_id: str
-    user_id: str | None = None
-    role: Literal["client", "agent", "relay"] = "client"
+def relay_entry_id(*parts: str) -> str:
+    """A deterministic id for an entry the relay publishes (at most 200 characters)."""
+    text = "relay:" + ":".join(parts)
+    if len(text) <= 200:
+        return text
+    return "relay:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -117,11 +203,27 @@ class RunRecord:
     """The fields of the Run's latest ``checkpoint`` entry (without ids and stamps)."""
     adoptions: int = 0
     """How many times the relay handed the Run to another worker."""
+    seq: int = 0
+    """Order of creation within the session (queued Runs take turns by it)."""
+    multitask: Multitask = "alongside"
+    """The strategy in effect for this Run's prompt."""
+    parent_run_id: str | None = None
+    thread_access: ThreadAccess | None = None
+    """What the prompt asked for; the session's first Run decides for the session."""
+    interrupts: list[str] = field(default_factory=list)
+    """For ``interrupt``/``rollback``: the Runs it cancels before it starts."""
+    interrupted_by: str | None = None
+    """The Run whose interrupt cancelled this one (set when the relay's cancel is stored)."""
 
     @property
     def terminal(self) -> bool:
         """True once the Run has ended."""
         return self.status in TERMINAL
+
+    @property
+    def going_on(self) -> bool:
+        """True while ``pending`` or ``active``."""
+        return self.status in GOING_ON
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for a store."""
@@ -129,16 +231,29 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        """Rebuild from ``to_dict()`` output."""
-        return cls(**data)
+        """Rebuild from ``to_dict()`` output (keys this version does not know are ignored)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 class RunRegistry:
     """The Runs of one session and the publish rules over them."""
 
-    def __init__(self, session_id: str, records: list[RunRecord] | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        records: list[RunRecord] | None = None,
+        *,
+        policy: Policy | None = None,
+        slots: SlotBook | None = None,
+    ) -> None:
         self.session_id = session_id
-        self.runs: dict[str, RunRecord] = {r.run_id: r for r in records or ()}
+        self.policy = policy or Policy()
+        self.slots = slots
+        self.runs: dict[str, RunRecord] = {}
+        self.reload(records or [])
+
+    # --------------------------------------------------------------- reading
 
     def get(self, run_id: str) -> RunRecord | None:
         """The record of a Run, if the session has it."""
@@ -148,80 +263,86 @@ class RunRegistry:
         """Runs that have not ended."""
         return [r for r in self.runs.values() if not r.terminal]
 
+    def going_on(self) -> list[RunRecord]:
+        """Runs ``pending`` or ``active``, oldest first."""
+        return self._ordered(r for r in self.runs.values() if r.going_on)
+
+    def queued(self) -> list[RunRecord]:
+        """Runs waiting their turn, oldest first."""
+        return self._ordered(r for r in self.runs.values() if r.status == "queued")
+
+    def thread_access(self, entry: MessageEntry | None = None) -> ThreadAccess:
+        """Whether the session is shared: its first Run's prompt decides, else the policy.
+
+        ``entry`` is a prompt about to be the session's first.
+        """
+        if self.runs:
+            first = min(self.runs.values(), key=lambda r: r.seq)
+            return first.thread_access or self.policy.thread_access
+        if entry is not None and entry.thread_access is not None:
+            return entry.thread_access
+        return self.policy.thread_access
+
+    def promotable(self) -> RunRecord | None:
+        """The queued Run whose turn has come, if any.
+
+        Interrupting Runs go first, then the rest by age. An ``enqueue`` /
+        ``interrupt`` / ``rollback`` Run waits until no Run goes on; any queued
+        Run waits for a free slot.
+        """
+        going = any(r.going_on for r in self.runs.values())
+        waiting = sorted(
+            (r for r in self.runs.values() if r.status == "queued" and not r.cancel_requested),
+            key=lambda r: (r.multitask not in _INTERRUPTING, r.seq),
+        )
+        for record in waiting:
+            if record.multitask in _WAITING and going:
+                continue
+            if self.slots is not None and not self.slots.free():
+                return None
+            return record
+        return None
+
+    # ---------------------------------------------------------------- rules
+
     def plan(self, entry: EntryBody, sender: Sender, now_ms: int) -> list[RunRecord]:
         """Check ``entry`` against the rules; return the records it changes (not applied).
 
-        Raises ``RunwireError`` when the entry is not allowed.
+        Raises ``RunwireError`` when the entry is not allowed. A prompt that
+        starts a Run at once holds a slot of the ``SlotBook`` until ``apply``
+        or ``abandon`` settles it.
         """
         if isinstance(entry, MessageEntry):
             if entry.intent == "prompt":
-                if entry.run_id in self.runs:
-                    raise RunwireError(
-                        DUPLICATE_RUN,
-                        f"run {entry.run_id!r} already exists",
-                        details={"run_id": entry.run_id},
-                    )
-                return [
-                    RunRecord(
-                        session_id=self.session_id,
-                        run_id=entry.run_id,
-                        agent=entry.agent or "default",
-                        prompt_id=entry.message.id,
-                        user_id=sender.user_id,
-                        client_id=sender.client_id,
-                        created_ts=now_ms,
-                        updated_ts=now_ms,
-                    )
-                ]
+                return self._plan_prompt(entry, sender, now_ms)
+            self._need(sender, STEER)
             self._live(entry.run_id)
             return []
         if isinstance(entry, CancelEntry):
+            return self._plan_cancel(entry, sender, now_ms)
+        if isinstance(entry, CancelDenied):
             record = self._live(entry.run_id)
-            if record.cancel_requested:
-                return []
-            return [replace(record, cancel_requested=True, updated_ts=now_ms)]
-        if isinstance(entry, RunEntry):
-            record = self._require(entry.run_id)
-            if sender.role == "client":
-                raise RunwireError(UNAUTHORIZED, "only agents change a Run's status")
-            if entry.status == "pending":
-                return [self._release(record, sender, now_ms)]
-            if entry.status not in TRANSITIONS[record.status]:
-                if record.terminal:
-                    raise RunwireError(
-                        RUN_NOT_ACTIVE,
-                        f"run {record.run_id!r} already ended ({record.status})",
-                        details={"run_id": record.run_id, "status": record.status},
-                    )
-                raise RunwireError(
-                    VALIDATION_ERROR,
-                    f"run {record.run_id!r} cannot go from {record.status} to {entry.status}",
-                    details={"run_id": record.run_id, "status": record.status},
-                )
+            self._agent_only(sender, "refuse cancels")
             self._check_owner(record, sender)
-            owner = record.owner
-            if sender.role == "agent" and owner is None:
-                owner = sender.client_id
-            return [
-                replace(
-                    record,
-                    status=entry.status,
-                    owner=owner,
-                    error=entry.error.model_dump() if entry.error else None,
-                    durable=record.durable or bool(entry.status == "active" and entry.durable),
-                    updated_ts=now_ms,
-                )
-            ]
+            if not record.cancel_requested:
+                return []
+            return [replace(record, cancel_requested=False, updated_ts=now_ms)]
+        if isinstance(entry, RunEntry):
+            return self._plan_status(entry, sender, now_ms)
         if isinstance(entry, ResponseOpen | ResponseAppend | ResponseClose):
             record = self._live(entry.run_id)
-            if sender.role == "client":
-                raise RunwireError(UNAUTHORIZED, "only agents stream responses")
+            self._agent_only(sender, "stream responses")
+            if record.status == "queued":
+                raise RunwireError(
+                    VALIDATION_ERROR,
+                    f"run {record.run_id!r} is queued; it has not started",
+                    details={"run_id": record.run_id, "status": record.status},
+                )
             self._check_owner(record, sender)
             return []
         if isinstance(entry, RefusedEntry | CheckpointEntry):
             record = self._live(entry.run_id)
-            if sender.role == "client":
-                raise RunwireError(UNAUTHORIZED, f"only agents publish {entry.kind} entries")
+            self._agent_only(sender, f"publish {entry.kind} entries")
             self._check_owner(record, sender)
             if isinstance(entry, RefusedEntry):
                 return []
@@ -231,10 +352,284 @@ class RunRegistry:
             return [replace(record, checkpoint=checkpoint, updated_ts=now_ms)]
         raise RunwireError(VALIDATION_ERROR, "unknown entry kind")  # pragma: no cover
 
+    def stamp(
+        self, entry: EntryBody, sender: Sender, now_ms: int, changes: list[RunRecord]
+    ) -> EntryBody:
+        """The entry as the channel stores it: the sender's identity, the time, and what
+        the relay decided (for a prompt: strategy in effect, ``queued``, ``interrupts``).
+
+        Whatever the publisher put in these fields is overwritten.
+        """
+        update: dict[str, Any] = {
+            "serial": None,
+            "ts": now_ms,
+            "user_id": sender.user_id,
+            "client_id": sender.client_id,
+        }
+        if isinstance(entry, MessageEntry):
+            record = next((r for r in changes if r.run_id == entry.run_id), None)
+            if entry.intent == "prompt" and record is not None:
+                update["multitask"] = record.multitask
+                update["queued"] = True if record.status == "queued" else None
+                update["interrupts"] = list(record.interrupts) or None
+            else:
+                update.update(multitask=None, queued=None, interrupts=None)
+        elif isinstance(entry, CancelEntry) and sender.role != "relay":
+            update["interrupted_by"] = None
+        return entry.model_copy(update=update)
+
+    def replay(self, entry: EntryBody) -> list[RunRecord]:
+        """Take in an entry the channel already holds; returns (and applies) what it changed.
+
+        Every relay node replays every entry of a session in serial order, so
+        all hold the same records. The entry passed the rules when it was
+        published, so its effect is taken as it was decided then: a Run's
+        status change is applied as it stands, a prompt is queued or not as its
+        stamp says (nodes may differ in free slots), and who sent an entry is
+        read from its stamps without checking rights again. An entry that no
+        longer applies returns ``[]``.
+        """
+        ts = entry.ts or 0
+        client_id = entry.client_id or ""
+        if isinstance(entry, RunEntry):
+            record = self.runs.get(entry.run_id)
+            if record is None or record.terminal or record.status == entry.status:
+                return []
+            owner = record.owner
+            adoptions = record.adoptions
+            if entry.status == "pending" and record.status in ("active", "suspended"):
+                # The relay handed a Run whose agent went away to another worker.
+                owner = None
+                adoptions += 1
+            elif owner is None and client_id != RELAY.client_id and entry.status != "pending":
+                owner = client_id
+            changes = [
+                replace(
+                    record,
+                    status=entry.status,
+                    owner=owner,
+                    error=entry.error.model_dump() if entry.error else None,
+                    durable=record.durable or bool(entry.status == "active" and entry.durable),
+                    adoptions=adoptions,
+                    updated_ts=ts,
+                )
+            ]
+        else:
+            role: Literal["client", "agent", "relay"] = "agent"
+            if client_id == RELAY.client_id or (
+                isinstance(entry, CancelEntry) and entry.interrupted_by
+            ):
+                role = "relay"
+            elif isinstance(entry, MessageEntry | CancelEntry):
+                role = "client"
+            sender = Sender(client_id=client_id, user_id=entry.user_id, role=role)
+            try:
+                changes = self.plan(entry, sender, ts)
+            except RunwireError:
+                return []
+            if isinstance(entry, MessageEntry) and entry.intent == "prompt" and changes:
+                record = changes[0]
+                changes = [
+                    replace(
+                        record,
+                        status="queued" if entry.queued else "pending",
+                        multitask=entry.multitask or record.multitask,
+                        interrupts=list(entry.interrupts or record.interrupts),
+                    )
+                ]
+        self.apply(changes)
+        return changes
+
     def apply(self, records: list[RunRecord]) -> None:
         """Make planned changes current (after the store wrote them)."""
         for record in records:
             self.runs[record.run_id] = record
+        if self.slots is not None:
+            self.slots.sync(records)
+
+    def abandon(self, records: list[RunRecord]) -> None:
+        """Planned changes that were not written: give back the slots they held."""
+        if self.slots is None:
+            return
+        self.slots.sync(self.runs.get(r.run_id, replace(r, status="error")) for r in records)
+
+    def reload(self, records: list[RunRecord]) -> None:
+        """Replace every record (read back from the store after a failed write)."""
+        self.runs = {r.run_id: r for r in records}
+        if self.slots is not None:
+            self.slots.replace_session(self.session_id, records)
+
+    def due(self) -> list[tuple[EntryBody, Sender]]:
+        """What the relay owes the session now, with the identity to publish it under.
+
+        In order: for each queued interrupting Run, a ``cancel`` (stamped with
+        the interrupting sender's identity and ``interrupted_by``) for each Run
+        it interrupts that goes on, or ``run: cancelled`` for one no agent has
+        started; ``run: cancelled`` for each queued Run whose sender cancelled
+        it; ``run: pending`` for the queued Run whose turn came. Ids are
+        deterministic; publishing them goes through ``plan`` like any entry,
+        which refuses what is no longer due.
+        """
+        out: list[tuple[EntryBody, Sender]] = []
+        for record in self.queued():
+            if record.cancel_requested:
+                out.append((_status(record.run_id, "cancelled"), RELAY))
+                continue
+            if record.multitask not in _INTERRUPTING:
+                continue
+            asker = Sender(
+                client_id=record.client_id or RELAY.client_id,
+                user_id=record.user_id,
+                role="relay",
+            )
+            for target_id in record.interrupts:
+                target = self.runs.get(target_id)
+                if target is None or not target.going_on or target.interrupted_by is not None:
+                    continue
+                if target.status == "pending":
+                    out.append((_status(target_id, "cancelled"), asker))
+                elif not target.cancel_requested:
+                    cancel = CancelEntry(
+                        id=relay_entry_id(record.run_id, "interrupt", target_id),
+                        run_id=target_id,
+                        reason="interrupted by a newer Run",
+                        interrupted_by=record.run_id,
+                    )
+                    out.append((cancel, asker))
+        turn = self.promotable()
+        if turn is not None:
+            out.append((_status(turn.run_id, "pending"), RELAY))
+        return out
+
+    # ------------------------------------------------------------- internal
+
+    def _plan_prompt(self, entry: MessageEntry, sender: Sender, now_ms: int) -> list[RunRecord]:
+        self._need(sender, PUBLISH)
+        if entry.run_id in self.runs:
+            raise RunwireError(
+                DUPLICATE_RUN,
+                f"run {entry.run_id!r} already exists",
+                details={"run_id": entry.run_id},
+            )
+        going = self.going_on()
+        parent = self.runs.get(entry.parent_run_id) if entry.parent_run_id else None
+        child = parent is not None and parent.going_on
+        strategy: Multitask = "alongside" if child else entry.multitask or self.policy.multitask
+        if strategy != "alongside":
+            others = [r.run_id for r in going if r.user_id != sender.user_id]
+            if others and self.thread_access(entry) != "shared":
+                raise RunwireError(
+                    THREAD_ACCESS_DENIED,
+                    "another user's Run is going on in this session, which is not shared",
+                    details={"run_ids": others, "multitask": strategy},
+                )
+        if strategy == "reject" and going:
+            raise RunwireError(
+                THREAD_BUSY,
+                "a Run is going on in this session",
+                details={"run_ids": [r.run_id for r in going]},
+            )
+        interrupts: list[str] = []
+        if strategy in _INTERRUPTING:
+            for record in going:
+                self._need_cancel(sender, record)
+            interrupts = [r.run_id for r in going]
+        if strategy in _WAITING:
+            queued = bool(going) or (strategy == "enqueue" and bool(self.queued()))
+        else:
+            queued = False
+        if not queued and not child and self.slots is not None and not self.slots.free():
+            queued = True
+        record = RunRecord(
+            session_id=self.session_id,
+            run_id=entry.run_id,
+            agent=entry.agent or "default",
+            status="queued" if queued else "pending",
+            prompt_id=entry.message.id,
+            user_id=sender.user_id,
+            client_id=sender.client_id,
+            created_ts=now_ms,
+            updated_ts=now_ms,
+            seq=max((r.seq for r in self.runs.values()), default=0) + 1,
+            multitask=strategy,
+            parent_run_id=entry.parent_run_id,
+            thread_access=entry.thread_access,
+            interrupts=interrupts,
+        )
+        if not queued and self.slots is not None:
+            self.slots.hold((self.session_id, entry.run_id))
+        return [record]
+
+    def _plan_cancel(self, entry: CancelEntry, sender: Sender, now_ms: int) -> list[RunRecord]:
+        record = self._live(entry.run_id)
+        self._need_cancel(sender, record)
+        new = record
+        if not record.cancel_requested:
+            new = replace(new, cancel_requested=True)
+        if sender.role == "relay" and entry.interrupted_by and record.interrupted_by is None:
+            new = replace(new, interrupted_by=entry.interrupted_by)
+        if new == record:
+            return []
+        return [replace(new, updated_ts=now_ms)]
+
+    def _plan_status(self, entry: RunEntry, sender: Sender, now_ms: int) -> list[RunRecord]:
+        record = self._require(entry.run_id)
+        if sender.role == "client":
+            raise RunwireError(UNAUTHORIZED, "only agents change a Run's status")
+        self._need(sender, AGENT)
+        if entry.status == "pending" and record.status in ("active", "suspended"):
+            return [self._release(record, sender, now_ms)]
+        if entry.status not in TRANSITIONS[record.status]:
+            if record.terminal:
+                raise RunwireError(
+                    RUN_NOT_ACTIVE,
+                    f"run {record.run_id!r} already ended ({record.status})",
+                    details={"run_id": record.run_id, "status": record.status},
+                )
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"run {record.run_id!r} cannot go from {record.status} to {entry.status}",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+        if sender.role != "relay":
+            if record.status == "queued":
+                raise RunwireError(
+                    UNAUTHORIZED,
+                    f"run {record.run_id!r} is queued; only the relay moves it",
+                    details={"run_id": record.run_id},
+                )
+        elif entry.status == "pending":
+            if self.promotable() is not record:
+                raise RunwireError(
+                    VALIDATION_ERROR,
+                    f"run {record.run_id!r} is not next in line",
+                    details={"run_id": record.run_id},
+                )
+        elif entry.status == "cancelled" and record.status not in ("queued", "pending"):
+            # The relay ends only Runs no agent started; a started one gets a cancel.
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"run {record.run_id!r} has started; the relay cancels it with a cancel entry",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+        self._check_owner(record, sender)
+        owner = record.owner
+        if sender.role == "agent" and owner is None:
+            owner = sender.client_id
+        new = replace(
+            record,
+            status=entry.status,
+            owner=owner,
+            error=entry.error.model_dump() if entry.error else None,
+            durable=record.durable or bool(entry.status == "active" and entry.durable),
+            updated_ts=now_ms,
+        )
+        if entry.status == "pending" and self.slots is not None:
+            self.slots.hold((self.session_id, record.run_id))
+        return [new]
+
+    def _ordered(self, records: Iterable[RunRecord]) -> list[RunRecord]:
+        return sorted(records, key=lambda r: r.seq)
 
     @staticmethod
     def _release(record: RunRecord, sender: Sender, now_ms: int) -> RunRecord:
@@ -274,6 +669,34 @@ class RunRegistry:
         return record
 
     @staticmethod
+    def _need(sender: Sender, capability: str) -> None:
+        if not sender.can(capability):
+            raise RunwireError(
+                UNAUTHORIZED,
+                f"the token does not grant {capability!r} in this session",
+                details={"needs": capability},
+            )
+
+    def _agent_only(self, sender: Sender, what: str) -> None:
+        if sender.role == "client":
+            raise RunwireError(UNAUTHORIZED, f"only agents {what}")
+        self._need(sender, AGENT)
+
+    @staticmethod
+    def _need_cancel(sender: Sender, record: RunRecord) -> None:
+        if sender.can(CANCEL_ANY):
+            return
+        own = record.user_id == sender.user_id
+        if own and sender.can(CANCEL):
+            return
+        needs = CANCEL if own else CANCEL_ANY
+        raise RunwireError(
+            UNAUTHORIZED,
+            f"the token does not grant {needs!r} for run {record.run_id!r}",
+            details={"run_id": record.run_id, "needs": needs},
+        )
+
+    @staticmethod
     def _check_owner(record: RunRecord, sender: Sender) -> None:
         if sender.role == "relay" or record.owner is None:
             return
@@ -283,3 +706,7 @@ class RunRegistry:
                 f"run {record.run_id!r} belongs to another agent connection",
                 details={"run_id": record.run_id},
             )
+
+
+def _status(run_id: str, status: Literal["pending", "cancelled"]) -> RunEntry:
+    return RunEntry(id=relay_entry_id(run_id, status), run_id=run_id, status=status)

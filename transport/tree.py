@@ -47,18 +47,32 @@ Refusals. A ``refused`` entry takes its message out of ``messages()`` (the
 node stays, with ``ViewMessage.refused``, so ``message(id)`` still finds it
 and its children keep their place), resolves its outcome as refused (see
 ``transport.outcomes``) and is listed by ``refusals()``. The message itself
-may never have been on the channel (the relay refused it).
+may never have been on the channel (the relay refused it). A refused message
+held with a queued Run's prompt is added refused when the Run's turn comes.
 
 Runs. A Run appears with the first entry naming it: a prompt makes it
 ``pending`` with its ``client_id``, ``user_id`` and ``agent`` (default
 ``"default"``); another entry (the prompt is in an older page) makes it
 ``pending`` with those ``None``, or takes the run entry's status. Run entries
 set status, ``error`` and ``end_reason``; a terminal status is final.
-``cancel`` sets ``cancel_requested``. Steer, follow-up and inject messages go
-to ``transport.outcomes``; each resolution is a ``DeliveryEvent``. A run
-entry's ``seen`` (injects saved at the end) consumes those messages before its
-status applies. ``checkpoint`` entries change no message; ``checkpoint(run_id)``
-returns the latest.
+``cancel`` sets ``cancel_requested``; ``cancel_denied`` (the agent refused)
+clears it and is kept as a ``CancelDenial`` (``cancel_denial(cancel_id)``).
+Steer, follow-up and inject messages go to ``transport.outcomes``; each
+resolution is a ``DeliveryEvent``. A run entry's ``seen`` (injects saved at
+the end) consumes those messages before its status applies. ``checkpoint``
+entries change no message; ``checkpoint(run_id)`` returns the latest.
+
+Queued Runs. A prompt the relay stamped ``queued`` makes its Run ``queued``
+and is held out of the conversation (``waiting()`` lists such prompts; a
+``MessageEvent`` is not reported), and so is steering aimed at that Run (its
+outcome is tracked at once). When the Run's status leaves ``queued`` for a
+non-terminal one (the relay's ``run: pending``) the prompt is added, at that
+point of the fold, then the held steering in order: the prompt's parent is
+its ``parent_id`` if the tree holds it, else, for a ``rollback`` prompt with
+``interrupts``, the parent of the earliest interrupted Run's prompt (a new
+branch beside the interrupted turn, possibly a new root), else the tip of the
+default path. A queued Run that ends never adds its messages.
+``message(id)`` finds held messages too.
 
 Events of one incremental fold: ``RunEvent`` for a new Run (or a status
 change), then ``MessageEvent``, then ``DeliveryEvent`` in resolution order.
@@ -68,12 +82,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from .chunks import fold_chunks
 from .codec import decode_entry
 from .errors import VALIDATION_ERROR, RunwireError
+from .events import (
+    CancelDenial,
+    DeliveryEvent,
+    MessageEvent,
+    Refusal,
+    ResponseState,
+    RunEvent,
+    RunInfo,
+    TreeEvent,
+    ViewMessage,
+)
 from .frames import (
+    CancelDenied,
     CancelEntry,
     CheckpointEntry,
     Intent,
@@ -82,15 +108,14 @@ from .frames import (
     ResponseAppend,
     ResponseClose,
     ResponseOpen,
-    RunEndReason,
     RunEntry,
-    RunStatus,
 )
 from .messages import UIMessage
 from .outcomes import OutcomeBook, OutcomeRecord
 from .runs import TERMINAL, end_reason
 
 __all__ = [
+    "CancelDenial",
     "ConversationTree",
     "DeliveryEvent",
     "Entry",
@@ -107,6 +132,7 @@ Entry = (
     MessageEntry
     | RunEntry
     | CancelEntry
+    | CancelDenied
     | ResponseOpen
     | ResponseAppend
     | ResponseClose
@@ -117,99 +143,13 @@ _ENTRY_TYPES = (
     MessageEntry,
     RunEntry,
     CancelEntry,
+    CancelDenied,
     ResponseOpen,
     ResponseAppend,
     ResponseClose,
     RefusedEntry,
     CheckpointEntry,
 )
-
-
-@dataclass(frozen=True)
-class ViewMessage:
-    """A message as the tree holds it: the ``UIMessage`` and where it sits.
-
-    ``serial`` is the serial of the entry that created it (a response's
-    ``response_open``); ``intent`` is ``None`` for responses; ``refused`` is
-    true once an input check refused the message (it is then left out of
-    ``messages()``).
-    """
-
-    message: UIMessage
-    run_id: str
-    serial: int
-    parent_id: str | None = None
-    intent: Intent | None = None
-    refused: bool = False
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An input check refused a queued message: which, where, and the error object.
-
-    ``client_id`` is who published the refusal (``"relay"``, or the agent).
-    """
-
-    message_id: str
-    run_id: str
-    intent: Intent
-    error: dict[str, Any]
-    serial: int
-    client_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ResponseState:
-    """One response of a Run: the message, whether it was closed, what it had ``seen``."""
-
-    view: ViewMessage
-    closed: bool
-    seen: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """A snapshot of one Run as the channel's entries describe it.
-
-    ``client_id`` / ``user_id`` / ``agent`` come from the Run's prompt (``None``
-    while the prompt is not loaded).
-    """
-
-    run_id: str
-    status: RunStatus
-    client_id: str | None = None
-    user_id: str | None = None
-    end_reason: RunEndReason | None = None
-    error: dict[str, Any] | None = None
-    agent: str | None = None
-
-
-@dataclass(frozen=True)
-class MessageEvent:
-    """A message was added to the tree, or changed (content, parent, or visibility)."""
-
-    message: ViewMessage
-    op: Literal["added", "updated"]
-    kind: Literal["message"] = field(default="message", init=False)
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    """A Run appeared or its status (or error) changed."""
-
-    run: RunInfo
-    kind: Literal["run"] = field(default="run", init=False)
-
-
-@dataclass(frozen=True)
-class DeliveryEvent:
-    """A steering message's outcome resolved (reported once per message)."""
-
-    outcome: OutcomeRecord
-    kind: Literal["delivery"] = field(default="delivery", init=False)
-
-
-TreeEvent = MessageEvent | RunEvent | DeliveryEvent
 
 
 @dataclass
@@ -227,7 +167,10 @@ class _Run:
     cancel_requested: bool = False
     inputs: list[str] = field(default_factory=list)
     seen: dict[str, None] = field(default_factory=dict)
-    prompt: str | None = None
+    prompt_id: str | None = None
+    held: MessageEntry | None = None  # a queued prompt, added when its turn comes
+    held_inputs: list[MessageEntry] = field(default_factory=list)  # steering aimed at it
+    denials: list[CancelDenial] = field(default_factory=list)
     responses: dict[str, list[str]] = field(default_factory=dict)  # id -> its seen
     checkpoint: CheckpointEntry | None = None
 
@@ -243,10 +186,14 @@ class _Fold:
         self.spine_pos: dict[str, int] = {}
         self.runs: dict[str, _Run] = {}
         self.book = OutcomeBook()
+        self.held: dict[str, ViewMessage] = {}  # queued prompts by message id (kept once dropped)
+        self.denials: dict[str, CancelDenial] = {}
         self.refusals: dict[str, Refusal] = {}
 
     def apply(self, e: Entry) -> list[TreeEvent]:
         """Fold one entry (the newest so far); the events it caused."""
+        if isinstance(e, MessageEntry):
+            e = _marked_queued(e)
         assert e.serial is not None
         events: list[TreeEvent] = []
         run, created = self._run(e)
@@ -264,27 +211,73 @@ class _Fold:
                 )
             if created or run.info != old:
                 events.append(RunEvent(run.info))
+            held = run.held
+            if held is not None and run.info.status != "queued":
+                run.held = None
+                inputs, run.held_inputs = run.held_inputs, []
+                if run.info.status not in TERMINAL and held.message.id not in self.nodes:
+                    for i, waiting in enumerate([held, *inputs]):
+                        if i:
+                            node = self._add(
+                                waiting.message,
+                                waiting.run_id,
+                                waiting.serial or 0,
+                                waiting.parent_id,
+                                waiting.intent,
+                                response=False,
+                            )
+                        else:
+                            node = self._place(waiting)
+                        self.held.pop(waiting.message.id, None)
+                        if waiting.message.id in self.refusals:
+                            node.view = replace(node.view, refused=True)
+                        events.append(MessageEvent(node.view, "added"))
             events.extend(DeliveryEvent(r) for r in self.book.run_status(e.run_id, e.status))
             return events
         if created:
             events.append(RunEvent(run.info))
         if isinstance(e, MessageEntry):
             mid = e.message.id
-            if mid in self.nodes or mid in self.refusals:
+            if mid in self.nodes or mid in self.held or mid in self.refusals:
                 return events
-            message = e.message
-            if e.intent != "prompt" and "queued" not in message.metadata:
-                metadata = {**message.metadata, "queued": e.intent}
-                message = message.model_copy(update={"metadata": metadata})
-            node = self._add(message, e.run_id, e.serial, e.parent_id, e.intent, response=False)
-            events.append(MessageEvent(node.view, "added"))
             if e.intent == "prompt":
-                run.prompt = run.prompt or mid
+                run.prompt_id = mid
+                if e.queued and run.info.status == "queued":
+                    run.held = e
+                    self.held[mid] = ViewMessage(
+                        e.message, e.run_id, e.serial, e.parent_id, e.intent
+                    )
+                    return events
+                node = self._place(e)
+            elif run.held is not None:  # aimed at a queued Run: it waits with its prompt
+                run.held_inputs.append(e)
+                self.held[mid] = ViewMessage(e.message, e.run_id, e.serial, e.parent_id, e.intent)
+                run.inputs.append(mid)
+                events.extend(DeliveryEvent(r) for r in self.book.track(mid, e.run_id))
+                return events
             else:
+                node = self._add(
+                    e.message, e.run_id, e.serial, e.parent_id, e.intent, response=False
+                )
+            events.append(MessageEvent(node.view, "added"))
+            if e.intent != "prompt":
                 run.inputs.append(mid)
                 events.extend(DeliveryEvent(r) for r in self.book.track(mid, e.run_id))
         elif isinstance(e, CancelEntry):
             run.cancel_requested = True
+        elif isinstance(e, CancelDenied):
+            run.cancel_requested = False
+            denial = CancelDenial(
+                run_id=e.run_id,
+                cancel_id=e.cancel_id,
+                serial=e.serial,
+                reason=e.reason,
+                client_id=e.client_id,
+                user_id=e.user_id,
+            )
+            run.denials.append(denial)
+            if e.cancel_id is not None:
+                self.denials.setdefault(e.cancel_id, denial)
         elif isinstance(e, RefusedEntry):
             events.extend(self._refuse(e))
         elif isinstance(e, CheckpointEntry):
@@ -311,11 +304,11 @@ class _Fold:
                 if message != existing.view.message:
                     existing.view = replace(existing.view, message=message)
                     events.append(MessageEvent(existing.view, "updated"))
-        elif isinstance(e, ResponseAppend | ResponseClose):
+        else:
             target = self.nodes.get(e.message_id)
             if target is not None and target.response and not target.closed:
                 if isinstance(e, ResponseAppend):
-                    message = _fold_chunks(target, e.chunks)
+                    message = fold_chunks(target.view.message, target.part_ids, e.chunks)
                 else:
                     target.closed = True
                     message = e.message
@@ -343,6 +336,9 @@ class _Fold:
         if node is not None and not node.response and not node.view.refused:
             node.view = replace(node.view, refused=True)
             events.append(MessageEvent(node.view, "updated"))
+        held = self.held.get(e.message_id)
+        if held is not None and held.intent != "prompt":
+            self.held[e.message_id] = replace(held, refused=True)
         records = self.book.refuse(e.message_id, e.run_id, e.error.model_dump())
         events.extend(DeliveryEvent(r) for r in records)
         return events
@@ -354,10 +350,32 @@ class _Fold:
         info = RunInfo(run_id=e.run_id, status="pending")
         if isinstance(e, MessageEntry) and e.intent == "prompt":
             info = replace(
-                info, client_id=e.client_id, user_id=e.user_id, agent=e.agent or "default"
+                info,
+                status="queued" if e.queued else "pending",
+                client_id=e.client_id,
+                user_id=e.user_id,
+                agent=e.agent or "default",
             )
         run = self.runs[e.run_id] = _Run(info)
         return run, True
+
+    def _place(self, e: MessageEntry) -> _Node:
+        """Add a prompt: under its parent, beside the turn it rolls back, or at the tip."""
+        assert e.serial is not None
+        if e.parent_id is None or e.parent_id not in self.nodes:
+            if e.multitask == "rollback" and e.interrupts:
+                prompts = [
+                    self.nodes[pid]
+                    for pid in (self.runs[r].prompt_id for r in e.interrupts if r in self.runs)
+                    if pid is not None and pid in self.nodes
+                ]
+                if prompts:
+                    earliest = min(prompts, key=lambda n: n.view.serial)
+                    parent = earliest.view.parent_id
+                    return self._add(
+                        e.message, e.run_id, e.serial, parent, e.intent, response=False, exact=True
+                    )
+        return self._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, response=False)
 
     def _add(
         self,
@@ -368,8 +386,9 @@ class _Fold:
         intent: Intent | None,
         *,
         response: bool,
+        exact: bool = False,
     ) -> _Node:
-        if parent_id is None or parent_id not in self.nodes:
+        if not exact and (parent_id is None or parent_id not in self.nodes):
             parent_id = self.spine[-1] if self.spine else None
         node = _Node(ViewMessage(message, run_id, serial, parent_id, intent), response)
         self.nodes[message.id] = node
@@ -403,11 +422,6 @@ class _Fold:
             key = pick
             children = self.nodes[pick].children
         return out
-
-
-def _fold_chunks(node: _Node, chunks: list[dict[str, Any]]) -> UIMessage:
-    """The node's message with ``chunks`` folded in (a new object; the old one is untouched)."""
-    return fold_chunks(node.view.message, node.part_ids, chunks)
 
 
 class ConversationTree:
@@ -533,9 +547,19 @@ class ConversationTree:
         ]
 
     def message(self, message_id: str) -> ViewMessage | None:
-        """Any message of the tree (on the active branch or not), by id."""
+        """Any message of the tree (on the active branch or not, or a held prompt), by id."""
         node = self._state.nodes.get(message_id)
-        return node.view if node is not None else None
+        if node is not None:
+            return node.view
+        return self._state.held.get(message_id)
+
+    def waiting(self) -> list[ViewMessage]:
+        """Prompts of queued Runs, not yet in the conversation, oldest first."""
+        return [
+            self._state.held[run.held.message.id]
+            for run in self._state.runs.values()
+            if run.held is not None and run.held.message.id in self._state.held
+        ]
 
     def branches(self, message_id: str) -> list[str]:
         """Ids of the message's siblings, itself included, in serial order (``[]`` if unknown)."""
@@ -580,9 +604,18 @@ class ConversationTree:
         return run.info if run is not None else None
 
     def cancel_requested(self, run_id: str) -> bool:
-        """True once a cancel entry for the Run was folded."""
+        """True once a cancel entry for the Run was folded (and no refusal came after it)."""
         run = self._state.runs.get(run_id)
         return run is not None and run.cancel_requested
+
+    def cancel_denial(self, cancel_id: str) -> CancelDenial | None:
+        """The agent's refusal of the cancel entry ``cancel_id``, if it refused."""
+        return self._state.denials.get(cancel_id)
+
+    def cancel_denials(self, run_id: str) -> list[CancelDenial]:
+        """Every refused cancel of the Run, in serial order."""
+        run = self._state.runs.get(run_id)
+        return list(run.denials) if run is not None else []
 
     def inputs(self, run_id: str) -> list[ViewMessage]:
         """Steer, follow-up and inject messages aimed at the Run, in serial order.
@@ -590,18 +623,17 @@ class ConversationTree:
         Refused ones are left out.
         """
         run = self._state.runs.get(run_id)
-        nodes = self._state.nodes
         if run is None:
             return []
-        views = (nodes[mid].view for mid in run.inputs)
-        return [vm for vm in views if not vm.refused]
+        found = (self.message(mid) for mid in run.inputs)
+        return [vm for vm in found if vm is not None and not vm.refused]
 
     def prompt(self, run_id: str) -> ViewMessage | None:
-        """The prompt that started the Run, if the tree holds it."""
+        """The prompt that started the Run, if the tree holds it (held while queued)."""
         run = self._state.runs.get(run_id)
-        if run is None or run.prompt is None:
+        if run is None or run.prompt_id is None:
             return None
-        return self._state.nodes[run.prompt].view
+        return self.message(run.prompt_id)
 
     def responses(self, run_id: str) -> list[ResponseState]:
         """The Run's responses in the order they opened: each with its state and ``seen``."""
@@ -646,6 +678,14 @@ class ConversationTree:
     def pending(self, run_id: str) -> list[str]:
         """Ids of the Run's steering messages whose outcome is not resolved yet."""
         return self._state.book.pending(run_id)
+
+
+def _marked_queued(e: MessageEntry) -> MessageEntry:
+    """A steer / follow-up / inject gets ``metadata.queued`` set to its intent (unless set)."""
+    if e.intent == "prompt" or "queued" in e.message.metadata:
+        return e
+    metadata = {**e.message.metadata, "queued": e.intent}
+    return e.model_copy(update={"message": e.message.model_copy(update={"metadata": metadata})})
 
 
 def _coerce(entry: Entry | Mapping[str, Any]) -> Entry:

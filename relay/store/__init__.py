@@ -3,7 +3,8 @@
 * ``memory://``: nothing kept across processes (tests).
 * ``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` (as SQLAlchemy
   writes them): one SQLite file, the default.
-* ``redis://``: several relay nodes sharing sessions (not available yet).
+* ``redis://host:port/db`` (``rediss://`` for TLS): several relay nodes sharing
+  sessions (``pip install 'runwire[redis]'``); see ``relay.store.redis``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = [
     "open_store",
 ]
 
-_FORMS = "memory://, sqlite:///relative.db or sqlite:////absolute/path.db"
+_FORMS = "memory://, sqlite:///relative.db, sqlite:////absolute/path.db or redis://host:port/db"
 
 
 def open_store(url: str) -> Store:
@@ -53,7 +54,14 @@ def open_store(url: str) -> Store:
             )
         return SQLiteStore(rest[1:])
     if scheme in ("redis", "rediss"):
-        raise RunwireError(
-            VALIDATION_ERROR, f"store URL {url!r}: the redis store is not available yet"
-        )
+        try:
+            from .redis import RedisStore
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] != "redis":
+                raise
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"store URL {url!r} needs the redis package ({exc}): pip install 'runwire[redis]'",
+            ) from None
+        return RedisStore(url)
     raise RunwireError(VALIDATION_ERROR, f"unknown store URL scheme {scheme!r}; use {_FORMS}")

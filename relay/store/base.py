@@ -28,18 +28,49 @@ Contract
 * Run records are written only through ``append`` (atomically with their entry)
   or ``put_runs`` (the relay's own bookkeeping), and read with ``runs()`` and
   ``runs_with_status()``.
-* A store that cannot write raises ``RunwireError(STORE_UNAVAILABLE)``.
+* ``append(..., expect_last=N)`` is optimistic concurrency for relay nodes
+  that check entries against the Run rules: if the channel's newest serial is
+  not ``N`` when the append's turn comes, it writes nothing and raises
+  ``RunwireError(CONFLICT, details={"last": newest})``. A repeated ``entry_id``
+  still returns the original (``duplicate=True``) whatever ``expect_last`` says.
+* ``subscribe(session_id, fn)`` is live fan-out. Once it returns, ``fn`` (a
+  plain callable, run on the event loop) gets a ``StoredEntry`` for every entry
+  of that channel appended through the same backing store (memory and SQLite:
+  this store object; Redis: any node), in serial order, at most once each,
+  after the entry is durable. Entries whose append finished before
+  ``subscribe`` was called are not delivered; from the first entry it
+  delivers on, it skips none. It returns ``unsubscribe``, a
+  plain idempotent callable. An exception from ``fn`` is logged and does not
+  stop the subscription. ``on_reset`` is called (and the subscription ends)
+  if the channel's history is lost underneath it (its epoch changes, which
+  only a store whose backend can forget, like Redis without persistence, does).
+* A store that cannot write raises ``RunwireError(STORE_UNAVAILABLE)``. A
+  store whose backend can forget a channel raises
+  ``RunwireError(EPOCH_MISMATCH)`` from ``append`` once the channel's epoch is
+  no longer the one ``open_channel`` returned: open the channel again.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from transport.runs import RunRecord
 
-__all__ = ["Appended", "ChannelInfo", "Store", "StoredEntry"]
+__all__ = [
+    "Appended",
+    "ChannelInfo",
+    "OnEntry",
+    "OnReset",
+    "Store",
+    "StoredEntry",
+    "Subscribers",
+    "Unsubscribe",
+]
+
+log = logging.getLogger("runwire.relay.store")
 
 
 @dataclass(frozen=True)
@@ -69,6 +100,14 @@ class Appended:
     duplicate: bool = False
 
 
+OnEntry = Callable[[StoredEntry], None]
+"""A subscriber: called on the event loop with each new entry of its channel."""
+OnReset = Callable[[], None]
+"""Called when a subscription ends because the channel's history was lost."""
+Unsubscribe = Callable[[], None]
+"""Ends a subscription (idempotent, synchronous)."""
+
+
 class Store(ABC):
     """Durable channels and Run records (see the module docstring for the contract)."""
 
@@ -91,8 +130,20 @@ class Store(ABC):
         entry_id: str,
         data: bytes,
         runs: Sequence[RunRecord] = (),
+        *,
+        expect_last: int | None = None,
     ) -> Appended:
-        """Sequence, store and (with ``runs``) update Run records atomically."""
+        """Sequence, store and (with ``runs``) update Run records atomically.
+
+        Raises ``RunwireError(CONFLICT)`` when ``expect_last`` is given and is
+        not the channel's newest serial (see the contract).
+        """
+
+    @abstractmethod
+    async def subscribe(
+        self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
+    ) -> Unsubscribe:
+        """Call ``fn`` with every entry appended to the channel from now on (see the contract)."""
 
     @abstractmethod
     async def find(self, session_id: str, entry_id: str) -> Appended | None:
@@ -126,3 +177,45 @@ class Store(ABC):
     async def healthy(self) -> bool:
         """True while the store can take writes."""
         return True
+
+
+class Subscribers:
+    """Live fan-out for a store that sees every append itself (memory, SQLite).
+
+    ``add`` registers a subscriber; ``publish`` calls the channel's subscribers
+    in the order they subscribed, logging (and swallowing) their exceptions.
+    """
+
+    def __init__(self) -> None:
+        self._channels: dict[str, dict[int, OnEntry]] = {}
+        self._next = 0
+
+    def add(self, session_id: str, fn: OnEntry) -> Unsubscribe:
+        """Subscribe ``fn`` to a channel; returns the idempotent ``unsubscribe``."""
+        key = self._next
+        self._next += 1
+        self._channels.setdefault(session_id, {})[key] = fn
+
+        def unsubscribe() -> None:
+            subs = self._channels.get(session_id)
+            if subs is not None and subs.pop(key, None) is not None and not subs:
+                del self._channels[session_id]
+
+        return unsubscribe
+
+    def publish(self, session_id: str, entry: StoredEntry) -> None:
+        """Hand ``entry`` to every subscriber of its channel."""
+        subs = self._channels.get(session_id)
+        if not subs:
+            return
+        for key, fn in list(subs.items()):
+            if key not in subs:
+                continue  # unsubscribed by an earlier subscriber just now
+            try:
+                fn(entry)
+            except Exception:
+                log.exception("a subscriber of %r failed on serial %d", session_id, entry.serial)
+
+    def clear(self) -> None:
+        """Drop every subscription."""
+        self._channels.clear()

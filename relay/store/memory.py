@@ -3,8 +3,9 @@
 For tests and throwaway relays: nothing survives the process, and every
 channel keeps all its entries and ids (so its dedup window is its whole
 history). Each call runs to completion without yielding before it returns, so
-serials follow call order trivially; ``append`` then yields once, like a store
-that waits for a disk, so callers are exercised the same way.
+serials follow call order trivially; ``append`` hands the new entry to the
+channel's subscribers, then yields once, like a store that waits for a disk,
+so callers are exercised the same way.
 """
 
 from __future__ import annotations
@@ -16,10 +17,25 @@ from dataclasses import dataclass, field
 from anyio.lowlevel import checkpoint
 
 from transport.codec import splice_serial
-from transport.errors import INTERNAL_ERROR, STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
+from transport.errors import (
+    CONFLICT,
+    INTERNAL_ERROR,
+    STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
+    RunwireError,
+)
 from transport.runs import RunRecord
 
-from .base import Appended, ChannelInfo, Store, StoredEntry
+from .base import (
+    Appended,
+    ChannelInfo,
+    OnEntry,
+    OnReset,
+    Store,
+    StoredEntry,
+    Subscribers,
+    Unsubscribe,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -38,6 +54,7 @@ class MemoryStore(Store):
         self.url = "memory://"
         self._channels: dict[str, _Channel] = {}
         self._runs: dict[str, dict[str, RunRecord]] = {}
+        self._subscribers = Subscribers()
         self._closed = False
 
     async def aclose(self) -> None:
@@ -45,6 +62,7 @@ class MemoryStore(Store):
         self._closed = True
         self._channels.clear()
         self._runs.clear()
+        self._subscribers.clear()
 
     async def healthy(self) -> bool:
         """True until ``aclose()``."""
@@ -65,10 +83,14 @@ class MemoryStore(Store):
         entry_id: str,
         data: bytes,
         runs: Sequence[RunRecord] = (),
+        *,
+        expect_last: int | None = None,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
-        Raises ``RunwireError(INTERNAL_ERROR)`` if ``open_channel`` was not called first.
+        Raises ``RunwireError(CONFLICT)`` if ``expect_last`` is given and is not
+        the newest serial, ``RunwireError(INTERNAL_ERROR)`` if ``open_channel``
+        was not called first.
         """
         self._check_open()
         channel = self._channels.get(session_id)
@@ -78,14 +100,33 @@ class MemoryStore(Store):
         if serial is not None:
             result = Appended(serial, channel.entries[serial - 1], duplicate=True)
         else:
-            serial = len(channel.entries) + 1
+            last = len(channel.entries)
+            if expect_last is not None and expect_last != last:
+                await checkpoint()
+                raise RunwireError(
+                    CONFLICT,
+                    f"{session_id!r} is at serial {last}, not {expect_last}",
+                    details={"last": last},
+                )
+            serial = last + 1
             stored = splice_serial(data, serial)
             channel.entries.append(stored)
             channel.ids[entry_id] = serial
             self._put(runs)
             result = Appended(serial, stored)
+            self._subscribers.publish(session_id, StoredEntry(serial, stored))
         await checkpoint()
         return result
+
+    async def subscribe(
+        self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
+    ) -> Unsubscribe:
+        """Call ``fn`` with every entry appended to the channel through this store from now on.
+
+        ``on_reset`` is never called: memory forgets nothing while open.
+        """
+        self._check_open()
+        return self._subscribers.add(session_id, fn)
 
     async def find(self, session_id: str, entry_id: str) -> Appended | None:
         """The stored entry with this id (``duplicate=True``), or None."""

@@ -17,6 +17,12 @@ lock) plus one. So a failed commit (every job of the batch raises
 ``RunwireError(STORE_UNAVAILABLE)``) can neither skip nor repeat a serial, and
 several stores (or processes) may share one file.
 
+``expect_last`` is checked inside the transaction too, against the same
+head; a conflicting append fails alone (``RunwireError(CONFLICT)``) and the
+rest of its batch commits. Subscribers (``subscribe``) are called on the
+event loop when the batch's callers are woken, in queue order, so in serial
+order; they see this store object's appends only, not another process's.
+
 Dedup: ``open_channel`` loads the channel's newest ``DEDUP_WINDOW`` entry ids;
 each append adds its id (first as the pending job, then as the serial). ``find``
 and ``append`` answer repeats of those ids from that map, so ``find`` needs no
@@ -46,10 +52,25 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from transport.codec import dumps, loads, splice_serial
-from transport.errors import INTERNAL_ERROR, STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
+from transport.errors import (
+    CONFLICT,
+    INTERNAL_ERROR,
+    STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
+    RunwireError,
+)
 from transport.runs import RunRecord
 
-from .base import Appended, ChannelInfo, Store, StoredEntry
+from .base import (
+    Appended,
+    ChannelInfo,
+    OnEntry,
+    OnReset,
+    Store,
+    StoredEntry,
+    Subscribers,
+    Unsubscribe,
+)
 
 __all__ = ["DEDUP_WINDOW", "SQLiteStore"]
 
@@ -148,6 +169,7 @@ class SQLiteStore(Store):
         self.url = f"sqlite:///{self.path}"
         self.commits = 0
         self._recent: dict[str, _Recent] = {}
+        self._subscribers = Subscribers()
         self._closed = False
         self._ok = False
         self._token: anyio.lowlevel.EventLoopToken | None = None
@@ -183,6 +205,7 @@ class SQLiteStore(Store):
             return
         self._closed = True
         self._ok = False
+        self._subscribers.clear()
         thread = self._thread
         if thread is None:
             return
@@ -210,12 +233,15 @@ class SQLiteStore(Store):
         entry_id: str,
         data: bytes,
         runs: Sequence[RunRecord] = (),
+        *,
+        expect_last: int | None = None,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
         Returns once committed. Raises ``RunwireError(STORE_UNAVAILABLE)`` if the
-        batch it was committed in failed, ``RunwireError(INTERNAL_ERROR)`` if
-        ``open_channel`` was not called first.
+        batch it was committed in failed, ``RunwireError(CONFLICT)`` if
+        ``expect_last`` is given and is not the newest serial,
+        ``RunwireError(INTERNAL_ERROR)`` if ``open_channel`` was not called first.
         """
         recent = self._recent.get(session_id)
         if recent is None:
@@ -226,9 +252,32 @@ class SQLiteStore(Store):
             if found is not None:
                 return found
         records = tuple(runs)
-        job = self._submit(lambda: self._insert(session_id, entry_id, data, records), write=True)
+        job = self._submit(
+            lambda: self._insert(session_id, entry_id, data, records, expect_last), write=True
+        )
         self._remember(recent, entry_id, job)
+        settle = job.on_done
+
+        def done() -> None:
+            if settle is not None:
+                settle()
+            appended = job.value
+            if appended is not None and not appended.duplicate:
+                self._subscribers.publish(session_id, StoredEntry(appended.serial, appended.data))
+
+        job.on_done = done  # the thread wakes callers only once the loop gets here
         return await job.result()
+
+    async def subscribe(
+        self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
+    ) -> Unsubscribe:
+        """Call ``fn`` with every entry appended through this store object from now on.
+
+        ``on_reset`` is never called: the file forgets nothing.
+        """
+        if self._closed:
+            raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is closed")
+        return self._subscribers.add(session_id, fn)
 
     async def find(self, session_id: str, entry_id: str) -> Appended | None:
         """The stored (or being stored) entry with this id (``duplicate=True``), or None.
@@ -355,7 +404,12 @@ class SQLiteStore(Store):
                 raise RunwireError(STORE_UNAVAILABLE, "the SQLite database is not open")
             conn.execute("BEGIN IMMEDIATE")
             for job in writes:
-                job.value = job.fn()
+                try:
+                    job.value = job.fn()
+                except RunwireError as exc:
+                    if exc.code != CONFLICT:
+                        raise
+                    job.error = exc  # wrote nothing; the rest of the batch goes on
             conn.execute("COMMIT")
         except Exception as exc:
             if conn is not None and conn.in_transaction:
@@ -419,7 +473,12 @@ class SQLiteStore(Store):
         return ChannelInfo(session_id, str(found[0]), int(first), int(last)), ids
 
     def _insert(
-        self, session_id: str, entry_id: str, data: bytes, runs: Sequence[RunRecord]
+        self,
+        session_id: str,
+        entry_id: str,
+        data: bytes,
+        runs: Sequence[RunRecord],
+        expect_last: int | None,
     ) -> Appended:
         conn = self._db()
         head = self._heads.get(session_id)
@@ -428,7 +487,17 @@ class SQLiteStore(Store):
                 "SELECT COALESCE(MAX(serial), 0) FROM entries WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        serial = int(head) + 1
+            self._heads[session_id] = head = int(head)
+        if expect_last is not None and expect_last != head:
+            original = self._select_id(session_id, entry_id)
+            if original is not None:
+                return original
+            raise RunwireError(
+                CONFLICT,
+                f"{session_id!r} is at serial {head}, not {expect_last}",
+                details={"last": head},
+            )
+        serial = head + 1
         stored = splice_serial(data, serial)
         if conn.execute(_INSERT_ENTRY, (session_id, serial, entry_id, stored)).rowcount == 0:
             original = self._select_id(session_id, entry_id)

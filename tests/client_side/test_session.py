@@ -27,6 +27,7 @@ class ScriptedConn:
     def __init__(self, replies: list[Callable[[BaseModel], RelayFrame]]) -> None:
         self.replies = replies
         self.sent: list[BaseModel] = []
+        self.welcome = None
 
     async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
         self.sent.append(frame)

@@ -3,11 +3,17 @@
 A store's test module subclasses ``StoreConformance`` as ``Test...`` and
 defines ``make_store()``, which returns a new, empty store that is not
 started yet. Every test below then runs against that store.
+
+Subscribers may be called before ``append`` returns (memory, SQLite) or a
+little later (Redis), so tests wait for deliveries with ``Collector.until``,
+and prove that nothing more arrives by appending a last entry and waiting for
+exactly that one.
 """
 
 from __future__ import annotations
 
 import abc
+import itertools
 import string
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,9 +23,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay.store import Appended, Store
+from relay.store import Appended, Store, StoredEntry
 from transport.codec import splice_serial
-from transport.errors import INTERNAL_ERROR, STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
+from transport.errors import (
+    CONFLICT,
+    INTERNAL_ERROR,
+    STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
+    RunwireError,
+)
 from transport.frames import RunStatus
 from transport.runs import RunRecord
 
@@ -54,6 +66,45 @@ def model_read(
         if (after is None or serial > after) and (before is None or serial < before)
     ]
     return chosen[:limit] if after is not None else chosen[-limit:]
+
+
+class Collector:
+    """A subscriber that keeps what it is given and can wait for it."""
+
+    def __init__(self) -> None:
+        self.entries: list[StoredEntry] = []
+        self._changed = anyio.Event()
+
+    def __call__(self, entry: StoredEntry) -> None:
+        self.entries.append(entry)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    @property
+    def serials(self) -> list[int]:
+        """The serials received, in the order received."""
+        return [e.serial for e in self.entries]
+
+    async def until(self, count: int, timeout: float = 10) -> list[StoredEntry]:
+        """Wait until ``count`` entries arrived; returns them all."""
+        with anyio.fail_after(timeout):
+            while len(self.entries) < count:
+                await self._changed.wait()
+        return self.entries
+
+
+_settles = itertools.count()
+
+
+async def settled(store: Store, session_id: str, *collectors: Collector) -> StoredEntry:
+    """Append one last entry and wait until every collector got it (and nothing after it)."""
+    entry_id = f"settle-{next(_settles)}"
+    last = await store.append(session_id, entry_id, body(entry_id))
+    for collector in collectors:
+        with anyio.fail_after(10):
+            while not collector.entries or collector.entries[-1].serial < last.serial:
+                await collector.until(len(collector.entries) + 1)
+    return StoredEntry(last.serial, last.data)
 
 
 _OPS = st.lists(
@@ -244,6 +295,129 @@ class StoreConformance(abc.ABC):
         assert (oldest.serial, oldest.data, oldest.duplicate) == (2, b'{"serial":2}', True)
         assert (await store.open_channel("s")).last == 10_001
 
+    # -- expect_last ------------------------------------------------------------
+
+    async def test_expect_last_appends_only_where_the_caller_saw_the_channel(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        assert (await store.append("s", "e1", body("e1"), expect_last=0)).serial == 1
+        assert (await store.append("s", "e2", body("e2"), expect_last=1)).serial == 2
+        with pytest.raises(RunwireError) as caught:
+            await store.append("s", "e3", body("e3"), [run("s", "r3")], expect_last=1)
+        assert caught.value.code == CONFLICT
+        assert caught.value.details == {"last": 2}
+        assert [e.serial for e in await store.read("s")] == [1, 2]
+        assert await store.find("s", "e3") is None
+        assert await store.runs("s") == []
+        again = await store.append("s", "e3", body("e3"), [run("s", "r3")], expect_last=2)
+        assert (again.serial, again.duplicate) == (3, False)
+        assert await store.runs("s") == [run("s", "r3")]
+
+    async def test_a_repeat_is_a_duplicate_whatever_expect_last_says(self, store: Store) -> None:
+        await store.open_channel("s")
+        original = await store.append("s", "e1", body("e1"))
+        await store.append("s", "e2", body("e2"))
+        for expect_last in (0, 1, 2, 99):
+            again = await store.append("s", "e1", body("e1", 9), expect_last=expect_last)
+            assert (again.serial, again.data, again.duplicate) == (1, original.data, True)
+        assert [e.serial for e in await store.read("s")] == [1, 2]
+
+    async def test_of_appends_expecting_one_serial_the_first_in_line_wins(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        await store.append("s", "e0", body("e0"))
+        outcomes: dict[str, int | str] = {}
+
+        async def append(entry_id: str) -> None:
+            try:
+                appended = await store.append("s", entry_id, body(entry_id), expect_last=1)
+                outcomes[entry_id] = appended.serial
+            except RunwireError as exc:
+                assert exc.details == {"last": 2}
+                outcomes[entry_id] = exc.code
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for i in range(10):
+                    tg.start_soon(append, f"c{i}")
+        assert outcomes == {"c0": 2, **{f"c{i}": CONFLICT for i in range(1, 10)}}
+        assert [e.serial for e in await store.read("s")] == [1, 2]
+
+    # -- live fan-out -----------------------------------------------------------
+
+    async def test_subscribers_get_exactly_the_new_entries_of_their_channel_in_order(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        await store.open_channel("t")
+        await store.append("s", "before", body("before"))
+        first, second, other = Collector(), Collector(), Collector()
+        await store.subscribe("s", first)
+        await store.subscribe("s", second)
+        await store.subscribe("t", other)
+        appended = [await store.append("s", f"e{i}", body(f"e{i}")) for i in range(5)]
+        await store.append("s", "e1", body("e1", 9))  # a repeat: not delivered again
+        with pytest.raises(RunwireError):
+            await store.append("s", "late", body("late"), expect_last=1)  # a conflict: neither
+        in_t = await store.append("t", "e0", body("e0"))
+        expected = [StoredEntry(a.serial, a.data) for a in appended]
+        last = await settled(store, "s", first, second)
+        assert first.entries == second.entries == [*expected, last]
+        assert [e.serial for e in first.entries] == [2, 3, 4, 5, 6, 7]
+        assert await other.until(1) == [StoredEntry(in_t.serial, in_t.data)]
+        assert await settled(store, "t", other) == other.entries[-1]
+        assert len(other.entries) == 2
+
+    async def test_concurrent_appends_reach_a_subscriber_in_serial_order(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        got = Collector()
+        await store.subscribe("s", got)
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(200):
+                    tg.start_soon(store.append, "s", f"e{i}", body(f"e{i}"))
+        await got.until(200)
+        stored = await store.read("s", after=0, limit=1000)
+        assert got.entries[:200] == stored
+        assert got.serials[:200] == list(range(1, 201))
+
+    async def test_unsubscribe_stops_delivery_and_may_be_called_twice(self, store: Store) -> None:
+        await store.open_channel("s")
+        kept, dropped = Collector(), Collector()
+        await store.subscribe("s", kept)
+        unsubscribe = await store.subscribe("s", dropped)
+        await store.append("s", "e1", body("e1"))
+        await dropped.until(1)
+        unsubscribe()
+        unsubscribe()
+        await store.append("s", "e2", body("e2"))
+        await settled(store, "s", kept)
+        assert kept.serials == [1, 2, 3]
+        assert dropped.serials == [1]
+
+    async def test_a_subscriber_that_raises_stops_neither_itself_nor_the_others(
+        self, store: Store
+    ) -> None:
+        await store.open_channel("s")
+        calls: list[int] = []
+
+        def broken(entry: StoredEntry) -> None:
+            calls.append(entry.serial)
+            raise RuntimeError("subscriber bug")
+
+        got = Collector()
+        await store.subscribe("s", broken)
+        await store.subscribe("s", got)
+        for i in range(3):
+            await store.append("s", f"e{i}", body(f"e{i}"))
+        await got.until(3)
+        await settled(store, "s", got)
+        assert calls == got.serials == [1, 2, 3, 4]
+
     # -- read -------------------------------------------------------------------
 
     async def test_read_pages_by_after_before_and_limit(self, store: Store) -> None:
@@ -323,6 +497,9 @@ class StoreConformance(abc.ABC):
         assert not await store.healthy()
         with pytest.raises(RunwireError) as caught:
             await store.append("s", "e1", body("e1"))
+        assert caught.value.code == STORE_UNAVAILABLE
+        with pytest.raises(RunwireError) as caught:
+            await store.subscribe("s", Collector())
         assert caught.value.code == STORE_UNAVAILABLE
 
     # -- a model ----------------------------------------------------------------

@@ -86,8 +86,11 @@ class RawPeer:
         assert reply["type"] == "attached", reply
         return reply
 
-    async def publish(self, session_id: str, entry: dict[str, Any]) -> dict[str, Any]:
-        return await self.request({"type": "publish", "session_id": session_id, "entry": entry})
+    async def publish(
+        self, session_id: str, entry: dict[str, Any], timeout: float = 5.0
+    ) -> dict[str, Any]:
+        frame = {"type": "publish", "session_id": session_id, "entry": entry}
+        return await self.request(frame, timeout=timeout)
 
 
 def prompt(

@@ -15,13 +15,19 @@ every request still waiting for a reply. Every request of the protocol is
 idempotent (a publish carries its entry id, which the relay de-duplicates), so
 a retry never duplicates anything.
 
-A close with ``UNAUTHORIZED`` is final: pending and later requests fail with
-that error. ``aclose()`` ends everything; pending requests then fail with
+Tokens. ``token`` is sent as ``Authorization: Bearer``. ``token_provider``
+(a plain or async callable returning a token) is asked for a fresh one before
+every connect but a first one that already has ``token``; so when the relay
+closes with 4003 (``TOKEN_EXPIRED``) the connection reconnects with a new
+token and resumes. ``UNAUTHORIZED`` is final, and so is ``TOKEN_EXPIRED``
+without a provider: pending and later requests fail with that error.
+``aclose()`` ends everything; pending requests then fail with
 ``RunwireError("CONNECTION_CLOSED")``.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -33,16 +39,17 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from .. import codec
-from ..errors import CLOSE_CODES, UNAUTHORIZED, CloseCode, RunwireError
+from ..errors import CLOSE_CODES, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from ..frames import Error, Hello, RelayFrame, Welcome
 
-__all__ = ["CONNECTION_CLOSED", "Connection"]
+__all__ = ["CONNECTION_CLOSED", "Connection", "TokenProvider"]
 
 log = logging.getLogger("runwire.connection")
 
 CONNECTION_CLOSED = "CONNECTION_CLOSED"
 
 FrameHandler = Callable[[RelayFrame], None]
+TokenProvider = Callable[[], "str | Awaitable[str]"]
 ConnectHook = Callable[["Connection"], Awaitable[None]]
 
 
@@ -67,6 +74,7 @@ class Connection:
         client_id: str | None = None,
         role: Literal["client", "agent"] = "client",
         token: str | None = None,
+        token_provider: TokenProvider | None = None,
         on_frame: FrameHandler | None = None,
         on_connect: ConnectHook | None = None,
         reconnect: bool = True,
@@ -78,6 +86,7 @@ class Connection:
         self.client_id = client_id
         self.role = role
         self.token = token
+        self.token_provider = token_provider
         self.on_frame = on_frame
         self.on_connect = on_connect
         self.reconnect = reconnect
@@ -209,14 +218,40 @@ class Connection:
                 pending.error = error
                 pending.done.set()
 
+    async def _fresh_token(self) -> None:
+        assert self.token_provider is not None
+        try:
+            token = self.token_provider()
+            if inspect.isawaitable(token):
+                token = await token
+        except Exception as exc:
+            raise RunwireError(UNAUTHORIZED, f"the token provider failed: {exc!r}") from None
+        if not isinstance(token, str) or not token:
+            raise RunwireError(UNAUTHORIZED, "the token provider returned no token")
+        self.token = token
+
     async def _run(self) -> None:
         attempt = 0
+        tries = 0
+        expired = 0  # tokens refused as expired since the last connect that got through
         while not self._closed:
+            connects = self.connects
             try:
+                if self.token_provider is not None and (tries or self.token is None):
+                    await self._fresh_token()
+                tries += 1
                 await self._connect_once()
                 attempt = 0
             except RunwireError as exc:
-                if exc.code == UNAUTHORIZED or not self._first.is_set():
+                if self.connects != connects:
+                    expired = attempt = 0
+                if exc.code == TOKEN_EXPIRED:
+                    expired += 1
+                final = exc.code == UNAUTHORIZED or (
+                    exc.code == TOKEN_EXPIRED and (self.token_provider is None or expired > 3)
+                )
+                retry_expired = exc.code == TOKEN_EXPIRED and not final
+                if final or (not self._first.is_set() and not retry_expired):
                     self._fatal = exc
                     self._fail_all(exc)
                     if not self._first.is_set():

@@ -1,0 +1,427 @@
+"""The benchmark's load generator: one asyncio process driving one relay.
+
+``run_phase(phase)`` runs one measurement against a relay that is already
+listening (in another process) and returns plain numbers. One code path drives
+both the baseline relay and runwire's, frame for frame the same protocol v1:
+
+* Every session has two *subscribers* (client connections attached to it) and
+  one *agent* connection (attached too, as publishing needs). The subscribers
+  are the measuring instruments: raw WebSockets that count the tokens in the
+  ``response_append`` entries they are delivered (and, at a fixed load, the
+  age of each token: its text is ``<microseconds>`` stamped when offered).
+* The agent of the baseline publishes one frame per token, with up to
+  ``window`` publishes unacknowledged: the baseline does no coalescing.
+* The agent of runwire is ``agent_side`` (``connect``, ``create_run``,
+  ``run.pipe``, ``on_steer``) when the SDK is importable and ``sdk`` is on;
+  otherwise raw frames with pipe()'s coalescing rule: at most one append in
+  flight per session, tokens arriving meanwhile merge into the next append.
+  Runs are chained: a client prompt, ``run_tokens`` tokens, close, complete,
+  the next prompt.
+* Steering: subscriber 1 publishes a steer every ``steer_interval`` seconds
+  (jittered, one outstanding per session); its latency ends when the agent
+  sees it (``on_steer`` with the SDK, the ``deliver`` frame otherwise). With
+  the SDK, subscriber 1 is a ``client_side`` session (``send``, ``run.steer``).
+
+Relay CPU time and RSS come from ``psutil`` on the relay's pid, sampled at the
+edges of the measuring window (after a warm-up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import psutil  # type: ignore[import-untyped]
+from peers import (
+    Prompter,
+    RawConn,
+    RawPrompter,
+    SdkPrompter,
+    Tally,
+    entry,
+    now_us,
+    publish_coalesced,
+    raise_nofile,
+    tokens,
+)
+from websockets.exceptions import ConnectionClosed
+
+__all__ = ["Phase", "run_phase", "sdk_available", "summary"]
+
+PhaseName = Literal["throughput", "latency", "steer", "idle"]
+RelayKind = Literal["baseline", "runwire"]
+
+log = logging.getLogger("runwire.bench")
+
+_STEER_WAIT = 2.0
+_STOP_WAIT = 15.0
+
+
+def sdk_available() -> bool:
+    """True when both SDKs import with the names the load generator uses."""
+    try:
+        import agent_side
+        import client_side
+    except ImportError:
+        return False
+    return hasattr(agent_side, "connect") and hasattr(client_side, "connect")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One measurement: what to run against which relay."""
+
+    name: PhaseName
+    relay: RelayKind
+    url: str
+    relay_pid: int
+    tag: str = "s"
+    sessions: int = 1
+    rate: float | None = None
+    """Tokens per second offered per session; None offers them as fast as taken."""
+    warmup: float = 1.0
+    duration: float = 3.0
+    steer_interval: float = 0.25
+    clients: int = 1000
+    warm_clients: int = 10
+    run_tokens: int = 5000
+    window: int = 16
+    sdk: bool = True
+    setup_concurrency: int = 25
+
+
+class Session:
+    """One session's connections and its current Run."""
+
+    def __init__(self, ctx: PhaseCtx, index: int) -> None:
+        self.ctx = ctx
+        self.session_id = f"{ctx.phase.tag}-{index}"
+        self.run_id: str | None = None
+        self.run_live = asyncio.Event()
+        self.steer_sent: int | None = None
+        self.steer_seen = asyncio.Event()
+        self._entries = itertools.count(1)
+
+    def entry_id(self) -> str:
+        """A fresh entry id within this session."""
+        return f"e{next(self._entries)}"
+
+    def steered(self) -> None:
+        """The agent saw a steering message (``on_steer``)."""
+        sent, self.steer_sent = self.steer_sent, None
+        if sent is not None:
+            if self.ctx.tally.measuring:
+                self.ctx.tally.steer_us.append(now_us() - sent)
+            self.steer_seen.set()
+
+    def agent_deliver(self, frame: dict[str, Any]) -> None:
+        """A raw agent's deliveries: spot steering (what ``on_steer`` does in the SDK)."""
+        for item in frame["entries"]:
+            if item.get("kind") == "message" and item.get("intent") == "steer":
+                self.steered()
+
+    async def run(self, ready: asyncio.Event) -> None:
+        """Open everything, report ready, stream (and steer) until the phase stops."""
+        ctx = self.ctx
+        phase = ctx.phase
+        use_sdk = phase.relay == "runwire" and phase.sdk
+        async with contextlib.AsyncExitStack() as stack:
+            async with ctx.setup_limit:
+                prompter = await self._subscribers(stack, use_sdk and phase.name == "steer")
+                agent_conn: RawConn | None = None
+                agent_session: Any = None
+                if use_sdk:
+                    import agent_side
+
+                    agent_session = await stack.enter_async_context(
+                        agent_side.connect(phase.url, self.session_id)
+                    )
+                else:
+                    agent_conn = await RawConn.open(
+                        phase.url, ctx.tally, role="agent", on_deliver=self.agent_deliver
+                    )
+                    stack.push_async_callback(agent_conn.close)
+                    await agent_conn.attach(self.session_id)
+            ready.set()
+            await ctx.go.wait()
+            steering = None
+            if phase.name == "steer":
+                steering = asyncio.get_running_loop().create_task(self._steer(prompter))
+            try:
+                if phase.relay == "baseline":
+                    assert agent_conn is not None
+                    await self._baseline_agent(agent_conn)
+                elif agent_session is not None:
+                    await self._sdk_agent(agent_session, prompter)
+                else:
+                    assert agent_conn is not None
+                    await self._raw_agent(agent_conn, prompter)
+            finally:
+                if steering is not None:
+                    steering.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await steering
+
+    async def _subscribers(self, stack: contextlib.AsyncExitStack, sdk_client: bool) -> Prompter:
+        ctx = self.ctx
+        url = ctx.phase.url
+        prompter: Prompter | None = None
+        for i in range(2):
+            if i == 0 and sdk_client:
+                import client_side
+
+                client = await stack.enter_async_context(
+                    client_side.connect(url, self.session_id, agent="bench")
+                )
+                prompter = SdkPrompter(client)
+                continue
+            conn = await RawConn.open(url, ctx.tally, on_deliver=ctx.tally.on_deliver)
+            stack.push_async_callback(conn.close)
+            await conn.attach(self.session_id)
+            if prompter is None:
+                prompter = RawPrompter(conn, self.session_id)
+        assert prompter is not None
+        return prompter
+
+    async def _baseline_agent(self, conn: RawConn) -> None:
+        """One frame per token, up to ``window`` unacknowledged."""
+        phase = self.ctx.phase
+        self.run_id = "run-1"
+        self.run_live.set()
+        slots = asyncio.Semaphore(phase.window)
+        async for token in tokens(10**12, phase.rate, self.ctx.stop):
+            await slots.acquire()
+            chunks = [{"type": "text-delta", "id": "text-1", "delta": token}]
+            append = entry(
+                "response_append", self.entry_id(), "run-1", message_id="m1", chunks=chunks
+            )
+            try:
+                future = await conn.send(
+                    {"type": "publish", "session_id": self.session_id, "entry": append}
+                )
+            except ConnectionClosed:
+                return
+            future.add_done_callback(lambda _: slots.release())
+
+    async def _raw_agent(self, conn: RawConn, prompter: Prompter) -> None:
+        """Chained Runs over raw frames, coalescing as ``run.pipe()`` does."""
+        phase = self.ctx.phase
+        sid = self.session_id
+        while not self.ctx.stop.is_set():
+            run_id = await prompter.prompt()
+            await conn.publish(sid, entry("run", self.entry_id(), run_id, status="active"))
+            self.run_id = run_id
+            self.run_live.set()
+            message_id = f"m-{run_id}"
+            opened = entry("response_open", self.entry_id(), run_id, message_id=message_id)
+            await conn.publish(sid, opened)
+            stream = tokens(phase.run_tokens, phase.rate, self.ctx.stop)
+            text = await publish_coalesced(conn, sid, run_id, message_id, stream, self.entry_id)
+            self.run_live.clear()
+            message = {
+                "id": message_id,
+                "role": "assistant",
+                "parts": [{"type": "text", "text": text}],
+            }
+            closed = entry(
+                "response_close", self.entry_id(), run_id, message_id=message_id, message=message
+            )
+            await conn.publish(sid, closed)
+            await conn.publish(sid, entry("run", self.entry_id(), run_id, status="complete"))
+
+    async def _sdk_agent(self, session: Any, prompter: Prompter) -> None:
+        """Chained Runs through ``agent_side``: ``create_run``, ``start``, ``pipe``, ``end``."""
+        phase = self.ctx.phase
+        while not self.ctx.stop.is_set():
+            run_id = await prompter.prompt()
+            run = session.create_run(run_id, on_steer=self.steered)
+            await run.start()
+            self.run_id = run_id
+            self.run_live.set()
+            result = await run.pipe(tokens(phase.run_tokens, phase.rate, self.ctx.stop))
+            self.run_live.clear()
+            if result.reason == "error":
+                self.ctx.tally.error(f"pipe: {result.error!r}"[:80])
+            await run.end()
+
+    async def _steer(self, prompter: Prompter) -> None:
+        """One steer at a time, every ``steer_interval`` seconds (jittered)."""
+        interval = self.ctx.phase.steer_interval
+        while not self.ctx.stop.is_set():
+            await asyncio.sleep(interval * (0.5 + random.random()))
+            await self.run_live.wait()
+            run_id = self.run_id
+            if run_id is None:
+                continue
+            self.steer_seen.clear()
+            self.steer_sent = now_us()
+            counted = self.ctx.tally.measuring
+            await prompter.steer(run_id)
+            try:
+                # Not wait_for: on 3.11 it can swallow the cancel that stops this task.
+                async with asyncio.timeout(_STEER_WAIT):
+                    await self.steer_seen.wait()
+            except TimeoutError:
+                self.steer_sent = None
+                if counted:
+                    self.ctx.tally.steer_missed += 1
+
+
+@dataclass
+class PhaseCtx:
+    """What the sessions of one phase share."""
+
+    phase: Phase
+    tally: Tally
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+    setup_limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(25))
+
+
+# ------------------------------------------------------------------ phases --
+
+
+def _cpu(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+def _machine_busy() -> float:
+    """CPU seconds every process on the machine has used (all CPUs, not idle)."""
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
+def summary(values: list[int]) -> dict[str, float]:
+    """p50 / p99 / max (milliseconds) and the sample count of microsecond values."""
+    if not values:
+        return {"n": 0, "p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
+    ordered = sorted(values)
+
+    def pct(q: float) -> float:
+        index = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))
+        return ordered[index] / 1000.0
+
+    return {
+        "n": len(ordered),
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": ordered[-1] / 1000,
+    }
+
+
+async def _streaming(phase: Phase) -> dict[str, Any]:
+    tally = Tally(latencies_us=[] if phase.name == "latency" else None)
+    ctx = PhaseCtx(phase, tally, setup_limit=asyncio.Semaphore(phase.setup_concurrency))
+    sessions = [Session(ctx, i) for i in range(phase.sessions)]
+    readies = [asyncio.Event() for _ in sessions]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(s.run(r)) for s, r in zip(sessions, readies, strict=True)]
+    setup = loop.create_task(_all_set(readies))
+    await asyncio.wait([setup, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    if not setup.done():  # a session failed while setting up
+        setup.cancel()
+        failures = await _finish(tasks, 0)
+        raise RuntimeError(f"a session failed to set up: {'; '.join(failures)}")
+    ctx.go.set()
+    await asyncio.sleep(phase.warmup)
+    relay, me = psutil.Process(phase.relay_pid), psutil.Process()
+    cpu0, own0, all0, t0 = _cpu(relay), _cpu(me), _machine_busy(), time.perf_counter()
+    tally.measuring = True
+    await asyncio.sleep(phase.duration)
+    tally.measuring = False
+    cpu1, own1, all1, t1 = _cpu(relay), _cpu(me), _machine_busy(), time.perf_counter()
+    ctx.stop.set()
+    failures = await _finish(tasks, _STOP_WAIT)
+    stopping = time.perf_counter() - t1
+    seconds = t1 - t0
+    result: dict[str, Any] = {
+        "stop_s": stopping,
+        "phase": asdict(phase),
+        "seconds": seconds,
+        "tokens": tally.tokens,
+        "frames": tally.frames,
+        "relay_cpu_s": cpu1 - cpu0,
+        "loadgen_cpu_s": own1 - own0,
+        "other_cpu_s": max(0.0, (all1 - all0) - (cpu1 - cpu0) - (own1 - own0)),
+        "errors": tally.errors,
+        "error_codes": tally.error_codes,
+        "failures": failures,
+    }
+    if tally.latencies_us is not None:
+        result["latency"] = summary(tally.latencies_us)
+    if phase.name == "steer":
+        result["steer"] = summary(tally.steer_us)
+        result["steer_missed"] = tally.steer_missed
+    return result
+
+
+async def _all_set(events: list[asyncio.Event]) -> None:
+    for event in events:
+        await event.wait()
+
+
+async def _finish(tasks: list[asyncio.Task[None]], wait: float) -> list[str]:
+    """Let session tasks end (cancelling stragglers); returns their failures."""
+    if wait > 0:
+        _, late = await asyncio.wait(tasks, timeout=wait)
+        if late:
+            log.warning("%d sessions did not stop within %.0f s", len(late), wait)
+    for task in tasks:
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    failures = [repr(r) for r in results if isinstance(r, BaseException) and not _cancelled(r)]
+    return failures[:10]
+
+
+def _cancelled(exc: BaseException) -> bool:
+    return isinstance(exc, asyncio.CancelledError)
+
+
+async def _idle(phase: Phase) -> dict[str, Any]:
+    tally = Tally()
+    relay = psutil.Process(phase.relay_pid)
+    limit = asyncio.Semaphore(phase.setup_concurrency * 2)
+    conns: list[RawConn] = []
+
+    async def one(i: int) -> None:
+        async with limit:
+            conn = await RawConn.open(phase.url, tally)
+            conns.append(conn)
+            await conn.attach(f"{phase.tag}-{i}")
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(phase.warm_clients)))
+        await asyncio.sleep(phase.warmup)
+        rss0 = relay.memory_info().rss
+        await asyncio.gather(
+            *(one(i) for i in range(phase.warm_clients, phase.warm_clients + phase.clients))
+        )
+        await asyncio.sleep(phase.warmup)
+        rss1 = relay.memory_info().rss
+    finally:
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+    return {
+        "phase": asdict(phase),
+        "clients": phase.clients,
+        "rss_before": rss0,
+        "rss_after": rss1,
+        "bytes_per_client": (rss1 - rss0) / max(1, phase.clients),
+        "errors": tally.errors,
+        "error_codes": tally.error_codes,
+        "failures": [],
+    }
+
+
+def run_phase(phase: Phase) -> dict[str, Any]:
+    """Run one phase to the end (in this process) and return its numbers."""
+    raise_nofile()
+    if phase.name == "idle":
+        return asyncio.run(_idle(phase))
+    return asyncio.run(_streaming(phase))

@@ -1,0 +1,446 @@
+"""runwire's benchmark: the relay against a bare websockets + orjson relay.
+
+``python bench/run.py`` (two to four minutes on 2 cores; ``--quick`` for a
+smoke run of a few seconds, ``--out FILE`` to keep the numbers as JSON)
+measures three relays, each started as its own process for each measurement:
+``bench/baseline_relay.py``, ``python -m relay --store memory://`` and
+``python -m relay --store sqlite:///<tmp>/<name>.db``. The load comes from one
+other process (``bench/loadgen.py``), so at any time one relay process and one
+load-generator process share the machine. A measurement during which other
+processes used more than a quarter of a core is taken again (at most twice,
+within a time budget) and the least disturbed one kept. ``bench/report.py``
+turns the numbers into the table. See ``bench/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import multiprocessing.connection
+import os
+import platform
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import psutil  # type: ignore[import-untyped]
+from loadgen import Phase, run_phase, sdk_available
+from peers import raise_nofile
+from report import QUICK, Sizes, compute_metrics, metrics_of, render_table
+
+__all__ = ["RELAYS", "LoadGen", "Policy", "RelayProcess", "main", "measure", "plan"]
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RELAYS = ("baseline", "memory", "sqlite")
+PHASE_TIMEOUT = 120.0
+
+
+# ------------------------------------------------------------------ relays --
+
+
+class RelayProcess:
+    """One relay under test, in its own process, listening on a free port."""
+
+    def __init__(self, kind: str, workdir: Path, name: str) -> None:
+        self.kind = kind
+        self.log_path = workdir / f"{name}.log"
+        if kind == "baseline":
+            cmd = [sys.executable, str(HERE / "baseline_relay.py"), "--port", "0"]
+        else:
+            store = "memory://" if kind == "memory" else f"sqlite:///{workdir / name}.db"
+            cmd = [
+                sys.executable,
+                "-m",
+                "relay",
+                "--port",
+                "0",
+                "--store",
+                store,
+                "--log-level",
+                "WARNING",
+            ]
+        self.command = shlex.join(cmd)
+        self._log: IO[bytes] = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True
+        )
+        self.url = self._wait_url(20.0)
+
+    @property
+    def pid(self) -> int:
+        """The relay's process id."""
+        return self.proc.pid
+
+    def _wait_url(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if ready:
+                line = self.proc.stdout.readline().decode(errors="replace")
+                for word in line.split():
+                    if word.startswith("ws://"):
+                        return word
+            if self.proc.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError(f"{self.kind} relay did not start: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        """The end of the relay's stderr."""
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGINT, then SIGKILL if it does not exit within 5 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+
+
+# ---------------------------------------------------------------- loadgen --
+
+
+def _loadgen_worker(conn: multiprocessing.connection.Connection) -> None:
+    raise_nofile()
+    while True:
+        phase = conn.recv()
+        if phase is None:
+            return
+        try:
+            conn.send(("ok", run_phase(phase)))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class LoadGen:
+    """The load-generator process; restarted if a phase hangs."""
+
+    def __init__(self) -> None:
+        self._ctx = multiprocessing.get_context("spawn")
+        self._start()
+
+    def _start(self) -> None:
+        self._conn, child = self._ctx.Pipe()
+        self.proc = self._ctx.Process(target=_loadgen_worker, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def run(self, phase: Phase, timeout: float) -> dict[str, Any]:
+        """Run one phase in the load-generator process; raises ``RuntimeError`` on failure."""
+        self._conn.send(phase)
+        try:
+            if not self._conn.poll(timeout):
+                raise RuntimeError(f"phase {phase.name} timed out after {timeout:.0f} s")
+            status, value = self._conn.recv()
+        except (EOFError, OSError, RuntimeError) as exc:
+            self.proc.kill()
+            self.proc.join()
+            self._start()
+            raise RuntimeError(f"load generator failed: {exc or type(exc).__name__}") from None
+        if status != "ok":
+            raise RuntimeError(str(value))
+        assert isinstance(value, dict)
+        return value
+
+    def close(self) -> None:
+        """Stop the process."""
+        try:
+            self._conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(5.0)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+# ----------------------------------------------------------------- phases --
+
+
+def plan(sizes: Sizes, *, sdk: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The measurements, in order: ``(name, Phase fields)``."""
+    steer_rate = sizes.rate if sizes.steer_rate is None else sizes.steer_rate
+    common: dict[str, Any] = {
+        "warmup": sizes.warmup,
+        "duration": sizes.duration,
+        "run_tokens": sizes.run_tokens,
+        "window": sizes.window,
+        "sdk": sdk,
+    }
+    steer: dict[str, Any] = {
+        **common,
+        "name": "steer",
+        "sessions": sizes.sessions,
+        "rate": steer_rate or None,
+        "steer_interval": sizes.steer_interval,
+    }
+    latency: dict[str, Any] = {
+        **common,
+        "name": "latency",
+        "sessions": sizes.sessions,
+        "rate": sizes.rate,
+    }
+    phases: list[tuple[str, dict[str, Any]]] = [
+        ("throughput_1", {**common, "name": "throughput", "sessions": 1}),
+        ("throughput_n", {**common, "name": "throughput", "sessions": sizes.sessions}),
+        ("latency", latency),
+        ("steer", steer),
+    ]
+    if sdk:
+        # The same two with runwire driven by raw frames: the relay without the SDKs' cost.
+        phases += [
+            ("latency_raw", {**latency, "sdk": False}),
+            ("steer_raw", {**steer, "sdk": False}),
+        ]
+    idle: dict[str, Any] = {
+        **common,
+        "name": "idle",
+        "clients": sizes.clients,
+        "warmup": min(1.0, sizes.warmup * 2),
+    }
+    return [*phases, ("idle", idle)]
+
+
+def wait_quiet(limit: float, busy_below: float = 25.0) -> float:
+    """Wait up to ``limit`` seconds until other processes use under ``busy_below`` % of a core.
+
+    Returns the last reading (percent of one core).
+    """
+    deadline = time.monotonic() + limit
+    cores = psutil.cpu_count() or 1
+    while True:
+        busy = float(psutil.cpu_percent(interval=1.0)) * cores
+        if busy < busy_below or time.monotonic() >= deadline:
+            return busy
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How hard to try for measurements the rest of the machine did not disturb."""
+
+    quiet_wait: float = 0.0
+    """Before each measurement, wait up to this long for other load to stop (within budget)."""
+    retries: int = 2
+    """Measure again (keeping the least disturbed) when others used over ``noise_limit``."""
+    noise_limit: float = 25.0
+    """Percent of one core that other processes may use during a measurement."""
+    budget: float = 270.0
+    """Retry or wait only while the whole run is expected to end within this many seconds."""
+
+
+def measure(
+    sizes: Sizes,
+    relays: Sequence[str],
+    *,
+    sdk: bool,
+    log: Callable[[str], None],
+    policy: Policy = Policy(),
+) -> dict[str, dict[str, Any]]:
+    """Run every phase against every relay; returns ``{phase: {relay: result}}``."""
+    results: dict[str, dict[str, Any]] = {}
+    began = time.monotonic()
+    todo = [
+        (name, fields, kind)
+        for name, fields in plan(sizes, sdk=sdk)
+        for kind in relays
+        if not (name.endswith("_raw") and kind == "baseline")  # the baseline is always raw
+    ]
+    done, measuring = 0, 0.0
+    loadgen = LoadGen()
+    try:
+        with tempfile.TemporaryDirectory(prefix="runwire-bench-") as tmp:
+            for index, (name, fields, kind) in enumerate(todo):
+                best: dict[str, Any] | None = None
+                for attempt in range(1 + max(0, policy.retries)):
+                    # What the rest of the run (this measurement included) should take.
+                    ahead = (len(todo) - index) * (measuring / done if done else 5.0)
+                    slack = policy.budget - (time.monotonic() - began) - ahead
+                    if policy.quiet_wait > 0 and slack > 0:
+                        wait_quiet(min(policy.quiet_wait, slack), policy.noise_limit)
+                    started = time.monotonic()
+                    result = _measure_one(loadgen, kind, name, fields, Path(tmp), attempt)
+                    result["attempts"] = attempt + 1
+                    done += 1
+                    measuring += time.monotonic() - started
+                    log(_phase_line(name, kind, result, time.monotonic() - started))
+                    if best is None or _noise(result) < _noise(best):
+                        best = result
+                    # Measure again only if the rest of the run still fits in the budget.
+                    elapsed = time.monotonic() - began
+                    fits = elapsed + (len(todo) - index) * measuring / done < policy.budget
+                    if "failed" in result or _noise(result) <= policy.noise_limit or not fits:
+                        break
+                assert best is not None
+                results.setdefault(name, {})[kind] = best
+    finally:
+        loadgen.close()
+    return results
+
+
+def _measure_one(
+    loadgen: LoadGen, kind: str, name: str, fields: dict[str, Any], tmp: Path, attempt: int
+) -> dict[str, Any]:
+    """One measurement against a fresh relay process."""
+    relay = RelayProcess(kind, tmp, f"{kind}-{name}-{attempt}")
+    phase = Phase(
+        relay="baseline" if kind == "baseline" else "runwire",
+        url=relay.url,
+        relay_pid=relay.pid,
+        tag=name,
+        **fields,
+    )
+    try:
+        result = loadgen.run(phase, PHASE_TIMEOUT)
+    except RuntimeError as exc:
+        result = {"failed": str(exc), "relay_log": relay.log_tail()}
+    finally:
+        relay.stop()
+    result["relay_command"] = relay.command
+    if "failed" not in result and relay.log_tail().strip():
+        result["relay_log"] = relay.log_tail()
+    return result
+
+
+def _noise(result: dict[str, Any]) -> float:
+    """Percent of a core other processes used during a measurement (0 if not measured)."""
+    seconds = result.get("seconds")
+    return 100 * result.get("other_cpu_s", 0.0) / seconds if seconds else 0.0
+
+
+def _phase_line(name: str, kind: str, result: dict[str, Any], took: float) -> str:
+    if "failed" in result:
+        return f"  {name:<13} {kind:<8} FAILED: {result['failed']}"
+    extra = ""
+    if result.get("errors"):
+        extra += f" errors={result['error_codes']}"
+    if result.get("failures"):
+        extra += f" failures={result['failures'][:2]}"
+    if result.get("steer_missed"):
+        extra += f" steer_missed={result['steer_missed']}"
+    if result.get("relay_log"):
+        extra += " (the relay logged: see relay_log in the JSON)"
+    if result.get("seconds"):
+        extra += f", other processes used {_noise(result):.0f}% of a core"
+    attempt = f" (attempt {result['attempts']})" if result.get("attempts", 1) > 1 else ""
+    return f"  {name:<13} {kind:<8} {took:4.1f} s{attempt}{extra}"
+
+
+# ------------------------------------------------------------------- main --
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--relays", default=",".join(RELAYS), help="subset of " + ",".join(RELAYS))
+    parser.add_argument("--sessions", type=int, help="sessions streaming at once (100)")
+    parser.add_argument("--rate", type=float, help="tokens/s per session at fixed load (20)")
+    parser.add_argument(
+        "--steer-rate", type=float, help="tokens/s per session while steering (--rate; 0: full)"
+    )
+    parser.add_argument("--duration", type=float, help="seconds measured per phase (3)")
+    parser.add_argument("--warmup", type=float, help="seconds of warm-up per phase (1)")
+    parser.add_argument("--clients", type=int, help="idle clients (1000)")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        help="before each measurement wait up to this many seconds for other load to stop",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=270.0,
+        help="seconds the whole run should stay within: retries and waits stop before (270)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        help="measure again when other processes used over 25%% of a core meanwhile"
+        " (2; 0 with --quick)",
+    )
+    parser.add_argument("--no-sdk", action="store_true", help="drive runwire with raw frames")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, print the table, write JSON if asked; returns the report."""
+    args = build_parser().parse_args(argv)
+    relays = [r for r in args.relays.split(",") if r]
+    unknown = set(relays) - set(RELAYS)
+    if unknown:
+        raise SystemExit(f"unknown relays: {', '.join(sorted(unknown))}")
+    sizes = QUICK if args.quick else Sizes()
+    overrides = {
+        k: getattr(args, k)
+        for k in ("sessions", "rate", "steer_rate", "duration", "warmup", "clients")
+    }
+    sizes = replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
+    sdk = not args.no_sdk and sdk_available()
+    raise_nofile()
+    command = shlex.join(["python", "bench/run.py", *(sys.argv[1:] if argv is None else argv)])
+    print(f"runwire bench: {command}", flush=True)
+    print(
+        f"  {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"runwire agent {'agent_side SDK' if sdk else 'raw frames'}",
+        flush=True,
+    )
+    started = time.monotonic()
+    results = measure(
+        sizes,
+        relays,
+        sdk=sdk,
+        log=lambda line: print(line, flush=True),
+        policy=Policy(
+            quiet_wait=args.quiet_wait,
+            budget=args.budget,
+            retries=(0 if args.quick else 2) if args.retries is None else args.retries,
+        ),
+    )
+    metrics = compute_metrics(results, relays)
+    table = render_table(metrics, sizes, relays)
+    print()
+    print(table)
+    print(f"\n({time.monotonic() - started:.0f} s)", flush=True)
+    report = {
+        "command": command,
+        "sizes": asdict(sizes),
+        "sdk": sdk,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "metrics": metrics,
+        "targets": {m.key: m.target for m in metrics_of(sizes) if m.target},
+        "table": table,
+        "phases": results,
+    }
+    if args.out is not None:
+        args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

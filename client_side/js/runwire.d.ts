@@ -1,0 +1,313 @@
+// Type declarations for runwire.js, the runwire client for browsers (see docs/protocol.md).
+
+export type Role = "user" | "assistant" | "system";
+/** "queued": waiting its turn (multitask enqueue/interrupt/rollback); "pending": not started yet. */
+export type RunStatus = "queued" | "pending" | "active" | "suspended" | "complete" | "cancelled" | "error";
+export type RunEndReason = "complete" | "cancelled" | "error";
+export type Intent = "prompt" | "steer" | "follow_up" | "inject";
+/** What a prompt's Run does to Runs going on in the session. */
+export type Multitask = "alongside" | "reject" | "enqueue" | "interrupt" | "rollback";
+/** `shared` on a session's first prompt lets other users' strategies touch its Runs. */
+export type ThreadAccess = "own" | "shared";
+export type ConnectionState = "connected" | "disconnected" | "closed";
+
+export interface TextPart {
+  type: "text";
+  text: string;
+}
+export interface ReasoningPart {
+  type: "reasoning";
+  text: string;
+}
+export interface ToolCallPart {
+  type: "tool-call";
+  tool_call_id: string;
+  tool_name: string;
+  input: unknown;
+}
+export interface ToolResultPart {
+  type: "tool-result";
+  tool_call_id: string;
+  tool_name: string;
+  output: unknown;
+  is_error: boolean;
+}
+export type Part = TextPart | ReasoningPart | ToolCallPart | ToolResultPart;
+
+/** One message of a conversation; the same shape as on the wire. */
+export interface UIMessage {
+  id: string;
+  role: Role;
+  parts: Part[];
+  metadata: Record<string, unknown>;
+}
+
+/** A message as the tree holds it; `intent` is null for responses; `refused` once an input check refused it. */
+export interface ViewMessage {
+  readonly message: UIMessage;
+  readonly runId: string;
+  readonly serial: number;
+  readonly parentId: string | null;
+  readonly intent: Intent | null;
+  readonly refused: boolean;
+}
+
+/** An input check refused a queued message: which, where, the error object, who published the refusal. */
+export interface Refusal {
+  readonly messageId: string;
+  readonly runId: string;
+  readonly intent: Intent;
+  readonly error: Record<string, unknown>;
+  readonly serial: number;
+  readonly clientId: string | null;
+}
+
+/** One response of a Run: the message, whether it was closed, what it had seen. */
+export interface ResponseState {
+  readonly view: ViewMessage;
+  readonly closed: boolean;
+  readonly seen: string[];
+}
+
+/** A snapshot of one Run; `clientId` / `userId` / `agent` come from its prompt. */
+export interface RunInfo {
+  readonly runId: string;
+  readonly status: RunStatus;
+  readonly clientId: string | null;
+  readonly userId: string | null;
+  readonly endReason: RunEndReason | null;
+  readonly error: Record<string, unknown> | null;
+  readonly agent: string | null;
+}
+
+/** An agent refused a cancel: which one (`cancelId`, the refused cancel entry's id), of which Run, who refused. */
+export interface CancelDenial {
+  readonly runId: string;
+  readonly cancelId: string | null;
+  readonly serial: number;
+  readonly reason: string | null;
+  readonly clientId: string | null;
+  readonly userId: string | null;
+}
+
+export interface OutcomeRecord {
+  readonly messageId: string;
+  readonly runId: string;
+  readonly consumed: boolean;
+  readonly runTerminalReason: RunEndReason | null;
+  readonly refused: Record<string, unknown> | null;
+}
+
+export interface MessageEvent {
+  kind: "message";
+  message: ViewMessage;
+  op: "added" | "updated";
+}
+export interface RunEvent {
+  kind: "run";
+  run: RunInfo;
+}
+export interface DeliveryEvent {
+  kind: "delivery";
+  outcome: OutcomeRecord;
+}
+export type TreeEvent = MessageEvent | RunEvent | DeliveryEvent;
+
+/**
+ * A channel entry (see docs/schema/stamped-entry.json); wire field names. Kinds: message, run,
+ * cancel, cancel_denied, response_open, response_append, response_close.
+ */
+export type Entry = Record<string, any>;
+
+export const PROTOCOL_VERSION: 1;
+export const TERMINAL: readonly RunEndReason[];
+export const EVENT_KINDS: readonly ["message", "run", "delivery"];
+export const CONNECTION_CLOSED: "CONNECTION_CLOSED";
+export const CLOSE_CODES: Readonly<Record<number, string>>;
+export const MULTITASK_STRATEGIES: readonly Multitask[];
+
+export class RunwireError extends Error {
+  constructor(code: string, message?: string, details?: Record<string, unknown>);
+  readonly code: string;
+  readonly details: Record<string, unknown>;
+  /** The message without the code in front. */
+  readonly text: string;
+  static fromWire(data: unknown): RunwireError;
+  toWire(): { code: string; message: string; details: Record<string, unknown> };
+}
+
+export function newId(): string;
+export function userMessage(
+  textOrParts: string | Part[],
+  options?: { id?: string; metadata?: Record<string, unknown> },
+): UIMessage;
+export function messageText(message: UIMessage): string;
+export function endReason(status: string): RunEndReason | null;
+/** Validate an entry as the relay's models do; throws RunwireError("VALIDATION_ERROR"). */
+export function decodeEntry(raw: unknown): Entry;
+
+export class OutcomeBook {
+  track(messageId: string, runId: string): OutcomeRecord[];
+  saw(runId: string, messageIds: Iterable<string>): void;
+  runStatus(runId: string, status: string): OutcomeRecord[];
+  refuse(messageId: string, runId: string, error: Record<string, unknown>): OutcomeRecord[];
+  refused(messageId: string): boolean;
+  outcome(messageId: string): OutcomeRecord | null;
+  pending(runId: string): string[];
+  consumed(messageId: string): boolean;
+  resolved(): OutcomeRecord[];
+}
+
+/** A port of transport/tree.py: a session's entries folded into messages, Runs and outcomes. */
+export class ConversationTree {
+  fold(entry: Entry): TreeEvent[];
+  foldOlder(entries: Iterable<Entry>): TreeEvent[];
+  readonly oldestSerial: number | null;
+  readonly newestSerial: number | null;
+  messages(tail?: string[]): ViewMessage[];
+  /** Any message, on the active branch or not, or a held (queued) prompt. */
+  message(messageId: string): ViewMessage | null;
+  /** Prompts of queued Runs, not yet in the conversation, oldest first. */
+  waiting(): ViewMessage[];
+  branches(messageId: string): string[];
+  selectBranch(messageId: string): MessageEvent[];
+  runs(): RunInfo[];
+  run(runId: string): RunInfo | null;
+  /** True once a cancel entry for the Run was folded (and no refusal came after it). */
+  cancelRequested(runId: string): boolean;
+  /** The agent's refusal of the cancel entry `cancelId`, if it refused. */
+  cancelDenial(cancelId: string): CancelDenial | null;
+  /** Every refused cancel of the Run, in serial order. */
+  cancelDenials(runId: string): CancelDenial[];
+  /** Steer, follow-up and inject messages aimed at the Run (refused ones left out). */
+  inputs(runId: string): ViewMessage[];
+  /** The prompt that started the Run (held while queued). */
+  prompt(runId: string): ViewMessage | null;
+  /** The Run's responses in the order they opened. */
+  responses(runId: string): ResponseState[];
+  /** Refused messages (of one Run, or all), in serial order. */
+  refusals(runId?: string | null): Refusal[];
+  /** The latest checkpoint entry of a Run. */
+  checkpoint(runId: string): Entry | null;
+  steering(runId: string): ViewMessage[];
+  seen(runId: string): Set<string>;
+  readonly outcomes: OutcomeBook;
+  outcome(messageId: string): OutcomeRecord | null;
+  pending(runId: string): string[];
+}
+
+export interface EventMap {
+  message: MessageEvent;
+  run: RunEvent;
+  delivery: DeliveryEvent;
+}
+
+/** A client's live picture of one session's conversation (`session.view`). */
+export class View {
+  readonly sessionId: string;
+  readonly tree: ConversationTree;
+  readonly newestSerial: number | null;
+  readonly oldestSerial: number | null;
+  getMessages(): ViewMessage[];
+  /** Prompts of queued Runs (not yet in `getMessages()`), oldest first. */
+  waiting(): ViewMessage[];
+  runs(): RunInfo[];
+  run(runId: string): RunInfo | null;
+  hasOlder(): boolean;
+  loadOlder(limit?: number): Promise<number>;
+  branches(messageId: string): string[];
+  selectBranch(messageId: string): void;
+  on<K extends keyof EventMap>(event: K, callback: (event: EventMap[K]) => void): () => void;
+  events(): AsyncIterableIterator<TreeEvent>;
+}
+
+export interface Published {
+  serial: number;
+}
+export interface Outcome {
+  consumed: boolean;
+  runTerminalReason: RunEndReason | null;
+  refused: RunwireError | null;
+}
+export interface RunResult {
+  status: RunStatus;
+  endReason: RunEndReason | null;
+  undelivered: UIMessage[];
+  interrupts: unknown[];
+}
+
+/** What `run.steer()` returns. Both promises reject at once when the Run has ended. */
+export class Delivery {
+  readonly message: UIMessage;
+  readonly runId: string;
+  readonly published: Promise<Published>;
+  readonly outcome: Promise<Outcome>;
+}
+
+export class ClientRun {
+  readonly runId: string;
+  readonly prompt: UIMessage | null;
+  readonly status: RunStatus;
+  readonly queued: UIMessage[];
+  steer(message: string | UIMessage): Delivery;
+  result(): Promise<RunResult>;
+  /** `wait` defaults to true; rejects with CANCEL_DENIED if the agent refuses the cancel. */
+  cancel(options?: { reason?: string; wait?: boolean; timeout?: number | null }): Promise<UIMessage[]>;
+}
+
+export interface ConnectOptions {
+  /** The client id the relay stamps on this client's entries. */
+  clientId?: string;
+  /** The agent that Runs started by `send` go to ("default"). */
+  agent?: string;
+  /** Sent as the `token` query parameter. */
+  token?: string;
+  /** The size of the first page (1 to 1000, default 100). */
+  historyLimit?: number;
+  /** First reconnect delay cap in ms (default 50). */
+  backoffInitial?: number;
+  /** Largest reconnect delay cap in ms (default 5000). */
+  backoffMax?: number;
+  /** Ms to wait for `welcome` and `attached` (default 10000). */
+  openTimeout?: number;
+  /** A WebSocket class (default: the global one). */
+  WebSocket?: typeof WebSocket;
+}
+
+export interface SendOptions {
+  /** Unset: the relay's default (itself "alongside" unless set). */
+  multitask?: Multitask | null;
+  /** The message to continue from (default: the view's tail for alongside and reject). */
+  parentId?: string | null;
+  /** The Run whose tool call starts this one (never held back by it). */
+  parentRunId?: string | null;
+  threadAccess?: ThreadAccess | null;
+  /** Already aborted: nothing is sent (ABORTED); aborted later: the Run is cancelled. */
+  signal?: AbortSignal | null;
+}
+
+export interface CancelOptions {
+  reason?: string | null;
+  /** Wait until the Run ends (default false); rejects with CANCEL_DENIED if the agent refuses. */
+  wait?: boolean;
+  /** Ms to wait with `wait` (default 30000; null: no limit). */
+  timeout?: number | null;
+}
+
+export class Session {
+  readonly url: string;
+  readonly sessionId: string;
+  readonly agent: string;
+  readonly clientId: string | null;
+  readonly view: View;
+  readonly connected: boolean;
+  readonly closed: boolean;
+  send(message: string | UIMessage, options?: SendOptions): Promise<ClientRun>;
+  cancel(runId: string, options?: CancelOptions): Promise<void>;
+  run(runId: string): ClientRun;
+  onState(fn: (state: ConnectionState) => void): () => void;
+  on(event: "state", fn: (state: ConnectionState) => void): () => void;
+  close(): Promise<void>;
+}
+
+export function connect(url: string, sessionId: string, options?: ConnectOptions): Promise<Session>;

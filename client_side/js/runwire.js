@@ -1,0 +1,2155 @@
+// runwire.js: the runwire client for browsers (one ES module, no build step, no dependency).
+//
+// It speaks the wire protocol of docs/protocol.md over a plain WebSocket and mirrors the Python
+// client (client_side) in JavaScript's conventions:
+//
+//   import { connect } from "/client.js";
+//   const session = await connect("ws://127.0.0.1:8787", "trip-42");
+//   const run = await session.send("Plan a 3-day trip to Lisbon.");
+//   const { published, outcome } = run.steer("Make it 5 days, and keep it under £800.");
+//   const { serial } = await published;
+//   const { consumed, runTerminalReason } = await outcome;
+//   session.view.on("message", (event) => render(session.view.getMessages()));
+//
+// The conversation tree (ConversationTree, OutcomeBook) is a faithful port of transport/tree.py and
+// transport/outcomes.py; the JSON vectors in tests/vectors/tree/ run against both.
+
+/** @typedef {"user" | "assistant" | "system"} Role */
+/** @typedef {"queued" | "pending" | "active" | "suspended" | "complete" | "cancelled" | "error"} RunStatus */
+/** @typedef {"complete" | "cancelled" | "error"} RunEndReason */
+/** @typedef {"prompt" | "steer" | "follow_up" | "inject"} Intent */
+/** @typedef {"alongside" | "reject" | "enqueue" | "interrupt" | "rollback"} Multitask */
+/** @typedef {"own" | "shared"} ThreadAccess */
+/** @typedef {{type: "text", text: string}} TextPart */
+/** @typedef {{type: "reasoning", text: string}} ReasoningPart */
+/** @typedef {{type: "tool-call", tool_call_id: string, tool_name: string, input: unknown}} ToolCallPart */
+/** @typedef {{type: "tool-result", tool_call_id: string, tool_name: string, output: unknown, is_error: boolean}} ToolResultPart */
+/** @typedef {TextPart | ReasoningPart | ToolCallPart | ToolResultPart} Part */
+/** @typedef {{id: string, role: Role, parts: Part[], metadata: Record<string, unknown>}} UIMessage */
+/**
+ * A message as the tree holds it. `serial` is the serial of the entry that created it (a
+ * response's `response_open`); `intent` is null for responses.
+ * @typedef {{message: UIMessage, runId: string, serial: number, parentId: string | null, intent: Intent | null, refused: boolean}} ViewMessage
+ */
+/**
+ * A snapshot of one Run; `clientId` / `userId` / `agent` come from its prompt (null while the
+ * prompt is not loaded).
+ * @typedef {{runId: string, status: RunStatus, clientId: string | null, userId: string | null, endReason: RunEndReason | null, error: Record<string, unknown> | null, agent: string | null}} RunInfo
+ */
+/** @typedef {{messageId: string, runId: string, consumed: boolean, runTerminalReason: RunEndReason | null, refused: Record<string, unknown> | null}} OutcomeRecord */
+/**
+ * An agent refused a cancel: which one (`cancelId`, the refused cancel entry's id), of which Run, who refused.
+ * @typedef {{runId: string, cancelId: string | null, serial: number, reason: string | null, clientId: string | null, userId: string | null}} CancelDenial
+ */
+/**
+ * An input check refused a queued message: which, where, the error object, who published it.
+ * @typedef {{messageId: string, runId: string, intent: Intent, error: Record<string, unknown>, serial: number, clientId: string | null}} Refusal
+ */
+/** @typedef {{view: ViewMessage, closed: boolean, seen: string[]}} ResponseState */
+/** @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated"}} MessageEvent */
+/** @typedef {{kind: "run", run: RunInfo}} RunEvent */
+/** @typedef {{kind: "delivery", outcome: OutcomeRecord}} DeliveryEvent */
+/** @typedef {MessageEvent | RunEvent | DeliveryEvent} TreeEvent */
+/** @typedef {Record<string, any>} Entry */
+/** @typedef {"connected" | "disconnected" | "closed"} ConnectionState */
+
+export const PROTOCOL_VERSION = 1;
+export const TERMINAL = Object.freeze(["complete", "cancelled", "error"]);
+export const EVENT_KINDS = Object.freeze(["message", "run", "delivery"]);
+export const CONNECTION_CLOSED = "CONNECTION_CLOSED";
+/** WebSocket close codes the relay uses, by the error code each stands for. */
+export const CLOSE_CODES = Object.freeze({
+  1000: "NORMAL",
+  1001: "GOING_AWAY",
+  1009: "PAYLOAD_TOO_LARGE",
+  4001: "UNAUTHORIZED",
+  4002: "PROTOCOL_ERROR",
+  4003: "TOKEN_EXPIRED",
+  4008: "SLOW_CONSUMER",
+});
+
+const VALIDATION_ERROR = "VALIDATION_ERROR";
+const PROTOCOL_ERROR = "PROTOCOL_ERROR";
+const RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE";
+const RUN_NOT_FOUND = "RUN_NOT_FOUND";
+const UNAUTHORIZED = "UNAUTHORIZED";
+const CANCEL_DENIED = "CANCEL_DENIED";
+const ABORTED = "ABORTED";
+/** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
+export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
+const THREAD_ACCESS = ["own", "shared"];
+
+// ------------------------------------------------------------------------------- basics ---
+
+/** The one error runwire reports: a stable `code`, a `message` for people, JSON `details`. */
+export class RunwireError extends Error {
+  /**
+   * @param {string} code
+   * @param {string} [message]
+   * @param {Record<string, unknown>} [details]
+   */
+  constructor(code, message, details) {
+    super(`${code}: ${message || code}`);
+    this.name = "RunwireError";
+    /** @type {string} */
+    this.code = code;
+    /** @type {Record<string, unknown>} */
+    this.details = { ...(details || {}) };
+    /** The message without the code in front. */
+    this.text = message || code;
+  }
+
+  /**
+   * Rebuild an error from the `error` object of a frame; tolerant of junk.
+   * @param {any} data
+   * @returns {RunwireError}
+   */
+  static fromWire(data) {
+    const obj = isObject(data) ? data : {};
+    const code = typeof obj.code === "string" && obj.code ? obj.code : "INTERNAL_ERROR";
+    const message = typeof obj.message === "string" ? obj.message : undefined;
+    return new RunwireError(code, message, isObject(obj.details) ? obj.details : undefined);
+  }
+
+  /** @returns {{code: string, message: string, details: Record<string, unknown>}} */
+  toWire() {
+    return { code: this.code, message: this.text, details: this.details };
+  }
+}
+
+/** A fresh random id (32 hex digits, like the Python SDK's). */
+export function newId() {
+  const c = globalThis.crypto;
+  if (c && typeof c.randomUUID === "function") return c.randomUUID().replace(/-/g, "");
+  let out = "";
+  for (let i = 0; i < 32; i++) out += Math.floor(Math.random() * 16).toString(16);
+  return out;
+}
+
+/**
+ * A user message from text or parts (the seed's `createUserMessage`).
+ * @param {string | Part[]} textOrParts
+ * @param {{id?: string, metadata?: Record<string, unknown>}} [options]
+ * @returns {UIMessage}
+ */
+export function userMessage(textOrParts, options = {}) {
+  const parts = typeof textOrParts === "string" ? [{ type: "text", text: textOrParts }] : [...textOrParts];
+  return validateMessage(
+    { id: options.id || newId(), role: "user", parts, metadata: { ...(options.metadata || {}) } },
+    "message",
+  );
+}
+
+/**
+ * The text a person would read: every text part, in order.
+ * @param {UIMessage} message
+ */
+export function messageText(message) {
+  return message.parts.filter((p) => p.type === "text").map((p) => /** @type {TextPart} */ (p).text).join("");
+}
+
+/** @param {string} status @returns {RunEndReason | null} */
+export function endReason(status) {
+  return status === "complete" || status === "cancelled" || status === "error" ? status : null;
+}
+
+/** @param {unknown} v @returns {v is Record<string, any>} */
+function isObject(v) {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** @param {unknown} a @param {unknown} b @returns {boolean} */
+function deepEqual(a, b) {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a) && Array.isArray(b)) {
+    return a.length === b.length && a.every((x, i) => deepEqual(x, b[i]));
+  }
+  const ak = Object.keys(a);
+  const bk = Object.keys(b);
+  if (ak.length !== bk.length) return false;
+  // @ts-ignore: both are plain objects here
+  return ak.every((k) => Object.prototype.hasOwnProperty.call(b, k) && deepEqual(a[k], b[k]));
+}
+
+// ---------------------------------------------------------------------------- validation ---
+// What transport/frames.py accepts, checked by hand: a bad entry raises VALIDATION_ERROR.
+
+/** @param {string} where @param {string} msg @returns {never} */
+function invalid(where, msg) {
+  throw new RunwireError(VALIDATION_ERROR, `${where}: ${msg}`, { errors: [{ loc: where.split("."), msg }] });
+}
+
+/** @param {any} v @param {string} where @param {boolean} [nullable] */
+function checkId(v, where, nullable = false) {
+  if (nullable && (v === undefined || v === null)) return null;
+  if (typeof v !== "string" || v.length < 1 || v.length > 200) invalid(where, "must be a string of 1 to 200 characters");
+  return v;
+}
+
+/** @param {any} v @param {string} where */
+function optString(v, where) {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== "string") invalid(where, "must be a string");
+  return v;
+}
+
+/** @param {any} v @param {string} where */
+function optInt(v, where) {
+  if (v === undefined || v === null) return null;
+  if (!Number.isInteger(v) || v < 0) invalid(where, "must be a non-negative integer");
+  return v;
+}
+
+/** @param {any} v @param {string} where @param {number} max */
+function optText(v, where, max) {
+  const s = optString(v, where);
+  if (s !== null && s.length > max) invalid(where, `must have at most ${max} characters`);
+  return s;
+}
+
+/** @param {any} v @param {readonly string[]} choices @param {string} where */
+function optChoice(v, choices, where) {
+  if (v === undefined || v === null) return null;
+  if (!choices.includes(v)) invalid(where, `must be one of ${choices.join(", ")}`);
+  return v;
+}
+
+/** @param {Record<string, any>} obj @param {string[]} allowed @param {string} where */
+function checkKeys(obj, allowed, where) {
+  for (const key of Object.keys(obj)) {
+    if (!allowed.includes(key)) invalid(`${where}.${key}`, "extra inputs are not permitted");
+  }
+}
+
+/** @param {any} raw @param {string} where @returns {Part} */
+function validatePart(raw, where) {
+  if (!isObject(raw)) invalid(where, "a part is an object");
+  const t = raw.type;
+  if (t === "text" || t === "reasoning") {
+    checkKeys(raw, ["type", "text"], where);
+    if (typeof raw.text !== "string") invalid(`${where}.text`, "must be a string");
+    return { type: t, text: raw.text };
+  }
+  if (t === "tool-call") {
+    checkKeys(raw, ["type", "tool_call_id", "tool_name", "input"], where);
+    if (typeof raw.tool_call_id !== "string") invalid(`${where}.tool_call_id`, "must be a string");
+    if (typeof raw.tool_name !== "string") invalid(`${where}.tool_name`, "must be a string");
+    return { type: t, tool_call_id: raw.tool_call_id, tool_name: raw.tool_name, input: raw.input ?? null };
+  }
+  if (t === "tool-result") {
+    checkKeys(raw, ["type", "tool_call_id", "tool_name", "output", "is_error"], where);
+    if (typeof raw.tool_call_id !== "string") invalid(`${where}.tool_call_id`, "must be a string");
+    if (typeof raw.tool_name !== "string") invalid(`${where}.tool_name`, "must be a string");
+    if (raw.is_error !== undefined && typeof raw.is_error !== "boolean") invalid(`${where}.is_error`, "must be a boolean");
+    return {
+      type: t,
+      tool_call_id: raw.tool_call_id,
+      tool_name: raw.tool_name,
+      output: raw.output ?? null,
+      is_error: raw.is_error ?? false,
+    };
+  }
+  return invalid(`${where}.type`, "unknown part type");
+}
+
+/** @param {any} raw @param {string} where @returns {UIMessage} */
+function validateMessage(raw, where) {
+  if (!isObject(raw)) invalid(where, "a message is an object");
+  checkKeys(raw, ["id", "role", "parts", "metadata"], where);
+  const id = /** @type {string} */ (checkId(raw.id, `${where}.id`));
+  if (!["user", "assistant", "system"].includes(raw.role)) invalid(`${where}.role`, "must be user, assistant or system");
+  const parts = raw.parts === undefined ? [] : raw.parts;
+  if (!Array.isArray(parts)) invalid(`${where}.parts`, "must be a list");
+  if (raw.metadata !== undefined && !isObject(raw.metadata)) invalid(`${where}.metadata`, "must be an object");
+  return {
+    id,
+    role: raw.role,
+    parts: parts.map((/** @type {any} */ p, /** @type {number} */ i) => validatePart(p, `${where}.parts.${i}`)),
+    metadata: { ...(raw.metadata || {}) },
+  };
+}
+
+const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
+const KIND_FIELDS = {
+  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
+  run: ["status", "error", "durable", "seen"],
+  cancel: ["reason", "interrupted_by"],
+  cancel_denied: ["cancel_id", "reason"],
+  response_open: ["message_id", "parent_id", "seen", "metadata"],
+  response_append: ["message_id", "chunks"],
+  response_close: ["message_id", "message"],
+  refused: ["message_id", "intent", "error"],
+  checkpoint: ["step", "turn", "iterations", "seen", "state"],
+};
+
+/** A wire error object (`code`, `message`, `details`). @param {any} raw @param {string} where */
+function errorBody(raw, where) {
+  if (!isObject(raw) || typeof raw.code !== "string") invalid(where, "must be an error object");
+  checkKeys(raw, ["code", "message", "details"], where);
+  return { code: raw.code, message: raw.message ?? "", details: { ...(raw.details || {}) } };
+}
+
+/** A list of ids. @param {any} raw @param {string} where @returns {string[]} */
+function idList(raw, where) {
+  if (!Array.isArray(raw)) invalid(where, "must be a list");
+  return raw.map((/** @type {any} */ s, /** @type {number} */ i) => checkId(s, `${where}.${i}`));
+}
+
+/**
+ * An integer of at least `min` (`fallback` when absent; required when `fallback` is null).
+ * @param {any} raw @param {string} where @param {number} min @param {number | null} fallback @returns {number}
+ */
+function count(raw, where, min, fallback) {
+  if ((raw === undefined || raw === null) && fallback !== null) return fallback;
+  if (!Number.isInteger(raw) || raw < min) invalid(where, `must be an integer of at least ${min}`);
+  return raw;
+}
+
+/**
+ * Validate one entry as transport.codec.decode_entry does; a normalized copy with defaults filled.
+ * @param {any} raw
+ * @returns {Entry}
+ * @throws {RunwireError} VALIDATION_ERROR
+ */
+export function decodeEntry(raw) {
+  if (!isObject(raw)) invalid("entry", "an entry is an object");
+  const kind = raw.kind;
+  if (typeof kind !== "string" || !(kind in KIND_FIELDS)) invalid("kind", "unknown or missing entry kind");
+  checkKeys(raw, [...COMMON, ...KIND_FIELDS[/** @type {keyof KIND_FIELDS} */ (kind)]], kind);
+  /** @type {Entry} */
+  const e = {
+    kind,
+    serial: optInt(raw.serial, `${kind}.serial`),
+    ts: raw.ts === undefined || raw.ts === null ? null : Number.isInteger(raw.ts) ? raw.ts : invalid(`${kind}.ts`, "must be an integer"),
+    user_id: optString(raw.user_id, `${kind}.user_id`),
+    client_id: optString(raw.client_id, `${kind}.client_id`),
+    id: checkId(raw.id, `${kind}.id`),
+    run_id: checkId(raw.run_id, `${kind}.run_id`),
+  };
+  if (kind === "message") {
+    const intent = raw.intent === undefined ? "prompt" : raw.intent;
+    if (!["prompt", "steer", "follow_up", "inject"].includes(intent)) invalid("message.intent", "unknown intent");
+    e.intent = intent;
+    e.message = validateMessage(raw.message, "message.message");
+    e.parent_id = checkId(raw.parent_id, "message.parent_id", true);
+    e.agent = checkId(raw.agent, "message.agent", true);
+    e.multitask = optChoice(raw.multitask, MULTITASK_STRATEGIES, "message.multitask");
+    e.parent_run_id = checkId(raw.parent_run_id, "message.parent_run_id", true);
+    e.thread_access = optChoice(raw.thread_access, THREAD_ACCESS, "message.thread_access");
+    if (raw.queued !== undefined && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
+    e.queued = raw.queued ?? null;
+    if (raw.interrupts === undefined || raw.interrupts === null) e.interrupts = null;
+    else {
+      if (!Array.isArray(raw.interrupts)) invalid("message.interrupts", "must be a list");
+      e.interrupts = raw.interrupts.map((/** @type {any} */ r, /** @type {number} */ i) => checkId(r, `message.interrupts.${i}`));
+    }
+  } else if (kind === "run") {
+    // `pending` comes only from the relay: a queued Run's turn came, or a durable Run is handed on.
+    if (!["pending", "active", "suspended", "complete", "cancelled", "error"].includes(raw.status)) invalid("run.status", "unknown status");
+    e.status = raw.status;
+    e.error = raw.error === undefined || raw.error === null ? null : errorBody(raw.error, "run.error");
+    if (raw.durable !== undefined && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
+    e.durable = raw.durable ?? null;
+    e.seen = raw.seen === undefined || raw.seen === null ? null : idList(raw.seen, "run.seen");
+  } else if (kind === "refused") {
+    e.message_id = checkId(raw.message_id, "refused.message_id");
+    const intent = raw.intent === undefined ? "steer" : raw.intent;
+    if (!["prompt", "steer", "follow_up", "inject"].includes(intent)) invalid("refused.intent", "unknown intent");
+    e.intent = intent;
+    e.error = errorBody(raw.error, "refused.error");
+  } else if (kind === "checkpoint") {
+    e.step = count(raw.step, "checkpoint.step", 0, null);
+    e.turn = count(raw.turn, "checkpoint.turn", 1, 1);
+    e.iterations = count(raw.iterations, "checkpoint.iterations", 0, 0);
+    e.seen = raw.seen === undefined ? [] : idList(raw.seen, "checkpoint.seen");
+    if (raw.state !== undefined && !isObject(raw.state)) invalid("checkpoint.state", "must be an object");
+    e.state = { ...(raw.state || {}) };
+  } else if (kind === "cancel") {
+    e.reason = optText(raw.reason, "cancel.reason", 1000);
+    e.interrupted_by = checkId(raw.interrupted_by, "cancel.interrupted_by", true);
+  } else if (kind === "cancel_denied") {
+    e.cancel_id = checkId(raw.cancel_id, "cancel_denied.cancel_id", true);
+    e.reason = optText(raw.reason, "cancel_denied.reason", 1000);
+  } else {
+    e.message_id = checkId(raw.message_id, `${kind}.message_id`);
+    if (kind === "response_open") {
+      e.parent_id = checkId(raw.parent_id, "response_open.parent_id", true);
+      const seen = raw.seen === undefined ? [] : raw.seen;
+      if (!Array.isArray(seen)) invalid("response_open.seen", "must be a list");
+      e.seen = seen.map((/** @type {any} */ s, /** @type {number} */ i) => checkId(s, `response_open.seen.${i}`));
+      if (raw.metadata !== undefined && !isObject(raw.metadata)) invalid("response_open.metadata", "must be an object");
+      e.metadata = { ...(raw.metadata || {}) };
+    } else if (kind === "response_append") {
+      if (!Array.isArray(raw.chunks) || raw.chunks.length < 1 || !raw.chunks.every(isObject)) {
+        invalid("response_append.chunks", "must be a non-empty list of objects");
+      }
+      e.chunks = raw.chunks;
+    } else {
+      e.message = validateMessage(raw.message, "response_close.message");
+    }
+  }
+  return e;
+}
+
+// ------------------------------------------------------------------------------ outcomes ---
+
+/**
+ * Pending and resolved steering outcomes of one session, fed in serial order (transport/outcomes.py).
+ * Each message resolves exactly once; the methods return the records they resolved.
+ */
+export class OutcomeBook {
+  constructor() {
+    /** @type {Map<string, string>} */ this._runOf = new Map();
+    /** @type {Map<string, Set<string>>} */ this._pending = new Map();
+    /** @type {Map<string, Set<string>>} */ this._seen = new Map();
+    /** @type {Map<string, RunEndReason>} */ this._ended = new Map();
+    /** @type {Map<string, OutcomeRecord>} */ this._resolved = new Map();
+  }
+
+  /**
+   * Start tracking a message aimed at `runId`; returns it if it resolved at once.
+   * @param {string} messageId @param {string} runId @returns {OutcomeRecord[]}
+   */
+  track(messageId, runId) {
+    if (this._runOf.has(messageId)) return [];
+    this._runOf.set(messageId, runId);
+    const reason = this._ended.get(runId);
+    if (reason !== undefined) return [this._resolve(messageId, runId, reason)];
+    if (!this._pending.has(runId)) this._pending.set(runId, new Set());
+    /** @type {Set<string>} */ (this._pending.get(runId)).add(messageId);
+    return [];
+  }
+
+  /** Record that a response of `runId` had seen `messageIds`. @param {string} runId @param {Iterable<string>} messageIds */
+  saw(runId, messageIds) {
+    if (!this._seen.has(runId)) this._seen.set(runId, new Set());
+    const seen = /** @type {Set<string>} */ (this._seen.get(runId));
+    for (const id of messageIds) seen.add(id);
+  }
+
+  /** Apply a Run lifecycle status. @param {string} runId @param {string} status @returns {OutcomeRecord[]} */
+  runStatus(runId, status) {
+    if (this._ended.has(runId)) return [];
+    const reason = endReason(status);
+    if (reason !== null) {
+      this._ended.set(runId, reason);
+      const pending = this._pending.get(runId) || new Set();
+      this._pending.delete(runId);
+      return [...pending].map((mid) => this._resolve(mid, runId, reason));
+    }
+    if (status !== "suspended") return [];
+    const pending = this._pending.get(runId) || new Set();
+    const seen = this._seen.get(runId) || new Set();
+    const done = [...pending].filter((mid) => seen.has(mid));
+    for (const mid of done) pending.delete(mid);
+    return done.map((mid) => this._resolve(mid, runId, null));
+  }
+
+  /**
+   * An input check refused `messageId` (a `refused` entry): it resolves at once, not consumed,
+   * `refused` set to the error, whether or not it was tracked; [] if it had resolved.
+   * @param {string} messageId @param {string} runId @param {Record<string, unknown>} error @returns {OutcomeRecord[]}
+   */
+  refuse(messageId, runId, error) {
+    if (this._resolved.has(messageId)) return [];
+    if (!this._runOf.has(messageId)) this._runOf.set(messageId, runId);
+    this._pending.get(runId)?.delete(messageId);
+    /** @type {OutcomeRecord} */
+    const record = Object.freeze({ messageId, runId, consumed: false, runTerminalReason: null, refused: { ...error } });
+    this._resolved.set(messageId, record);
+    return [record];
+  }
+
+  /** True once an input check refused the message. @param {string} messageId */
+  refused(messageId) {
+    const record = this._resolved.get(messageId);
+    return record !== undefined && record.refused !== null;
+  }
+
+  /** The resolved outcome of a message; null while pending or unknown. @param {string} messageId */
+  outcome(messageId) {
+    return this._resolved.get(messageId) ?? null;
+  }
+
+  /** Ids of the Run's messages not resolved yet, in tracking order. @param {string} runId */
+  pending(runId) {
+    return [...(this._pending.get(runId) || [])];
+  }
+
+  /** True once a response of the message's Run has seen it. @param {string} messageId */
+  consumed(messageId) {
+    const runId = this._runOf.get(messageId);
+    return runId !== undefined && (this._seen.get(runId)?.has(messageId) ?? false);
+  }
+
+  /** Every resolved outcome, in the order they resolved. */
+  resolved() {
+    return [...this._resolved.values()];
+  }
+
+  /** @param {string} messageId @param {string} runId @param {RunEndReason | null} reason */
+  _resolve(messageId, runId, reason) {
+    /** @type {OutcomeRecord} */
+    const record = Object.freeze({
+      messageId,
+      runId,
+      consumed: this._seen.get(runId)?.has(messageId) ?? false,
+      runTerminalReason: reason,
+      refused: null,
+    });
+    this._resolved.set(messageId, record);
+    return record;
+  }
+}
+
+// ---------------------------------------------------------------------- conversation tree ---
+
+/** @typedef {{view: ViewMessage, response: boolean, children: string[], closed: boolean, partIds: Map<string, number>}} TreeNode */
+/**
+ * `held` is a queued prompt (added when its turn comes), `heldInputs` the steering aimed at it.
+ * `responses` maps each response id to its `seen`; `checkpoint` is the latest checkpoint entry.
+ * @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[], responses: Map<string, string[]>, checkpoint: Entry | null}} TreeRun
+ */
+
+/** @param {ViewMessage} view @returns {ViewMessage} */
+const freezeView = (view) => Object.freeze(view);
+/** A held (queued) message entry's view. @param {Entry} e @returns {ViewMessage} */
+const heldView = (e) => freezeView({ message: e.message, runId: e.run_id, serial: e.serial, parentId: e.parent_id, intent: e.intent, refused: false });
+/**
+ * A steer / follow-up / inject gets `metadata.queued` set to its intent (unless the sender set it).
+ * @param {Entry} e @returns {Entry}
+ */
+function markedQueued(e) {
+  if (e.intent === "prompt" || "queued" in e.message.metadata) return e;
+  return { ...e, message: { ...e.message, metadata: { ...e.message.metadata, queued: e.intent } } };
+}
+/** @param {RunInfo} info @returns {RunInfo} */
+const freezeRun = (info) => Object.freeze(info);
+
+/** Everything derived from entries; rebuilt from scratch when older entries arrive. */
+class Fold {
+  /** @param {Map<string | null, string> | null} selections */
+  constructor(selections) {
+    this.selections = selections; // null while rebuilding: only live folds move them
+    /** @type {Map<string, TreeNode>} */ this.nodes = new Map();
+    /** @type {string[]} */ this.roots = [];
+    /** @type {string[]} */ this.spine = []; // the default path (highest-serial child at each node)
+    /** @type {Map<string, number>} */ this.spinePos = new Map();
+    /** @type {Map<string, TreeRun>} */ this.runs = new Map();
+    this.book = new OutcomeBook();
+    /** @type {Map<string, ViewMessage>} */ this.held = new Map(); // queued prompts by message id (kept once dropped)
+    /** @type {Map<string, CancelDenial>} */ this.denials = new Map();
+    /** @type {Map<string, Refusal>} */ this.refusals = new Map();
+  }
+
+  /** Fold one entry (the newest so far); the events it caused. @param {Entry} e @returns {TreeEvent[]} */
+  apply(e) {
+    if (e.kind === "message") e = markedQueued(e);
+    /** @type {TreeEvent[]} */
+    const events = [];
+    const [run, created] = this._run(e);
+    if (e.kind === "run") {
+      if (e.seen) {
+        for (const id of e.seen) run.seen.add(id);
+        this.book.saw(e.run_id, e.seen);
+      }
+      const old = run.info;
+      if (!TERMINAL.includes(old.status)) {
+        run.info = freezeRun({ ...old, status: e.status, endReason: endReason(e.status), error: e.error });
+      }
+      if (created || !deepEqual(run.info, old)) events.push({ kind: "run", run: run.info });
+      const held = run.held;
+      if (held !== null && run.info.status !== "queued") {
+        run.held = null;
+        const inputs = run.heldInputs;
+        run.heldInputs = [];
+        if (!TERMINAL.includes(run.info.status) && !this.nodes.has(held.message.id)) {
+          [held, ...inputs].forEach((waiting, i) => {
+            const node = i
+              ? this._add(waiting.message, waiting.run_id, waiting.serial ?? 0, waiting.parent_id, waiting.intent, false)
+              : this._place(waiting);
+            this.held.delete(waiting.message.id);
+            if (this.refusals.has(waiting.message.id)) node.view = freezeView({ ...node.view, refused: true });
+            events.push({ kind: "message", message: node.view, op: "added" });
+          });
+        }
+      }
+      for (const r of this.book.runStatus(e.run_id, e.status)) events.push({ kind: "delivery", outcome: r });
+      return events;
+    }
+    if (created) events.push({ kind: "run", run: run.info });
+    if (e.kind === "message") {
+      const mid = e.message.id;
+      if (this.nodes.has(mid) || this.held.has(mid) || this.refusals.has(mid)) return events;
+      let node;
+      if (e.intent === "prompt") {
+        run.promptId = mid;
+        if (e.queued && run.info.status === "queued") {
+          run.held = e;
+          this.held.set(mid, heldView(e));
+          return events;
+        }
+        node = this._place(e);
+      } else if (run.held !== null) {
+        // Aimed at a queued Run: it waits with its prompt (its outcome is tracked at once).
+        run.heldInputs.push(e);
+        this.held.set(mid, heldView(e));
+        run.inputs.push(mid);
+        for (const r of this.book.track(mid, e.run_id)) events.push({ kind: "delivery", outcome: r });
+        return events;
+      } else {
+        node = this._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, false);
+      }
+      events.push({ kind: "message", message: node.view, op: "added" });
+      if (e.intent !== "prompt") {
+        run.inputs.push(mid);
+        for (const r of this.book.track(mid, e.run_id)) events.push({ kind: "delivery", outcome: r });
+      }
+    } else if (e.kind === "cancel") {
+      run.cancelRequested = true;
+    } else if (e.kind === "cancel_denied") {
+      run.cancelRequested = false;
+      /** @type {CancelDenial} */
+      const denial = Object.freeze({
+        runId: e.run_id,
+        cancelId: e.cancel_id,
+        serial: e.serial,
+        reason: e.reason,
+        clientId: e.client_id,
+        userId: e.user_id,
+      });
+      run.denials.push(denial);
+      if (e.cancel_id !== null && !this.denials.has(e.cancel_id)) this.denials.set(e.cancel_id, denial);
+    } else if (e.kind === "refused") {
+      events.push(...this._refuse(e));
+    } else if (e.kind === "checkpoint") {
+      if (run.checkpoint === null || e.step >= run.checkpoint.step) run.checkpoint = e;
+    } else if (e.kind === "response_open") {
+      for (const id of e.seen) run.seen.add(id);
+      this.book.saw(e.run_id, e.seen);
+      const existing = this.nodes.get(e.message_id);
+      if (existing === undefined) {
+        /** @type {UIMessage} */
+        const message = { id: e.message_id, role: "assistant", parts: [], metadata: { ...e.metadata } };
+        const node = this._add(message, e.run_id, e.serial, e.parent_id, null, true);
+        run.responses.set(e.message_id, [...e.seen]);
+        events.push({ kind: "message", message: node.view, op: "added" });
+      } else if (existing.response && !existing.closed && existing.view.runId === e.run_id) {
+        // A retried step: start the response over.
+        run.responses.set(e.message_id, [...e.seen]);
+        existing.partIds.clear();
+        const message = { ...existing.view.message, parts: [], metadata: { ...e.metadata } };
+        if (!deepEqual(message, existing.view.message)) {
+          existing.view = freezeView({ ...existing.view, message });
+          events.push({ kind: "message", message: existing.view, op: "updated" });
+        }
+      }
+    } else {
+      const target = this.nodes.get(e.message_id);
+      if (target !== undefined && target.response && !target.closed) {
+        let message;
+        if (e.kind === "response_append") {
+          message = foldChunks(target, e.chunks);
+        } else {
+          target.closed = true;
+          message = e.message;
+          if (message.id !== e.message_id) message = { ...message, id: e.message_id };
+        }
+        if (!deepEqual(message, target.view.message)) {
+          target.view = freezeView({ ...target.view, message });
+          events.push({ kind: "message", message: target.view, op: "updated" });
+        }
+      }
+    }
+    return events;
+  }
+
+  /** @param {Entry} e @returns {TreeEvent[]} */
+  _refuse(e) {
+    if (this.refusals.has(e.message_id)) return [];
+    this.refusals.set(
+      e.message_id,
+      Object.freeze({
+        messageId: e.message_id,
+        runId: e.run_id,
+        intent: e.intent,
+        error: e.error,
+        serial: e.serial,
+        clientId: e.client_id,
+      }),
+    );
+    /** @type {TreeEvent[]} */
+    const events = [];
+    const node = this.nodes.get(e.message_id);
+    if (node !== undefined && !node.response && !node.view.refused) {
+      node.view = freezeView({ ...node.view, refused: true });
+      events.push({ kind: "message", message: node.view, op: "updated" });
+    }
+    const held = this.held.get(e.message_id);
+    if (held !== undefined && held.intent !== "prompt") this.held.set(e.message_id, freezeView({ ...held, refused: true }));
+    for (const r of this.book.refuse(e.message_id, e.run_id, e.error)) events.push({ kind: "delivery", outcome: r });
+    return events;
+  }
+
+  /** @param {Entry} e @returns {[TreeRun, boolean]} */
+  _run(e) {
+    const existing = this.runs.get(e.run_id);
+    if (existing !== undefined) return [existing, false];
+    /** @type {RunInfo} */
+    let info = { runId: e.run_id, status: "pending", clientId: null, userId: null, endReason: null, error: null, agent: null };
+    if (e.kind === "message" && e.intent === "prompt") {
+      info = { ...info, status: e.queued ? "queued" : "pending", clientId: e.client_id, userId: e.user_id, agent: e.agent || "default" };
+    }
+    /** @type {TreeRun} */
+    const run = {
+      info: freezeRun(info),
+      cancelRequested: false,
+      inputs: [],
+      seen: new Set(),
+      promptId: null,
+      held: null,
+      heldInputs: [],
+      denials: [],
+      responses: new Map(),
+      checkpoint: null,
+    };
+    this.runs.set(e.run_id, run);
+    return [run, true];
+  }
+
+  /**
+   * Add a prompt: under its parent, beside the turn it rolls back, or at the tip.
+   * @param {Entry} e @returns {TreeNode}
+   */
+  _place(e) {
+    if ((e.parent_id === null || !this.nodes.has(e.parent_id)) && e.multitask === "rollback" && e.interrupts && e.interrupts.length) {
+      /** @type {TreeNode[]} */
+      const prompts = [];
+      for (const r of e.interrupts) {
+        const pid = this.runs.get(r)?.promptId;
+        const node = pid === null || pid === undefined ? undefined : this.nodes.get(pid);
+        if (node !== undefined) prompts.push(node);
+      }
+      if (prompts.length) {
+        // The first of the lowest serial, as Python's min().
+        const earliest = prompts.reduce((a, b) => (b.view.serial < a.view.serial ? b : a));
+        return this._add(e.message, e.run_id, e.serial, earliest.view.parentId, e.intent, false, true);
+      }
+    }
+    return this._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, false);
+  }
+
+  /**
+   * @param {UIMessage} message @param {string} runId @param {number} serial
+   * @param {string | null} parentId @param {Intent | null} intent @param {boolean} response
+   * @param {boolean} [exact] take `parentId` as it is (null: a new root)
+   * @returns {TreeNode}
+   */
+  _add(message, runId, serial, parentId, intent, response, exact = false) {
+    if (!exact && (parentId === null || !this.nodes.has(parentId))) {
+      parentId = this.spine.length ? this.spine[this.spine.length - 1] : null;
+    }
+    /** @type {TreeNode} */
+    const node = {
+      view: freezeView({ message, runId, serial, parentId, intent, refused: false }),
+      response,
+      children: [],
+      closed: false,
+      partIds: new Map(),
+    };
+    this.nodes.set(message.id, node);
+    if (parentId === null) {
+      this.roots.push(message.id);
+      this.spinePos.clear();
+      this.spine.length = 0;
+    } else {
+      /** @type {TreeNode} */ (this.nodes.get(parentId)).children.push(message.id);
+      const pos = this.spinePos.get(parentId);
+      if (pos !== undefined) {
+        for (const dropped of this.spine.slice(pos + 1)) this.spinePos.delete(dropped);
+        this.spine.length = pos + 1;
+      }
+    }
+    if (parentId === null || this.spinePos.has(parentId)) {
+      this.spinePos.set(message.id, this.spine.length);
+      this.spine.push(message.id);
+    }
+    if (this.selections !== null) this.selections.delete(parentId);
+    return node;
+  }
+
+  /** @returns {string[]} */
+  path() {
+    if (!this.selections || this.selections.size === 0) return [...this.spine];
+    const out = [];
+    /** @type {string | null} */
+    let key = null;
+    let children = this.roots;
+    while (children.length) {
+      /** @type {string} */
+      const pick = this.selections.get(key) || children[children.length - 1];
+      out.push(pick);
+      key = pick;
+      children = /** @type {TreeNode} */ (this.nodes.get(pick)).children;
+    }
+    return out;
+  }
+}
+
+/**
+ * The node's message with `chunks` folded in (a new object; the old one is untouched).
+ * @param {TreeNode} node @param {Record<string, any>[]} chunks @returns {UIMessage}
+ */
+function foldChunks(node, chunks) {
+  /** @type {Part[]} */
+  const parts = [...node.view.message.parts];
+  let changed = false;
+  for (const chunk of chunks) {
+    const kind = chunk.type;
+    if (kind === "text-start" || kind === "text-delta") {
+      changed = stream(parts, node.partIds, "text", kind === "text-start", chunk) || changed;
+    } else if (kind === "reasoning-start" || kind === "reasoning-delta") {
+      changed = stream(parts, node.partIds, "reasoning", kind === "reasoning-start", chunk) || changed;
+    } else if (kind === "tool-input-available") {
+      const callId = chunk.toolCallId;
+      const name = chunk.toolName;
+      if (typeof callId === "string" && typeof name === "string") {
+        parts.push({ type: "tool-call", tool_call_id: callId, tool_name: name, input: chunk.input ?? null });
+        changed = true;
+      }
+    } else if (kind === "tool-output-available" || kind === "tool-output-error") {
+      const callId = chunk.toolCallId;
+      const error = chunk.errorText;
+      if (typeof callId !== "string" || (kind === "tool-output-error" && typeof error !== "string")) continue;
+      const name = toolName(parts, callId, chunk.toolName);
+      if (kind === "tool-output-error") {
+        // With a string errorCode the output carries it (runwire's tool runner and history repair).
+        const code = chunk.errorCode;
+        const output = typeof code === "string" ? { code, message: error } : error;
+        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
+      } else {
+        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: chunk.output ?? null, is_error: false });
+      }
+      changed = true;
+    }
+  }
+  if (!changed) return node.view.message;
+  return { ...node.view.message, parts };
+}
+
+/**
+ * Fold one text/reasoning start or delta; true if the parts changed.
+ * @param {Part[]} parts @param {Map<string, number>} ids @param {"text" | "reasoning"} family
+ * @param {boolean} start @param {Record<string, any>} chunk
+ */
+function stream(parts, ids, family, start, chunk) {
+  const cid = chunk.id;
+  if (cid !== undefined && cid !== null && typeof cid !== "string") return false;
+  const delta = start ? "" : chunk.delta;
+  if (typeof delta !== "string") return false;
+  const key = `${family}\u0000${cid}`;
+  /** @type {number | undefined} */
+  let index;
+  if (start) index = undefined;
+  else if (cid !== undefined && cid !== null) index = ids.get(key);
+  else index = parts.length && parts[parts.length - 1].type === family ? parts.length - 1 : undefined;
+  if (index === undefined) {
+    parts.push({ type: family, text: delta });
+    if (cid !== undefined && cid !== null) ids.set(key, parts.length - 1);
+    return true;
+  }
+  if (!delta) return false;
+  const old = /** @type {TextPart | ReasoningPart} */ (parts[index]);
+  parts[index] = { type: family, text: old.text + delta };
+  return true;
+}
+
+/** @param {Part[]} parts @param {string} callId @param {unknown} fallback @returns {string} */
+function toolName(parts, callId, fallback) {
+  for (let i = parts.length - 1; i >= 0; i--) {
+    const part = parts[i];
+    if (part.type === "tool-call" && part.tool_call_id === callId) return part.tool_name;
+  }
+  return typeof fallback === "string" ? fallback : "";
+}
+
+/**
+ * A session's entries folded into a conversation tree, Runs and steering outcomes (a port of
+ * transport/tree.py: read that module's docstring for the rules). Feed it every entry the relay
+ * delivers with `fold` / `foldOlder`; both throw RunwireError(VALIDATION_ERROR) for an entry that
+ * does not validate or has no serial (nothing is folded then).
+ */
+export class ConversationTree {
+  constructor() {
+    /** @type {Map<number, Entry>} */ this._entries = new Map();
+    /** @type {number | null} */ this._oldest = null;
+    /** @type {number | null} */ this._newest = null;
+    /** @type {Map<string | null, string>} */ this._selected = new Map();
+    /** @type {Set<string>} */ this._reported = new Set();
+    this._state = new Fold(this._selected);
+  }
+
+  /** Fold one stamped entry; the events it caused ([] for a serial already folded). @param {any} entry */
+  fold(entry) {
+    return this.foldOlder([entry]);
+  }
+
+  /**
+   * Fold several stamped entries, in any order (a history page); the events they caused.
+   * @param {Iterable<any>} entries @returns {TreeEvent[]}
+   */
+  foldOlder(entries) {
+    /** @type {Map<number, Entry>} */
+    const fresh = new Map();
+    for (const raw of entries) {
+      const entry = decodeEntry(raw);
+      if (entry.serial === null) {
+        throw new RunwireError(VALIDATION_ERROR, "entry has no serial: only relay-stamped entries fold");
+      }
+      if (!this._entries.has(entry.serial) && !fresh.has(entry.serial)) fresh.set(entry.serial, entry);
+    }
+    if (fresh.size === 0) return [];
+    const serials = [...fresh.keys()].sort((a, b) => a - b);
+    const low = serials[0];
+    const high = serials[serials.length - 1];
+    const incremental = this._newest === null || low > this._newest;
+    for (const [s, e] of fresh) this._entries.set(s, e);
+    this._oldest = this._oldest === null ? low : Math.min(this._oldest, low);
+    this._newest = this._newest === null ? high : Math.max(this._newest, high);
+    if (!incremental) return this._rebuild();
+    /** @type {TreeEvent[]} */
+    const events = [];
+    for (const s of serials) events.push(...this._state.apply(/** @type {Entry} */ (fresh.get(s))));
+    return this._once(events);
+  }
+
+  /** @returns {TreeEvent[]} */
+  _rebuild() {
+    const old = this._state;
+    const fresh = new Fold(null);
+    const serials = [...this._entries.keys()].sort((a, b) => a - b);
+    // A close replaces the whole content, so appends before it cannot change the result.
+    /** @type {Map<string, number>} */
+    const closedAt = new Map();
+    for (const s of serials) {
+      const e = /** @type {Entry} */ (this._entries.get(s));
+      if (e.kind === "response_close") closedAt.set(e.message_id, s);
+    }
+    for (const s of serials) {
+      const e = /** @type {Entry} */ (this._entries.get(s));
+      if (e.kind === "response_append" && (closedAt.get(e.message_id) ?? -1) > s) continue;
+      fresh.apply(e);
+    }
+    fresh.selections = this._selected;
+    this._state = fresh;
+    for (const [key, child] of [...this._selected]) {
+      const node = fresh.nodes.get(child);
+      if (node === undefined || node.view.parentId !== key) this._selected.delete(key);
+    }
+    /** @type {TreeEvent[]} */
+    const events = [];
+    for (const [mid, node] of fresh.nodes) {
+      const before = old.nodes.get(mid);
+      if (before === undefined) events.push({ kind: "message", message: node.view, op: "added" });
+      else if (!deepEqual(before.view, node.view)) events.push({ kind: "message", message: node.view, op: "updated" });
+    }
+    for (const [runId, run] of fresh.runs) {
+      const was = old.runs.get(runId);
+      if (was === undefined || !deepEqual(was.info, run.info)) events.push({ kind: "run", run: run.info });
+    }
+    for (const r of fresh.book.resolved()) events.push({ kind: "delivery", outcome: r });
+    return this._once(events);
+  }
+
+  /** @param {TreeEvent[]} events @returns {TreeEvent[]} */
+  _once(events) {
+    return events.filter((event) => {
+      if (event.kind !== "delivery") return true;
+      if (this._reported.has(event.outcome.messageId)) return false;
+      this._reported.add(event.outcome.messageId);
+      return true;
+    });
+  }
+
+  /** The lowest serial folded, null when empty. */
+  get oldestSerial() {
+    return this._oldest;
+  }
+
+  /** The highest serial folded, null when empty. */
+  get newestSerial() {
+    return this._newest;
+  }
+
+  /**
+   * The active branch, root to tip; ids in `tail` on it move last, in that order. Refused
+   * messages are left out.
+   * @param {string[]} [tail] @returns {ViewMessage[]}
+   */
+  messages(tail = []) {
+    const nodes = this._state.nodes;
+    const path = this._state.path().filter((mid) => !(/** @type {TreeNode} */ (nodes.get(mid)).view.refused));
+    const view = (/** @type {string} */ mid) => /** @type {TreeNode} */ (nodes.get(mid)).view;
+    if (!tail.length) return path.map(view);
+    const onPath = new Set(path);
+    const last = [...new Set(tail)].filter((mid) => onPath.has(mid));
+    const moved = new Set(last);
+    return [...path.filter((mid) => !moved.has(mid)).map(view), ...last.map(view)];
+  }
+
+  /** Any message of the tree (on the active branch or not, or a held prompt), by id. @param {string} messageId */
+  message(messageId) {
+    return this._state.nodes.get(messageId)?.view ?? this._state.held.get(messageId) ?? null;
+  }
+
+  /** Prompts of queued Runs, not yet in the conversation, oldest first. @returns {ViewMessage[]} */
+  waiting() {
+    const held = this._state.held;
+    /** @type {ViewMessage[]} */
+    const out = [];
+    for (const run of this._state.runs.values()) {
+      const view = run.held === null ? undefined : held.get(run.held.message.id);
+      if (view !== undefined) out.push(view);
+    }
+    return out;
+  }
+
+  /** Ids of the message's siblings, itself included, in serial order. @param {string} messageId */
+  branches(messageId) {
+    const node = this._state.nodes.get(messageId);
+    if (node === undefined) return [];
+    const parent = node.view.parentId;
+    return [...(parent === null ? this._state.roots : /** @type {TreeNode} */ (this._state.nodes.get(parent)).children)];
+  }
+
+  /**
+   * Make the path through `messageId` active (a local choice); the messages it brought onto the
+   * active branch, as `updated` events in path order.
+   * @param {string} messageId @returns {MessageEvent[]}
+   */
+  selectBranch(messageId) {
+    const nodes = this._state.nodes;
+    if (!nodes.has(messageId)) return [];
+    const before = new Set(this._state.path());
+    let current = messageId;
+    for (;;) {
+      const parent = /** @type {TreeNode} */ (nodes.get(current)).view.parentId;
+      this._selected.set(parent, current);
+      if (parent === null) break;
+      current = parent;
+    }
+    return this._state
+      .path()
+      .filter((mid) => !before.has(mid))
+      .map((mid) => ({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "updated" }));
+  }
+
+  /** Every Run, in order of creation. @returns {RunInfo[]} */
+  runs() {
+    return [...this._state.runs.values()].map((r) => r.info);
+  }
+
+  /** One Run's snapshot, null if the tree has not seen it. @param {string} runId */
+  run(runId) {
+    return this._state.runs.get(runId)?.info ?? null;
+  }
+
+  /** True once a cancel entry for the Run was folded (and no refusal came after it). @param {string} runId */
+  cancelRequested(runId) {
+    return this._state.runs.get(runId)?.cancelRequested ?? false;
+  }
+
+  /** The agent's refusal of the cancel entry `cancelId`, if it refused. @param {string} cancelId @returns {CancelDenial | null} */
+  cancelDenial(cancelId) {
+    return this._state.denials.get(cancelId) ?? null;
+  }
+
+  /** Every refused cancel of the Run, in serial order. @param {string} runId @returns {CancelDenial[]} */
+  cancelDenials(runId) {
+    return [...(this._state.runs.get(runId)?.denials ?? [])];
+  }
+
+  /** Steer, follow-up and inject messages aimed at the Run, in serial order (refused ones left out). @param {string} runId */
+  inputs(runId) {
+    const run = this._state.runs.get(runId);
+    if (run === undefined) return [];
+    /** @type {ViewMessage[]} */
+    const out = [];
+    for (const mid of run.inputs) {
+      const vm = this.message(mid);
+      if (vm !== null && !vm.refused) out.push(vm);
+    }
+    return out;
+  }
+
+  /** The prompt that started the Run, if the tree holds it (held while queued). @param {string} runId */
+  prompt(runId) {
+    const run = this._state.runs.get(runId);
+    if (run === undefined || run.promptId === null) return null;
+    return this.message(run.promptId);
+  }
+
+  /** The Run's responses in the order they opened, with their state and `seen`. @param {string} runId @returns {ResponseState[]} */
+  responses(runId) {
+    const run = this._state.runs.get(runId);
+    if (run === undefined) return [];
+    const nodes = this._state.nodes;
+    return [...run.responses].map(([mid, seen]) => {
+      const node = /** @type {TreeNode} */ (nodes.get(mid));
+      return Object.freeze({ view: node.view, closed: node.closed, seen: [...seen] });
+    });
+  }
+
+  /** Refused messages (of one Run, or all), in serial order. @param {string | null} [runId] @returns {Refusal[]} */
+  refusals(runId = null) {
+    return [...this._state.refusals.values()].filter((r) => runId === null || r.runId === runId);
+  }
+
+  /** The latest `checkpoint` entry of a Run, if the tree holds one. @param {string} runId @returns {Entry | null} */
+  checkpoint(runId) {
+    return this._state.runs.get(runId)?.checkpoint ?? null;
+  }
+
+  /** Steer messages aimed at the Run, in serial order. @param {string} runId */
+  steering(runId) {
+    return this.inputs(runId).filter((vm) => vm.intent === "steer");
+  }
+
+  /** Every message id the Run's responses listed as seen. @param {string} runId @returns {Set<string>} */
+  seen(runId) {
+    return new Set(this._state.runs.get(runId)?.seen ?? []);
+  }
+
+  /** The outcome book (read it; the tree feeds it). */
+  get outcomes() {
+    return this._state.book;
+  }
+
+  /** A steering message's resolved outcome; null while pending or unknown. @param {string} messageId */
+  outcome(messageId) {
+    return this._state.book.outcome(messageId);
+  }
+
+  /** Ids of the Run's steering messages whose outcome is not resolved yet. @param {string} runId */
+  pending(runId) {
+    return this._state.book.pending(runId);
+  }
+}
+
+// ----------------------------------------------------------------------------------- view ---
+
+/**
+ * A client's live picture of one session's conversation (`session.view`). Entries of each
+ * `attached` and `deliver` frame fold into its tree in serial order; every event the tree reports
+ * goes to the session's bookkeeping, then to the `on()` callbacks of its kind, then to every open
+ * `events()` iterator. Serials the view holds are skipped, so a resume never shows a message twice.
+ */
+export class View {
+  /**
+   * @param {string} sessionId
+   * @param {(before: number, limit: number) => Promise<{entries: any[], hasOlder: boolean}>} fetchOlder
+   */
+  constructor(sessionId, fetchOlder) {
+    this.sessionId = sessionId;
+    this._fetchOlder = fetchOlder;
+    this._tree = new ConversationTree();
+    /** @type {number | null} */ this._newest = null;
+    /** @type {number | null} */ this._oldest = null;
+    this._hasOlder = false;
+    /** @type {Record<string, Set<(event: any) => void>>} */
+    this._callbacks = { message: new Set(), run: new Set(), delivery: new Set() };
+    /** @type {Set<(event: TreeEvent) => void>} */ this._streams = new Set();
+    /** @type {((event: TreeEvent) => void)[]} */ this._hooks = [];
+    /** @type {Set<() => void>} */ this._changed = new Set();
+    /** @type {Promise<number> | null} */ this._older = null;
+    this._closed = false;
+  }
+
+  /** The underlying conversation tree (read it; do not fold into it). */
+  get tree() {
+    return this._tree;
+  }
+
+  /** The newest serial this view holds (what a resume starts after). */
+  get newestSerial() {
+    return this._newest;
+  }
+
+  /** The oldest serial this view holds (what `loadOlder` pages before). */
+  get oldestSerial() {
+    return this._oldest;
+  }
+
+  /** The active branch of the conversation, oldest first. @returns {ViewMessage[]} */
+  getMessages() {
+    return this._tree.messages();
+  }
+
+  /** Prompts of queued Runs (not yet in `getMessages()`), oldest first. @returns {ViewMessage[]} */
+  waiting() {
+    return this._tree.waiting();
+  }
+
+  /** Every Run the view knows, with its status. @returns {RunInfo[]} */
+  runs() {
+    return this._tree.runs();
+  }
+
+  /** One Run, or null if the view has not seen it. @param {string} runId */
+  run(runId) {
+    return this._tree.run(runId);
+  }
+
+  /** True while the session has entries older than the view holds. */
+  hasOlder() {
+    return this._hasOlder;
+  }
+
+  /** Ids of a message's alternatives (its siblings, itself included), oldest first. @param {string} messageId */
+  branches(messageId) {
+    return this._tree.branches(messageId);
+  }
+
+  /** Show the branch through `messageId`; reports the messages it brings into view. @param {string} messageId */
+  selectBranch(messageId) {
+    this._dispatch(this._tree.selectBranch(messageId));
+  }
+
+  /**
+   * Fetch the page before the oldest entry the view holds and merge it; resolves to how many
+   * entries the page had (0 when there is nothing older). Calls made meanwhile wait their turn.
+   * @param {number} [limit] @returns {Promise<number>}
+   */
+  loadOlder(limit = 50) {
+    if (!(limit >= 1)) return Promise.reject(new RunwireError(VALIDATION_ERROR, "limit must be at least 1"));
+    const previous = this._older || Promise.resolve(0);
+    const next = previous.catch(() => 0).then(async () => {
+      if (!this._hasOlder || this._oldest === null) return 0;
+      const { entries, hasOlder } = await this._fetchOlder(this._oldest, limit);
+      this._hasOlder = hasOlder;
+      for (const e of entries) {
+        if (isObject(e) && Number.isInteger(e.serial) && this._oldest !== null) this._oldest = Math.min(this._oldest, e.serial);
+      }
+      this._dispatch(this._tree.foldOlder(entries));
+      return entries.length;
+    });
+    this._older = next;
+    return next;
+  }
+
+  /**
+   * Call `callback(event)` for each "message", "run" or "delivery" event; returns a function
+   * that unsubscribes. Throws RunwireError(VALIDATION_ERROR) for another event name.
+   * @param {"message" | "run" | "delivery"} event @param {(event: any) => void} callback
+   * @returns {() => void}
+   */
+  on(event, callback) {
+    const set = this._callbacks[event];
+    if (set === undefined) {
+      throw new RunwireError(VALIDATION_ERROR, `unknown view event ${JSON.stringify(event)}; expected one of ${EVENT_KINDS.join(", ")}`);
+    }
+    const wrapped = (/** @type {any} */ e) => callback(e);
+    set.add(wrapped);
+    return () => {
+      set.delete(wrapped);
+    };
+  }
+
+  /**
+   * An async iterator of every event from now on; ends when the session closes.
+   * @returns {AsyncIterableIterator<TreeEvent>}
+   */
+  events() {
+    /** @type {TreeEvent[]} */
+    const buffer = [];
+    /** @type {((r: IteratorResult<TreeEvent>) => void) | null} */
+    let wake = null;
+    let ended = this._closed;
+    const push = (/** @type {TreeEvent} */ event) => {
+      if (wake) {
+        const w = wake;
+        wake = null;
+        w({ value: event, done: false });
+      } else buffer.push(event);
+    };
+    const end = () => {
+      ended = true;
+      this._streams.delete(push);
+      this._changed.delete(onClose);
+      if (wake) {
+        const w = wake;
+        wake = null;
+        w({ value: undefined, done: true });
+      }
+    };
+    const onClose = () => {
+      if (this._closed) end();
+    };
+    if (!ended) {
+      this._streams.add(push);
+      this._changed.add(onClose);
+    }
+    return {
+      next: () => {
+        if (buffer.length) return Promise.resolve({ value: /** @type {TreeEvent} */ (buffer.shift()), done: false });
+        if (ended) return Promise.resolve({ value: undefined, done: true });
+        return new Promise((resolve) => {
+          wake = resolve;
+        });
+      },
+      return: () => {
+        buffer.length = 0;
+        end();
+        return Promise.resolve({ value: undefined, done: true });
+      },
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+    };
+  }
+
+  /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries */
+  _foldLive(entries) {
+    for (const entry of entries) {
+      const serial = isObject(entry) && Number.isInteger(entry.serial) ? entry.serial : null;
+      if (serial !== null) {
+        if (this._newest !== null && serial <= this._newest) continue;
+        this._newest = serial;
+        if (this._oldest === null) this._oldest = serial;
+      }
+      let events;
+      try {
+        events = this._tree.fold(entry);
+      } catch (err) {
+        console.warn(`runwire: session ${this.sessionId}: skipping an entry the view cannot read:`, err);
+        continue;
+      }
+      this._dispatch(events);
+    }
+    this._notify(); // entries that raise no event (a refused cancel) still wake waiters
+  }
+
+  /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
+  _attached(entries, head, hasOlder) {
+    this._hasOlder = hasOlder;
+    this._foldLive(entries);
+    if (this._newest === null) this._newest = head;
+  }
+
+  /** A resume: everything after the newest serial the view held. @param {any[]} entries @param {number} head */
+  _resumed(entries, head) {
+    this._foldLive(entries);
+    if (this._newest === null) this._newest = head;
+  }
+
+  /** The relay lost the history the view resumed from: rebuild from the page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
+  _reset(entries, head, hasOlder) {
+    this._tree = new ConversationTree();
+    this._newest = null;
+    this._oldest = null;
+    this._attached(entries, head, hasOlder);
+  }
+
+  _close() {
+    this._closed = true;
+    this._notify();
+  }
+
+  /** @param {TreeEvent[]} events */
+  _dispatch(events) {
+    if (!events.length) return;
+    for (const event of events) {
+      for (const hook of this._hooks) hook(event);
+      for (const callback of [...this._callbacks[event.kind]]) {
+        try {
+          callback(event);
+        } catch (err) {
+          console.error(`runwire: a view ${event.kind} callback failed:`, err);
+        }
+      }
+      for (const push of [...this._streams]) push(event);
+    }
+    this._notify();
+  }
+
+  _notify() {
+    for (const fn of [...this._changed]) fn();
+  }
+
+  /** Resolve when `predicate()` holds (checked now and after each batch of events), or reject on close. @template T @param {() => T | null | undefined | false} predicate @returns {Promise<T>} */
+  _until(predicate) {
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        let value;
+        try {
+          value = predicate();
+        } catch (err) {
+          this._changed.delete(check);
+          reject(err);
+          return;
+        }
+        if (value) {
+          this._changed.delete(check);
+          resolve(value);
+        } else if (this._closed) {
+          this._changed.delete(check);
+          reject(new RunwireError(CONNECTION_CLOSED, "the session was closed"));
+        }
+      };
+      this._changed.add(check);
+      check();
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------- runs ---
+
+/** @typedef {{serial: number}} Published */
+/** @typedef {{consumed: boolean, runTerminalReason: RunEndReason | null, refused: RunwireError | null}} Outcome */
+/** @typedef {{status: RunStatus, endReason: RunEndReason | null, undelivered: UIMessage[], interrupts: unknown[]}} RunResult */
+
+/** @template T */
+class Deferred {
+  constructor() {
+    /** @type {(value: T) => void} */ this.resolve = () => {};
+    /** @type {(error: unknown) => void} */ this.reject = () => {};
+    this.settled = false;
+    /** @type {T | undefined} */ this.value = undefined;
+    /** @type {unknown} */ this.error = undefined;
+    /** @type {Promise<T>} */
+    this.promise = new Promise((resolve, reject) => {
+      this.resolve = (v) => {
+        if (this.settled) return;
+        this.settled = true;
+        this.value = v;
+        resolve(v);
+      };
+      this.reject = (e) => {
+        if (this.settled) return;
+        this.settled = true;
+        this.error = e;
+        reject(e);
+      };
+    });
+    // Nobody has to await it: a rejection left alone is not an "unhandled rejection".
+    this.promise.catch(() => {});
+  }
+}
+
+/** What `run.steer()` returns: the message and its two promises, `published` and `outcome`. */
+export class Delivery {
+  /** @param {UIMessage} message @param {string} runId */
+  constructor(message, runId) {
+    this.message = message;
+    this.runId = runId;
+    /** @type {Deferred<Published>} */ this._published = new Deferred();
+    /** @type {Deferred<Outcome>} */ this._outcome = new Deferred();
+    /** Resolves to `{serial}` once the relay sequenced the message. @type {Promise<Published>} */
+    this.published = this._published.promise;
+    /** Resolves to `{consumed, runTerminalReason, refused}` (see the protocol's outcomes). @type {Promise<Outcome>} */
+    this.outcome = this._outcome.promise;
+  }
+
+  /** @param {RunwireError} error */
+  _fail(error) {
+    this._published.reject(error);
+    this._outcome.reject(error);
+  }
+}
+
+/**
+ * A handle on one Run of a Session (made by `session.send` or `session.run`). `queued` and the
+ * results count only steering sent through this handle.
+ */
+export class ClientRun {
+  /** @param {Session} session @param {string} runId @param {UIMessage | null} prompt */
+  constructor(session, runId, prompt) {
+    this._session = session;
+    this.runId = runId;
+    this.prompt = prompt;
+    /** @type {Delivery[]} */ this._deliveries = [];
+  }
+
+  /**
+   * The Run's status in the view: "queued" while it waits its turn, "pending" until the agent
+   * starts it, and so on. @returns {RunStatus}
+   */
+  get status() {
+    return this._session.view.run(this.runId)?.status ?? "pending";
+  }
+
+  /** Messages steered through this handle whose outcome has not resolved. @returns {UIMessage[]} */
+  get queued() {
+    return this._deliveries.filter((d) => !d._outcome.settled).map((d) => d.message);
+  }
+
+  /**
+   * Send a steering message to this Run; returns `{published, outcome}` at once. When the view
+   * shows the Run ended, both reject with RUN_NOT_ACTIVE at once and nothing is published.
+   * @param {string | UIMessage} message @returns {Delivery}
+   */
+  steer(message) {
+    const session = this._session;
+    const msg = asMessage(message);
+    const delivery = new Delivery(msg, this.runId);
+    this._deliveries.push(delivery);
+    const info = session.view.run(this.runId);
+    if (info !== null && TERMINAL.includes(info.status)) {
+      delivery._fail(
+        new RunwireError(RUN_NOT_ACTIVE, `run ${JSON.stringify(this.runId)} already ended (${info.status})`, {
+          run_id: this.runId,
+          status: info.status,
+        }),
+      );
+      return delivery;
+    }
+    session._startDelivery(delivery, { kind: "message", id: msg.id, run_id: this.runId, intent: "steer", message: msg });
+    return delivery;
+  }
+
+  /** Wait until the Run ends or suspends. @returns {Promise<RunResult>} */
+  async result() {
+    const info = await this._session.view._until(() => {
+      const i = this._session.view.run(this.runId);
+      return i !== null && (TERMINAL.includes(i.status) || i.status === "suspended") ? i : null;
+    });
+    const undelivered = this._deliveries
+      .filter((d) => d._outcome.settled && d._outcome.error === undefined && !d._outcome.value?.consumed)
+      .map((d) => d.message);
+    return { status: info.status, endReason: info.endReason, undelivered, interrupts: [] };
+  }
+
+  /**
+   * Cancel this Run; resolves to the steering messages it never took. With `wait` (the
+   * default) it waits until the Run ends or `timeout` ms pass, and rejects with
+   * RunwireError(CANCEL_DENIED) if the agent refuses the cancel (the Run goes on).
+   * RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already ended is left as it is.
+   * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
+   * @returns {Promise<UIMessage[]>}
+   */
+  async cancel(options = {}) {
+    const { reason, wait = true, timeout = 30000 } = options;
+    await this._session.cancel(this.runId, { reason, wait, timeout });
+    return this._deliveries
+      .filter((d) => !d._outcome.settled || (d._outcome.error === undefined && !d._outcome.value?.consumed))
+      .map((d) => d.message);
+  }
+}
+
+/** @param {string | UIMessage} message @returns {UIMessage} */
+function asMessage(message) {
+  if (typeof message === "string") return userMessage(message);
+  if (isObject(message)) return validateMessage(message, "message");
+  throw new RunwireError(VALIDATION_ERROR, `a message is a string or a UIMessage, not ${typeof message}`);
+}
+
+/** The error a refused cancel raises. @param {CancelDenial} denial */
+function denied(denial) {
+  return new RunwireError(CANCEL_DENIED, denial.reason || "the agent refused the cancel", {
+    run_id: denial.runId,
+    cancel_id: denial.cancelId,
+    client_id: denial.clientId,
+    user_id: denial.userId,
+  });
+}
+
+/** @param {string} messageId @param {number} [serial] */
+function reused(messageId, serial) {
+  /** @type {Record<string, unknown>} */
+  const details = { message_id: messageId };
+  if (serial !== undefined) details.serial = serial;
+  return new RunwireError(
+    VALIDATION_ERROR,
+    `message id ${JSON.stringify(messageId)} is already used in this session; send a new message`,
+    details,
+  );
+}
+
+// -------------------------------------------------------------------------- session ---
+
+/**
+ * @typedef {object} ConnectOptions
+ * @property {string} [clientId] The client id the relay stamps on this client's entries.
+ * @property {string} [agent] The agent that Runs started by `send` go to ("default").
+ * @property {string} [token] Sent as the `token` query parameter (browsers cannot set headers).
+ * @property {number} [historyLimit] The size of the first page (1 to 1000, default 100).
+ * @property {number} [backoffInitial] First reconnect delay cap in ms (default 50).
+ * @property {number} [backoffMax] Largest reconnect delay cap in ms (default 5000).
+ * @property {number} [openTimeout] Ms to wait for `welcome` and `attached` (default 10000).
+ * @property {typeof WebSocket} [WebSocket] A WebSocket class (default: the global one).
+ */
+
+/**
+ * @typedef {object} PendingRequest
+ * @property {Record<string, any>} data
+ * @property {number} sentOn
+ * @property {(reply: Record<string, any>) => void} resolve
+ * @property {(error: RunwireError) => void} reject
+ */
+
+const OPEN = 1;
+
+/**
+ * One session on a relay, seen and driven by a client: one self-healing WebSocket. Every time the
+ * socket comes up it attaches (the first time for the newest page, afterwards from the newest
+ * serial the view holds, with the epoch), then re-sends every request still waiting for a reply;
+ * entry ids make the re-sends safe. Made by `connect()`.
+ */
+export class Session {
+  /** @param {string} url @param {string} sessionId @param {ConnectOptions} [options] */
+  constructor(url, sessionId, options = {}) {
+    const historyLimit = options.historyLimit ?? 100;
+    if (!(historyLimit >= 1 && historyLimit <= 1000)) {
+      throw new RunwireError(VALIDATION_ERROR, "historyLimit must be between 1 and 1000");
+    }
+    this.url = url;
+    this.sessionId = sessionId;
+    this.agent = options.agent || "default";
+    this.historyLimit = historyLimit;
+    /** @type {string | null} The client id the relay stamps on this client's entries (known once connected). */
+    this.clientId = options.clientId || null;
+    this._token = options.token || null;
+    this._backoffInitial = options.backoffInitial ?? 50;
+    this._backoffMax = options.backoffMax ?? 5000;
+    this._openTimeout = options.openTimeout ?? 10000;
+    this._WebSocket = options.WebSocket || globalThis.WebSocket;
+    if (typeof this._WebSocket !== "function") {
+      throw new RunwireError(VALIDATION_ERROR, "no WebSocket class: pass options.WebSocket");
+    }
+    this.view = new View(sessionId, (before, limit) => this._fetchOlder(before, limit));
+    this.view._hooks.push((event) => this._onEvent(event));
+    /** @type {WebSocket | null} */ this._ws = null;
+    this._ready = false;
+    this._closed = false;
+    /** @type {RunwireError | null} */ this._fatal = null;
+    /** @type {string | null} */ this._epoch = null;
+    /** @type {Multitask | null} The relay's default strategy (its welcome says). */ this._defaultMultitask = null;
+    this._connects = 0;
+    this._attempt = 0;
+    this._nextReq = 0;
+    /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
+    /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
+    /** @type {Set<(state: ConnectionState) => void>} */ this._stateCallbacks = new Set();
+    /** @type {ReturnType<typeof setTimeout> | null} */ this._retryTimer = null;
+    /** @type {number | null} */ this._attachReq = null;
+    /** @type {Deferred<Session>} */ this._first = new Deferred();
+    this._onOnline = () => {
+      if (this._retryTimer !== null && !this._closed) {
+        clearTimeout(this._retryTimer);
+        this._retryTimer = null;
+        this._open();
+      }
+    };
+  }
+
+  /** True while the socket is up and attached. */
+  get connected() {
+    return this._ready;
+  }
+
+  /** True once the session was closed (by `close()` or for good by the relay). */
+  get closed() {
+    return this._closed;
+  }
+
+  /**
+   * Call `fn(state)` on each change of the connection ("connected", "disconnected", "closed");
+   * returns a function that unsubscribes. `on("state", fn)` does the same.
+   * @param {(state: ConnectionState) => void} fn @returns {() => void}
+   */
+  onState(fn) {
+    const wrapped = (/** @type {ConnectionState} */ s) => fn(s);
+    this._stateCallbacks.add(wrapped);
+    return () => {
+      this._stateCallbacks.delete(wrapped);
+    };
+  }
+
+  /**
+   * `on("state", fn)`: the connection's state changes (see `onState`).
+   * @param {"state"} event @param {(state: ConnectionState) => void} fn @returns {() => void}
+   */
+  on(event, fn) {
+    if (event !== "state") throw new RunwireError(VALIDATION_ERROR, `unknown session event ${JSON.stringify(event)}; expected "state"`);
+    return this.onState(fn);
+  }
+
+  /**
+   * Start a Run with `message`; resolves once the relay acknowledged the prompt.
+   *
+   * `multitask` says what the Run does to Runs going on in the session (none: the relay's
+   * default, itself "alongside" unless set):
+   * - "alongside": they go on side by side;
+   * - "reject": rejects with RunwireError(THREAD_BUSY) while one goes on;
+   * - "enqueue": the Run is "queued" until they settle, then starts;
+   * - "interrupt": they are cancelled, then the Run starts;
+   * - "rollback": as interrupt, and the interrupted turn goes onto a branch of its own: the
+   *   conversation continues from before it.
+   *
+   * Any strategy but alongside rejects with THREAD_ACCESS_DENIED while another user's Run goes
+   * on, unless the session is shared (its first prompt sent `threadAccess: "shared"`, or the
+   * relay shares sessions by default). `parentId` names the message to continue from (by
+   * default the view's tail for alongside and reject; the relay's placement for the others);
+   * `parentRunId` the Run whose tool call starts this one (never held back). With `signal`
+   * already aborted nothing is sent and it rejects with RunwireError(ABORTED); aborted later, it
+   * cancels the Run. Rejects with VALIDATION_ERROR for an unknown strategy, and with the relay's
+   * RunwireError if it refuses the prompt.
+   * @param {string | UIMessage} message
+   * @param {{multitask?: Multitask | null, parentId?: string | null, parentRunId?: string | null, threadAccess?: ThreadAccess | null, signal?: AbortSignal | null}} [options]
+   * @returns {Promise<ClientRun>}
+   */
+  async send(message, options = {}) {
+    const { multitask, parentRunId, threadAccess, signal } = options;
+    let parentId = options.parentId ?? null;
+    if (multitask !== undefined && multitask !== null && !MULTITASK_STRATEGIES.includes(multitask)) {
+      throw new RunwireError(
+        VALIDATION_ERROR,
+        `unknown multitask strategy ${JSON.stringify(multitask)}; expected one of ${MULTITASK_STRATEGIES.join(", ")}`,
+        { multitask },
+      );
+    }
+    if (signal && signal.aborted) throw new RunwireError(ABORTED, "the send's signal was aborted; nothing was sent");
+    const msg = asMessage(message);
+    if (this.view.tree.message(msg.id) !== null) throw reused(msg.id);
+    const runId = newId();
+    const effective = multitask || this._defaultMultitask || "alongside";
+    if (parentId === null && (effective === "alongside" || effective === "reject")) {
+      const tail = this.view.getMessages();
+      if (tail.length) parentId = tail[tail.length - 1].message.id;
+    }
+    /** @type {Entry} */
+    const entry = { kind: "message", id: msg.id, run_id: runId, intent: "prompt", agent: this.agent, message: msg };
+    if (parentId !== null) entry.parent_id = parentId;
+    if (multitask !== undefined && multitask !== null) entry.multitask = multitask;
+    if (parentRunId !== undefined && parentRunId !== null) entry.parent_run_id = parentRunId;
+    if (threadAccess !== undefined && threadAccess !== null) entry.thread_access = threadAccess;
+    const ack = await this._publish(entry);
+    if (ack.duplicate && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
+    if (signal) signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
+    return new ClientRun(this, runId, msg);
+  }
+
+  /**
+   * Ask the agent of `runId` to stop; resolves once the relay acknowledged it. Cancelling a Run
+   * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
+   * (up to `timeout` ms; null: no limit) until the Run ends, and rejects with
+   * RunwireError(CANCEL_DENIED) if its agent refuses this cancel. Rejects with the relay's
+   * RunwireError (RUN_NOT_FOUND, UNAUTHORIZED without the right, ...) when it refuses the cancel.
+   * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
+   * @returns {Promise<void>}
+   */
+  async cancel(runId, options = {}) {
+    const { reason, wait = false, timeout = 30000 } = options;
+    /** @type {Entry} */
+    const entry = { kind: "cancel", id: newId(), run_id: runId };
+    if (reason !== undefined && reason !== null) entry.reason = reason;
+    try {
+      await this._publish(entry);
+    } catch (err) {
+      if (!(err instanceof RunwireError) || err.code !== RUN_NOT_ACTIVE) throw err;
+      return;
+    }
+    if (wait) await this._settled(runId, entry.id, timeout);
+  }
+
+  /**
+   * Wait until the Run ends (or `timeout` ms pass, or the session closes); reject with
+   * CANCEL_DENIED if the cancel `cancelId` is refused.
+   * @param {string} runId @param {string} cancelId @param {number | null} timeout
+   */
+  async _settled(runId, cancelId, timeout) {
+    const view = this.view;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let timer;
+    const settled = view._until(() => {
+      const denial = view.tree.cancelDenial(cancelId);
+      if (denial !== null) return { denial };
+      const info = view.run(runId);
+      return info !== null && TERMINAL.includes(info.status) ? { denial: null } : null;
+    });
+    const late = new Promise((resolve) => {
+      if (timeout !== null && timeout !== undefined && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
+    });
+    try {
+      const result = await Promise.race([settled.catch(() => null), late]);
+      if (result && result.denial) throw denied(result.denial);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId */
+  _cancelSoon(runId) {
+    const info = this.view.run(runId);
+    if (this._closed || (info !== null && TERMINAL.includes(info.status))) return;
+    this.cancel(runId, { reason: "the send's signal was aborted" }).catch((err) => {
+      console.warn(`runwire: cancelling run ${runId} after its signal fired failed:`, err);
+    });
+  }
+
+  /**
+   * A handle on a Run the view knows (one this client or another one started). Throws
+   * RunwireError(RUN_NOT_FOUND) if the view has not seen it.
+   * @param {string} runId @returns {ClientRun}
+   */
+  run(runId) {
+    if (this.view.run(runId) === null) {
+      throw new RunwireError(RUN_NOT_FOUND, `the view has no run ${JSON.stringify(runId)}`, { run_id: runId });
+    }
+    const prompt = [...this.view.getMessages(), ...this.view.waiting()].find((vm) => vm.runId === runId && vm.intent === "prompt");
+    return new ClientRun(this, runId, prompt ? prompt.message : null);
+  }
+
+  /** Close the connection; pending steering outcomes reject with CONNECTION_CLOSED. @returns {Promise<void>} */
+  async close() {
+    if (this._closed) return;
+    this._shutdown(new RunwireError(CONNECTION_CLOSED, "the session was closed"));
+    const ws = this._ws;
+    this._ws = null;
+    if (ws !== null && ws.readyState <= OPEN) {
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, 1000);
+        ws.addEventListener("close", () => {
+          clearTimeout(timer);
+          resolve(undefined);
+        });
+        try {
+          ws.close(1000, "closed");
+        } catch {
+          clearTimeout(timer);
+          resolve(undefined);
+        }
+      });
+    }
+  }
+
+  // ----------------------------------------------------------------- internal --
+
+  /** @returns {Promise<Session>} */
+  _start() {
+    if (typeof globalThis.addEventListener === "function") globalThis.addEventListener("online", this._onOnline);
+    this._open();
+    return this._first.promise;
+  }
+
+  /** @param {RunwireError} error */
+  _shutdown(error) {
+    const wasReady = this._ready;
+    this._closed = true;
+    this._ready = false;
+    if (this._retryTimer !== null) clearTimeout(this._retryTimer);
+    this._retryTimer = null;
+    if (typeof globalThis.removeEventListener === "function") globalThis.removeEventListener("online", this._onOnline);
+    for (const p of [...this._pending.values()]) p.reject(error);
+    this._pending.clear();
+    for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
+    this._deliveries.clear();
+    this._first.reject(error);
+    this.view._close();
+    if (wasReady || this._first.settled) this._emit("closed");
+  }
+
+  /** @param {ConnectionState} state */
+  _emit(state) {
+    for (const fn of [...this._stateCallbacks]) {
+      try {
+        fn(state);
+      } catch (err) {
+        console.error("runwire: a state callback failed:", err);
+      }
+    }
+  }
+
+  _open() {
+    if (this._closed) return;
+    let url = this.url;
+    if (this._token) url += (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(this._token);
+    /** @type {WebSocket} */
+    let ws;
+    try {
+      ws = new this._WebSocket(url);
+    } catch (err) {
+      this._lost(null, err);
+      return;
+    }
+    this._ws = ws;
+    let welcomed = false;
+    const timer = setTimeout(() => {
+      if (!this._ready && this._ws === ws) ws.close(4000, "timed out");
+    }, this._openTimeout);
+    ws.addEventListener("open", () => {
+      /** @type {Record<string, any>} */
+      const hello = { type: "hello", v: PROTOCOL_VERSION, role: "client" };
+      if (this.clientId) hello.client_id = this.clientId;
+      ws.send(JSON.stringify(hello));
+    });
+    ws.addEventListener("message", (ev) => {
+      if (this._ws !== ws) return;
+      let frame;
+      try {
+        frame = JSON.parse(typeof ev.data === "string" ? ev.data : String(ev.data));
+      } catch {
+        console.warn("runwire: dropping a frame this client cannot read");
+        return;
+      }
+      if (!isObject(frame) || typeof frame.type !== "string") return;
+      if (!welcomed) {
+        if (frame.type === "error") {
+          this._fatalError(RunwireError.fromWire(frame.error));
+          ws.close();
+          return;
+        }
+        if (frame.type !== "welcome") {
+          ws.close(4002, "expected welcome");
+          return;
+        }
+        welcomed = true;
+        this.clientId = frame.client_id;
+        this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
+        this._connects += 1;
+        this._attach(ws, timer);
+        return;
+      }
+      this._onFrame(frame);
+    });
+    ws.addEventListener("close", (ev) => {
+      clearTimeout(timer);
+      if (this._ws === ws) this._lost(ev, null);
+    });
+  }
+
+  /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer */
+  _attach(ws, timer) {
+    const first = this._epoch === null;
+    /** @type {Record<string, any>} */
+    const attach = { type: "attach", session_id: this.sessionId, limit: this.historyLimit };
+    if (!first) {
+      if (this.view.newestSerial !== null) attach.from_serial = this.view.newestSerial;
+      attach.epoch = this._epoch;
+    }
+    const connects = this._connects;
+    if (this._attachReq !== null) this._pending.delete(this._attachReq);
+    this._attachReq = this._request(attach, {
+      immediate: true,
+      // Called synchronously from the socket's message handler: no deliver frame can fold between.
+      resolve: (reply) => {
+        if (this._ws !== ws || this._connects !== connects) return;
+        if (reply.type !== "attached") {
+          ws.close(4002, "expected attached");
+          return;
+        }
+        clearTimeout(timer);
+        if (first) this.view._attached(reply.entries, reply.head, reply.has_older);
+        else if (reply.reset) {
+          console.warn(`runwire: session ${this.sessionId}: the relay lost history; rebuilding`);
+          this.view._reset(reply.entries, reply.head, reply.has_older);
+        } else this.view._resumed(reply.entries, reply.head);
+        this._epoch = reply.epoch;
+        this._attempt = 0;
+        this._ready = true;
+        this._first.resolve(this);
+        this._emit("connected");
+        for (const p of [...this._pending.values()]) {
+          if (p.sentOn !== this._connects) this._send(p);
+        }
+      },
+      reject: (error) => {
+        if (this._ws !== ws) return;
+        console.warn(`runwire: attaching to ${this.sessionId} failed:`, error);
+        if (!this._first.settled) this._fatalError(error);
+        ws.close();
+      },
+    });
+  }
+
+  /** @param {Record<string, any>} frame */
+  _onFrame(frame) {
+    const req = frame.req;
+    if (req !== undefined && req !== null) {
+      const pending = typeof req === "number" ? this._pending.get(req) : undefined;
+      if (pending !== undefined) {
+        this._pending.delete(req);
+        if (frame.type === "error") pending.reject(RunwireError.fromWire(frame.error));
+        else pending.resolve(frame);
+      }
+      return;
+    }
+    try {
+      if (frame.type === "deliver") {
+        if (frame.session_id === this.sessionId && Array.isArray(frame.entries)) this.view._foldLive(frame.entries);
+      } else if (frame.type === "error") {
+        const e = isObject(frame.error) ? frame.error : {};
+        console.warn(`runwire: relay reported on session ${frame.session_id}: ${e.code} ${e.message}`);
+      }
+    } catch (err) {
+      console.error(`runwire: handling a ${frame.type} frame failed:`, err);
+    }
+  }
+
+  /** @param {CloseEvent | null} ev @param {unknown} err */
+  _lost(ev, err) {
+    const wasReady = this._ready;
+    this._ready = false;
+    this._ws = null;
+    // An attach belongs to its socket: the next connect attaches afresh.
+    if (this._attachReq !== null) this._pending.delete(this._attachReq);
+    this._attachReq = null;
+    if (this._closed) return;
+    const code = ev ? ev.code : 0;
+    if (code === 4001 || code === 4003) {
+      this._fatalError(new RunwireError(CLOSE_CODES[code], (ev && ev.reason) || "the relay refused the credentials"));
+      return;
+    }
+    if (!this._first.settled) {
+      const reason = err ? String(err) : `closed with code ${code}`;
+      this._fatalError(new RunwireError(CONNECTION_CLOSED, `cannot connect to ${this.url}: ${reason}`));
+      return;
+    }
+    if (wasReady || this._attempt === 0) this._emit("disconnected");
+    const cap = Math.min(this._backoffMax, this._backoffInitial * 2 ** this._attempt);
+    this._attempt = Math.min(this._attempt + 1, 16);
+    const delay = cap / 2 + Math.random() * (cap / 2);
+    this._retryTimer = setTimeout(() => {
+      this._retryTimer = null;
+      this._open();
+    }, delay);
+  }
+
+  /** @param {RunwireError} error */
+  _fatalError(error) {
+    this._fatal = error;
+    this._shutdown(error);
+  }
+
+  /**
+   * Send a request and hand its reply to `resolve` (an `error` reply to `reject`).
+   * @param {Record<string, any>} frame
+   * @param {{immediate?: boolean, resolve: (reply: Record<string, any>) => void, reject: (error: RunwireError) => void}} handlers
+   * @returns {number | null} the request's `req` (null when the session is closed)
+   */
+  _request(frame, handlers) {
+    if (this._closed) {
+      handlers.reject(this._fatal || new RunwireError(CONNECTION_CLOSED, "connection closed"));
+      return null;
+    }
+    const req = ++this._nextReq;
+    /** @type {PendingRequest} */
+    const pending = { data: { ...frame, req }, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
+    this._pending.set(req, pending);
+    if (this._ready || handlers.immediate) this._send(pending);
+    return req;
+  }
+
+  /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} */
+  _call(frame) {
+    return new Promise((resolve, reject) => this._request(frame, { resolve, reject }));
+  }
+
+  /** @param {PendingRequest} pending */
+  _send(pending) {
+    const ws = this._ws;
+    if (ws === null || ws.readyState !== OPEN) return; // re-sent after the next connect
+    pending.sentOn = this._connects;
+    ws.send(JSON.stringify(pending.data));
+  }
+
+  /** @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>} */
+  async _publish(entry) {
+    if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+    const reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
+    if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
+      throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
+    }
+    return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
+  }
+
+  /** @param {number} before @param {number} limit */
+  async _fetchOlder(before, limit) {
+    if (this._closed) throw new RunwireError(CONNECTION_CLOSED, "the session was closed");
+    const reply = await this._call({ type: "history", session_id: this.sessionId, before, limit });
+    if (reply.type !== "page") throw new RunwireError(PROTOCOL_ERROR, `expected a page, got ${reply.type}`);
+    return { entries: reply.entries, hasOlder: Boolean(reply.has_older) };
+  }
+
+  /** @param {Delivery} delivery @param {Entry} entry */
+  _startDelivery(delivery, entry) {
+    if (this._closed) {
+      delivery._fail(new RunwireError(CONNECTION_CLOSED, "the session was closed"));
+      return;
+    }
+    const id = delivery.message.id;
+    if (!this._deliveries.has(id)) this._deliveries.set(id, []);
+    /** @type {Delivery[]} */ (this._deliveries.get(id)).push(delivery);
+    this._publish(entry).then(
+      (ack) => {
+        if (ack.duplicate) {
+          if (!this._isOwn(id, delivery.runId, "steer")) {
+            delivery._fail(reused(id, ack.serial));
+            this._forget(delivery);
+            return;
+          }
+          // Steered again: its outcome may have resolved before this handle existed.
+          const record = this.view.tree.outcome(id);
+          if (record !== null) this._settle(delivery, record);
+        }
+        delivery._published.resolve({ serial: ack.serial });
+      },
+      (err) => {
+        delivery._fail(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
+        this._forget(delivery);
+      },
+    );
+  }
+
+  /** @param {string} messageId @param {string} runId @param {Intent} intent */
+  _isOwn(messageId, runId, intent) {
+    const vm = this.view.tree.message(messageId);
+    return vm !== null && vm.runId === runId && vm.intent === intent;
+  }
+
+  /** @param {Delivery} delivery */
+  _forget(delivery) {
+    const list = this._deliveries.get(delivery.message.id);
+    if (list === undefined) return;
+    const i = list.indexOf(delivery);
+    if (i >= 0) list.splice(i, 1);
+    if (!list.length) this._deliveries.delete(delivery.message.id);
+  }
+
+  /** @param {Delivery} delivery @param {OutcomeRecord} record */
+  _settle(delivery, record) {
+    delivery._outcome.resolve({
+      consumed: record.consumed,
+      runTerminalReason: record.runTerminalReason,
+      refused: record.refused ? RunwireError.fromWire(record.refused) : null,
+    });
+    this._forget(delivery);
+  }
+
+  /** @param {TreeEvent} event */
+  _onEvent(event) {
+    if (event.kind !== "delivery") return;
+    const record = event.outcome;
+    for (const delivery of [...(this._deliveries.get(record.messageId) || [])]) {
+      if (delivery.runId === record.runId) this._settle(delivery, record);
+    }
+  }
+}
+
+/**
+ * Connect to the relay at `url` (ws:// or wss://) and attach to `sessionId`. Resolves to the
+ * Session once attached; rejects with RunwireError (CONNECTION_CLOSED when the relay cannot be
+ * reached, UNAUTHORIZED, ...). Afterwards the session reconnects by itself (exponential backoff
+ * with full jitter) and resumes from the last serial it saw.
+ * @param {string} url @param {string} sessionId @param {ConnectOptions} [options]
+ * @returns {Promise<Session>}
+ */
+export function connect(url, sessionId, options = {}) {
+  try {
+    return new Session(url, sessionId, options)._start();
+  } catch (err) {
+    return Promise.reject(err);
+  }
+}

@@ -1,0 +1,199 @@
+"""Tokens: who a connection is and what it may do, per session.
+
+A token is a JWT (PyJWT) with the claims ``sub`` (the user id), ``exp``,
+optional ``client_id``, and ``sessions``: a map from a session-id pattern
+(``*`` matches any run of characters) to a list of capabilities out of
+``subscribe``, ``publish``, ``steer``, ``cancel``, ``cancel-any`` and
+``agent``. A connection's rights in a session are the union over every
+pattern that matches the session id; ``cancel-any`` implies ``cancel``, and
+``agent`` implies ``subscribe`` (an agent reads the conversation it answers).
+
+The relay verifies HS256 tokens with a shared ``secret``, RS256 / ES256
+tokens with a ``public_key`` (PEM), or both. Nothing else is accepted (no
+``none``, no HMAC with the public key). Verification failures raise
+``RunwireError``: ``TOKEN_EXPIRED`` for an expired token, ``UNAUTHORIZED``
+(``details.reason`` says why) for everything else.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import jwt
+
+from transport.errors import TOKEN_EXPIRED, UNAUTHORIZED, RunwireError
+from transport.runs import AGENT, CANCEL, CANCEL_ANY, CAPABILITIES, SUBSCRIBE
+
+__all__ = ["Identity", "TokenVerifier", "mint_token", "token_from_request"]
+
+_IMPLIES: dict[str, frozenset[str]] = {
+    CANCEL_ANY: frozenset({CANCEL}),
+    AGENT: frozenset({SUBSCRIBE}),
+}
+
+
+@lru_cache(maxsize=1024)
+def _pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join(".*" if part == "*" else re.escape(part) for part in _split(pattern)))
+
+
+def _split(pattern: str) -> list[str]:
+    out: list[str] = []
+    for i, chunk in enumerate(pattern.split("*")):
+        if i:
+            out.append("*")
+        if chunk:
+            out.append(chunk)
+    return out
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A verified token: the user, an optional client id, rights per session, and expiry."""
+
+    user_id: str
+    client_id: str | None
+    grants: tuple[tuple[str, frozenset[str]], ...]
+    expires_at: float
+
+    def caps(self, session_id: str) -> frozenset[str]:
+        """Every capability the token grants in ``session_id`` (implications included)."""
+        out: set[str] = set()
+        for pattern, caps in self.grants:
+            if _pattern(pattern).fullmatch(session_id):
+                out |= caps
+        for cap in list(out):
+            out |= _IMPLIES.get(cap, frozenset())
+        return frozenset(out)
+
+    def grants_anywhere(self, capability: str) -> bool:
+        """True if some session pattern grants ``capability``."""
+        return any(
+            capability in caps or any(capability in _IMPLIES.get(c, ()) for c in caps)
+            for _, caps in self.grants
+        )
+
+
+class TokenVerifier:
+    """Checks tokens against a shared secret (HS256) and/or a public key (RS256, ES256)."""
+
+    def __init__(self, *, secret: str | None = None, public_key: str | None = None) -> None:
+        if not secret and not public_key:
+            raise ValueError("a TokenVerifier needs a secret or a public key")
+        self.secret = secret or None
+        self.public_key = public_key or None
+
+    def verify(self, token: str | None) -> Identity:
+        """The token's ``Identity``; raises ``RunwireError`` (see the module docstring)."""
+        if not token:
+            raise _refused("no token: send 'Authorization: Bearer <token>' or ?token=", "missing")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise _refused("the token is not a JWT", "malformed") from None
+        alg = header.get("alg")
+        key: str | None
+        if alg == "HS256":
+            key = self.secret
+        elif alg in ("RS256", "ES256"):
+            key = self.public_key
+        else:
+            key = None
+        if key is None:
+            raise _refused(f"tokens signed with {alg!r} are not accepted here", "algorithm")
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=[str(alg)],
+                options={"require": ["exp", "sub"], "verify_aud": False},
+            )
+        except jwt.ExpiredSignatureError:
+            raise RunwireError(TOKEN_EXPIRED, "the token has expired") from None
+        except jwt.InvalidSignatureError:
+            raise _refused("the token's signature does not verify", "signature") from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise _refused(f"the token has no {exc.claim!r} claim", "claims") from None
+        except jwt.PyJWTError as exc:
+            raise _refused(f"the token is not valid: {exc}", "invalid") from None
+        return _identity(claims)
+
+
+def _identity(claims: Mapping[str, Any]) -> Identity:
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not sub:
+        raise _refused("the token's 'sub' must be a non-empty string", "claims")
+    client_id = claims.get("client_id")
+    if client_id is not None and (not isinstance(client_id, str) or not 0 < len(client_id) <= 200):
+        raise _refused("the token's 'client_id' must be a string of 1-200 characters", "claims")
+    sessions = claims.get("sessions")
+    if not isinstance(sessions, dict):
+        raise _refused("the token has no 'sessions' map of pattern -> capabilities", "claims")
+    grants: list[tuple[str, frozenset[str]]] = []
+    for pattern, caps in sessions.items():
+        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+            raise _refused(f"sessions[{pattern!r}] must be a list of capabilities", "claims")
+        unknown = set(caps) - CAPABILITIES
+        if unknown:
+            raise _refused(f"unknown capabilities {sorted(unknown)}", "claims")
+        grants.append((pattern, frozenset(caps)))
+    return Identity(
+        user_id=sub, client_id=client_id, grants=tuple(grants), expires_at=float(claims["exp"])
+    )
+
+
+def _refused(message: str, reason: str) -> RunwireError:
+    return RunwireError(UNAUTHORIZED, message, details={"reason": reason})
+
+
+def token_from_request(headers: Mapping[str, str], path: str) -> str | None:
+    """The token of a WebSocket handshake: ``Authorization: Bearer``, else ``?token=``."""
+    auth = headers.get("Authorization")
+    if auth:
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    values = parse_qs(urlsplit(path).query).get("token")
+    return values[0] if values else None
+
+
+def mint_token(
+    *,
+    user: str,
+    sessions: Mapping[str, Sequence[str]],
+    secret: str | None = None,
+    private_key: str | None = None,
+    algorithm: str | None = None,
+    ttl: float = 3600,
+    client_id: str | None = None,
+    now: float | None = None,
+) -> str:
+    """A token for development and tests (``runwire token``): HS256 with ``secret``, or
+    ``algorithm`` (RS256 / ES256) with ``private_key``.
+
+    Raises ``ValueError`` for an unknown capability or a missing key.
+    """
+    for caps in sessions.values():
+        unknown = set(caps) - CAPABILITIES
+        if unknown:
+            raise ValueError(f"unknown capabilities: {', '.join(sorted(unknown))}")
+    issued = time.time() if now is None else now
+    claims: dict[str, Any] = {
+        "sub": user,
+        "iat": int(issued),
+        "exp": int(issued + ttl),
+        "sessions": {pattern: list(caps) for pattern, caps in sessions.items()},
+    }
+    if client_id is not None:
+        claims["client_id"] = client_id
+    if private_key is not None:
+        return jwt.encode(claims, private_key, algorithm=algorithm or "RS256")
+    if not secret:
+        raise ValueError("mint_token needs a secret or a private key")
+    return jwt.encode(claims, secret, algorithm=algorithm or "HS256")

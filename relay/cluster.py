@@ -1,0 +1,295 @@
+"""``RedisDispatcher``: dispatch and agent liveness shared by several relay nodes.
+
+Used instead of ``relay.dispatch.Dispatcher`` when the store is Redis, so that
+nothing a second node would need stays in one node's memory:
+
+* **Dispatch.** The node that stores a prompt adds the new Run to the agent's
+  Redis stream (``<prefix>agent:<name>:runs``), read by one consumer group
+  (``relay``) in which every node is a consumer. A node reads the stream only
+  while it has a live worker of that agent name, so each Run goes to exactly
+  one node and one worker there. The node acknowledges the stream entry when
+  the Run leaves ``pending`` (started or cancelled). If its worker dies first,
+  the node hands the Run to another local worker or puts it back on the stream
+  for any node. A node keeps its unacknowledged entries fresh (``XCLAIM`` to
+  itself every second); entries of a node that died go idle and are claimed by
+  the others (``XAUTOCLAIM`` after ``claim_idle`` seconds).
+* **Liveness.** Every node refreshes a presence key per connected agent client
+  id (``<prefix>presence:<client id>``, expiring after three heartbeats). Every
+  node sweeps the active Runs: one whose owner has had no presence key for
+  ``agent_grace`` seconds (the moment it was first seen absent is kept in
+  Redis too) is ended ``error`` / ``AGENT_LOST`` by whichever node gets there
+  first; the Run rules make the second attempt a no-op. A durable Run is put
+  back to ``pending`` instead (an entry with a deterministic id, so a second
+  node's attempt is a duplicate); the node that stored it puts it on the
+  agent's stream (``run_created``) and ``hand_to_worker`` sends the dispatch
+  with ``adopted`` and the Run's checkpoint, read from the stored record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from redis.exceptions import RedisError, ResponseError
+
+from transport.messages import new_id
+from transport.runs import RunRecord
+
+from .dispatch import hand_to_worker
+from .metrics import Metrics
+from .peer import Peer
+from .store.redis import RedisStore
+
+__all__ = ["RedisDispatcher"]
+
+log = logging.getLogger("runwire.relay")
+
+RunKey = tuple[str, str]
+Expire = Callable[[str, str], Coroutine[Any, Any, None]]
+GROUP = "relay"
+
+
+class RedisDispatcher:
+    """Same interface as ``Dispatcher``; state in Redis (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: RedisStore,
+        *,
+        grace: float,
+        expire: Expire,
+        metrics: Metrics,
+        claim_idle: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.grace = grace
+        self.metrics = metrics
+        metrics.count_store_round_trips(lambda: store.round_trips)
+        self.claim_idle = claim_idle
+        self.heartbeat = max(0.2, min(grace / 3, 2.0))
+        self.node_id = f"node-{new_id()[:12]}"
+        self._expire = expire
+        self._redis: Any = store.client()
+        self.workers: dict[str, list[Peer]] = {}
+        self.assigned: dict[RunKey, Peer] = {}
+        self.held: dict[RunKey, tuple[str, str]] = {}  # run -> (agent, stream entry id)
+        self.records: dict[RunKey, RunRecord] = {}
+        self.agents_present: dict[str, int] = {}
+        self._readers: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake: dict[str, asyncio.Event] = {}
+        self._groups: set[str] = set()
+
+    # ---------------------------------------------------------- lifecycle --
+
+    def start(self) -> None:
+        """Start the heartbeat/sweep loop."""
+        self._spawn(self._maintain())
+
+    def close(self) -> None:
+        """Stop every loop (held stream entries go idle and other nodes claim them)."""
+        for task in [*self._tasks, *self._readers.values()]:
+            task.cancel()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _stream(self, agent: str) -> str:
+        return self.store.key("agent", agent, "runs")
+
+    async def _ensure_group(self, agent: str) -> None:
+        if agent in self._groups:
+            return
+        try:
+            await self._redis.xgroup_create(self._stream(agent), GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._groups.add(agent)
+
+    # ------------------------------------------------------------ workers --
+
+    def add_worker(self, peer: Peer, agent: str, pending: list[RunRecord]) -> None:
+        """Register a local worker; start reading the agent's stream on this node."""
+        del pending  # the stream holds waiting Runs
+        peer.agent = agent
+        self.workers.setdefault(agent, []).append(peer)
+        self.metrics.workers.inc()
+        self.client_back(peer.sender.client_id)
+        self._wake.setdefault(agent, asyncio.Event()).set()
+        if agent not in self._readers or self._readers[agent].done():
+            self._readers[agent] = asyncio.get_running_loop().create_task(self._read(agent))
+
+    def peer_gone(self, peer: Peer, owned_active: list[RunRecord]) -> None:
+        """Re-hand Runs a dead worker had not started; liveness covers its active Runs."""
+        del owned_active  # the sweep ends them after the grace period, on whatever node
+        if peer.agent is not None:
+            workers = self.workers.get(peer.agent, [])
+            if peer in workers:
+                workers.remove(peer)
+                self.metrics.workers.dec()
+        for key, holder in list(self.assigned.items()):
+            if holder is peer:
+                del self.assigned[key]
+                record = self.records.get(key)
+                if record is not None and not self._hand_local(record):
+                    self._spawn(self._give_back(key))
+        client_id = peer.sender.client_id
+        if peer.sender.role == "agent":
+            left = self.agents_present.get(client_id, 1) - 1
+            if left <= 0:
+                self.agents_present.pop(client_id, None)
+            else:
+                self.agents_present[client_id] = left
+
+    def client_back(self, client_id: str) -> None:
+        """Count an agent connection for the presence heartbeat."""
+        self.agents_present[client_id] = self.agents_present.get(client_id, 0) + 1
+        self._spawn(self._touch([client_id]))
+
+    def start_timer(self, record: RunRecord) -> None:
+        """Liveness is swept from Redis; nothing to time locally."""
+
+    # --------------------------------------------------------------- runs --
+
+    async def run_created(self, record: RunRecord) -> None:
+        """Put a new Run on its agent's stream (only the node that stored the prompt does)."""
+        await self._ensure_group(record.agent)
+        await self._redis.xadd(
+            self._stream(record.agent), {"s": record.session_id, "r": record.run_id}
+        )
+
+    def run_changed(self, record: RunRecord) -> None:
+        """A Run left ``pending``: acknowledge its stream entry if this node held it."""
+        key = (record.session_id, record.run_id)
+        if record.status == "pending":
+            return
+        self.assigned.pop(key, None)
+        self.records.pop(key, None)
+        held = self.held.pop(key, None)
+        if held is not None:
+            self._spawn(self._ack(*held))
+
+    # ------------------------------------------------------------ helpers --
+
+    async def _ack(self, agent: str, entry_id: str) -> None:
+        try:
+            await self._redis.xack(self._stream(agent), GROUP, entry_id)
+            await self._redis.xdel(self._stream(agent), entry_id)
+        except RedisError as exc:
+            log.warning("could not acknowledge dispatch %s: %s", entry_id, exc)
+
+    async def _give_back(self, key: RunKey) -> None:
+        held = self.held.pop(key, None)
+        record = self.records.pop(key, None)
+        if held is None or record is None:
+            return
+        try:
+            await self.run_created(record)
+            await self._ack(*held)
+        except RedisError as exc:
+            log.warning("could not re-queue run %s: %s", key, exc)
+
+    def _live_workers(self, agent: str) -> list[Peer]:
+        return [w for w in self.workers.get(agent, []) if not w.closed]
+
+    def _hand_local(self, record: RunRecord) -> bool:
+        key = (record.session_id, record.run_id)
+        if hand_to_worker(self._live_workers(record.agent), self.assigned, record, self.metrics):
+            self.records[key] = record
+            return True
+        return False
+
+    async def _take(self, agent: str, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        session_id = fields.get(b"s", b"").decode()
+        run_id = fields.get(b"r", b"").decode()
+        key = (session_id, run_id)
+        records = {r.run_id: r for r in await self.store.runs(session_id)}
+        record = records.get(run_id)
+        if record is None or record.status != "pending":
+            await self._ack(agent, entry_id)
+            return
+        self.held[key] = (agent, entry_id)
+        if not self._hand_local(record):
+            self.records[key] = record
+            await self._give_back(key)
+
+    async def _read(self, agent: str) -> None:
+        """Read the agent's stream while this node has a worker of it."""
+        stream = self._stream(agent)
+        while self._live_workers(agent):
+            try:
+                await self._ensure_group(agent)
+                reply = await self._redis.xreadgroup(
+                    GROUP, self.node_id, {stream: ">"}, count=10, block=500
+                )
+                for _, items in reply or []:
+                    for entry_id, fields in items:
+                        await self._take(agent, entry_id.decode(), fields)
+                claimed = await self._redis.xautoclaim(
+                    stream, GROUP, self.node_id, int(self.claim_idle * 1000), "0-0", count=10
+                )
+                for entry_id, fields in claimed[1] if claimed else []:
+                    if fields:
+                        await self._take(agent, entry_id.decode(), fields)
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                log.warning("dispatch reader for %s: %s", agent, exc)
+                self._groups.discard(agent)
+                await asyncio.sleep(0.5)
+
+    async def _touch(self, client_ids: list[str]) -> None:
+        if not client_ids:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for client_id in client_ids:
+                    pipe.set(
+                        self.store.key("presence", client_id),
+                        self.node_id,
+                        px=int(self.heartbeat * 3000),
+                    )
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("presence heartbeat failed: %s", exc)
+
+    async def _maintain(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                await self._touch(list(self.agents_present))
+                await self._refresh_held()
+                await self._sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cluster maintenance failed")
+
+    async def _refresh_held(self) -> None:
+        by_agent: dict[str, list[str]] = {}
+        for agent, entry_id in self.held.values():
+            by_agent.setdefault(agent, []).append(entry_id)
+        for agent, ids in by_agent.items():
+            await self._redis.xclaim(self._stream(agent), GROUP, self.node_id, 0, ids, justid=True)
+
+    async def _sweep(self) -> None:
+        """End active Runs whose agent has been gone for ``grace`` seconds."""
+        now = time.time()
+        for record in await self.store.runs_with_status(["active"]):
+            if record.owner is None:
+                continue
+            absent_key = self.store.key("absent", record.session_id, record.run_id)
+            if await self._redis.exists(self.store.key("presence", record.owner)):
+                await self._redis.delete(absent_key)
+                continue
+            await self._redis.set(absent_key, str(now), nx=True, px=int((self.grace + 60) * 1000))
+            since = await self._redis.get(absent_key)
+            if since is not None and now - float(since) >= self.grace:
+                await self._expire(record.session_id, record.run_id)
+                await self._redis.delete(absent_key)

@@ -1,0 +1,599 @@
+"""``redis://host:port/db`` (and ``rediss://``): channels shared by several relay nodes.
+
+Theory of operation
+-------------------
+Keys live under a prefix (``rw:`` by default; ``?prefix=`` in the URL), and
+every key of a session carries the session as a hash tag, ``rw:{<session>}:``,
+so a session's keys share one Cluster slot:
+
+* ``meta``: a hash with the epoch ``e`` and the newest serial ``s``;
+* ``log``: a stream of the entries, id ``<serial>-0``, field ``d``, trimmed
+  with ``MAXLEN ~ max_history`` (default 100,000; never below the dedup window);
+* ``ids``: a sorted set entry id -> serial holding exactly the newest
+  ``dedup_window`` ids (default 10,000): the dedup window is by count, not time;
+* ``runs`` (run id -> JSON record) and ``order`` (run ids in the order first
+  written);
+* ``live``: the pub/sub channel entries are published on (``SPUBLISH`` on
+  Redis 7 and later, ``PUBLISH`` before).
+
+``runs_with_status`` reads a global index, one set per status
+(``rw:status:<status>``, members ``["<session>","<run id>"]`` as JSON), kept
+in step by the same scripts. Those keys are outside the session's slot, so
+the store needs a standalone Redis (or a proxy that keeps everything on one
+node): Redis Cluster would refuse the scripts with ``CROSSSLOT``. Everything
+else is ready for Cluster.
+
+With ``history_ttl`` (seconds, ``?history_ttl=`` in the URL) every write to a
+session refreshes an expiry on all its keys, so an idle session is dropped as
+a whole (and gets a new epoch when opened again); off by default.
+
+One Lua script per append, in one round trip: check the epoch, the dedup
+window (a repeat returns the original), ``expect_last`` (``CONFLICT``), then
+write the entry with its serial spliced in (exactly like
+``codec.splice_serial``), record the id, write the Run records and the status
+index, and publish ``<epoch> <entry>``. Other nodes see the entry through
+pub/sub (``redis_live``).
+
+Commands go out in call order on one connection owned by one task: every call
+queues its commands before it first yields, the task sends everything queued
+as one pipeline (one round trip, counted in ``round_trips``) and hands each
+caller its replies. So appends are sequenced in call order, ``find`` sees an
+append called before it, and a hundred concurrent appends cost a few round
+trips, not a hundred. Scripts run by ``EVALSHA`` (``SCRIPT LOAD`` at start and
+again after ``NOSCRIPT``, when Redis restarted).
+
+Failure: any Redis or socket error fails the calls of that round trip with
+``RunwireError(STORE_UNAVAILABLE)`` (an append that fails so may or may not
+have been written: read back the truth); the next call connects again. There
+are no automatic retries, so a dead Redis is reported within the socket
+timeouts (``connect_timeout`` 2 s, ``socket_timeout`` 5 s by default). Redis
+that lost its data (no persistence) is seen by the epoch check: ``append``
+raises ``RunwireError(EPOCH_MISMATCH)`` until the channel is opened again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, get_args
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from transport.codec import dumps, loads
+from transport.errors import (
+    CONFLICT,
+    EPOCH_MISMATCH,
+    INTERNAL_ERROR,
+    STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
+    RunwireError,
+)
+from transport.frames import RunStatus
+from transport.runs import RunRecord
+
+from .base import Appended, ChannelInfo, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
+from .redis_live import Listener, connect, stop
+from .redis_lua import SCRIPTS, SHA
+
+__all__ = ["RedisStore"]
+
+STATUSES: tuple[str, ...] = get_args(RunStatus)
+"""Run statuses, in the order of the status sets the scripts take."""
+_MAX_BATCH = 1000
+"""Commands sent in one round trip at most."""
+
+_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl")
+
+
+def _serial_of(stream_id: bytes) -> int:
+    return int(stream_id.partition(b"-")[0])
+
+
+def _pack(commands: list[tuple[Any, ...]]) -> bytes:
+    """RESP-encode ``commands`` (str, bytes and int arguments); faster than redis-py's."""
+    out: list[bytes] = []
+    for command in commands:
+        out.append(b"*%d\r\n" % len(command))
+        for arg in command:
+            if isinstance(arg, str):
+                arg = arg.encode()
+            elif isinstance(arg, int):
+                arg = b"%d" % arg
+            out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+class _Op:
+    __slots__ = ("commands", "future")
+
+    def __init__(self, commands: list[tuple[Any, ...]], future: asyncio.Future[list[Any]]) -> None:
+        self.commands = commands
+        self.future = future
+
+
+class RedisStore(Store):
+    """A ``Store`` on Redis (see the module docstring and ``relay.store.base``).
+
+    ``await start()`` connects (raising ``RunwireError(STORE_UNAVAILABLE)`` if
+    Redis cannot be reached) and ``await aclose()`` disconnects; other calls
+    raise ``RunwireError(STORE_UNAVAILABLE)`` before ``start()``, after
+    ``aclose()`` and while Redis is unreachable. ``round_trips`` counts the
+    pipelines sent on the command connection.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "rw:",
+        max_history: int = 100_000,
+        dedup_window: int = 10_000,
+        history_ttl: float | None = None,
+        socket_timeout: float = 5.0,
+        connect_timeout: float = 2.0,
+    ) -> None:
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        options: dict[str, str] = {k: query.pop(k) for k in _OPTIONS if k in query}
+        try:
+            prefix = options.get("prefix", prefix)
+            max_history = int(options.get("max_history", max_history))
+            dedup_window = int(options.get("dedup_window", dedup_window))
+            ttl = options.get("history_ttl")
+            history_ttl = float(ttl) if ttl is not None else history_ttl
+        except ValueError as exc:
+            raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
+        if "{" in prefix or "}" in prefix:
+            raise RunwireError(VALIDATION_ERROR, f"Redis key prefix {prefix!r} has a brace")
+        if dedup_window < 1 or max_history < dedup_window:
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"need 1 <= dedup_window ({dedup_window}) <= max_history ({max_history})",
+            )
+        if history_ttl is not None and history_ttl <= 0:
+            raise RunwireError(VALIDATION_ERROR, "history_ttl must be positive (or None)")
+        self.url = url
+        self.prefix = prefix
+        self.max_history = max_history
+        self.dedup_window = dedup_window
+        self.history_ttl = history_ttl
+        self.round_trips = 0
+        self.sharded = True  # SPUBLISH/SSUBSCRIBE; set from the server's version at start
+        self.where = parts.hostname or "localhost"
+        if parts.port:
+            self.where += f":{parts.port}"
+        redis_url = urlunsplit(parts._replace(query=urlencode(query)))
+        try:
+            self._pool = ConnectionPool.from_url(
+                redis_url,
+                protocol=2,
+                decode_responses=False,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout,
+                retry=Retry(NoBackoff(), 0),
+            )
+        except ValueError as exc:
+            raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
+        self._timeout = socket_timeout
+        self._ttl = "0" if history_ttl is None else str(max(1, round(history_ttl * 1000)))
+        self._epochs: dict[str, str] = {}
+        self._session_keys: dict[str, list[str]] = {}
+        self._status_keys = [self._status_key(status) for status in STATUSES]
+        self._queue: deque[_Op] = deque()
+        self._wake = asyncio.Event()
+        self._conn: AbstractConnection | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._listener = Listener(self)
+        self._closed = False
+
+    def client(self) -> Any:
+        """A ``redis.asyncio.Redis`` on this store's pool, for relay-node coordination."""
+        from redis.asyncio import Redis
+
+        return Redis(connection_pool=self._pool)
+
+    def key(self, *parts: str) -> str:
+        """A key under this store's prefix for node coordination (``<prefix>a:b``)."""
+        return self.prefix + ":".join(parts)
+
+    @property
+    def filled(self) -> int:
+        """Entries delivered to subscribers from the stream rather than from pub/sub."""
+        return self._listener.filled
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and load the scripts; raises ``RunwireError(STORE_UNAVAILABLE)`` if it can't."""
+        if self._writer is not None:
+            return
+        if self._closed:
+            raise RunwireError(STORE_UNAVAILABLE, "the Redis store is closed")
+        self._conn = self.new_connection()
+        self._writer = asyncio.create_task(self._write(), name="runwire-redis-commands")
+        try:
+            (info,) = await self._call(("INFO", "server"))
+            version = next(
+                (line.split(b":", 1)[1] for line in info.split() if line.startswith(b"redis_v")),
+                b"7",
+            )
+            self.sharded = int(version.split(b".")[0]) >= 7
+            await self._call(*[("SCRIPT", "LOAD", text) for text in SCRIPTS.values()])
+        except BaseException:
+            await self.aclose()
+            raise
+        self._listener.start()
+
+    async def aclose(self) -> None:
+        """Fail queued calls, end every subscription and disconnect. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._listener.aclose()
+        if self._writer is not None:
+            await stop(self._writer)
+        self._fail(list(self._queue), RunwireError(STORE_UNAVAILABLE, "the Redis store is closed"))
+        self._queue.clear()
+        if self._conn is not None:
+            await self._conn.disconnect(nowait=True)
+        await self._pool.disconnect()
+
+    async def healthy(self) -> bool:
+        """True while started, not closed, and Redis answers a PING (now)."""
+        if self._closed or self._writer is None:
+            return False
+        try:
+            await self._call(("PING",))
+        except RunwireError:
+            return False
+        return True
+
+    # -- the Store interface ---------------------------------------------------
+
+    async def open_channel(self, session_id: str) -> ChannelInfo:
+        """Load or create a channel (a new one gets a random epoch, kept in Redis)."""
+        keys = self._keys(session_id)
+        (reply,) = await self._call(
+            self._eval("open", keys, [secrets.token_hex(8), self._ttl]),
+        )
+        self._check(reply)
+        epoch = reply[0].decode()
+        self._epochs[session_id] = epoch
+        return ChannelInfo(session_id, epoch, int(reply[2]), int(reply[1]))
+
+    async def append(
+        self,
+        session_id: str,
+        entry_id: str,
+        data: bytes,
+        runs: Sequence[RunRecord] = (),
+        *,
+        expect_last: int | None = None,
+    ) -> Appended:
+        """Store ``data`` under the next serial, or return the original of a repeated id.
+
+        One script, one round trip. Raises ``RunwireError(CONFLICT)`` if
+        ``expect_last`` is given and is not the newest serial,
+        ``RunwireError(EPOCH_MISMATCH)`` if Redis lost the channel since
+        ``open_channel``, ``RunwireError(INTERNAL_ERROR)`` if ``open_channel``
+        was not called first, ``RunwireError(VALIDATION_ERROR)`` for a Run
+        record of another session.
+        """
+        self._check_open()
+        epoch = self._epochs.get(session_id)
+        if epoch is None:
+            raise RunwireError(INTERNAL_ERROR, f"append to {session_id!r} before open_channel")
+        args: list[Any] = [
+            epoch,
+            entry_id,
+            data,
+            "" if expect_last is None else str(expect_last),
+            str(self.max_history),
+            str(self.dedup_window),
+            self._ttl,
+            "SPUBLISH" if self.sharded else "PUBLISH",
+            self.live_channel(session_id),
+        ]
+        args.extend(self._run_args(session_id, runs))
+        keys = self._keys(session_id)
+        if runs:
+            keys = [*keys, *self._status_keys]
+        (reply,) = await self._call(self._eval("append", keys, args))
+        self._check(reply)
+        code = int(reply[0])
+        if code == 0:
+            now = reply[1].decode() or None
+            raise RunwireError(
+                EPOCH_MISMATCH,
+                f"Redis lost channel {session_id!r} (epoch {epoch}); open it again",
+                details={"epoch": now},
+            )
+        if code == 2:
+            last = int(reply[1])
+            raise RunwireError(
+                CONFLICT,
+                f"{session_id!r} is at serial {last}, not {expect_last}",
+                details={"last": last},
+            )
+        serial, stored = int(reply[1]), bytes(reply[2])
+        if code == 1:
+            return Appended(serial, stored, duplicate=True)
+        self._listener.offer(session_id, epoch, serial, stored)
+        return Appended(serial, stored)
+
+    async def subscribe(
+        self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
+    ) -> Unsubscribe:
+        """Call ``fn`` with every entry any node appends to the channel from now on.
+
+        Returns once Redis confirmed the subscription. Raises
+        ``RunwireError(STORE_UNAVAILABLE)`` if pub/sub is not connected within
+        the socket timeout. ``on_reset`` is called (and the subscription ends)
+        if Redis loses the channel.
+        """
+        self._check_open()
+        return await self._listener.subscribe(session_id, fn, on_reset, self._timeout)
+
+    async def find(self, session_id: str, entry_id: str) -> Appended | None:
+        """The stored entry with this id, within the dedup window (``duplicate=True``), or None."""
+        keys = self._keys(session_id)
+        (reply,) = await self._call(self._eval("find", [keys[2], keys[1]], [entry_id]))
+        self._check(reply)
+        return None if reply is None else Appended(int(reply[0]), bytes(reply[1]), duplicate=True)
+
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int = 100,
+    ) -> list[StoredEntry]:
+        """Stored entries in ascending serial order (see the contract)."""
+        if limit < 1:
+            raise RunwireError(VALIDATION_ERROR, f"limit must be at least 1, not {limit}")
+        log = self._keys(session_id)[1]
+        if before is not None and before <= 1:
+            return []
+        high = "+" if before is None else f"{before - 1}-0"
+        if after is not None:
+            low = f"{max(after, 0) + 1}-0"
+            command: tuple[Any, ...] = ("XRANGE", log, low, high, "COUNT", limit)
+        else:
+            command = ("XREVRANGE", log, high, "-", "COUNT", limit)
+        (reply,) = await self._call(command)
+        self._check(reply)
+        entries = [StoredEntry(_serial_of(stream_id), fields[1]) for stream_id, fields in reply]
+        return entries if after is not None else entries[::-1]
+
+    async def runs(self, session_id: str) -> list[RunRecord]:
+        """Every Run record of a session, in the order they were first written."""
+        keys = self._keys(session_id)
+        order, flat = await self._call(("LRANGE", keys[4], 0, -1), ("HGETALL", keys[3]))
+        self._check(order)
+        self._check(flat)
+        records = dict(zip(flat[::2], flat[1::2], strict=True))
+        return [RunRecord.from_dict(loads(records[r])) for r in order if r in records]
+
+    async def runs_with_status(
+        self, statuses: Sequence[str], *, agent: str | None = None
+    ) -> list[RunRecord]:
+        """Run records of any session with one of ``statuses`` (and ``agent``, if given)."""
+        wanted = [status for status in dict.fromkeys(statuses) if status in STATUSES]
+        if not wanted:
+            return []
+        replies = await self._call(*[("SMEMBERS", self._status_key(s)) for s in wanted])
+        sessions: dict[str, list[tuple[str, bytes]]] = {}
+        for reply in replies:
+            self._check(reply)
+            for member in reply:
+                session_id, run_id = loads(member)
+                sessions.setdefault(session_id, []).append((run_id, member))
+        if not sessions:
+            return []
+        replies = await self._call(
+            *[
+                ("HMGET", self._keys(session_id)[3], *[run_id for run_id, _ in runs])
+                for session_id, runs in sessions.items()
+            ]
+        )
+        found: list[RunRecord] = []
+        stale: list[bytes] = []
+        for (_, runs), values in zip(sessions.items(), replies, strict=True):
+            self._check(values)
+            for (_, member), value in zip(runs, values, strict=True):
+                if value is None:  # the session expired (history_ttl)
+                    stale.append(member)
+                    continue
+                record = RunRecord.from_dict(loads(value))
+                if record.status in wanted and (agent is None or record.agent == agent):
+                    found.append(record)
+        if stale:
+            await self._call(*[("SREM", self._status_key(s), *stale) for s in wanted])
+        return found
+
+    async def put_runs(self, runs: Sequence[RunRecord]) -> None:
+        """Write Run records without an entry (atomically per session)."""
+        by_session: dict[str, list[RunRecord]] = {}
+        for record in runs:
+            by_session.setdefault(record.session_id, []).append(record)
+        if not by_session:
+            return
+        replies = await self._call(
+            *[
+                self._eval(
+                    "put_runs",
+                    [*self._keys(session_id), *self._status_keys],
+                    [self._ttl, *self._run_args(session_id, records)],
+                )
+                for session_id, records in by_session.items()
+            ]
+        )
+        for reply in replies:
+            self._check(reply)
+
+    # -- keys and arguments ----------------------------------------------------
+
+    def _keys(self, session_id: str) -> list[str]:
+        """The session's keys: meta, log, ids, runs, order."""
+        keys = self._session_keys.get(session_id)
+        if keys is None:
+            if len(self._session_keys) >= 10_000:
+                self._session_keys.clear()
+            base = f"{self.prefix}{{{session_id}}}:"
+            keys = [base + name for name in ("meta", "log", "ids", "runs", "order")]
+            self._session_keys[session_id] = keys
+        return keys
+
+    def _status_key(self, status: str) -> str:
+        return f"{self.prefix}status:{status}"
+
+    def live_channel(self, session_id: str) -> bytes:
+        """The pub/sub channel a session's entries are published on."""
+        return f"{self.prefix}{{{session_id}}}:live".encode()
+
+    def _run_args(self, session_id: str, runs: Sequence[RunRecord]) -> list[Any]:
+        args: list[Any] = []
+        for record in runs:
+            if record.session_id != session_id:
+                raise RunwireError(
+                    VALIDATION_ERROR,
+                    f"Run {record.run_id!r} of {record.session_id!r} written with {session_id!r}",
+                )
+            args += [
+                record.run_id,
+                str(STATUSES.index(record.status) + 1),
+                dumps(record.to_dict()),
+                dumps([session_id, record.run_id]),
+            ]
+        return args
+
+    @staticmethod
+    def _eval(name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        return ("EVALSHA", SHA[name], len(keys), *keys, *args)
+
+    # -- for the pub/sub listener ----------------------------------------------
+
+    def new_connection(self) -> AbstractConnection:
+        """A new, unconnected connection to this store's Redis."""
+        return self._pool.connection_class(**self._pool.connection_kwargs)
+
+    async def head(self, session_id: str) -> tuple[str | None, int]:
+        """The channel's epoch (None if it does not exist) and newest serial."""
+        (reply,) = await self._call(("HMGET", self._keys(session_id)[0], "e", "s"))
+        self._check(reply)
+        epoch, last = reply
+        return (None if epoch is None else epoch.decode()), int(last or 0)
+
+    async def since(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[str | None, list[tuple[int, bytes]]]:
+        """The channel's epoch and up to ``limit`` stored entries after ``after``."""
+        keys = self._keys(session_id)
+        (reply,) = await self._call(self._eval("since", keys[:2], [after, limit]))
+        self._check(reply)
+        epoch = None if reply[0] is None else reply[0].decode()
+        pairs = reply[1:]
+        return epoch, [(_serial_of(i), d) for i, d in zip(pairs[::2], pairs[1::2], strict=True)]
+
+    # -- the command line ------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RunwireError(STORE_UNAVAILABLE, "the Redis store is closed")
+        if self._writer is None:
+            raise RunwireError(STORE_UNAVAILABLE, "the Redis store is not started")
+
+    @staticmethod
+    def _check(reply: Any) -> None:
+        if isinstance(reply, RunwireError):
+            raise reply
+
+    async def _call(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Queue ``commands`` (in call order, before yielding) and await their replies.
+
+        A reply that is a Redis error comes back as a ``RunwireError`` in its
+        place (``_check`` raises it); a broken connection raises
+        ``RunwireError(STORE_UNAVAILABLE)``.
+        """
+        self._check_open()
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Op(list(commands), future))
+        self._wake.set()
+        return await future
+
+    async def _write(self) -> None:
+        """Send queued commands in order, a pipeline per round trip, forever."""
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch: list[_Op] = []
+            size = 0
+            while self._queue and (not batch or size + len(self._queue[0].commands) <= _MAX_BATCH):
+                op = self._queue.popleft()
+                batch.append(op)
+                size += len(op.commands)
+            try:
+                await self._execute(batch)
+            except asyncio.CancelledError:
+                self._fail(batch, RunwireError(STORE_UNAVAILABLE, "the Redis store is closed"))
+                raise
+
+    async def _execute(self, batch: list[_Op]) -> None:
+        try:
+            replies = await self._round_trip([c for op in batch for c in op.commands])
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                # Redis restarted and forgot the scripts: none of them ran, so run them again.
+                await self._round_trip([("SCRIPT", "LOAD", text) for text in SCRIPTS.values()])
+                again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+                commands = [c for op in batch for c in op.commands]
+                retried = await self._round_trip([commands[i] for i in again])
+                for i, reply in zip(again, retried, strict=True):
+                    replies[i] = reply
+        except (RedisError, OSError) as exc:
+            if self._conn is not None:
+                await self._conn.disconnect(nowait=True)
+            self._fail(batch, RunwireError(STORE_UNAVAILABLE, f"Redis at {self.where}: {exc}"))
+            return
+        at = 0
+        for op in batch:
+            mine = replies[at : at + len(op.commands)]
+            at += len(op.commands)
+            if not op.future.done():
+                op.future.set_result(
+                    [
+                        RunwireError(STORE_UNAVAILABLE, f"Redis at {self.where}: {reply}")
+                        if isinstance(reply, ResponseError)
+                        else reply
+                        for reply in mine
+                    ]
+                )
+
+    async def _round_trip(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        conn = self._conn
+        assert conn is not None
+        if not conn.is_connected:
+            await connect(conn)
+        self.round_trips += 1
+        await conn.send_packed_command(_pack(commands), check_health=False)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
+
+    @staticmethod
+    def _fail(ops: list[_Op], error: RunwireError) -> None:
+        for op in ops:
+            if not op.future.done():
+                op.future.set_exception(error)

@@ -1,0 +1,382 @@
+"""Live fan-out for ``RedisStore``: one pub/sub connection per store, gap-free delivery.
+
+Theory of operation
+-------------------
+The append script publishes ``<epoch> <entry>`` (the entry with its serial) to
+the session's pub/sub channel. A node subscribes a channel on Redis only while
+some local ``subscribe`` wants it, over one connection owned by two tasks:
+
+* the *reader* connects (again and again, with backoff, while Redis is away),
+  reads replies, pings when idle and hands everything to the deliverer;
+* the *deliverer* is the only task that sends on that connection and the only
+  one that delivers (besides the local fast path below), one item at a time:
+  (un)subscriptions, messages, starts and gap fills.
+
+Each subscription keeps the serial it delivered last (``last``). A message
+with serial ``last + 1`` is delivered at once, an older one is a duplicate and
+dropped, a newer one means pub/sub lost something (it is at-most-once): the
+deliverer reads the missing entries from the stream (``XRANGE``) and delivers
+them first. After a reconnect every channel is subscribed again and, once
+Redis confirms it, filled from the stream in the same way, so nothing appended
+while the connection was down is lost. Entries trimmed from the stream before
+they could be read are skipped (with a warning): ``max_history`` bounds how
+long an outage can be bridged.
+
+``subscribe`` waits for the channel's subscription to be confirmed, then reads
+the channel's head serial: the subscription delivers everything after it. The
+deliverer then fills from the stream once, so an entry published between the
+two is not held back until the next one arrives.
+
+A message of another epoch than the subscription's (or a fill that finds the
+channel gone or re-created) means Redis lost the channel: the subscription
+ends and its ``on_reset`` is called.
+
+Local fast path: when this node's own append returns, its entry is handed to
+local subscriptions whose ``last`` is just before it, without waiting for the
+pub/sub echo (which is then dropped as a duplicate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError
+
+from transport.errors import STORE_UNAVAILABLE, RunwireError
+
+from .base import OnEntry, OnReset, StoredEntry, Unsubscribe
+
+if TYPE_CHECKING:
+    from .redis import RedisStore
+
+__all__ = ["Listener", "connect", "stop"]
+
+log = logging.getLogger("runwire.relay.store")
+
+_SERIAL = re.compile(rb'\{"serial":(\d+)')
+_PAGE = 1000
+"""Entries read from the stream per round trip while filling a gap."""
+_IDLE_PING = 5.0
+"""Seconds without a reply after which the reader pings; three of them and it reconnects."""
+_RETRY_FILL = 0.5
+"""Seconds before a fill that failed (Redis briefly away) is tried again."""
+
+
+async def connect(conn: AbstractConnection) -> None:
+    """Connect ``conn`` (redis-py leaves ``connect`` unannotated)."""
+    await cast(Any, conn).connect()
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it to end.
+
+    Cancels again until it does: on Python 3.11 ``asyncio.wait_for`` (which
+    redis-py wraps around every send) swallows a cancellation that arrives as
+    its inner call finishes.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.1)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
+
+
+@dataclass(eq=False)
+class _Sub:
+    fn: OnEntry
+    on_reset: OnReset | None
+    epoch: str | None = None
+    last: int | None = None  # None until started: nothing is delivered before
+    active: bool = True
+
+
+@dataclass(eq=False)
+class _Channel:
+    session_id: str
+    name: bytes
+    subs: list[_Sub] = field(default_factory=list)
+    confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Listener:
+    """The pub/sub side of one ``RedisStore`` (see the module docstring)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._channels: dict[str, _Channel] = {}
+        self._by_name: dict[bytes, _Channel] = {}
+        self._inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        self._conn: AbstractConnection | None = None
+        self._wire: dict[bytes, str] = {}  # name -> "subscribing" | "subscribed" | "unsubscribing"
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self.filled = 0
+        """Entries delivered from the stream rather than from pub/sub."""
+
+    def start(self) -> None:
+        """Start the reader and deliverer tasks."""
+        self._tasks = [
+            asyncio.create_task(self._read(), name="runwire-redis-pubsub-reader"),
+            asyncio.create_task(self._deliver(), name="runwire-redis-pubsub-deliverer"),
+        ]
+
+    async def aclose(self) -> None:
+        """Stop both tasks, drop every subscription and close the connection."""
+        self._closing = True
+        for task in self._tasks:
+            await stop(task)
+        self._tasks = []
+        for channel in self._channels.values():
+            for sub in channel.subs:
+                sub.active = False
+        self._channels.clear()
+        self._by_name.clear()
+
+    # -- the store's side --------------------------------------------------------
+
+    async def subscribe(
+        self, session_id: str, fn: OnEntry, on_reset: OnReset | None, timeout: float
+    ) -> Unsubscribe:
+        """Subscribe ``fn``; returns once Redis confirmed the channel and its head is known."""
+        channel = self._channels.get(session_id)
+        if channel is None:
+            name = self._store.live_channel(session_id)
+            channel = self._channels[session_id] = self._by_name[name] = _Channel(session_id, name)
+            self._inbox.put_nowait(("reconcile",))
+        sub = _Sub(fn, on_reset)
+        channel.subs.append(sub)
+        try:
+            try:
+                async with asyncio.timeout(timeout):
+                    await channel.confirmed.wait()
+            except TimeoutError:
+                raise RunwireError(
+                    STORE_UNAVAILABLE, f"Redis at {self._store.where}: pub/sub is not connected"
+                ) from None
+            epoch, last = await self._store.head(session_id)
+        except BaseException:
+            self._drop(channel, sub)
+            raise
+        self._inbox.put_nowait(("start", channel, sub, epoch, last))
+        return lambda: self._drop(channel, sub)
+
+    def offer(self, session_id: str, epoch: str, serial: int, data: bytes) -> None:
+        """Deliver this node's own append to local subscriptions that are just before it."""
+        channel = self._channels.get(session_id)
+        if channel is None:
+            return
+        for sub in list(channel.subs):
+            if not sub.active or sub.last is None or serial != sub.last + 1:
+                continue
+            if sub.epoch is None and sub.last == 0:
+                sub.epoch = epoch
+            if sub.epoch == epoch:
+                self._call(channel, sub, serial, data)
+
+    # -- reader ----------------------------------------------------------------
+
+    async def _read(self) -> None:
+        delay = 0.05
+        while not self._closing:
+            conn = self._store.new_connection()
+            try:
+                await connect(conn)
+                self._inbox.put_nowait(("connected", conn))
+                delay = 0.05
+                idle = 0
+                while not self._closing:
+                    reply = await conn.read_response(timeout=_IDLE_PING)
+                    if reply is None:
+                        idle += 1
+                        if idle >= 3:
+                            raise RedisError("no reply to PING on the pub/sub connection")
+                        self._inbox.put_nowait(("ping", conn))
+                        continue
+                    idle = 0
+                    self._inbox.put_nowait(("reply", conn, reply))
+            except (RedisError, OSError) as exc:
+                log.warning("Redis pub/sub at %s: %s", self._store.where, exc)
+            finally:
+                self._inbox.put_nowait(("disconnected", conn))
+                await conn.disconnect(nowait=True)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    # -- deliverer -------------------------------------------------------------
+
+    async def _deliver(self) -> None:
+        while True:
+            item = await self._inbox.get()
+            try:
+                await self._handle(item)
+            except Exception:
+                log.exception("Redis pub/sub at %s: failed on %r", self._store.where, item[0])
+
+    async def _handle(self, item: tuple[Any, ...]) -> None:
+        kind = item[0]
+        if kind == "reply":
+            if item[1] is self._conn:
+                await self._on_reply(item[2])
+        elif kind == "start":
+            _, channel, sub, epoch, last = item
+            if sub.active:
+                sub.epoch, sub.last = epoch, last
+                await self._fill(channel, [sub])
+        elif kind == "fill":
+            wanted: _Channel = item[1]
+            if self._channels.get(wanted.session_id) is wanted:
+                await self._fill(wanted, wanted.subs)
+        elif kind == "reconcile":
+            await self._reconcile()
+        elif kind == "connected":
+            self._conn, self._wire = item[1], {}
+            await self._reconcile()
+        elif kind == "disconnected":
+            if item[1] is self._conn:
+                self._conn, self._wire = None, {}
+                for each in self._channels.values():
+                    each.confirmed.clear()
+        elif kind == "ping" and item[1] is self._conn:
+            await self._send("PING")
+
+    async def _on_reply(self, reply: Any) -> None:
+        if not isinstance(reply, list) or len(reply) < 3:
+            return  # PONG and the like
+        kind, name = reply[0], reply[1]
+        if kind in (b"message", b"smessage"):
+            channel = self._by_name.get(name)
+            if channel is not None:
+                await self._on_message(channel, reply[2])
+        elif kind in (b"subscribe", b"ssubscribe"):
+            self._wire[name] = "subscribed"
+            channel = self._by_name.get(name)
+            if channel is None:
+                await self._reconcile()
+            else:
+                channel.confirmed.set()
+                await self._fill(channel, channel.subs)  # whatever the outage missed
+        elif kind in (b"unsubscribe", b"sunsubscribe"):
+            self._wire.pop(name, None)
+            if name in self._by_name:
+                await self._reconcile()
+
+    async def _reconcile(self) -> None:
+        """Subscribe what local subscribers want and unsubscribe the rest."""
+        if self._conn is None:
+            return
+        sharded = self._store.sharded
+        add: list[bytes] = []
+        for name, channel in self._by_name.items():
+            state = self._wire.get(name)
+            if state is None:
+                add.append(name)
+                self._wire[name] = "subscribing"
+            elif state == "subscribed":
+                channel.confirmed.set()  # re-subscribed locally before it was dropped
+        drop = [n for n, state in self._wire.items() if state == "subscribed"]
+        drop = [name for name in drop if name not in self._by_name]
+        for name in drop:
+            self._wire[name] = "unsubscribing"
+        if add:
+            await self._send("SSUBSCRIBE" if sharded else "SUBSCRIBE", *add)
+        if drop:
+            await self._send("SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE", *drop)
+
+    async def _send(self, *command: bytes | str) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            await conn.send_command(*command, check_health=False)
+        except (RedisError, OSError):
+            pass  # the reader sees the broken connection and reconnects
+
+    async def _on_message(self, channel: _Channel, payload: bytes) -> None:
+        raw_epoch, _, data = payload.partition(b" ")
+        match = _SERIAL.match(data)
+        if match is None:
+            log.warning("Redis pub/sub: a message on %r without a serial", channel.name)
+            return
+        epoch, serial = raw_epoch.decode(), int(match[1])
+        behind: list[_Sub] = []
+        for sub in list(channel.subs):
+            if not sub.active or sub.last is None:
+                continue
+            if sub.epoch is None and sub.last == 0:
+                sub.epoch = epoch  # subscribed before the channel existed
+            if sub.epoch != epoch:
+                self._reset(channel, sub)
+            elif serial == sub.last + 1:
+                self._call(channel, sub, serial, data)
+            elif serial > sub.last + 1:
+                behind.append(sub)
+        if behind:
+            await self._fill(channel, behind)
+
+    async def _fill(self, channel: _Channel, subs: list[_Sub]) -> None:
+        """Deliver to ``subs`` every stored entry after their ``last``."""
+        while True:
+            subs = [sub for sub in subs if sub.active and sub.last is not None]
+            if not subs:
+                return
+            after = min(sub.last for sub in subs if sub.last is not None)
+            try:
+                epoch, entries = await self._store.since(channel.session_id, after, _PAGE)
+            except RunwireError as exc:
+                log.warning("Redis at %s: cannot fill %r: %s", self._store.where, channel.name, exc)
+                asyncio.get_running_loop().call_later(
+                    _RETRY_FILL, self._inbox.put_nowait, ("fill", channel)
+                )
+                return
+            for sub in subs:
+                if sub.epoch is None and sub.last == 0 and epoch is not None:
+                    sub.epoch = epoch
+                if sub.epoch != epoch:
+                    self._reset(channel, sub)
+            for serial, data in entries:
+                for sub in subs:
+                    if not sub.active or sub.last is None or serial <= sub.last:
+                        continue
+                    if serial != sub.last + 1:
+                        log.warning(
+                            "Redis: entries %d-%d of %r were trimmed before they could be "
+                            "delivered",
+                            sub.last + 1,
+                            serial - 1,
+                            channel.session_id,
+                        )
+                    self.filled += 1
+                    self._call(channel, sub, serial, data)
+            if len(entries) < _PAGE:
+                return
+
+    def _call(self, channel: _Channel, sub: _Sub, serial: int, data: bytes) -> None:
+        sub.last = serial
+        try:
+            sub.fn(StoredEntry(serial, data))
+        except Exception:
+            log.exception("a subscriber of %r failed on serial %d", channel.session_id, serial)
+
+    def _reset(self, channel: _Channel, sub: _Sub) -> None:
+        log.warning("Redis lost the history of %r: ending its subscription", channel.session_id)
+        self._drop(channel, sub)
+        if sub.on_reset is not None:
+            try:
+                sub.on_reset()
+            except Exception:
+                log.exception("on_reset of a subscriber of %r failed", channel.session_id)
+
+    def _drop(self, channel: _Channel, sub: _Sub) -> None:
+        if not sub.active:
+            return
+        sub.active = False
+        channel.subs.remove(sub)
+        if not channel.subs and self._channels.get(channel.session_id) is channel:
+            del self._channels[channel.session_id]
+            del self._by_name[channel.name]
+            self._inbox.put_nowait(("reconcile",))

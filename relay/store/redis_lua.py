@@ -1,0 +1,128 @@
+"""The Lua scripts of ``RedisStore`` (see ``relay.store.redis`` for the key layout).
+
+Each runs atomically on Redis in one round trip. Numbers cross as decimal
+strings; Lua prints numbers with 14 significant digits, so serials must stay
+below 10**14.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["SCRIPTS", "SHA"]
+
+_COMMON = """
+local function splice(data, serial)
+  if data == '{}' then return '{"serial":' .. serial .. '}' end
+  return '{"serial":' .. serial .. ',' .. string.sub(data, 2)
+end
+local function touch(ttl)
+  if ttl ~= '0' then
+    for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
+  end
+end
+local function write_runs(start)
+  for i = start, #ARGV, 4 do
+    if redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2]) == 1 then
+      redis.call('RPUSH', KEYS[5], ARGV[i])
+    end
+    local at = 5 + tonumber(ARGV[i + 1])
+    for k = 6, #KEYS do
+      if k == at then
+        redis.call('SADD', KEYS[k], ARGV[i + 3])
+      else
+        redis.call('SREM', KEYS[k], ARGV[i + 3])
+      end
+    end
+  end
+end
+"""
+
+# KEYS: meta, log, ids, runs, order, then (only with Run records) one status set per STATUSES.
+# ARGV: epoch, entry id, data, expect_last or '', max_history, dedup_window,
+#       ttl ms or '0', publish command, pub/sub channel, then per Run record:
+#       run id, status number (1-based), record, index member.
+# Returns {0, epoch now or ''} | {1, serial, data} (repeat) | {2, last} | {3, serial, data}.
+_APPEND = (
+    _COMMON
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'e')
+if epoch ~= ARGV[1] then return {0, epoch or ''} end
+local known = redis.call('ZSCORE', KEYS[3], ARGV[2])
+if known then
+  local found = redis.call('XRANGE', KEYS[2], known .. '-0', known .. '-0')
+  if found[1] then return {1, tonumber(known), found[1][2][2]} end
+  return {1, tonumber(known), splice(ARGV[3], known)}
+end
+local last = tonumber(redis.call('HGET', KEYS[1], 's') or '0')
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= last then return {2, last} end
+local serial = last + 1
+local stored = splice(ARGV[3], serial)
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], serial .. '-0', 'd', stored)
+redis.call('HSET', KEYS[1], 's', serial)
+redis.call('ZADD', KEYS[3], serial, ARGV[2])
+local window = tonumber(ARGV[6])
+if serial > window then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', serial - window)
+end
+write_runs(10)
+touch(ARGV[7])
+redis.call(ARGV[8], ARGV[9], epoch .. ' ' .. stored)
+return {3, serial, stored}
+"""
+)
+
+# KEYS as _APPEND. ARGV: ttl ms or '0', then Run records as in _APPEND.
+_PUT_RUNS = (
+    _COMMON
+    + """
+write_runs(2)
+touch(ARGV[1])
+return 1
+"""
+)
+
+# KEYS: meta, log, ids, runs, order. ARGV: a new epoch, ttl ms or '0'.
+# Returns {epoch, last, first}.
+_OPEN = (
+    _COMMON
+    + """
+if redis.call('HSETNX', KEYS[1], 'e', ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 's', 0)
+  redis.call('DEL', KEYS[2], KEYS[3])
+end
+touch(ARGV[2])
+local head = redis.call('HMGET', KEYS[1], 'e', 's')
+local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
+local first = 0
+if oldest[1] then first = tonumber(string.match(oldest[1][1], '^%d+')) end
+return {head[1], tonumber(head[2]), first}
+"""
+)
+
+# KEYS: ids, log. ARGV: entry id. Returns {serial, data} or nil.
+_FIND = """
+local known = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not known then return false end
+local found = redis.call('XRANGE', KEYS[2], known .. '-0', known .. '-0')
+if not found[1] then return false end
+return {tonumber(known), found[1][2][2]}
+"""
+
+# KEYS: meta, log. ARGV: after, count. Returns {epoch or nil, id, data, id, data, ...}.
+_SINCE = """
+local out = {redis.call('HGET', KEYS[1], 'e')}
+local entries = redis.call('XRANGE', KEYS[2], (tonumber(ARGV[1]) + 1) .. '-0', '+',
+  'COUNT', ARGV[2])
+for _, e in ipairs(entries) do
+  out[#out + 1] = e[1]
+  out[#out + 1] = e[2][2]
+end
+return out
+"""
+
+SCRIPTS = {name: text.encode() for name, text in [
+    ("append", _APPEND), ("put_runs", _PUT_RUNS), ("open", _OPEN), ("find", _FIND),
+    ("since", _SINCE),
+]}  # fmt: skip
+SHA = {name: hashlib.sha1(text).hexdigest() for name, text in SCRIPTS.items()}

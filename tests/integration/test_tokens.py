@@ -1,0 +1,147 @@
+"""Tokens with the SDKs: refusals at connect, and a token that expires mid-connection is
+replaced through ``token_provider`` and the session resumes with no gap."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+import agent_side
+import client_side
+import relay
+from agent_side import Run
+from transport import RunwireError
+
+from .conductor import SECRET, Conductor, stack, status, texts, token, until
+
+pytestmark = pytest.mark.anyio
+
+
+class States:
+    """Connection states a session went through, awaitable."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self._changed = anyio.Event()
+
+    def __call__(self, state: str) -> None:
+        self.seen.append(state)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait(self, predicate: Callable[[list[str]], bool]) -> None:
+        with anyio.fail_after(10):
+            while not predicate(self.seen):
+                await self._changed.wait()
+
+
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [
+        (token("alice", ttl=-5), "TOKEN_EXPIRED"),
+        (token("alice", pattern="other-*"), None),  # a valid token: refused at attach
+        ("not.a.token", "UNAUTHORIZED"),
+    ],
+)
+async def test_connect_raises_for_a_token_the_relay_refuses(bad: str, code: str | None) -> None:
+    async with relay.serve(port=0, store="memory://", secret=SECRET) as server:
+        with pytest.raises(RunwireError) as info:
+            async with client_side.connect(server.url, "trip", token=bad):
+                pass
+        assert info.value.code == (code or "UNAUTHORIZED")
+
+
+async def test_an_expired_token_is_replaced_from_the_provider_at_connect() -> None:
+    calls: list[int] = []
+
+    async def provider() -> str:
+        calls.append(1)
+        return token("alice")
+
+    async with (
+        relay.serve(port=0, store="memory://", secret=SECRET) as server,
+        client_side.connect(
+            server.url, "trip", token=token("alice", ttl=-5), token_provider=provider
+        ) as session,
+    ):
+        assert session.connected and calls == [1]
+
+
+async def test_a_client_whose_token_expires_resumes_with_a_fresh_one_and_misses_nothing() -> None:
+    agent = Conductor()
+    svc = token("svc", ["agent"])
+    fresh: list[str] = []
+
+    def provider() -> str:
+        fresh.append(token("alice"))
+        return fresh[-1]
+
+    states = States()
+    async with (
+        stack(agent, agent_token=svc, secret=SECRET) as server,
+        client_side.connect(server.url, "trip", token=token("alice")) as other,
+        client_side.connect(
+            server.url, "trip", token=token("alice", ttl=2), token_provider=provider
+        ) as session,
+    ):
+        session.on_state(states)
+        first = await session.send("before")
+        await states.wait(lambda seen: "disconnected" in seen)
+        # Published while the expiring session is away or coming back.
+        second = await other.send("meanwhile")
+        await states.wait(lambda seen: seen[-1] == "connected")
+        assert len(fresh) >= 1
+        agent.release(first.run_id)
+        agent.release(second.run_id)
+        await first.result()
+        await until(session, lambda: status(session, second.run_id) == "complete")
+        assert sorted(texts(session)) == sorted(
+            ["before", "meanwhile", "before: started and done", "meanwhile: started and done"]
+        )
+        serials = [vm.serial for vm in session.view.messages()]
+        assert len(set(serials)) == len(serials)
+        third = await session.send("after")  # publishing works on the fresh token
+        agent.release(third.run_id)
+        assert (await third.result()).status == "complete"
+
+
+async def test_an_agent_whose_token_expires_mid_run_reconnects_and_finishes_it() -> None:
+    release = anyio.Event()
+    provided: list[str] = []
+
+    def provider() -> str:
+        provided.append(token("svc", ["agent"]))
+        return provided[-1]
+
+    async def handle(run: Run) -> None:
+        await run.start()
+
+        async def stream():  # type: ignore[no-untyped-def]
+            yield "part one, "
+            await release.wait()
+            yield "part two"
+
+        await run.pipe(stream())
+        await run.end()
+
+    async with relay.serve(port=0, store="memory://", secret=SECRET, agent_grace=30) as server:
+        worker = agent_side.Agent(
+            server.url, token=token("svc", ["agent"], ttl=2), token_provider=provider
+        )
+        worker.on_run(handle)
+        states = States()
+        worker.connection.on_state(states)
+        async with (
+            worker,
+            client_side.connect(server.url, "trip", token=token("alice")) as session,
+        ):
+            run = await session.send("go")
+            await until(session, lambda: texts(session)[-1:] == ["part one, "])
+            await states.wait(lambda seen: "disconnected" in seen and seen[-1] == "connected")
+            assert provided
+            release.set()
+            result = await run.result()
+            assert result.status == "complete"
+            assert texts(session) == ["go", "part one, part two"]

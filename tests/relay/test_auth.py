@@ -1,0 +1,171 @@
+"""Token verification: algorithms, keys, expiry, claims, capabilities per session pattern."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.utils import base64url_encode
+
+from relay.auth import Identity, TokenVerifier, mint_token, token_from_request
+from transport.errors import RunwireError
+
+SECRET = "s3cret-for-tests-only-" + "0123456789abcdef" * 3
+
+
+def pem_pair(kind: str) -> tuple[str, str]:
+    key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+    if kind == "rsa":
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    else:
+        key = ec.generate_private_key(ec.SECP256R1())
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    return private, public
+
+
+def hs256(payload: dict[str, Any], key: str) -> str:
+    """An HS256 JWT made by hand (PyJWT refuses to HMAC with a PEM key)."""
+    header = base64url_encode(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = base64url_encode(json.dumps(payload).encode())
+    signing = header + b"." + body
+    sig = base64url_encode(hmac.new(key.encode(), signing, hashlib.sha256).digest())
+    return (signing + b"." + sig).decode()
+
+
+def claims(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "sub": "alice",
+        "exp": int(time.time()) + 600,
+        "sessions": {"trip-*": ["publish", "steer"]},
+    }
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def refusal(verifier: TokenVerifier, token: str | None) -> tuple[str, str | None]:
+    with pytest.raises(RunwireError) as info:
+        verifier.verify(token)
+    return info.value.code, info.value.details.get("reason")
+
+
+def test_a_good_hs256_token_gives_the_user_and_rights() -> None:
+    token = mint_token(
+        user="alice",
+        sessions={"trip-*": ["publish", "cancel-any"], "*": ["subscribe"]},
+        secret=SECRET,
+        client_id="alice-phone",
+    )
+    identity = TokenVerifier(secret=SECRET).verify(token)
+    assert (identity.user_id, identity.client_id) == ("alice", "alice-phone")
+    assert identity.caps("trip-42") == {"publish", "cancel-any", "cancel", "subscribe"}
+    assert identity.caps("work-1") == {"subscribe"}
+    assert identity.expires_at > time.time()
+
+
+@pytest.mark.parametrize(
+    ("token_claims", "reason"),
+    [
+        (claims(sub=None), "claims"),
+        (claims(exp=None), "claims"),
+        (claims(sessions=None), "claims"),
+        (claims(sub=""), "claims"),
+        (claims(sessions={"*": "publish"}), "claims"),
+        (claims(sessions={"*": ["publish", "root"]}), "claims"),
+        (claims(client_id=7), "claims"),
+    ],
+)
+def test_missing_or_bad_claims_are_refused(token_claims: dict[str, Any], reason: str) -> None:
+    token = jwt.encode(token_claims, SECRET, algorithm="HS256")
+    assert refusal(TokenVerifier(secret=SECRET), token) == ("UNAUTHORIZED", reason)
+
+
+def test_expired_tokens_are_refused_as_expired() -> None:
+    token = jwt.encode(claims(exp=int(time.time()) - 5), SECRET, algorithm="HS256")
+    assert refusal(TokenVerifier(secret=SECRET), token)[0] == "TOKEN_EXPIRED"
+
+
+def test_forged_tokens_are_refused() -> None:
+    verifier = TokenVerifier(secret=SECRET)
+    forged = jwt.encode(claims(), "another-secret-" + "x" * 60, algorithm="HS256")
+    assert refusal(verifier, forged) == ("UNAUTHORIZED", "signature")
+    good = jwt.encode(claims(), SECRET, algorithm="HS256")
+    head, _, sig = good.split(".")
+    other_body = jwt.encode(claims(sub="mallory"), SECRET, algorithm="HS256").split(".")[1]
+    assert refusal(verifier, f"{head}.{other_body}.{sig}") == ("UNAUTHORIZED", "signature")
+    assert refusal(verifier, "not-a-jwt") == ("UNAUTHORIZED", "malformed")
+    assert refusal(verifier, None) == ("UNAUTHORIZED", "missing")
+
+
+@pytest.mark.parametrize("alg", ["HS512", "HS384", "none"])
+def test_algorithms_other_than_the_configured_ones_are_refused(alg: str) -> None:
+    key = None if alg == "none" else SECRET
+    token = jwt.encode(claims(), key, algorithm=alg)
+    assert refusal(TokenVerifier(secret=SECRET), token) == ("UNAUTHORIZED", "algorithm")
+
+
+@pytest.mark.parametrize(("kind", "alg"), [("rsa", "RS256"), ("ec", "ES256")])
+def test_public_key_tokens(kind: str, alg: str) -> None:
+    private, public = pem_pair(kind)
+    token = mint_token(user="bob", sessions={"*": ["agent"]}, private_key=private, algorithm=alg)
+    identity = TokenVerifier(public_key=public).verify(token)
+    assert identity.user_id == "bob" and identity.caps("x") == {"agent", "subscribe"}
+    # An HS256 token "signed" with the public key text (the algorithm-confusion attack).
+    assert refusal(TokenVerifier(public_key=public), hs256(claims(), public)) == (
+        "UNAUTHORIZED",
+        "algorithm",
+    )
+    # A key pair the relay does not know is refused on signature.
+    other_private, _ = pem_pair(kind)
+    stranger = mint_token(user="eve", sessions={}, private_key=other_private, algorithm=alg)
+    assert refusal(TokenVerifier(public_key=public), stranger) == ("UNAUTHORIZED", "signature")
+
+
+def test_secret_only_relays_refuse_public_key_tokens() -> None:
+    private, _ = pem_pair("rsa")
+    token = mint_token(user="bob", sessions={}, private_key=private, algorithm="RS256")
+    assert refusal(TokenVerifier(secret=SECRET), token) == ("UNAUTHORIZED", "algorithm")
+
+
+def test_patterns_match_whole_ids_and_only_star_is_special() -> None:
+    identity = Identity(
+        user_id="u",
+        client_id=None,
+        grants=(("trip-*", frozenset({"publish"})), ("a.b", frozenset({"steer"}))),
+        expires_at=0,
+    )
+    assert identity.caps("trip-") == {"publish"}
+    assert identity.caps("my-trip-1") == frozenset()
+    assert identity.caps("a.b") == {"steer"}
+    assert identity.caps("axb") == frozenset()
+    assert identity.grants_anywhere("publish") and not identity.grants_anywhere("agent")
+
+
+def test_tokens_come_from_the_header_or_the_query() -> None:
+    assert token_from_request({"Authorization": "Bearer abc"}, "/?token=zzz") == "abc"
+    assert token_from_request({}, "/relay?x=1&token=zzz") == "zzz"
+    assert token_from_request({"Authorization": "Basic abc"}, "/") is None
+
+
+def test_minting_refuses_unknown_capabilities_and_needs_a_key() -> None:
+    with pytest.raises(ValueError):
+        mint_token(user="a", sessions={"*": ["fly"]}, secret=SECRET)
+    with pytest.raises(ValueError):
+        mint_token(user="a", sessions={"*": ["publish"]})
+    with pytest.raises(ValueError):
+        TokenVerifier()

@@ -1,0 +1,227 @@
+"""Tokens on the wire: refused at connect with a clear code, stamped identities, capabilities
+per frame, expiry mid-connection, anonymous relays on loopback only."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import jwt
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+import relay
+from relay.auth import mint_token
+from transport.messages import new_id
+
+from .wire import RawPeer, prompt, run_status, steer
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "relay-test-secret-" + "0123456789abcdef" * 3
+ALL = ["subscribe", "publish", "steer", "cancel"]
+
+
+def token(user: str = "alice", sessions: dict[str, list[str]] | None = None, **kw: Any) -> str:
+    return mint_token(user=user, sessions=sessions or {"trip-*": ALL}, secret=SECRET, **kw)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[relay.Server]:
+    async with relay.serve(port=0, store="memory://", secret=SECRET) as srv:
+        yield srv
+
+
+async def dial(
+    url: str, tok: str | None, *, role: str = "client", query: bool = False, client_id: str = ""
+) -> tuple[RawPeer, dict[str, Any]]:
+    """Connect and say hello; the first frame the relay answers with."""
+    headers = {"Authorization": f"Bearer {tok}"} if tok and not query else None
+    target = f"{url}/?token={tok}" if tok and query else url
+    ws = await connect(target, additional_headers=headers, max_size=None)
+    peer = RawPeer(ws)
+    hello: dict[str, Any] = {"type": "hello", "v": 1, "role": role, "req": 1}
+    if client_id:
+        hello["client_id"] = client_id
+    await peer.send(hello)
+    first = await peer.recv()
+    if first["type"] == "welcome":
+        peer.client_id = first["client_id"]
+    return peer, first
+
+
+async def closed_with(peer: RawPeer) -> int | None:
+    with anyio.fail_after(5):
+        try:
+            while True:
+                await peer.ws.recv()
+        except ConnectionClosed:
+            pass
+    return peer.ws.close_code
+
+
+@pytest.mark.parametrize(
+    ("make", "code", "close"),
+    [
+        (lambda: None, "UNAUTHORIZED", 4001),
+        (lambda: token(ttl=-10), "TOKEN_EXPIRED", 4003),
+        (
+            lambda: mint_token(user="alice", sessions={"*": ALL}, secret="wrong-" + "k" * 60),
+            "UNAUTHORIZED",
+            4001,
+        ),
+        (
+            lambda: jwt.encode({"sub": "alice", "exp": int(time.time()) + 60}, SECRET, "HS256"),
+            "UNAUTHORIZED",
+            4001,
+        ),
+        (
+            lambda: jwt.encode(
+                {"sub": "a", "exp": int(time.time()) + 60, "sessions": {}}, SECRET * 2, "HS512"
+            ),
+            "UNAUTHORIZED",
+            4001,
+        ),
+    ],
+    ids=["missing", "expired", "bad-signature", "missing-claims", "wrong-algorithm"],
+)
+async def test_bad_tokens_are_refused_at_connect_with_a_clear_code(
+    server: relay.Server, make: Any, code: str, close: int
+) -> None:
+    peer, first = await dial(server.url, make())
+    assert first["type"] == "error" and first["req"] == 1
+    assert first["error"]["code"] == code
+    assert await closed_with(peer) == close
+
+
+async def test_a_token_in_the_query_is_accepted_for_browsers(server: relay.Server) -> None:
+    peer, first = await dial(server.url, token(), query=True)
+    assert first["type"] == "welcome" and first["user_id"] == "alice"
+    await peer.close()
+
+
+async def test_identity_is_stamped_from_the_token_whatever_the_frame_claims(
+    server: relay.Server,
+) -> None:
+    peer, welcome = await dial(server.url, token(), client_id="bob/web")
+    # A client id another user's would be scoped to this user.
+    assert welcome["client_id"] == "alice/bob/web"
+    pinned, welcome2 = await dial(server.url, token(client_id="alice-phone"), client_id="x")
+    assert welcome2["client_id"] == "alice-phone"
+    await peer.attach("trip-1")
+    entry = {**prompt(), "user_id": "bob", "client_id": "bob/web", "queued": True}
+    ack = await peer.publish("trip-1", entry)
+    assert ack["type"] == "ack"
+    [stored] = await peer.entries(1)
+    assert (stored["user_id"], stored["client_id"]) == ("alice", "alice/bob/web")
+    assert "queued" not in stored
+    await pinned.close()
+    await peer.close()
+
+
+async def test_a_session_the_token_does_not_cover_gets_unauthorized_and_nothing(
+    server: relay.Server,
+) -> None:
+    alice, _ = await dial(server.url, token())
+    bob, _ = await dial(server.url, token("bob", {"*": ALL}))
+    refused = await alice.request({"type": "attach", "session_id": "work-7"})
+    assert refused["type"] == "error" and refused["error"]["code"] == "UNAUTHORIZED"
+    await bob.attach("work-7")
+    await bob.publish("work-7", prompt(text="private"))
+    publish = await alice.publish("work-7", prompt())
+    assert publish["error"]["code"] == "NOT_ATTACHED"
+    history = await alice.request({"type": "history", "session_id": "work-7", "before": 10})
+    assert history["error"]["code"] == "NOT_ATTACHED"
+    # The next delivery alice gets is of her own session: nothing of work-7 came.
+    await alice.attach("trip-2")
+    await alice.publish("trip-2", prompt(text="mine"))
+    [frame] = [await alice.next("deliver")]
+    assert frame["session_id"] == "trip-2"
+    assert all(f.get("session_id") != "work-7" for f in alice.inbox)
+    await alice.close()
+    await bob.close()
+
+
+@pytest.mark.parametrize(
+    ("caps", "entry_kind", "code"),
+    [
+        (["subscribe"], "prompt", "UNAUTHORIZED"),
+        (["subscribe", "publish"], "prompt", None),
+        (["subscribe", "publish"], "steer", "UNAUTHORIZED"),
+        (["subscribe", "publish", "steer"], "steer", None),
+        (["subscribe", "publish"], "cancel", "UNAUTHORIZED"),
+        (["subscribe", "publish", "cancel"], "cancel", None),
+    ],
+)
+async def test_each_publish_needs_its_capability(
+    server: relay.Server, caps: list[str], entry_kind: str, code: str | None
+) -> None:
+    owner, _ = await dial(server.url, token("alice", {"*": ALL}))
+    await owner.attach("trip-3")
+    run_id = new_id()
+    await owner.publish("trip-3", prompt(run_id))
+    peer, _ = await dial(server.url, token("alice", {"trip-*": caps}))
+    await peer.attach("trip-3")
+    entry: dict[str, Any]
+    if entry_kind == "prompt":
+        entry = prompt()
+    elif entry_kind == "steer":
+        entry = steer(run_id, "more")
+    else:
+        entry = {"kind": "cancel", "id": new_id(), "run_id": run_id}
+    reply = await peer.publish("trip-3", entry)
+    if code is None:
+        assert reply["type"] == "ack"
+    else:
+        assert reply["type"] == "error" and reply["error"]["code"] == code
+    await peer.close()
+    await owner.close()
+
+
+async def test_agents_need_the_agent_capability(server: relay.Server) -> None:
+    client, _ = await dial(server.url, token("alice", {"*": ALL}))
+    await client.attach("trip-4")
+    run_id = new_id()
+    await client.publish("trip-4", prompt(run_id))
+    fake, _ = await dial(server.url, token("mallory", {"*": ALL}), role="agent")
+    worker = await fake.request({"type": "worker", "agent": "default"})
+    assert worker["error"]["code"] == "UNAUTHORIZED"
+    await fake.attach("trip-4")
+    start = await fake.publish("trip-4", run_status(run_id, "active"))
+    assert start["error"]["code"] == "UNAUTHORIZED"
+    # A worker whose token covers other sessions only is not handed this Run.
+    elsewhere, _ = await dial(server.url, token("svc", {"work-*": ["agent"]}), role="agent")
+    assert (await elsewhere.request({"type": "worker", "agent": "default"}))["type"] == "ack"
+    real, _ = await dial(server.url, token("svc", {"trip-*": ["agent"]}), role="agent")
+    assert (await real.request({"type": "worker", "agent": "default"}))["type"] == "ack"
+    dispatch = await real.next("dispatch")
+    assert dispatch["run_id"] == run_id
+    await real.attach("trip-4")
+    assert (await real.publish("trip-4", run_status(run_id, "active")))["type"] == "ack"
+    assert not any(f["type"] == "dispatch" for f in elsewhere.inbox)
+    for peer in (client, fake, elsewhere, real):
+        await peer.close()
+
+
+async def test_a_token_that_expires_mid_connection_closes_it_with_4003(
+    server: relay.Server,
+) -> None:
+    peer, first = await dial(server.url, token(ttl=2))
+    assert first["type"] == "welcome"
+    await peer.attach("trip-5")
+    assert await closed_with(peer) == 4003
+    assert "TOKEN_EXPIRED" in (peer.ws.close_reason or "")
+
+
+async def test_an_anonymous_relay_listens_on_loopback_only_unless_allowed() -> None:
+    with pytest.raises(ValueError, match="allow_anonymous"):
+        async with relay.serve(host="0.0.0.0", port=0, store="memory://"):
+            pass
+    async with relay.serve(host="0.0.0.0", port=0, store="memory://", allow_anonymous=True) as srv:
+        peer = await RawPeer.open(f"ws://127.0.0.1:{srv.port}")
+        await peer.close()
+    async with relay.serve(host="0.0.0.0", port=0, store="memory://", secret=SECRET) as srv:
+        assert srv.port > 0

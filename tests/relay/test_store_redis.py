@@ -1,0 +1,468 @@
+"""The Redis store: the conformance suite, and what several relay nodes on one Redis rely on.
+
+Runs against ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) under a
+random key prefix per test, deleting its keys afterwards. If that Redis is
+not reachable these tests fail, unless ``RUNWIRE_SKIP_REDIS=1`` is set.
+The restart tests start their own throwaway ``redis-server`` on a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from redis import Redis
+from redis.exceptions import RedisError
+
+from relay.store import Store, StoredEntry, open_store
+from relay.store.redis import RedisStore
+from transport.codec import splice_serial
+from transport.errors import (
+    CONFLICT,
+    EPOCH_MISMATCH,
+    STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
+    RunwireError,
+)
+
+from .store_conformance import Collector, StoreConformance, body, run, settled
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _reachable(url: str) -> bool:
+    try:
+        with Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2) as client:
+            return bool(client.ping())
+    except RedisError:
+        return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _redis_is_there() -> None:
+    if _reachable(REDIS_URL):
+        return
+    if os.environ.get("RUNWIRE_SKIP_REDIS") == "1":
+        pytest.skip(f"no Redis at {REDIS_URL} (RUNWIRE_SKIP_REDIS=1)")
+    pytest.fail(f"no Redis at {REDIS_URL}; start one or set RUNWIRE_SKIP_REDIS=1")
+
+
+def _delete(url: str, prefix: str) -> None:
+    with Redis.from_url(url) as client:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        for i in range(0, len(keys), 1000):
+            client.delete(*keys[i : i + 1000])
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A key prefix of this test's own; its keys are deleted afterwards."""
+    base = f"rwtest:{secrets.token_hex(6)}:"
+    yield base
+    _delete(REDIS_URL, base)
+
+
+class TestRedisStore(StoreConformance):
+    @pytest.fixture(autouse=True)
+    def _prefix(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.made = 0
+
+    def make_store(self) -> Store:
+        self.made += 1  # every store of the model test starts empty
+        return RedisStore(REDIS_URL, prefix=f"{self.prefix}{self.made}:")
+
+
+@asynccontextmanager
+async def node(url: str, prefix: str, **options: Any) -> AsyncIterator[RedisStore]:
+    """A started ``RedisStore``: one relay node."""
+    store = RedisStore(url, prefix=prefix, **options)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# -- several nodes on one Redis -------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_concurrent_appends_through_two_nodes_get_distinct_gap_free_serials(
+    prefix: str,
+) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        assert (await a.open_channel("s")).epoch == (await b.open_channel("s")).epoch
+        serials: dict[str, list[int]] = {"a": [], "b": []}
+
+        async def append(name: str, store: RedisStore, i: int) -> None:
+            serials[name].append((await store.append("s", f"e{i}", body(f"e{i}"))).serial)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(400):
+                    tg.start_soon(append, *(("a", a) if i % 2 else ("b", b)), i)
+        assert sorted(serials["a"] + serials["b"]) == list(range(1, 401))
+        for mine in serials.values():
+            assert mine == sorted(mine)  # each node's appends keep its call order
+        stored = await b.read("s", after=0, limit=1000)
+        assert [e.serial for e in stored] == list(range(1, 401))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sharded", [True, False], ids=["SPUBLISH", "PUBLISH"])
+async def test_a_subscriber_on_one_node_sees_the_other_nodes_appends_in_order(
+    prefix: str, sharded: bool
+) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        a.sharded = b.sharded = sharded  # what a Redis before 7 gets
+        await a.open_channel("s")
+        await b.open_channel("s")
+        await a.append("s", "old", body("old"))
+        on_b, on_a = Collector(), Collector()
+        await b.subscribe("s", on_b)
+        await a.subscribe("s", on_a)
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(100):
+                    tg.start_soon((a, b)[i % 3 == 0].append, "s", f"e{i}", body(f"e{i}"))
+        stored = await a.read("s", after=1, limit=1000)
+        assert await on_b.until(100) == stored
+        assert await on_a.until(100) == stored
+        last = await settled(a, "s", on_a, on_b)
+        assert on_a.entries == on_b.entries == [*stored, last]
+
+
+@pytest.mark.anyio
+async def test_dedup_and_expect_last_hold_across_nodes(prefix: str) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        original = await a.append("s", "e1", body("e1"), [run("s", "r1")])
+        again = await b.append("s", "e1", body("e1", 2), [run("s", "r1", "active")])
+        assert (again.serial, again.data, again.duplicate) == (1, original.data, True)
+        assert await b.find("s", "e1") == again
+        assert await b.runs("s") == [run("s", "r1")]
+        with pytest.raises(RunwireError) as caught:
+            await b.append("s", "e2", body("e2"), expect_last=0)
+        assert (caught.value.code, caught.value.details) == (CONFLICT, {"last": 1})
+        assert (await b.append("s", "e2", body("e2"), expect_last=1)).serial == 2
+        assert (await a.append("s", "e1", body("e1"), expect_last=0)).duplicate
+
+
+@pytest.mark.anyio
+async def test_an_append_is_one_round_trip_and_concurrent_ones_share_them(prefix: str) -> None:
+    async with node(REDIS_URL, prefix) as store:
+        await store.open_channel("s")
+        before = store.round_trips
+        for i in range(10):
+            await store.append("s", f"e{i}", body(f"e{i}"), [run("s", f"r{i}")])
+        assert store.round_trips - before == 10
+        before = store.round_trips
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(10, 210):
+                    tg.start_soon(store.append, "s", f"e{i}", body(f"e{i}"))
+        assert 1 <= store.round_trips - before <= 20
+        assert (await store.open_channel("s")).last == 210
+
+
+# -- pub/sub delivery -------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_entry_pubsub_lost_is_filled_from_the_stream(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        got = Collector()
+        await a.subscribe("s", got)
+        with monkeypatch.context() as patch:  # b publishes this one where nobody listens
+            patch.setattr(b, "live_channel", lambda session_id: b"nowhere")
+            lost = await b.append("s", "lost", body("lost"))
+        after = await b.append("s", "after", body("after"))
+        assert await got.until(2) == [
+            StoredEntry(lost.serial, lost.data),
+            StoredEntry(after.serial, after.data),
+        ]
+        assert a.filled >= 1
+        await settled(b, "s", got)
+        assert got.serials == [1, 2, 3]
+
+
+@pytest.mark.anyio
+async def test_a_message_published_twice_is_delivered_once(prefix: str) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        info = await a.open_channel("s")
+        await b.open_channel("s")
+        got = Collector()
+        await a.subscribe("s", got)
+        first = await b.append("s", "e1", body("e1"))
+        await got.until(1)
+        with Redis.from_url(REDIS_URL) as raw:
+            payload = info.epoch.encode() + b" " + first.data
+            raw.execute_command("SPUBLISH", a.live_channel("s"), payload)
+        await settled(b, "s", got)
+        assert got.serials == [1, 2]
+
+
+@pytest.mark.anyio
+async def test_a_node_listens_only_to_channels_someone_there_watches(prefix: str) -> None:
+    async with node(REDIS_URL, prefix) as store, node(REDIS_URL, prefix) as other:
+        name = store.live_channel("s")
+
+        def listeners() -> int:
+            with Redis.from_url(REDIS_URL) as raw:
+                return int(raw.execute_command("PUBSUB", "SHARDNUMSUB", name)[1])
+
+        first = await store.subscribe("s", Collector())
+        second = await store.subscribe("s", Collector())
+        assert listeners() == 1  # one pub/sub subscription per node
+        first()
+        assert listeners() == 1
+        second()
+        with anyio.fail_after(10):
+            while listeners():
+                await anyio.sleep(0.01)  # the node unsubscribes in the background
+        got = Collector()
+        await store.subscribe("s", got)  # and subscribes again when asked
+        assert listeners() == 1
+        await other.open_channel("s")
+        appended = await other.append("s", "e1", body("e1"))
+        assert await got.until(1) == [StoredEntry(1, appended.data)]
+
+
+@pytest.mark.anyio
+async def test_subscribing_again_right_after_the_last_unsubscribe_works(prefix: str) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        await b.open_channel("s")
+        for i in range(5):
+            got = Collector()
+            unsubscribe = await a.subscribe("s", got)
+            appended = await b.append("s", f"e{i}", body(f"e{i}"))
+            assert await got.until(1) == [StoredEntry(appended.serial, appended.data)]
+            unsubscribe()  # and at once subscribe again, before the node unsubscribed on Redis
+
+
+@pytest.mark.anyio
+async def test_subscribing_before_the_channel_exists_delivers_its_first_entries(
+    prefix: str,
+) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        got = Collector()
+        await a.subscribe("new", got)
+        await b.open_channel("new")
+        appended = [await b.append("new", f"e{i}", body(f"e{i}")) for i in range(3)]
+        assert await got.until(3) == [StoredEntry(x.serial, x.data) for x in appended]
+
+
+# -- options --------------------------------------------------------------------
+
+
+def test_redis_urls_give_a_redis_store_with_the_options_they_carry() -> None:
+    store = open_store("redis://127.0.0.1:6379/3?prefix=app:&max_history=50000&history_ttl=60")
+    assert isinstance(store, RedisStore)
+    assert (store.prefix, store.max_history, store.history_ttl) == ("app:", 50_000, 60.0)
+    assert isinstance(open_store("rediss://example:6380/0"), RedisStore)
+    for bad in (
+        "redis://h/0?max_history=lots",
+        "redis://h/0?prefix=a{b",
+        "redis://h/0?dedup_window=0",
+    ):
+        with pytest.raises(RunwireError) as caught:
+            open_store(bad)
+        assert caught.value.code == VALIDATION_ERROR
+
+
+def test_without_the_redis_package_open_store_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(sys.modules):
+        if name == "redis" or name.startswith(("redis.", "relay.store.redis")):
+            monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "relay.store.redis")
+    with pytest.raises(RunwireError) as caught:
+        open_store("redis://127.0.0.1:6379/0")
+    assert caught.value.code == VALIDATION_ERROR
+    assert "pip install 'runwire[redis]'" in caught.value.message
+
+
+@pytest.mark.anyio
+async def test_history_is_trimmed_by_length_and_the_dedup_window_by_count(prefix: str) -> None:
+    async with node(REDIS_URL, prefix, max_history=100, dedup_window=50) as store:
+        await store.open_channel("s")
+        for i in range(600):
+            await store.append("s", f"e{i}", b"{}")
+        info = await store.open_channel("s")
+        assert info.last == 600
+        assert 1 < info.first <= 501  # MAXLEN ~ keeps at least max_history
+        oldest = await store.read("s", after=0, limit=1000)
+        assert [e.serial for e in oldest] == list(range(info.first, 601))
+        assert (await store.append("s", "e599", b"{}")).duplicate
+        assert (await store.append("s", "e550", b"{}")).duplicate
+        assert not (await store.append("s", "e549", b"{}")).duplicate  # 51 ids ago
+
+
+@pytest.mark.anyio
+async def test_history_ttl_drops_an_idle_session_and_its_runs(prefix: str) -> None:
+    async with node(REDIS_URL, prefix, history_ttl=0.3) as store:
+        first = await store.open_channel("s")
+        await store.append("s", "e1", body("e1"), [run("s", "r1")])
+        assert [r.run_id for r in await store.runs_with_status(["pending"])] == ["r1"]
+        with Redis.from_url(REDIS_URL) as raw, anyio.fail_after(10):
+            while raw.exists(f"{prefix}{{s}}:meta", f"{prefix}{{s}}:runs"):
+                await anyio.sleep(0.05)  # Redis' own expiry: nothing to wait on but the clock
+        assert await store.runs_with_status(["pending"]) == []
+        with Redis.from_url(REDIS_URL) as raw:
+            assert raw.scard(f"{prefix}status:pending") == 0  # the stale index entry went too
+        with pytest.raises(RunwireError) as caught:
+            await store.append("s", "e2", body("e2"))
+        assert caught.value.code == EPOCH_MISMATCH
+        again = await store.open_channel("s")
+        assert again.epoch != first.epoch and again.last == 0
+
+
+# -- Redis going away -------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_closed_port_is_reported_quickly() -> None:
+    store = RedisStore(f"redis://127.0.0.1:{_free_port()}/0", connect_timeout=1)
+    with anyio.fail_after(3), pytest.raises(RunwireError) as caught:
+        await store.start()
+    assert caught.value.code == STORE_UNAVAILABLE
+    assert not await store.healthy()
+
+
+class _Server:
+    """A throwaway ``redis-server`` on a free port, in a folder of its own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: anyio.abc.Process | None = None
+
+    async def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.process = await anyio.open_process(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.folder)],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        with anyio.fail_after(10):
+            while not _reachable(self.url):
+                await anyio.sleep(0.02)
+
+    async def kill(self, *, save: bool) -> None:
+        """SIGKILL the server, first writing a snapshot it will load again if ``save``."""
+        if save:
+            with Redis.from_url(self.url) as raw:
+                raw.save()
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        with anyio.fail_after(10):
+            await self.process.wait()
+        await self.process.aclose()
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[_Server]:
+    server = _Server(tmp_path)
+    await server.start()
+    yield server
+    if server.process is not None and server.process.returncode is None:
+        await server.kill(save=False)
+
+
+@pytest.mark.anyio
+async def test_after_a_restart_the_store_works_again_and_subscriptions_resume_without_a_gap(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeouts = {"socket_timeout": 1.0, "connect_timeout": 1.0}
+    async with node(server.url, "rw:", **timeouts) as a, node(server.url, "rw:", **timeouts) as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        got = Collector()
+        await a.subscribe("s", got)
+        before = [await b.append("s", f"e{i}", body(f"e{i}")) for i in range(3)]
+        await got.until(3)
+
+        await server.kill(save=True)
+        with anyio.fail_after(3):
+            for store in (a, b):
+                with pytest.raises(RunwireError) as caught:
+                    await store.append("s", "down", body("down"))
+                assert caught.value.code == STORE_UNAVAILABLE
+                assert not await store.healthy()
+            with pytest.raises(RunwireError) as caught:
+                await a.subscribe("t", Collector())
+            assert caught.value.code == STORE_UNAVAILABLE
+
+        # Keep a's pub/sub away after the restart, so what b appends meanwhile can
+        # only reach a's subscriber through the stream.
+        dead = RedisStore(f"redis://127.0.0.1:{_free_port()}/0", connect_timeout=0.2)
+        monkeypatch.setattr(a, "new_connection", dead.new_connection)
+        await server.start()
+        with anyio.fail_after(5):
+            meanwhile = [await b.append("s", f"m{i}", body(f"m{i}")) for i in range(3)]
+        assert [m.serial for m in meanwhile] == [4, 5, 6]
+        assert len(got.entries) == 3
+        monkeypatch.undo()
+
+        expected = [StoredEntry(x.serial, x.data) for x in before + meanwhile]
+        assert await got.until(6) == expected
+        assert a.filled >= 3
+        assert await a.healthy()
+        last = await settled(a, "s", got)
+        assert got.entries == [*expected, last]
+
+
+@pytest.mark.anyio
+async def test_when_redis_loses_everything_subscriptions_reset_and_appends_say_so(
+    server: _Server,
+) -> None:
+    async with node(server.url, "rw:", socket_timeout=1.0, connect_timeout=1.0) as store:
+        info = await store.open_channel("s")
+        reset = anyio.Event()
+        got = Collector()
+        await store.subscribe("s", got, on_reset=reset.set)
+        await store.append("s", "e1", body("e1"))
+        await got.until(1)
+
+        await server.kill(save=False)
+        await server.start()
+        with anyio.fail_after(10):
+            await reset.wait()  # the listener reconnected and found the channel gone
+        assert got.serials == [1]
+        with pytest.raises(RunwireError) as caught:
+            await store.append("s", "e2", body("e2"))
+        assert (caught.value.code, caught.value.details) == (EPOCH_MISMATCH, {"epoch": None})
+        again = await store.open_channel("s")
+        assert again.epoch != info.epoch and again.last == 0
+        fresh = Collector()
+        await store.subscribe("s", fresh)
+        appended = await store.append("s", "e2", body("e2"))
+        assert appended.data == splice_serial(body("e2"), 1)
+        assert await fresh.until(1) == [StoredEntry(1, appended.data)]

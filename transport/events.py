@@ -1,0 +1,124 @@
+"""What the conversation tree reports: message and Run snapshots, refusals, events (no I/O).
+
+``transport.tree`` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .frames import Intent, RunEndReason, RunStatus
+from .messages import UIMessage
+from .outcomes import OutcomeRecord
+
+__all__ = [
+    "CancelDenial",
+    "DeliveryEvent",
+    "MessageEvent",
+    "Refusal",
+    "ResponseState",
+    "RunEvent",
+    "RunInfo",
+    "TreeEvent",
+    "ViewMessage",
+]
+
+
+@dataclass(frozen=True)
+class ViewMessage:
+    """A message as the tree holds it: the ``UIMessage`` and where it sits.
+
+    ``serial`` is the serial of the entry that created it (a response's
+    ``response_open``); ``intent`` is ``None`` for responses; ``refused`` is
+    true once an input check refused the message (it is then left out of
+    ``messages()``).
+    """
+
+    message: UIMessage
+    run_id: str
+    serial: int
+    parent_id: str | None = None
+    intent: Intent | None = None
+    refused: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An input check refused a queued message: which, where, and the error object.
+
+    ``client_id`` is who published the refusal (``"relay"``, or the agent).
+    """
+
+    message_id: str
+    run_id: str
+    intent: Intent
+    error: dict[str, Any]
+    serial: int
+    client_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ResponseState:
+    """One response of a Run: the message, whether it was closed, what it had ``seen``."""
+
+    view: ViewMessage
+    closed: bool
+    seen: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A snapshot of one Run as the channel's entries describe it.
+
+    ``client_id`` / ``user_id`` / ``agent`` come from the Run's prompt (``None``
+    while the prompt is not loaded).
+    """
+
+    run_id: str
+    status: RunStatus
+    client_id: str | None = None
+    user_id: str | None = None
+    end_reason: RunEndReason | None = None
+    error: dict[str, Any] | None = None
+    agent: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelDenial:
+    """An agent refused a cancel: which one (``cancel_id``), of which Run, who refused."""
+
+    run_id: str
+    cancel_id: str | None
+    serial: int
+    reason: str | None = None
+    client_id: str | None = None
+    user_id: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    """A message was added to the tree, or changed (content, parent, or visibility)."""
+
+    message: ViewMessage
+    op: Literal["added", "updated"]
+    kind: Literal["message"] = field(default="message", init=False)
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A Run appeared or its status (or error) changed."""
+
+    run: RunInfo
+    kind: Literal["run"] = field(default="run", init=False)
+
+
+@dataclass(frozen=True)
+class DeliveryEvent:
+    """A steering message's outcome resolved (reported once per message)."""
+
+    outcome: OutcomeRecord
+    kind: Literal["delivery"] = field(default="delivery", init=False)
+
+
+TreeEvent = MessageEvent | RunEvent | DeliveryEvent
