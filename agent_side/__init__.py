@@ -16,28 +16,43 @@ Explicit mode::
         run = session.create_run(invocation, on_steer=..., on_cancel=...)
         await run.start()
         while run.has_input():
-            await run.pipe(model(run.view.messages(), run.abort_signal))
+            await run.pipe(model(run.history(), run.abort_signal))
         await run.end()
 """
 
 from transport.asyncio.abort import AbortController, AbortSignal
+from transport.history import (
+    ABORTED_BEFORE_DISPATCH,
+    OUTCOME_UNKNOWN,
+    history_message,
+    repair_unanswered_tool_calls,
+)
 
 from .agent import Agent, RunHandler
 from .loop import Model, steering_loop
-from .pipe import Coalescer, MessageBuilder, Normalizer, PipeResult
-from .run import (
+from .options import (
     AGENT_ERROR,
+    ITERATION_LIMIT_REACHED,
     CancelHook,
     CancelRequest,
     Invocation,
     QueueOptions,
-    Run,
+    RunOptions,
     SteerHook,
 )
+from .pipe import Coalescer, MessageBuilder, Normalizer, PipeResult
+from .run import Run
 from .session import AgentSession, View, connect
+from .tools import TOOL_ERROR, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolResult, tool, tool_calls
 
 __all__ = [
+    "ABORTED_BEFORE_DISPATCH",
     "AGENT_ERROR",
+    "ITERATION_LIMIT_REACHED",
+    "OUTCOME_UNKNOWN",
+    "TOOL_ERROR",
+    "TOOL_NOT_FOUND",
+    "TOOL_TIMEOUT",
     "AbortController",
     "AbortSignal",
     "Agent",
@@ -53,8 +68,15 @@ __all__ = [
     "QueueOptions",
     "Run",
     "RunHandler",
+    "RunOptions",
     "SteerHook",
+    "Tool",
+    "ToolResult",
     "View",
     "connect",
+    "history_message",
+    "repair_unanswered_tool_calls",
     "steering_loop",
+    "tool",
+    "tool_calls",
 ]

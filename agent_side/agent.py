@@ -11,12 +11,18 @@ detached when its last Run is done), builds the ``Run`` and calls the
 once. A handler that raises ends its Run ``error`` (``AGENT_ERROR`` unless it
 raised a ``RunwireError``); one that returns without ending it ends it
 ``complete`` (``cancelled`` if its abort signal fired).
+
+A dispatch that says ``adopted`` hands over a durable Run whose worker went
+away: the ``Run`` is built ``adopted`` from the dispatch's checkpoint and the
+handler is called as for a new one (``run.adopted`` tells it apart). A Run
+dispatched again while this worker still runs a handler for it is taken once
+that handler is done.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 
@@ -24,11 +30,13 @@ import anyio
 import anyio.abc
 
 from transport.asyncio.connection import Connection, TokenProvider
+from transport.checks import Check
 from transport.errors import RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
-from .run import EndReason, Invocation, QueueOptions, Run, as_error, queue_options
+from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
+from .run import Run
 from .session import AgentSession, _Link
 
 __all__ = ["Agent", "RunHandler"]
@@ -51,10 +59,29 @@ class Agent:
         client_id: str | None = None,
         queue: Mapping[str, str] | QueueOptions | None = None,
         max_in_flight: int = 1,
+        input_checks: Sequence[Check] = (),
+        max_iterations: int | None = None,
+        on_iteration_limit: IterationLimit = "stop",
+        history: bool = True,
+        save_interrupted_reply: bool = True,
+        durable: bool = False,
     ) -> None:
+        """A worker of agent ``name``; the keyword options are the ``RunOptions`` of its Runs.
+
+        Raises ``ValueError`` for a bad option.
+        """
         self.url = url
         self.name = name
-        self.queue = queue_options(queue)
+        self.options = RunOptions().merge(
+            queue=queue,
+            input_checks=input_checks,
+            max_iterations=max_iterations,
+            on_iteration_limit=on_iteration_limit,
+            history=history,
+            save_interrupted_reply=save_interrupted_reply,
+            durable=durable,
+        )
+        self.queue = self.options.queue
         self.max_in_flight = max_in_flight
         self.handler: RunHandler | None = None
         self._link = _Link(
@@ -66,6 +93,7 @@ class Agent:
             after_connect=self._register,
         )
         self._taken: set[tuple[str, str]] = set()
+        self._again: dict[tuple[str, str], Dispatch] = {}
         self._early: list[Dispatch] = []
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -151,6 +179,8 @@ class Agent:
             return
         key = (frame.session_id, frame.run_id)
         if key in self._taken:
+            if frame.adopted:
+                self._again[key] = frame  # handed back while its old handler winds down
             return
         self._taken.add(key)
         self._tg.start_soon(self._take, frame)
@@ -160,6 +190,9 @@ class Agent:
             await self._take_run(frame)
         except Exception:  # a bug here must not bring down the other Runs
             log.exception("run %s of session %s failed", frame.run_id, frame.session_id)
+        again = self._again.pop((frame.session_id, frame.run_id), None)
+        if again is not None:
+            self._on_dispatch(again)
 
     async def _take_run(self, frame: Dispatch) -> None:
         key = (frame.session_id, frame.run_id)
@@ -174,7 +207,11 @@ class Agent:
             if info is not None and info.status in TERMINAL:
                 log.info("run %s was dispatched but has ended (%s)", frame.run_id, info.status)
                 return
-            run = session.create_run(Invocation(frame.session_id, frame.run_id))
+            run = session.create_run(
+                Invocation(frame.session_id, frame.run_id),
+                adopted=True if frame.adopted else None,
+                checkpoint=frame.checkpoint,
+            )
             await self._handle(run)
         finally:
             await self._link.release(session)
@@ -182,7 +219,7 @@ class Agent:
 
     def _new_session(self, frame: Dispatch) -> AgentSession:
         return AgentSession(
-            self._link, frame.session_id, queue=self.queue, max_in_flight=self.max_in_flight
+            self._link, frame.session_id, max_in_flight=self.max_in_flight, options=self.options
         )
 
     async def _handle(self, run: Run) -> None:

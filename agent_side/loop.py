@@ -6,18 +6,29 @@ signal that fires on either that or the Run's ``abort_signal``. ``pipe()``
 races only the Run's signal, so a steering abort ends the model's stream and
 ``pipe()`` reports ``complete``; the loop tells that apart from a real cancel
 and re-infers with the steering message last in the conversation.
+
+The model reads ``run.history()``: what the Run took in, interrupted replies
+marked, unanswered tool calls repaired. With ``tools`` the loop runs the tool
+calls a response asks for (``run.run_tools``) and calls the model again with
+their results; a cancel answers the calls not started ``ABORTED_BEFORE_DISPATCH``
+and a steering interruption does the same for the calls of the cut-off
+response. Follow-ups start new turns after the current answer; every turn has
+``max_iterations`` model calls, and at the limit the Run stops as
+``on_iteration_limit`` says.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Callable, Iterable
 
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.messages import UIMessage
 
+from .options import IterationLimit
 from .pipe import Chunk, PipeResult
 from .run import Run
+from .tools import Tool, tool_calls
 
 __all__ = ["Model", "steering_loop"]
 
@@ -31,16 +42,31 @@ STEERED = "steered"
 
 
 async def steering_loop(
-    run: Run, model: Model, *, max_iterations: int | None = None
+    run: Run,
+    model: Model,
+    *,
+    max_iterations: int | None = None,
+    on_iteration_limit: IterationLimit | None = None,
+    tools: Iterable[Tool] | None = None,
+    parallel_tools: bool = False,
+    max_parallel_tools: int | None = None,
+    tool_timeout: float | None = None,
 ) -> PipeResult | None:
-    """Run ``model`` until the Run has no unanswered input, then end the Run.
+    """Run ``model`` until the Run owes no answer, then end the Run.
 
-    Starts the Run if needed. The Run ends ``cancelled`` on an accepted
-    cancel, ``error`` (with the exception's text) if the model raises,
-    ``complete`` otherwise (also when ``max_iterations`` model calls were
-    made). Any ``on_steer`` already set is still called. Returns the last
-    ``PipeResult`` (``None`` if the model was never called).
+    Starts the Run if needed. ``max_iterations`` / ``on_iteration_limit``
+    override the Run's (model calls per turn; ``"stop"`` ends ``complete``,
+    ``"error"`` ends ``error`` with ``ITERATION_LIMIT_REACHED``). The Run ends
+    ``cancelled`` on an accepted cancel, ``error`` (with the exception's text)
+    if the model raises, ``complete`` otherwise. Any ``on_steer`` already set
+    is still called. Returns the last ``PipeResult`` (``None`` if the model
+    was never called).
     """
+    if max_iterations is not None:
+        run.max_iterations = max_iterations
+    if on_iteration_limit is not None:
+        run.on_iteration_limit = on_iteration_limit
+    toolbox = list(tools) if tools is not None else None
     step = AbortController()
     chained = run.on_steer
 
@@ -54,14 +80,9 @@ async def steering_loop(
     try:
         if not run.started:
             await run.start()
-        iterations = 0
         while not run.abort_signal.aborted and run.has_input():
-            if max_iterations is not None and iterations >= max_iterations:
-                log.info("run %s: stopping after %d model calls", run.run_id, iterations)
-                break
-            iterations += 1
             step = AbortController()
-            messages = [vm.message for vm in run.view.messages()]
+            messages = run.history()
             signal = AbortSignal.any(run.abort_signal, step.signal)
             try:
                 stream = model(messages, signal)
@@ -72,12 +93,29 @@ async def steering_loop(
             steer_interrupted = (
                 result.reason == "complete" and step.signal.aborted and not run.abort_signal.aborted
             )
+            calls = tool_calls(result.message) if toolbox is not None else []
+            if calls and result.reason != "error":
+                assert toolbox is not None
+                await run.run_tools(
+                    calls,
+                    toolbox,
+                    parallel=parallel_tools,
+                    max_parallel=max_parallel_tools,
+                    timeout=tool_timeout,
+                    signal=signal,
+                )
             if steer_interrupted:
-                continue  # has_input() now drains the steering that interrupted
+                continue  # has_input() now takes in the steering that interrupted
             if result.reason != "complete":
                 break
     finally:
         run.on_steer = chained
+    if run.iteration_limit_reached:
+        log.info(
+            "run %s: stopped at %s model calls in turn %d", run.run_id, run.iterations, run.turn
+        )
+    if run.ended:
+        return result
     if result is not None and result.reason == "error":
         await run.end("error", error=result.error)
     elif run.abort_signal.aborted:

@@ -75,13 +75,15 @@ class PipeResult:
     ended it), ``cancelled`` (the Run's abort signal fired) or ``error`` (the
     stream raised, ``error`` says what; or a publish failed). ``message_id``
     is the response's id (``None`` if nothing was published); ``message`` the
-    response as published.
+    response as published (as streamed, when ``closed`` is false: a cancelled
+    reply left open for the agent's code).
     """
 
     reason: PipeReason
     message_id: str | None
     error: BaseException | None = None
     message: UIMessage | None = field(default=None, compare=False)
+    closed: bool = field(default=True, compare=False)
 
 
 # ------------------------------------------------------------ normalising --
@@ -281,10 +283,11 @@ class MessageBuilder:
             text = chunk.get("errorText")
             if not isinstance(text, str):
                 return
+            code = chunk.get("errorCode")
             result = ToolResultPart(
                 tool_call_id=call_id,
                 tool_name=name if isinstance(name, str) else "",
-                output=text,
+                output={"code": code, "message": text} if isinstance(code, str) else text,
                 is_error=True,
             )
         else:
@@ -312,6 +315,7 @@ async def pipe_stream(
     entry_id: Callable[[], str],
     max_in_flight: int = 1,
     max_batch_bytes: int = 512 * 1024,
+    save_interrupted: bool = True,
 ) -> PipeResult:
     """Publish ``stream`` as one response of ``run_id`` (see the module docstring).
 
@@ -395,6 +399,10 @@ async def pipe_stream(
 
     if state.error is not None:
         return PipeResult("error", message_id, state.error, builder.message())
+    if reason == "cancelled":
+        builder.metadata["interrupted"] = True
+        if not save_interrupted:
+            return PipeResult(reason, message_id, error, builder.message(), closed=False)
     message = builder.message()
     try:
         await publish(

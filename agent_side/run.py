@@ -1,141 +1,109 @@
-"""``Run``: one turn of the agent, seen from the agent.
+"""``Run``: one turn of the agent (and the turns its follow-ups start), seen from the agent.
 
 Theory of operation
 -------------------
 A ``Run`` is created for a Run the relay already knows (its prompt is on the
 channel, status ``pending``). ``start()`` publishes ``run: active``; ``pipe()``
-publishes a response; ``suspend()`` / ``end()`` publish the rest of the
-lifecycle. Every entry gets an id fixed when it is built (the run id, a
-per-``Run`` nonce and a sequence number), so the driver may re-send it after
-a reconnect and the relay drops the repeat.
+publishes a model call's response; ``run_tools()`` runs tool calls and
+publishes their results; ``suspend()`` / ``end()`` publish the rest of the
+lifecycle. Every entry gets an id fixed when it is built, so the driver may
+re-send it after a reconnect and the relay drops the repeat; every step's
+response has a stable message id (see ``agent_side.durable``).
 
-Input. ``has_input()`` is true while the agent owes an answer: before the
-first ``pipe()`` (the prompt), and while steering of this Run that folded in
-has not been stamped by a ``pipe()``. It drains pending steering by the queue
-mode (``all``: every message waiting; ``one-at-a-time``: one per call) into
-the set the next ``pipe()`` lists in ``response_open.seen``.
+Input (``agent_side.inputs``). ``has_input()`` is true while a model call is
+owed: the prompt, steering or a follow-up taken in and not answered yet, or
+tool results the model has not seen. It takes queued messages in by the queue
+modes and the iteration budget; injects join the next call without causing
+one. Queued messages pass the Run's ``input_checks`` first; one that is
+refused is published as ``refused`` and never reaches the model. The Run's
+``view`` (and ``history()``, what a model reads) holds only what was taken in.
 
 Signals. ``on_steer()`` is called synchronously the moment a steering message
-of this Run folds in. A cancel entry of this Run is offered to
-``on_cancel(request)`` (default: accept); once accepted, ``abort_signal``
-fires. A refusal (``on_cancel`` returns ``False``) publishes a
-``cancel_denied`` entry naming the cancel, so the asker gets
+of this Run folds in (once its checks passed). A cancel entry of this Run is
+offered to ``on_cancel(request)`` (default: accept); once accepted,
+``abort_signal`` fires. A refusal (``on_cancel`` returns ``False``) publishes
+a ``cancel_denied`` entry naming the cancel, so the asker gets
 ``CANCEL_DENIED`` and every device sees the Run go on; a later cancel is
-offered again. A cancel that folded in before ``start()`` is applied right after it.
-A terminal lifecycle entry that this Run did not publish (the relay ending it
-``AGENT_LOST``) marks it ended and fires ``abort_signal`` too.
+offered again. A cancel that folded in before ``start()`` is applied right
+after it. A terminal lifecycle entry that this Run did not publish (the relay
+ending it ``AGENT_LOST``), or the relay handing the Run to another worker,
+marks it ended and fires ``abort_signal`` too.
+
+What a cancel leaves. ``pipe()`` saves the text already streamed as the reply
+with ``metadata.interrupted: true`` (with ``save_interrupted_reply=False`` it
+leaves the reply open for the agent's code: ``save_reply()``); ``run_tools()``
+answers calls not started ``ABORTED_BEFORE_DISPATCH``, keeps finished results
+and writes nothing for a call still running.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterable, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from transport.asyncio.abort import AbortController, AbortSignal
-from transport.errors import RUN_NOT_ACTIVE, RunwireError
-from transport.frames import CancelDenied, ErrorBody, RunEntry, RunStatus
+from transport.checks import Check, first_refusal, refusal_entry_id
+from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, RunwireError
+from transport.frames import (
+    CancelDenied,
+    ErrorBody,
+    RefusedEntry,
+    ResponseClose,
+    RunEntry,
+    RunStatus,
+)
+from transport.history import history_message, repair_unanswered_tool_calls
 from transport.messages import UIMessage, new_id
 from transport.runs import TERMINAL
+from transport.tree import ViewMessage
 
+from .durable import plan_adoption, run_prefix
+from .inputs import RunInputs
+from .options import (
+    AGENT_ERROR,
+    ITERATION_LIMIT_REACHED,
+    CancelHook,
+    CancelRequest,
+    EndReason,
+    Invocation,
+    IterationLimit,
+    QueueMode,
+    QueueOptions,
+    RunOptions,
+    SteerHook,
+    as_error,
+    queue_options,
+)
 from .pipe import Chunk, PipeResult, pipe_stream
+from .steps import RunSteps
 
 if TYPE_CHECKING:
     from .session import AgentSession, View
 
 __all__ = [
     "AGENT_ERROR",
+    "ITERATION_LIMIT_REACHED",
     "CancelHook",
     "CancelRequest",
     "Invocation",
     "QueueMode",
     "QueueOptions",
     "Run",
+    "RunOptions",
     "SteerHook",
+    "as_error",
     "queue_options",
 ]
 
 log = logging.getLogger("runwire.agent")
 
-AGENT_ERROR = "AGENT_ERROR"
-"""The code of a Run that ended ``error`` because the agent's code raised."""
-
-QueueMode = Literal["all", "one-at-a-time"]
-EndReason = Literal["complete", "cancelled", "error"]
 LifecycleStatus = Literal["active", "suspended", "complete", "cancelled", "error"]
-_MODES: dict[str, QueueMode] = {"all": "all", "one-at-a-time": "one-at-a-time"}
+_QUEUED = ("steer", "follow_up", "inject")
 
 
-@dataclass(frozen=True)
-class Invocation:
-    """Which Run to take: the session and the run id (what a dispatch names)."""
-
-    session_id: str
-    run_id: str
-
-
-@dataclass(frozen=True)
-class CancelRequest:
-    """A cancel of a Run, as ``on_cancel`` sees it (who asked: ids stamped by the relay).
-
-    ``interrupted_by`` is the Run whose ``interrupt`` / ``rollback`` caused it.
-    """
-
-    run_id: str
-    reason: str | None = None
-    client_id: str | None = None
-    user_id: str | None = None
-    cancel_id: str | None = None
-    interrupted_by: str | None = None
-
-
-@dataclass(frozen=True)
-class QueueOptions:
-    """How many waiting messages one ``has_input()`` takes, per kind."""
-
-    steering: QueueMode = "all"
-    follow_up: QueueMode = "one-at-a-time"
-
-
-def queue_options(
-    queue: Mapping[str, str] | QueueOptions | None, default: QueueOptions | None = None
-) -> QueueOptions:
-    """Validate a ``queue={...}`` option; raises ``ValueError`` for unknown keys or modes."""
-    base = default or QueueOptions()
-    if queue is None:
-        return base
-    if isinstance(queue, QueueOptions):
-        return queue
-    unknown = set(queue) - {"steering", "follow_up"}
-    if unknown:
-        raise ValueError(f"unknown queue keys: {', '.join(sorted(unknown))}")
-    modes: list[QueueMode] = []
-    for key in ("steering", "follow_up"):
-        mode = queue.get(key, getattr(base, key))
-        if mode not in _MODES:
-            raise ValueError(f"queue mode must be 'all' or 'one-at-a-time', not {mode!r}")
-        modes.append(_MODES[mode])
-    return QueueOptions(steering=modes[0], follow_up=modes[1])
-
-
-SteerHook = Callable[[], object]
-CancelHook = Callable[[CancelRequest], "bool | Awaitable[bool | None] | None"]
-
-
-def as_error(error: BaseException | str | None) -> RunwireError:
-    """The ``RunwireError`` a Run ends with for ``error`` (``AGENT_ERROR`` unless it is one)."""
-    if isinstance(error, RunwireError):
-        return error
-    if error is None:
-        return RunwireError(AGENT_ERROR, "the agent failed")
-    text = error if isinstance(error, str) else (str(error) or type(error).__name__)
-    return RunwireError(AGENT_ERROR, text)
-
-
-class Run:
+class Run(RunSteps):
     """One Run taken by this agent (see the module docstring)."""
 
     def __init__(
@@ -147,33 +115,65 @@ class Run:
         on_cancel: CancelHook | None = None,
         queue: QueueOptions | None = None,
         max_in_flight: int = 1,
+        options: RunOptions | None = None,
+        adopted: bool = False,
+        checkpoint: dict[str, Any] | None = None,
     ) -> None:
         from .session import View
 
+        opts = options or RunOptions()
+        if queue is not None:
+            opts = opts.merge(queue=queue)
         self.invocation = invocation
         self.run_id = invocation.run_id
         self.session_id = invocation.session_id
         self.on_steer = on_steer
         self.on_cancel = on_cancel
-        self.queue = queue or QueueOptions()
         self.max_in_flight = max_in_flight
-        self.adopted = False
+        self.on_iteration_limit: IterationLimit = opts.on_iteration_limit
+        self.keeps_history = opts.history
+        self.save_interrupted_reply = opts.save_interrupted_reply
+        self.durable = opts.durable
+        self.adopted = adopted
+        self.state: dict[str, Any] = {}
+        """The agent's own state, saved with every checkpoint of a durable Run."""
         self.status: RunStatus = "pending"
         self.view: View = View(session, run=self)
         self._session = session
         self._abort = AbortController()
         self._ending = False
-        self._answered_prompt = False
-        self._drained: list[str] = []
-        self._taken: set[str] = set()
-        self._stamped: set[str] = set()
         self._seq = 0
         self._nonce = new_id()[:10]
-        self._prefix = (
-            self.run_id
-            if len(self.run_id) <= 150
-            else hashlib.sha256(self.run_id.encode()).hexdigest()[:32]
+        self._prefix = run_prefix(self.run_id)
+        self._step = 0
+        self._retry_id: str | None = None
+        self._to_close: list[UIMessage] = []
+        self._open_replies: dict[str, UIMessage] = {}
+        self._refusals: dict[str, RefusedEntry] = {}
+        self._prompt_checked = adopted
+        self._queue = opts.queue
+        self._inputs = RunInputs(
+            inputs=lambda: session.tree.inputs(self.run_id),
+            checks=opts.input_checks,
+            steering=opts.queue.steering,
+            follow_up=opts.queue.follow_up,
+            spawn=session._spawn,
+            ready=self._input_ready,
+            refuse=self._input_refused,
+            max_iterations=opts.max_iterations,
         )
+        if adopted:
+            plan = plan_adoption(session.tree, self.run_id, self._prefix, checkpoint)
+            self._step = plan.step
+            self.state = plan.state
+            self._retry_id = plan.retry_id
+            self._to_close = plan.close
+            self._inputs.restore(
+                turn=plan.turn, iterations=plan.iterations, seen=plan.seen, answered=plan.step > 0
+            )
+            self._inputs.owe = plan.owe
+        else:
+            self._inputs.stamped.update(session.tree.seen(self.run_id))
 
     # ----------------------------------------------------------- reading --
 
@@ -198,51 +198,126 @@ class Run:
         return self.status in TERMINAL
 
     @property
+    def queue(self) -> QueueOptions:
+        """The queue modes (set it with a ``QueueOptions`` or a ``{"steering": ...}`` dict)."""
+        return self._queue
+
+    @queue.setter
+    def queue(self, value: Mapping[str, str] | QueueOptions) -> None:
+        self._queue = queue_options(value, self._queue)
+        self._inputs.steering = self._queue.steering
+        self._inputs.follow_up = self._queue.follow_up
+
+    @property
+    def max_iterations(self) -> int | None:
+        """Model calls (``pipe()``) allowed per turn; ``None``: no limit."""
+        return self._inputs.max_iterations
+
+    @max_iterations.setter
+    def max_iterations(self, value: int | None) -> None:
+        if value is not None and value < 1:
+            raise ValueError("max_iterations must be at least 1 (or None)")
+        self._inputs.max_iterations = value
+
+    @property
+    def turn(self) -> int:
+        """The turn the Run is in (each follow-up it takes starts a new one)."""
+        return self._inputs.turn
+
+    @property
+    def iterations(self) -> int:
+        """Model calls made in the current turn."""
+        return self._inputs.iterations
+
+    @property
+    def iteration_limit_reached(self) -> bool:
+        """True once a model call was owed with the turn's ``max_iterations`` used up."""
+        return self._inputs.limit_reached
+
+    @property
+    def input_checks(self) -> list[Check]:
+        """The checks queued messages (and the prompt) pass before the model sees them."""
+        return self._inputs.checks
+
+    @property
     def messages(self) -> list[UIMessage]:
-        """This Run's own turn only: its prompt, steering and responses, in view order."""
+        """This Run's own turn only: its prompt, queued messages taken in and responses."""
         return [vm.message for vm in self.view.messages() if vm.run_id == self.run_id]
+
+    def history(self) -> list[UIMessage]:
+        """The conversation as a model should read it.
+
+        ``view.messages()`` with interrupted replies marked
+        ``[interrupted by the user]`` (``history_message``), empty replies left
+        out, and every tool call without a result answered ``OUTCOME_UNKNOWN``
+        (``repair_unanswered_tool_calls``; the channel is not changed).
+        """
+        out: list[UIMessage] = []
+        for vm in self.view.messages():
+            message = vm.message
+            if message.role == "assistant" and not message.parts:
+                if not message.metadata.get("interrupted"):
+                    continue
+            out.append(history_message(message))
+        return repair_unanswered_tool_calls(out)
 
     def unanswered(self) -> list[str]:
         """Ids of this Run's steering messages no response has stamped, oldest first."""
-        stamped = self._session._seen_of(self.run_id)
-        return [
-            mid
-            for mid in self._session._steering_of(self.run_id)
-            if mid not in stamped and mid not in self._stamped
-        ]
+        return self._inputs.steering_unstamped()
+
+    def undelivered(self) -> list[str]:
+        """Ids of this Run's queued messages no response took in (refused ones left out)."""
+        return self._inputs.undelivered()
+
+    def refused(self) -> dict[str, RunwireError]:
+        """This Run's queued messages its input checks refused, by id."""
+        return dict(self._inputs.refused)
 
     def has_input(self) -> bool:
-        """True while there is input the agent has not answered; drains pending steering."""
+        """True while a model call is owed; takes queued messages in (module docstring)."""
         if self.ended:
             return False
-        stamped = self._session._seen_of(self.run_id)
-        pending = [
-            mid
-            for mid in self._session._steering_of(self.run_id)
-            if mid not in self._taken and mid not in stamped
-        ]
-        if pending:
-            take = pending if self.queue.steering == "all" else pending[:1]
-            self._drained.extend(take)
-            self._taken.update(take)
-        return not self._answered_prompt or bool(self._drained)
+        return self._inputs.has_input()
+
+    def _visible(self) -> set[str]:
+        """Queued ids of this Run its view shows."""
+        return set(self._inputs.visible())
+
+    def _tail(self) -> list[str]:
+        return self._inputs.tail()
 
     # -------------------------------------------------------- lifecycle --
 
     async def start(self) -> None:
         """Publish ``run: active`` (also resumes a suspended Run).
 
-        A cancel of this Run already in the view is then applied at once.
-        Raises ``RunwireError`` (``RUN_NOT_ACTIVE`` once ended, or the relay's refusal).
+        The first start checks the prompt with the input checks: a refused
+        prompt is published as ``refused`` and the Run ends ``error`` with the
+        check's error (``start()`` returns; the Run has ended). A cancel of
+        this Run already in the view is applied at once. Raises
+        ``RunwireError`` (``RUN_NOT_ACTIVE`` once ended, or the relay's refusal).
         """
         if self.ended:
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
         if self.status == "active":
             return
-        await self._publish_status("active")
+        if not self._prompt_checked:
+            self._prompt_checked = True
+            if await self._refuse_prompt():
+                return
+        await self._publish_status("active", durable=True if self.durable else None)
         if self.ended:  # ended elsewhere while the publish was in flight
             return
         self.status = "active"
+        for message in self._to_close:
+            await self._session._publish(
+                ResponseClose(
+                    id=self._entry_id(), run_id=self.run_id, message_id=message.id, message=message
+                )
+            )
+        if self._to_close:
+            self._to_close = []
+            await self._checkpoint()
         request = self._session._cancel_of(self.run_id)
         if request is not None:
             self._offer_cancel(request)
@@ -254,6 +329,7 @@ class Run:
         """
         if self.status != "active":
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} is {self.status}, not active")
+        await self._flush_refusals()
         await self._publish_status("suspended")
         if not self.ended:
             self.status = "suspended"
@@ -267,13 +343,28 @@ class Run:
         """Publish the Run's end; ending twice (or after the relay ended it) does nothing.
 
         ``error`` (for ``reason="error"``) is a ``RunwireError`` or text
-        (``AGENT_ERROR``). Raises ``RunwireError`` if the relay refuses for
-        another reason than the Run having ended already.
+        (``AGENT_ERROR``). A Run that stopped at its iteration limit with
+        ``on_iteration_limit="error"`` ends ``error`` (``ITERATION_LIMIT_REACHED``)
+        when asked to end ``complete``. A ``complete`` end saves the injects
+        no model call took in (unless the Run keeps no history). Raises
+        ``RunwireError`` if the relay refuses for another reason than the Run
+        having ended already.
         """
         if reason not in ("complete", "cancelled", "error"):
             raise ValueError(f"reason must be complete, cancelled or error, not {reason!r}")
         if self.ended or self._ending:
             return
+        if (
+            reason == "complete"
+            and self._inputs.limit_reached
+            and self.on_iteration_limit == "error"
+        ):
+            reason = "error"
+            error = error or RunwireError(
+                ITERATION_LIMIT_REACHED,
+                f"the Run used its {self.max_iterations} model calls of turn {self.turn}",
+                details={"max_iterations": self.max_iterations, "turn": self.turn},
+            )
         body: ErrorBody | None = None
         if reason == "error":
             err = as_error(error)
@@ -282,9 +373,14 @@ class Run:
             await self.start()
             if self.ended:
                 return
+        await self._flush_refusals()
+        await self._close_open_replies()
+        saved: list[str] | None = None
+        if reason == "complete" and self.keeps_history and self.status != "pending":
+            saved = self._inputs.to_save() or None
         self._ending = True
         try:
-            await self._publish_status(reason, error=body)
+            await self._publish_status(reason, error=body, seen=saved)
         except RunwireError as exc:
             self._ending = False
             if exc.code != RUN_NOT_ACTIVE:
@@ -300,65 +396,126 @@ class Run:
     # ------------------------------------------------------------ output --
 
     async def pipe(
-        self, stream: AsyncIterable[str | Chunk], *, max_in_flight: int | None = None
+        self,
+        stream: AsyncIterable[str | Chunk],
+        *,
+        max_in_flight: int | None = None,
+        save_interrupted_reply: bool | None = None,
     ) -> PipeResult:
-        """Publish a model's output stream as one response (see ``agent_side.pipe``).
+        """Publish a model call's output stream as one response (see ``agent_side.pipe``).
 
-        Starts the Run if needed. The response's ``seen`` lists the steering
-        that ``has_input()`` drained. Raises ``RunwireError(RUN_NOT_ACTIVE)``
+        Starts the Run if needed. The response's ``seen`` lists what
+        ``has_input()`` took in; the call counts against the turn's
+        ``max_iterations``. On a cancel the reply is saved with what was
+        streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
+        leaves it open for ``save_reply``). Raises ``RunwireError(RUN_NOT_ACTIVE)``
         if the Run has ended; the stream's and the relay's errors come back as
         ``PipeResult(reason="error")``.
         """
-        if self.ended:
-            raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
+        self._require_live()
         if self.status == "pending":
             await self.start()
-        seen, self._drained = self._drained, []
-        self._stamped.update(seen)
-        self._answered_prompt = True
+            self._require_live()
+        seen, was_answered = self._inputs.take_seen()
+        step_before = self._step
+        message_id = self._next_step()
         welcome = self._session._link.conn.welcome
         frame_bytes = welcome.max_frame_bytes if welcome else 1024 * 1024
+        save = (
+            self.save_interrupted_reply
+            if save_interrupted_reply is None
+            else save_interrupted_reply
+        )
         result = await pipe_stream(
             stream,
             run_id=self.run_id,
-            message_id=new_id(),
+            message_id=message_id,
             seen=seen,
             abort_signal=self.abort_signal,
             publish=self._session._publish,
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
             max_batch_bytes=max(4096, frame_bytes // 2),
+            save_interrupted=save,
         )
-        if result.message_id is None:  # nothing was published: nothing was stamped
-            self._stamped.difference_update(seen)
-            self._drained = seen + self._drained
+        if result.message_id is None:  # nothing was published: nothing was taken in
+            self._inputs.untake(seen, was_answered)
+            self._step = step_before
+            return result
+        self._retry_id = None
+        if not result.closed and result.message is not None:
+            self._open_replies[message_id] = result.message
+        elif result.reason != "error":
+            await self._checkpoint()
         return result
 
     # ---------------------------------------------------------- internal --
+
+    def _require_live(self) -> None:
+        if self.ended:
+            raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
 
     def _entry_id(self) -> str:
         self._seq += 1
         return f"{self._prefix}.{self._nonce}.{self._seq}"
 
     async def _publish_status(
-        self, status: LifecycleStatus, *, error: ErrorBody | None = None
+        self,
+        status: LifecycleStatus,
+        *,
+        error: ErrorBody | None = None,
+        durable: bool | None = None,
+        seen: list[str] | None = None,
     ) -> None:
         entry = RunEntry(
             id=self._entry_id(),
             run_id=self.run_id,
             status=status,
             error=error,
+            durable=durable,
+            seen=seen,
         )
         await self._session._publish(entry)
 
-    def _steering_folded(self) -> None:
-        """A steering message of this Run folded in (called on the delivery path)."""
-        if self.ended or self.on_steer is None:
+    async def _refuse_prompt(self) -> bool:
+        """Check the prompt; a refused one is published and the Run ends ``error``."""
+        if not self._inputs.checks:
+            return False
+        prompt = self._session.tree.prompt(self.run_id)
+        if prompt is None:
+            return False
+        refusal = await first_refusal(self._inputs.checks, prompt.message)
+        if refusal is None:
+            return False
+        self._refusals[prompt.message.id] = _refused_entry(self.run_id, prompt, refusal)
+        await self.end("error", error=refusal)
+        return True
+
+    def _input_folded(self, vm: ViewMessage) -> None:
+        """A queued message of this Run folded in (called on the delivery path)."""
+        if not self.ended and vm.intent in _QUEUED:
+            self._inputs.folded(vm)
+
+    def _input_ready(self, vm: ViewMessage) -> None:
+        if vm.intent != "steer" or self.ended or self.on_steer is None:
             return
         try:
             self.on_steer()
         except Exception:
             log.exception("on_steer of run %s failed", self.run_id)
+
+    def _input_refused(self, vm: ViewMessage, error: RunwireError) -> None:
+        log.info("run %s: input check refused %s: %s", self.run_id, vm.message.id, error)
+        self._refusals[vm.message.id] = _refused_entry(self.run_id, vm, error)
+        self._session._spawn(self._flush_refusals)
+
+    async def _flush_refusals(self) -> None:
+        for message_id, entry in list(self._refusals.items()):
+            try:
+                await self._session._publish(entry)
+            except RunwireError as exc:
+                log.warning("run %s: refusal of %s not published: %s", self.run_id, message_id, exc)
+            self._refusals.pop(message_id, None)
 
     def _cancel_folded(self, request: CancelRequest) -> None:
         """A cancel entry of this Run folded in; before ``start()`` it waits for it."""
@@ -417,7 +574,23 @@ class Run:
         self._session._forget(self)
         self._abort.abort(error or RunwireError(RUN_NOT_ACTIVE, f"run ended {status}"))
 
+    def _handed_over(self) -> None:
+        """The relay gave this Run to another worker (this one was gone too long)."""
+        self._ended_elsewhere(
+            "error", RunwireError(AGENT_LOST, "the relay handed this Run to another worker")
+        )
+
     def __repr__(self) -> str:
         return (
             f"Run(session_id={self.session_id!r}, run_id={self.run_id!r}, status={self.status!r})"
         )
+
+
+def _refused_entry(run_id: str, vm: ViewMessage, error: RunwireError) -> RefusedEntry:
+    return RefusedEntry(
+        id=refusal_entry_id(vm.message.id),
+        run_id=run_id,
+        message_id=vm.message.id,
+        intent=vm.intent or "steer",
+        error=ErrorBody(code=error.code, message=error.message, details=error.details),
+    )

@@ -20,7 +20,7 @@ attach is in flight wait until its backlog has been folded.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ import anyio.abc
 from pydantic import ValidationError
 
 from transport.asyncio.connection import Connection, TokenProvider
+from transport.checks import Check
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
     Attach,
@@ -46,16 +47,17 @@ from transport.frames import (
 )
 from transport.tree import ConversationTree, MessageEvent, RunInfo, TreeEvent, ViewMessage
 
-from .run import (
+from .options import (
     CancelHook,
     CancelRequest,
     EndReason,
     Invocation,
+    IterationLimit,
     QueueOptions,
-    Run,
+    RunOptions,
     SteerHook,
-    queue_options,
 )
+from .run import Run
 
 __all__ = ["AgentSession", "View", "connect"]
 
@@ -77,10 +79,15 @@ class View:
     """The whole conversation of a session, as this agent folded it.
 
     A ``Run``'s view is that Run's conversation: everything before its prompt,
-    then its own turn (its prompt, responses and steering), leaving out what
-    Runs streaming alongside it added after its prompt; and it puts this Run's
-    unanswered steering last, so a prompt built from it never ends on an
-    assistant message, nor on another Run's message.
+    then its own turn (its prompt, responses and the queued messages it took
+    in), leaving out what Runs streaming alongside it added after its prompt;
+    and it puts this Run's unanswered input last, so a prompt built from it
+    never ends on an assistant message, nor on another Run's message. Queued
+    messages are in it only once taken in (or about to be at the next call:
+    steering in ``all`` mode and injects, once they passed the checks); a
+    queued message of an earlier Run only if that Run took it in (the others
+    never reached the conversation). A step being retried after an adoption is
+    left out until it is published again.
     """
 
     def __init__(self, session: AgentSession, *, run: Run | None = None) -> None:
@@ -91,15 +98,27 @@ class View:
         """The active branch, oldest first (for a Run: its conversation, see above)."""
         if self._run is None:
             return self._session.tree.messages()
-        run_id = self._run.run_id
-        branch = self._session.tree.messages(tail=self._run.unanswered())
+        run = self._run
+        run_id = run.run_id
+        tree = self._session.tree
+        branch = tree.messages(tail=run._tail())
         start = next(
             (i for i, vm in enumerate(branch) if vm.run_id == run_id and vm.intent == "prompt"),
-            None,
+            len(branch),
         )
-        if start is None:
-            return branch
-        return branch[:start] + [vm for vm in branch[start:] if vm.run_id == run_id]
+        visible = run._visible()
+        retry = run._retry_id
+
+        def keep(vm: ViewMessage) -> bool:
+            if vm.intent in (None, "prompt"):  # prompts and responses
+                return vm.message.id != retry
+            if vm.run_id == run_id:
+                return vm.message.id in visible
+            return tree.outcomes.consumed(vm.message.id)
+
+        before = [vm for vm in branch[:start] if keep(vm)]
+        own = [vm for vm in branch[start:] if vm.run_id == run_id and keep(vm)]
+        return before + own
 
     def runs(self) -> list[RunInfo]:
         """Every Run the view knows of."""
@@ -149,6 +168,7 @@ class AgentSession:
         queue: QueueOptions | None = None,
         max_in_flight: int = 1,
         owns_link: bool = False,
+        options: RunOptions | None = None,
     ) -> None:
         try:
             Attach(req=0, session_id=session_id)
@@ -161,7 +181,7 @@ class AgentSession:
         self.last_serial: int | None = None
         self.attached = anyio.Event()
         self._link = link
-        self._queue = queue or QueueOptions()
+        self.options = (options or RunOptions()).merge(queue=queue)
         self._max_in_flight = max_in_flight
         self._owns_link = owns_link
         self._has_older = False
@@ -170,6 +190,7 @@ class AgentSession:
         self._attach_error: RunwireError | None = None
         self._runs: dict[str, Run] = {}
         self._cancels: dict[str, CancelRequest] = {}
+        self._started: set[str] = set()  # Runs seen going active (an adopter knows by it)
         self._own: set[str] = set()
         self._listeners: dict[str, list[EventCallback]] = {}
         # Worker mode: how many Runs use this attachment, and its detaching state.
@@ -191,11 +212,26 @@ class AgentSession:
         on_steer: SteerHook | None = None,
         on_cancel: CancelHook | None = None,
         queue: Mapping[str, str] | QueueOptions | None = None,
+        input_checks: Sequence[Check] | None = None,
+        max_iterations: int | None = None,
+        on_iteration_limit: IterationLimit | None = None,
+        history: bool | None = None,
+        save_interrupted_reply: bool | None = None,
+        durable: bool | None = None,
+        adopted: bool | None = None,
+        checkpoint: dict[str, Any] | None = None,
     ) -> Run:
         """A ``Run`` for a Run of this session (an ``Invocation`` or a run id).
 
-        Raises ``ValueError`` for another session's invocation, a bad ``queue``,
-        or a run id that already has a live ``Run`` here.
+        The options default to the session's (``RunOptions``; see there):
+        ``queue``, ``input_checks``, ``max_iterations`` (model calls per turn),
+        ``on_iteration_limit`` (``"stop"`` or ``"error"``), ``history``
+        (``False``: the Run keeps no history, so injects it had no model call
+        for stay undelivered), ``save_interrupted_reply``, ``durable``.
+        ``adopted`` (default: the view shows the Run was started before)
+        makes the Run go on from its last ``checkpoint`` (default: the
+        newest in the view). Raises ``ValueError`` for another session's
+        invocation, a bad option, or a run id that already has a live ``Run``.
         """
         if isinstance(invocation, str):
             invocation = Invocation(self.session_id, invocation)
@@ -205,13 +241,28 @@ class AgentSession:
             )
         if invocation.run_id in self._runs:
             raise ValueError(f"run {invocation.run_id!r} already has a live Run")
+        options = self.options.merge(
+            queue=queue,
+            input_checks=input_checks,
+            max_iterations=max_iterations,
+            on_iteration_limit=on_iteration_limit,
+            history=history,
+            save_interrupted_reply=save_interrupted_reply,
+            durable=durable,
+        )
+        if adopted is None:
+            adopted = invocation.run_id in self._started or bool(
+                self.tree.responses(invocation.run_id)
+            )
         run = Run(
             self,
             invocation,
             on_steer=on_steer,
             on_cancel=on_cancel,
-            queue=queue_options(queue, self._queue),
             max_in_flight=self._max_in_flight,
+            options=options,
+            adopted=adopted,
+            checkpoint=checkpoint,
         )
         self._runs[invocation.run_id] = run
         return run
@@ -314,8 +365,8 @@ class AgentSession:
             if isinstance(event, MessageEvent) and event.op == "added":
                 vm = event.message
                 run = self._runs.get(vm.run_id)
-                if vm.intent == "steer" and run is not None:
-                    run._steering_folded()
+                if vm.intent not in (None, "prompt") and run is not None:
+                    run._input_folded(vm)
         kind, run_id = data.get("kind"), data.get("run_id")
         if not isinstance(run_id, str):
             return
@@ -325,10 +376,18 @@ class AgentSession:
             self._cancels[run_id] = request
             if run is not None:
                 run._cancel_folded(request)
-        elif kind == "run" and run is not None:
+        elif kind == "run":
             status = data.get("status")
+            if status == "active":
+                self._started.add(run_id)
+            if run is None or data.get("id") in self._own:
+                return
+            if status == "pending":
+                if run.started:  # not a queued Run's turn: the relay handed it on
+                    run._handed_over()
+                return
             reason = _END_REASONS.get(status) if isinstance(status, str) else None
-            if reason is not None and data.get("id") not in self._own:
+            if reason is not None:
                 error = data.get("error")
                 err = RunwireError.from_wire(error) if isinstance(error, dict) else None
                 run._ended_elsewhere(reason, err)
@@ -340,12 +399,6 @@ class AgentSession:
                     callback(event)
                 except Exception:
                     log.exception("view listener failed")
-
-    def _steering_of(self, run_id: str) -> list[str]:
-        return [vm.message.id for vm in self.tree.steering(run_id)]
-
-    def _seen_of(self, run_id: str) -> set[str]:
-        return self.tree.seen(run_id)
 
     def _cancel_of(self, run_id: str) -> CancelRequest | None:
         """The Run's standing cancel request (none once the agent refused it)."""
@@ -523,17 +576,35 @@ async def connect(
     client_id: str | None = None,
     queue: Mapping[str, str] | QueueOptions | None = None,
     max_in_flight: int = 1,
+    input_checks: Sequence[Check] | None = None,
+    max_iterations: int | None = None,
+    on_iteration_limit: IterationLimit | None = None,
+    history: bool | None = None,
+    save_interrupted_reply: bool | None = None,
+    durable: bool | None = None,
 ) -> AsyncIterator[AgentSession]:
     """Attach to one session as an agent until the block exits (explicit mode).
 
-    ``queue`` sets the default queue modes of the session's Runs;
-    ``max_in_flight`` how many appends a ``pipe()`` may have unacknowledged;
-    ``token_provider`` (plain or async) gives a fresh token on each reconnect.
-    Raises ``RunwireError`` if the relay cannot be reached or refuses.
+    ``queue``, ``input_checks``, ``max_iterations``, ``on_iteration_limit``,
+    ``history``, ``save_interrupted_reply`` and ``durable`` are the defaults
+    of the session's Runs (``RunOptions``; ``create_run`` may override each);
+    ``max_in_flight`` is how many appends a ``pipe()`` may have
+    unacknowledged. Raises ``RunwireError`` if the relay cannot be reached or
+    refuses, ``ValueError`` for a bad option. ``token_provider`` (plain or
+    async) gives a fresh token on each reconnect.
     """
     link = _Link(url, token=token, token_provider=token_provider, client_id=client_id)
+    options = RunOptions().merge(
+        queue=queue,
+        input_checks=input_checks,
+        max_iterations=max_iterations,
+        on_iteration_limit=on_iteration_limit,
+        history=history,
+        save_interrupted_reply=save_interrupted_reply,
+        durable=durable,
+    )
     session = AgentSession(
-        link, session_id, queue=queue_options(queue), max_in_flight=max_in_flight, owns_link=True
+        link, session_id, max_in_flight=max_in_flight, owns_link=True, options=options
     )
     link.sessions[session_id] = session
     async with link.running():

@@ -2,21 +2,32 @@
 
 ``async with client_side.connect(url, session_id) as session:`` yields a
 ``ClientSession``; ``await session.send(message)`` starts a Run and returns a
-``ClientRun``; ``run.steer(message)`` returns a ``Delivery`` whose
-``published`` and ``outcome`` are awaitable; ``session.view`` is the live
+``ClientRun``; ``run.steer(message)``, ``run.follow_up(message)`` and
+``run.inject(message)`` return a ``Delivery`` whose ``published`` and
+``outcome`` are awaitable; ``session.view`` is the live
 conversation (``messages()``, ``runs()``, ``on()``, ``events()``).
 """
 
 from transport.frames import Multitask
 from transport.runs import MULTITASK_STRATEGIES
 
-from .run import ClientRun, Delivery, Outcome, PendingResult, Published, RunResult
+from .run import (
+    QUEUED_INTENTS,
+    ClientRun,
+    Delivery,
+    Outcome,
+    PendingResult,
+    Published,
+    Refused,
+    RunResult,
+)
 from .session import ClientSession, connect
 from .view import EVENT_KINDS, Event, EventStream, View
 
 __all__ = [
     "EVENT_KINDS",
     "MULTITASK_STRATEGIES",
+    "QUEUED_INTENTS",
     "ClientRun",
     "ClientSession",
     "Delivery",
@@ -26,6 +37,7 @@ __all__ = [
     "Outcome",
     "PendingResult",
     "Published",
+    "Refused",
     "RunResult",
     "View",
     "connect",

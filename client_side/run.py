@@ -8,12 +8,35 @@ view (``transport.tree``), so it agrees with every other client: ``status`` is
 the Run's status in the view (``"pending"`` until the agent starts it),
 ``result()`` waits until the view shows the Run ended or suspended.
 
-``steer(message)`` returns a ``Delivery`` at once. If the view already shows
-the Run ended, both of its awaitables reject with ``RUN_NOT_ACTIVE`` and
-nothing is published. Otherwise the message is published in the background:
+``steer(message)``, ``follow_up(message)`` and ``inject(message)`` return a
+``Delivery`` at once. Steering joins the Run's current turn at its next model
+call; a follow-up waits for the current answer, then starts a new turn of the
+same Run; an injected message joins the conversation at the next model call
+without causing one (saved at the Run's end if no call was left). The message
+goes out with ``metadata.queued`` set to its kind. If the view already shows
+the Run ended, both awaitables reject with ``RUN_NOT_ACTIVE`` and nothing is
+published. Otherwise the message is published in the background:
 ``published`` resolves with the serial the relay gave it (or rejects with the
 relay's error, and ``outcome`` with it), and ``outcome`` resolves from the
 view's ``DeliveryEvent`` for that message id (see ``transport.outcomes``).
+
+Refusals. An input check may refuse a queued message, on the relay (then
+nothing of it is stored: ``published`` rejects with the check's error) or on
+the agent (it stays on the channel, out of the conversation). Either way the
+channel gets a ``refused`` entry, so on every device ``outcome`` resolves
+``Outcome(consumed=False, run_terminal_reason=None, refused=error)``,
+``ClientRun.refused`` lists it and ``connect(on_refused_message=...)`` hears of
+it. The Run goes on without it.
+
+What is not delivered. ``queued`` lists messages sent through the handle that
+wait: not taken in by the agent, not refused, the Run not ended (a message
+still being published or checked waits too); a Run that ends ``error`` leaves
+its untaken messages there. ``result().undelivered`` (at an end that is not an
+error) and the return value of ``cancel()`` list the ones the Run did not
+take; their outcomes resolve ``consumed=False``. A suspended Run keeps its
+queue (the Ably seed's rule: messages that arrive during a suspend stay
+pending until it resumes and takes them, or ends), so at a suspend they are in
+``queued``, not in ``undelivered``.
 
 The awaitables are ``PendingResult`` objects, not futures or tasks: one left
 unawaited never warns, and each may be awaited any number of times.
@@ -23,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 import anyio
 
@@ -36,13 +59,18 @@ if TYPE_CHECKING:
     from .session import ClientSession
 
 __all__ = [
+    "QUEUED_INTENTS",
     "ClientRun",
     "Delivery",
     "Outcome",
     "PendingResult",
     "Published",
+    "Refused",
     "RunResult",
 ]
+
+QueuedIntent = Literal["steer", "follow_up", "inject"]
+QUEUED_INTENTS: tuple[QueuedIntent, ...] = ("steer", "follow_up", "inject")
 
 T = TypeVar("T")
 
@@ -128,7 +156,9 @@ class Outcome:
 
     ``consumed``: the agent saw it before it sent a response.
     ``run_terminal_reason``: how the Run ended; ``None`` when it resolved at a
-    suspend. ``refused``: the input check that refused it (not used yet).
+    suspend or was refused. ``refused``: the error of the input check that
+    refused it (``PII_DETECTED``, ``PROMPT_INJECTION_DETECTED``, or what a
+    check of your own raised), ``None`` otherwise.
     """
 
     consumed: bool
@@ -136,14 +166,30 @@ class Outcome:
     refused: RunwireError | None = None
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A queued message an input check refused, and the error.
+
+    ``message`` is ``None`` on a device that never had its content (the relay
+    refused it, so it was never stored; only the sender holds it).
+    """
+
+    message_id: str
+    run_id: str
+    intent: str
+    error: RunwireError
+    message: UIMessage | None = None
+
+
 class Delivery:
-    """What ``ClientRun.steer()`` returns: the message and its two awaitables."""
+    """What ``steer()``, ``follow_up()`` and ``inject()`` return: the message and two awaitables."""
 
-    __slots__ = ("message", "outcome", "published", "run_id")
+    __slots__ = ("intent", "message", "outcome", "published", "run_id")
 
-    def __init__(self, message: UIMessage, run_id: str) -> None:
+    def __init__(self, message: UIMessage, run_id: str, intent: str = "steer") -> None:
         self.message = message
         self.run_id = run_id
+        self.intent = intent
         self.published: PendingResult[Published] = PendingResult()
         self.outcome: PendingResult[Outcome] = PendingResult()
 
@@ -162,8 +208,11 @@ class Delivery:
 class RunResult:
     """A Run that ended or suspended.
 
-    ``undelivered``: steering messages sent through this handle that resolved
-    ``consumed=False``. ``interrupts``: questions the Run waits on (none yet).
+    ``undelivered``: messages sent through this handle (steer, follow-up,
+    inject) that the Run did not take and that were not refused; empty when
+    the Run ended ``error`` (they stay in ``ClientRun.queued``) and at a
+    suspend (the resumed Run takes them).
+    ``interrupts``: questions the Run waits on (none yet).
     """
 
     status: RunStatus
@@ -176,8 +225,8 @@ class ClientRun:
     """A handle on one Run of a ``ClientSession`` (made by ``send`` or ``session.run``).
 
     ``prompt`` is the message that started the Run (``None`` if the view has
-    not loaded it). ``queued`` and the results count only steering sent
-    through this handle.
+    not loaded it). ``queued`` and the results count only messages sent
+    through this handle; ``refused`` lists every refusal of the Run.
     """
 
     def __init__(self, session: ClientSession, run_id: str, prompt: UIMessage | None) -> None:
@@ -198,23 +247,50 @@ class ClientRun:
 
     @property
     def queued(self) -> list[UIMessage]:
-        """Messages steered through this handle whose outcome has not resolved."""
-        return [d.message for d in self._deliveries if not d.outcome.done()]
+        """Messages sent through this handle that wait (see the module docstring)."""
+        out: list[UIMessage] = []
+        for d in self._untaken():
+            if not d.outcome.done() or d.outcome.value().run_terminal_reason == "error":
+                out.append(d.message)
+        return out
 
     @property
-    def refused(self) -> list[tuple[UIMessage, RunwireError]]:
-        """Messages an input check refused, with the error (input checks do not run yet)."""
-        return []
+    def refused(self) -> list[Refused]:
+        """Queued messages of this Run an input check refused, oldest first, with the error."""
+        return [self._session._refused(r) for r in self._session.view.tree.refusals(self.run_id)]
 
     def steer(self, message: str | UIMessage) -> Delivery:
-        """Send a steering message to this Run; returns at once (see the module docstring).
+        """Steer this Run: the message joins its current turn at the next model call.
 
-        Both awaitables reject with ``RUN_NOT_ACTIVE`` at once, and nothing is
-        published, when the view shows the Run ended.
+        Returns at once (see the module docstring). Both awaitables reject with
+        ``RUN_NOT_ACTIVE`` at once, and nothing is published, when the view
+        shows the Run ended.
         """
+        return self._queue("steer", message)
+
+    def follow_up(self, message: str | UIMessage) -> Delivery:
+        """Queue a follow-up: once the current answer is finished it starts a new turn.
+
+        The new turn gets the Run's iteration budget afresh. Returns at once,
+        like ``steer``.
+        """
+        return self._queue("follow_up", message)
+
+    def inject(self, message: str | UIMessage) -> Delivery:
+        """Inject context: it joins the conversation at the next model call without causing one.
+
+        If the Run makes no model call after it, it is saved at the Run's end
+        (returned as undelivered where the Run keeps no history). Returns at
+        once, like ``steer``.
+        """
+        return self._queue("inject", message)
+
+    def _queue(self, intent: QueuedIntent, message: str | UIMessage) -> Delivery:
         session = self._session
         msg = session._as_message(message)
-        delivery = Delivery(msg, self.run_id)
+        if msg.metadata.get("queued") != intent:
+            msg = msg.model_copy(update={"metadata": {**msg.metadata, "queued": intent}})
+        delivery = Delivery(msg, self.run_id, intent)
         self._deliveries.append(delivery)
         info = session.view.run(self.run_id)
         if info is not None and info.status in TERMINAL:
@@ -226,9 +302,21 @@ class ClientRun:
                 )
             )
             return delivery
-        entry = MessageEntry(id=msg.id, run_id=self.run_id, intent="steer", message=msg)
+        entry = MessageEntry(id=msg.id, run_id=self.run_id, intent=intent, message=msg)
         session._start_delivery(delivery, entry)
         return delivery
+
+    def _untaken(self) -> list[Delivery]:
+        """Deliveries that went out (or are going out), were not refused and not taken in."""
+        book = self._session.view.tree.outcomes
+        out: list[Delivery] = []
+        for d in self._deliveries:
+            if d.outcome.done() and (d.outcome.error() is not None or d.outcome.value().refused):
+                continue
+            if book.consumed(d.message.id) or book.refused(d.message.id):
+                continue
+            out.append(d)
+        return out
 
     async def result(self) -> RunResult:
         """Wait until the Run ends or suspends.
@@ -238,13 +326,11 @@ class ClientRun:
         while True:
             info = self._session.view.run(self.run_id)
             if info is not None and (info.status in TERMINAL or info.status == "suspended"):
-                undelivered = [
-                    d.message
-                    for d in self._deliveries
-                    if d.outcome.done()
-                    and d.outcome.error() is None
-                    and not d.outcome.value().consumed
-                ]
+                undelivered = (
+                    []
+                    if info.status == "error"
+                    else [d.message for d in self._untaken() if d.outcome.done()]
+                )
                 return RunResult(
                     status=info.status,
                     end_reason=info.end_reason,
@@ -260,19 +346,16 @@ class ClientRun:
         wait: bool = True,
         timeout: float | None = 30.0,
     ) -> list[UIMessage]:
-        """Cancel this Run; return the steering messages it never took.
+        """Cancel this Run; return the messages it never took (never delivered, never saved).
 
         Publishes the cancel (a Run that already ended is left as it is;
         ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``), then, with
         ``wait``, waits until the Run ends or ``timeout`` seconds pass, and
         raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses it (the Run
-        goes on). Returns the messages steered through this handle whose
-        outcome resolved ``consumed=False`` or is still pending.
+        goes on). Returns the messages sent through this handle that the Run
+        had not taken in (and that no check refused): their outcomes resolve
+        ``consumed=False``. A cancel that comes after the Run's last model call
+        has nothing left to stop: the Run may still complete.
         """
         await self._session.cancel(self.run_id, reason=reason, wait=wait, timeout=timeout)
-        return [
-            d.message
-            for d in self._deliveries
-            if not d.outcome.done()
-            or (d.outcome.error() is None and not d.outcome.value().consumed)
-        ]
+        return [d.message for d in self._untaken()]

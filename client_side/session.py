@@ -25,6 +25,14 @@ comes (after what the Runs before it said; beside the interrupted turn for
 ``rollback``). A cancel the agent refuses comes back as a ``cancel_denied``
 entry; ``cancel(..., wait=True)`` and ``ClientRun.cancel()`` raise
 ``CANCEL_DENIED`` for it.
+
+Refusals. ``on_refused_message(refused)`` is called with a ``Refused`` for
+every ``refused`` entry that folds after the first attach (the refusals in the
+history a session starts with, or pages with ``load_older``, are not news).
+When the relay's check refuses a message this client published, the relay
+stores the ``refused`` entry (which this client folds first) and answers the
+publish with the check's error: ``published`` rejects with it and ``outcome``
+resolves from the refusal.
 """
 
 from __future__ import annotations
@@ -67,9 +75,9 @@ from transport.frames import Error as ErrorFrame
 from transport.messages import UIMessage, new_id, user_message
 from transport.outcomes import OutcomeRecord
 from transport.runs import MULTITASK_STRATEGIES, TERMINAL
-from transport.tree import CancelDenial, DeliveryEvent
+from transport.tree import CancelDenial, DeliveryEvent, Refusal
 
-from .run import ClientRun, Delivery, Outcome, Published
+from .run import ClientRun, Delivery, Outcome, Published, Refused
 from .view import Event, View
 
 __all__ = ["MULTITASK_STRATEGIES", "ClientSession", "Multitask", "connect"]
@@ -86,6 +94,7 @@ def connect(
     client_id: str | None = None,
     agent: str = "default",
     history_limit: int = 100,
+    on_refused_message: Callable[[Refused], object] | None = None,
 ) -> ClientSession:
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
 
@@ -96,7 +105,8 @@ def connect(
     every reconnect (and first, without ``token``), so a token that expires
     (close 4003) is replaced and the session resumes. ``agent`` names the agent
     that Runs started by ``send`` go to; ``history_limit`` is the size of the
-    first page.
+    first page; ``on_refused_message(refused)`` is called the moment an input
+    check (the relay's or the agent's) refuses a queued message of the session.
     """
     return ClientSession(
         url,
@@ -106,6 +116,7 @@ def connect(
         client_id=client_id,
         agent=agent,
         history_limit=history_limit,
+        on_refused_message=on_refused_message,
     )
 
 
@@ -122,6 +133,7 @@ class ClientSession:
         client_id: str | None = None,
         agent: str = "default",
         history_limit: int = 100,
+        on_refused_message: Callable[[Refused], object] | None = None,
     ) -> None:
         if not 1 <= history_limit <= 1000:
             raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
@@ -149,6 +161,9 @@ class ClientSession:
         self._tg: anyio.abc.TaskGroup | None = None
         self._entered = False
         self._closed = False
+        self.on_refused_message = on_refused_message
+        self._news_after: int | None = None  # refusals up to this serial are history
+        self._refused_messages: dict[str, UIMessage] = {}  # what this client sent, refused
 
     # ------------------------------------------------------------ lifecycle --
 
@@ -396,6 +411,12 @@ class ClientSession:
         try:
             ack = await self._publish(entry)
         except RunwireError as exc:
+            record = self.view.tree.outcome(delivery.message.id)
+            if record is not None and record.refused is not None:
+                # The relay's check refused it: the refusal folded before this error.
+                delivery.published._reject(exc)
+                self._settle(delivery, record)
+                return
             delivery._fail(exc)
             self._forget(delivery)
             return
@@ -406,7 +427,7 @@ class ClientSession:
             return
         assert ack.serial is not None
         if ack.duplicate:
-            if not self._is_own(delivery.message.id, delivery.run_id, "steer"):
+            if not self._is_own(delivery.message.id, delivery.run_id, delivery.intent):
                 delivery._fail(_reused(delivery.message.id, ack.serial))
                 self._forget(delivery)
                 return
@@ -430,6 +451,8 @@ class ClientSession:
 
     def _settle(self, delivery: Delivery, record: OutcomeRecord) -> None:
         refused = RunwireError.from_wire(record.refused) if record.refused else None
+        if refused is not None:
+            self._refused_messages[delivery.message.id] = delivery.message
         delivery.outcome._resolve(
             Outcome(
                 consumed=record.consumed,
@@ -446,6 +469,35 @@ class ClientSession:
         for delivery in list(self._deliveries.get(record.message_id, ())):
             if delivery.run_id == record.run_id:
                 self._settle(delivery, record)
+        if record.refused is not None and self.on_refused_message is not None:
+            refusal = self._refusal(record.message_id)
+            if refusal is not None and (
+                self._news_after is None or refusal.serial > self._news_after
+            ):
+                try:
+                    self.on_refused_message(self._refused(refusal))
+                except Exception:
+                    log.exception("on_refused_message failed")
+
+    def _refusal(self, message_id: str) -> Refusal | None:
+        for refusal in reversed(self.view.tree.refusals()):
+            if refusal.message_id == message_id:
+                return refusal
+        return None
+
+    def _refused(self, refusal: Refusal) -> Refused:
+        """The client's record of a refusal, with the message if this device has it."""
+        message = self._refused_messages.get(refusal.message_id)
+        if message is None:
+            vm = self.view.tree.message(refusal.message_id)
+            message = vm.message if vm is not None else None
+        return Refused(
+            message_id=refusal.message_id,
+            run_id=refusal.run_id,
+            intent=refusal.intent,
+            error=RunwireError.from_wire(refusal.error),
+            message=message,
+        )
 
     async def _wait_change(self) -> None:
         if self._closed:
@@ -481,9 +533,11 @@ class ClientSession:
                 raise RunwireError(PROTOCOL_ERROR, f"expected attached, got {reply.type}")
             # No await from here on: deliver frames read meanwhile are held, then folded.
             if first:
+                self._news_after = reply.head
                 self.view._attached(reply.entries, reply.head, reply.has_older)
             elif reply.reset:
                 log.warning("session %s: the relay lost history; rebuilding", self.session_id)
+                self._news_after = reply.head
                 self.view._reset(reply.entries, reply.head, reply.has_older)
             else:
                 self.view._resumed(reply.entries, reply.head)

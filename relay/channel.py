@@ -9,7 +9,10 @@ channel's ``RunRegistry`` (so every node holds the same Run state), queues it
 to this node's subscribers and lets the hub react. Nothing is delivered that
 the store does not hold durably.
 
-Publishing checks the entry against the Run rules as of the newest serial
+Publishing first runs the input checks on a message entry (a refused prompt
+stops there; a refused queued message is replaced by a ``refused`` entry that
+names it, published by the relay in its place, and the publisher then gets
+the refusal), then checks the entry against the Run rules as of the newest serial
 this node has taken in (``last``), then appends with ``expect_last=last``: if
 another node appended in between, the store refuses (``CONFLICT``), the
 channel catches up from the store and checks again. One node's publishes to a
@@ -29,12 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from transport import codec
+from transport import checks, codec
 from transport.errors import CONFLICT, EPOCH_MISMATCH, RunwireError
-from transport.frames import EntryBody
+from transport.frames import EntryBody, MessageEntry
+from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender
 
 from .store.base import OnEntry, Store, StoredEntry, Unsubscribe
@@ -64,8 +68,10 @@ class Channel:
         session_id: str,
         on_entry: Committed,
         make_registry: MakeRegistry | None = None,
+        input_checks: Sequence[checks.Check] = (),
     ) -> None:
         self.store = store
+        self.input_checks = input_checks
         self.session_id = session_id
         self.epoch = ""
         self.first = 0
@@ -188,12 +194,26 @@ class Channel:
         """Store one entry (it reaches subscribers through the subscription).
 
         Returns ``(serial, duplicate, changed Run records)``. Raises
-        ``RunwireError`` when the Run rules refuse the entry or the store fails.
+        ``RunwireError`` when an input check or the Run rules refuse the entry
+        or the store fails; a refused queued message raises its refusal after
+        the ``refused`` entry that replaces it was stored.
         """
         async with self.lock:
+            found = await self.store.find(self.session_id, entry.id)
+            if found is not None:
+                return found.serial, True, []
+            refusal: RunwireError | None = None
+            if self.input_checks and isinstance(entry, MessageEntry):
+                refusal = await checks.first_refusal(self.input_checks, entry.message)
+                if refusal is not None:
+                    if entry.intent == "prompt":
+                        raise refusal
+                    entry, sender = checks.refusal_entry(entry, refusal), RELAY
             for _ in range(_RETRIES):
                 found = await self.store.find(self.session_id, entry.id)
                 if found is not None:
+                    if refusal is not None:
+                        raise refusal
                     return found.serial, True, []
                 changes = self.registry.plan(entry, sender, now_ms)
                 stamped = self.registry.stamp(entry, sender, now_ms, changes)
@@ -216,8 +236,12 @@ class Channel:
                     raise
                 if appended.duplicate:
                     self.registry.abandon(changes)
+                    if refusal is not None:
+                        raise refusal
                     return appended.serial, True, []
                 await self._applied(appended.serial)
+                if refusal is not None:
+                    raise refusal
                 return appended.serial, False, changes
         raise RunwireError(CONFLICT, "the session is too busy right now; retry")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 
+from transport import checks
 from transport.runs import MULTITASK_STRATEGIES
 
 from .server import serve
@@ -38,6 +39,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument(
         "--max-frame-bytes", type=int, default=1024 * 1024, help="largest frame accepted"
+    )
+    parser.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        choices=sorted(checks.CHECKS),
+        metavar="NAME",
+        help="an input check every message passes before it is stored (repeatable): "
+        + ", ".join(sorted(checks.CHECKS)),
     )
     parser.add_argument(
         "--secret-file", help="file holding the HS256 secret tokens are signed with"
@@ -88,6 +98,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "multitask": args.multitask,
         "thread_access": args.thread_access,
         "max_concurrent_runs": args.max_concurrent_runs,
+        "input_checks": [checks.named(name) for name in args.check],
     }
 
 

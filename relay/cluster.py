@@ -18,7 +18,11 @@ nothing a second node would need stays in one node's memory:
   node sweeps the active Runs: one whose owner has had no presence key for
   ``agent_grace`` seconds (the moment it was first seen absent is kept in
   Redis too) is ended ``error`` / ``AGENT_LOST`` by whichever node gets there
-  first; the Run rules make the second attempt a no-op.
+  first; the Run rules make the second attempt a no-op. A durable Run is put
+  back to ``pending`` instead (an entry with a deterministic id, so a second
+  node's attempt is a duplicate); the node that stored it puts it on the
+  agent's stream (``run_created``) and ``hand_to_worker`` sends the dispatch
+  with ``adopted`` and the Run's checkpoint, read from the stored record.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@
   the first worker of that name that registers.
 * A worker that disconnects before starting a Run handed to it: the Run is
   handed to another worker (or waits for one).
+* A durable Run whose agent went away longer than ``agent_grace`` is put back
+  to ``pending`` by the hub and handed out like a new one; the dispatch says
+  ``adopted`` and carries the Run's last checkpoint.
 * An agent connection that owns active Runs (it started them) and disconnects:
   each such Run gets ``agent_grace`` seconds. If a connection with the same
   client id comes back in time, it carries on; otherwise the relay ends the Run
@@ -137,8 +140,10 @@ def hand_to_worker(
 ) -> Peer | None:
     """Send ``record``'s Run to the least loaded of ``workers`` allowed to take it.
 
-    A worker may take Runs of sessions its token gives it ``agent`` on. Records
-    the choice in ``assigned`` and returns the worker, or None when none can.
+    A worker may take Runs of sessions its token gives it ``agent`` on. A Run
+    the relay handed back (its agent went away) goes out ``adopted`` with its
+    last checkpoint. Records the choice in ``assigned`` and returns the
+    worker, or None when none can.
     """
     eligible = [w for w in workers if not w.closed and w.can(record.session_id, AGENT)]
     if not eligible:
@@ -156,6 +161,8 @@ def hand_to_worker(
                 run_id=record.run_id,
                 agent=record.agent,
                 message_id=record.prompt_id,
+                adopted=True if record.adoptions else None,
+                checkpoint=record.checkpoint,
             )
         )
     )

@@ -67,6 +67,7 @@ from transport.runs import (
     RunRegistry,
     Sender,
     SlotBook,
+    relay_entry_id,
 )
 
 from .channel import Channel
@@ -308,7 +309,13 @@ class Hub:
         future: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
-            channel = Channel(self.store, session_id, self._committed, self._registry)
+            channel = Channel(
+                self.store,
+                session_id,
+                self._committed,
+                self._registry,
+                input_checks=self.options.input_checks,
+            )
             try:
                 await channel.load()
             except BaseException:
@@ -442,7 +449,11 @@ class Hub:
             self.release(channel)
 
     async def _agent_lost(self, session_id: str, run_id: str) -> None:
-        """End a Run whose agent did not come back within the grace period."""
+        """End a Run whose agent did not come back within the grace period.
+
+        A durable Run is not ended: it goes back to ``pending`` and the
+        dispatcher hands it to another worker, which adopts it.
+        """
         try:
             channel = await self.channel(session_id)
             record = channel.registry.get(run_id)
@@ -460,6 +471,18 @@ class Hub:
                     details={"grace_seconds": self.options.agent_grace},
                 ),
             )
+            if record.durable:
+                # Not ended: handed to another worker, which adopts it. The id is the
+                # same on every node, so a second sweep of the same loss is a duplicate.
+                entry = RunEntry(
+                    id=relay_entry_id(run_id, "adopt", str(record.adoptions + 1)),
+                    run_id=run_id,
+                    status="pending",
+                )
+                _, duplicate, changes = await channel.publish(entry, RELAY, now_ms())
+                if not duplicate:
+                    await self._published(entry, changes)
+                return
             await channel.publish(entry, RELAY, now_ms())
             self.metrics.agent_lost.inc()
         except RunwireError as exc:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from transport.checks import Check
 from transport.frames import Multitask, ThreadAccess
 
 __all__ = ["RelayOptions"]
@@ -41,3 +43,5 @@ class RelayOptions:
     """Runs going on (pending or active) at once on this relay node; more wait, queued."""
     index_html: str | None = None
     """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""
+    input_checks: Sequence[Check] = ()
+    """Checks every message entry passes before it is stored (see ``transport.checks``)."""

@@ -3,13 +3,22 @@
 ``transport.frames`` defines the protocol, ``transport.codec`` encodes it,
 ``transport.runs`` holds the Run rules, ``transport.tree`` folds a channel's
 entries into a conversation, ``transport.outcomes`` resolves steering
-outcomes. ``transport.asyncio`` is the one I/O driver the relay and both SDKs
-share.
+outcomes, ``transport.checks`` holds the input checks and
+``transport.history`` reads back what a stopped Run left (interrupted
+replies, unanswered tool calls). ``transport.asyncio`` is the one I/O driver
+the relay and both SDKs share.
 """
 
+from . import checks
 from .asyncio.abort import AbortController, AbortSignal
 from .errors import CloseCode, RunwireError
 from .frames import PROTOCOL_VERSION, RunEndReason, RunStatus
+from .history import (
+    ABORTED_BEFORE_DISPATCH,
+    OUTCOME_UNKNOWN,
+    history_message,
+    repair_unanswered_tool_calls,
+)
 from .messages import (
     Part,
     ReasoningPart,
@@ -22,9 +31,19 @@ from .messages import (
     user_message,
 )
 from .outcomes import OutcomeRecord
-from .tree import ConversationTree, DeliveryEvent, MessageEvent, RunEvent, RunInfo, ViewMessage
+from .tree import (
+    ConversationTree,
+    DeliveryEvent,
+    MessageEvent,
+    Refusal,
+    RunEvent,
+    RunInfo,
+    ViewMessage,
+)
 
 __all__ = [
+    "ABORTED_BEFORE_DISPATCH",
+    "OUTCOME_UNKNOWN",
     "PROTOCOL_VERSION",
     "AbortController",
     "AbortSignal",
@@ -35,6 +54,7 @@ __all__ = [
     "OutcomeRecord",
     "Part",
     "ReasoningPart",
+    "Refusal",
     "RunEndReason",
     "RunEvent",
     "RunInfo",
@@ -45,7 +65,10 @@ __all__ = [
     "ToolResultPart",
     "UIMessage",
     "ViewMessage",
+    "checks",
+    "history_message",
     "message_text",
     "new_id",
+    "repair_unanswered_tool_calls",
     "user_message",
 ]

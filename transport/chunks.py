@@ -1,8 +1,20 @@
-"""Folding UI message stream chunks into a response message (no I/O).
+"""Folding UI message stream chunks into a message (no I/O).
 
-Chunk types use the AI SDK's names and camelCase keys; see ``transport.tree``
-for the rules (``text-*``, ``reasoning-*``, ``tool-input-available``,
-``tool-output-available``, ``tool-output-error``; everything else is ignored).
+Chunks (AI SDK names, camelCase keys): ``text-start {id}`` starts an empty text
+part known by ``id``; ``text-delta {id?, delta}`` appends to the part with that
+id (a new one for an unknown id) or, without an id, to the last part if it is a
+text part, else a new one; ``text-end`` does nothing; ``reasoning-*`` likewise
+for reasoning parts. ``tool-input-available {toolCallId, toolName, input}``
+adds a tool call; ``tool-output-available {toolCallId, output}`` adds a result
+named after its call (else the chunk's ``toolName``, else ``""``);
+``tool-output-error {toolCallId, errorText, errorCode?}`` adds a result with
+``is_error`` and ``output=errorText``, or, with a string ``errorCode``,
+``output={"code": errorCode, "message": errorText}`` (how runwire's tool
+runner and history repair write results that carry a code). Non-string ids,
+deltas or texts make a chunk ignored, as are all other chunk types.
+
+``transport.tree`` folds responses with it; the agent SDK's ``MessageBuilder``
+follows the same rules.
 """
 
 from __future__ import annotations
@@ -17,9 +29,10 @@ __all__ = ["fold_chunks"]
 def fold_chunks(
     message: UIMessage, part_ids: dict[tuple[str, str], int], chunks: list[dict[str, Any]]
 ) -> UIMessage:
-    """``message`` with ``chunks`` folded in (a new object; the old one is untouched).
+    """``message`` with ``chunks`` folded in (a new object; ``message`` is untouched).
 
-    ``part_ids`` maps ``(family, stream id)`` to part indexes; it is updated in place.
+    ``part_ids`` maps ``(family, id)`` to part indexes; it is updated in place
+    and belongs with the message from one call to the next.
     """
     parts: list[Part] = list(message.parts)
     changed = False
@@ -45,8 +58,10 @@ def fold_chunks(
                 continue
             name = _tool_name(parts, call_id, chunk.get("toolName"))
             if kind == "tool-output-error":
+                code = chunk.get("errorCode")
+                output: Any = {"code": code, "message": error} if isinstance(code, str) else error
                 part = ToolResultPart(
-                    tool_call_id=call_id, tool_name=name, output=error, is_error=True
+                    tool_call_id=call_id, tool_name=name, output=output, is_error=True
                 )
             else:
                 part = ToolResultPart(

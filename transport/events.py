@@ -16,6 +16,8 @@ __all__ = [
     "CancelDenial",
     "DeliveryEvent",
     "MessageEvent",
+    "Refusal",
+    "ResponseState",
     "RunEvent",
     "RunInfo",
     "TreeEvent",
@@ -28,7 +30,9 @@ class ViewMessage:
     """A message as the tree holds it: the ``UIMessage`` and where it sits.
 
     ``serial`` is the serial of the entry that created it (a response's
-    ``response_open``); ``intent`` is ``None`` for responses.
+    ``response_open``); ``intent`` is ``None`` for responses; ``refused`` is
+    true once an input check refused the message (it is then left out of
+    ``messages()``).
     """
 
     message: UIMessage
@@ -36,6 +40,31 @@ class ViewMessage:
     serial: int
     parent_id: str | None = None
     intent: Intent | None = None
+    refused: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An input check refused a queued message: which, where, and the error object.
+
+    ``client_id`` is who published the refusal (``"relay"``, or the agent).
+    """
+
+    message_id: str
+    run_id: str
+    intent: Intent
+    error: dict[str, Any]
+    serial: int
+    client_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ResponseState:
+    """One response of a Run: the message, whether it was closed, what it had ``seen``."""
+
+    view: ViewMessage
+    closed: bool
+    seen: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

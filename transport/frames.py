@@ -27,14 +27,27 @@ Entry kinds:
   named by ``run_id`` (the sender picks it); ``steer``, ``follow_up`` and
   ``inject`` are aimed at an existing Run.
 * ``run``: a Run's lifecycle (``active`` when started or resumed,
-  ``suspended``, or terminal ``complete``/``cancelled``/``error``).
+  ``suspended``, or terminal ``complete``/``cancelled``/``error``; ``pending``
+  only from the relay, when a queued Run's turn comes or when it hands a
+  durable Run whose agent went away to another worker). ``seen`` on a
+  terminal entry lists queued messages the Run took in without a response
+  (injects saved at its end).
 * ``cancel``: a signal asking the Run's agent to stop.
 * ``cancel_denied``: the Run's agent refused a cancel (its ``on_cancel``
   hook); the Run goes on, and the asker's SDK reports ``CANCEL_DENIED``.
 * ``response_open`` / ``response_append`` / ``response_close``: the agent's
   output, one message that grows by appends of UI message stream parts.
   ``response_open.seen`` lists the steering message ids the agent had taken in
-  before producing this response: that is how outcomes resolve.
+  before producing this response: that is how outcomes resolve. A
+  ``response_open`` naming a response of the same Run that is still open (a
+  step retried after a crash) starts it over.
+* ``refused``: an input check refused a queued message. It names the message
+  and carries the error, never the message's content: a message the relay's
+  checks refuse is not stored at all; one the agent's checks refuse stays on
+  the channel but out of the conversation.
+* ``checkpoint``: a durable Run finished a step; what another worker needs to
+  go on from there (the step number, the turn, the model calls of the turn,
+  the queued messages answered, the agent's own ``state``).
 
 Multitasking. A prompt may carry ``multitask`` (``alongside``, ``reject``,
 ``enqueue``, ``interrupt`` or ``rollback``; none means the relay's default),
@@ -69,6 +82,7 @@ __all__ = [
     "Attached",
     "CancelDenied",
     "CancelEntry",
+    "CheckpointEntry",
     "ClientFrame",
     "Deliver",
     "Detach",
@@ -83,6 +97,7 @@ __all__ = [
     "Multitask",
     "Page",
     "Publish",
+    "RefusedEntry",
     "RelayFrame",
     "ResponseAppend",
     "ResponseClose",
@@ -166,8 +181,13 @@ class RunEntry(_Entry):
 
     kind: Literal["run"] = "run"
     status: Literal["pending", "active", "suspended", "complete", "cancelled", "error"]
-    """``pending`` only from the relay: a queued Run's turn came."""
+    """``pending`` only from the relay: a queued Run's turn came, or a durable Run's
+    agent went away and another worker is to adopt it."""
     error: ErrorBody | None = None
+    durable: bool | None = None
+    """On ``active``: the agent keeps checkpoints, so the relay may hand the Run on."""
+    seen: list[Id] | None = None
+    """On a terminal status: queued messages taken in without a response (saved injects)."""
 
 
 class CancelEntry(_Entry):
@@ -214,6 +234,26 @@ class ResponseClose(_Entry):
     message: UIMessage
 
 
+class RefusedEntry(_Entry):
+    """An input check refused a queued message (its id and the error, never its content)."""
+
+    kind: Literal["refused"] = "refused"
+    message_id: Id
+    intent: Intent = "steer"
+    error: ErrorBody
+
+
+class CheckpointEntry(_Entry):
+    """A durable Run finished step ``step``: what another worker needs to go on."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    step: int = Field(ge=0)
+    turn: int = Field(default=1, ge=1)
+    iterations: int = Field(default=0, ge=0)
+    seen: list[Id] = Field(default_factory=list)
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
 EntryBody = Annotated[
     MessageEntry
     | RunEntry
@@ -221,7 +261,9 @@ EntryBody = Annotated[
     | CancelDenied
     | ResponseOpen
     | ResponseAppend
-    | ResponseClose,
+    | ResponseClose
+    | RefusedEntry
+    | CheckpointEntry,
     Field(discriminator="kind"),
 ]
 entry_adapter: TypeAdapter[EntryBody] = TypeAdapter(EntryBody)
@@ -355,6 +397,10 @@ class Dispatch(_Model):
     run_id: str
     agent: str
     message_id: str
+    adopted: bool | None = None
+    """True when the Run was started by a worker that went away: this one adopts it."""
+    checkpoint: dict[str, Any] | None = None
+    """The Run's last checkpoint (a ``checkpoint`` entry's fields), if it kept any."""
 
 
 class Error(_Model):

@@ -27,10 +27,15 @@ derives them from the same channel entries, so every client agrees.
     status wins; later lifecycle entries of that Run change nothing.
   - ``active`` / ``pending``: nothing resolves.
 
+* ``refuse(message_id, run_id, error)``: an input check refused the message
+  (a ``refused`` entry). It resolves at once, ``consumed=False``,
+  ``run_terminal_reason=None`` and ``refused`` set to the error (a wire error
+  object), whether or not the message itself was ever tracked (a message the
+  relay refused is never stored). A message already resolved stays as it was.
+
 Each message resolves exactly once; the methods return the records they
 resolved (in tracking order) so the caller can report each one once.
 ``outcome(message_id)`` is ``None`` while a message is pending (or unknown).
-``refused`` is reserved for input-check refusals and is ``None`` for now.
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ class OutcomeRecord:
 
     ``consumed``: the agent saw the message before it sent a response.
     ``run_terminal_reason``: how the Run ended, ``None`` when the message
-    resolved at a suspend (the Run had not ended). ``refused``: reserved for
-    refusals (always ``None`` for now).
+    resolved at a suspend (the Run had not ended). ``refused``: the error
+    object (``code``, ``message``, ``details``) of the input check that
+    refused the message, ``None`` otherwise.
     """
 
     message_id: str
@@ -107,6 +113,27 @@ class OutcomeBook:
         for mid in done:
             del pending[mid]
         return [self._resolve(mid, run_id, None) for mid in done]
+
+    def refuse(self, message_id: str, run_id: str, error: dict[str, Any]) -> list[OutcomeRecord]:
+        """An input check refused ``message_id``; returns its record (``[]`` if it had resolved)."""
+        if message_id in self._resolved:
+            return []
+        self._run_of.setdefault(message_id, run_id)
+        self._pending.get(run_id, {}).pop(message_id, None)
+        record = OutcomeRecord(
+            message_id=message_id,
+            run_id=run_id,
+            consumed=False,
+            run_terminal_reason=None,
+            refused=dict(error),
+        )
+        self._resolved[message_id] = record
+        return [record]
+
+    def refused(self, message_id: str) -> bool:
+        """True once an input check refused the message."""
+        record = self._resolved.get(message_id)
+        return record is not None and record.refused is not None
 
     def outcome(self, message_id: str) -> OutcomeRecord | None:
         """The resolved outcome of a message; ``None`` while pending or unknown."""

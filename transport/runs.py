@@ -28,7 +28,15 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   or refuse its cancels (``UNAUTHORIZED``); the relay itself may end any Run
   (``AGENT_LOST``); a queued Run is moved by the relay only;
 * a cancel on a pending Run is kept (``cancel_requested``) so that the agent
-  applies it when it starts the Run; a ``cancel_denied`` clears it.
+  applies it when it starts the Run; a ``cancel_denied`` clears it;
+* ``refused`` and ``checkpoint`` entries need a live Run and come from its
+  agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
+  clients); a checkpoint becomes the record's ``checkpoint``;
+* ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
+  may put an active or suspended Run back to ``pending`` (its agent went
+  away): the owner is cleared and ``adoptions`` counts the hand-over, so the
+  dispatcher hands the Run to another worker, which adopts it. Replay applies
+  the same hand-over (owner cleared, ``adoptions`` counted).
 
 Multitask strategies (the strategy of a prompt is its ``multitask``, else the
 relay's ``Policy.multitask``). Runs *going on* are those ``pending`` or
@@ -77,9 +85,11 @@ from .errors import (
 from .frames import (
     CancelDenied,
     CancelEntry,
+    CheckpointEntry,
     EntryBody,
     MessageEntry,
     Multitask,
+    RefusedEntry,
     ResponseAppend,
     ResponseClose,
     ResponseOpen,
@@ -187,6 +197,12 @@ class RunRecord:
     created_ts: int = 0
     updated_ts: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    durable: bool = False
+    """The agent keeps checkpoints: if it goes away the relay hands the Run on."""
+    checkpoint: dict[str, Any] | None = None
+    """The fields of the Run's latest ``checkpoint`` entry (without ids and stamps)."""
+    adoptions: int = 0
+    """How many times the relay handed the Run to another worker."""
     seq: int = 0
     """Order of creation within the session (queued Runs take turns by it)."""
     multitask: Multitask = "alongside"
@@ -324,6 +340,16 @@ class RunRegistry:
                 )
             self._check_owner(record, sender)
             return []
+        if isinstance(entry, RefusedEntry | CheckpointEntry):
+            record = self._live(entry.run_id)
+            self._agent_only(sender, f"publish {entry.kind} entries")
+            self._check_owner(record, sender)
+            if isinstance(entry, RefusedEntry):
+                return []
+            checkpoint = entry.model_dump(
+                include={"step", "turn", "iterations", "seen", "state"}, mode="json"
+            )
+            return [replace(record, checkpoint=checkpoint, updated_ts=now_ms)]
         raise RunwireError(VALIDATION_ERROR, "unknown entry kind")  # pragma: no cover
 
     def stamp(
@@ -370,7 +396,12 @@ class RunRegistry:
             if record is None or record.terminal or record.status == entry.status:
                 return []
             owner = record.owner
-            if owner is None and client_id != RELAY.client_id and entry.status != "pending":
+            adoptions = record.adoptions
+            if entry.status == "pending" and record.status in ("active", "suspended"):
+                # The relay handed a Run whose agent went away to another worker.
+                owner = None
+                adoptions += 1
+            elif owner is None and client_id != RELAY.client_id and entry.status != "pending":
                 owner = client_id
             changes = [
                 replace(
@@ -378,6 +409,8 @@ class RunRegistry:
                     status=entry.status,
                     owner=owner,
                     error=entry.error.model_dump() if entry.error else None,
+                    durable=record.durable or bool(entry.status == "active" and entry.durable),
+                    adoptions=adoptions,
                     updated_ts=ts,
                 )
             ]
@@ -544,6 +577,8 @@ class RunRegistry:
         if sender.role == "client":
             raise RunwireError(UNAUTHORIZED, "only agents change a Run's status")
         self._need(sender, AGENT)
+        if entry.status == "pending" and record.status in ("active", "suspended"):
+            return [self._release(record, sender, now_ms)]
         if entry.status not in TRANSITIONS[record.status]:
             if record.terminal:
                 raise RunwireError(
@@ -586,6 +621,7 @@ class RunRegistry:
             status=entry.status,
             owner=owner,
             error=entry.error.model_dump() if entry.error else None,
+            durable=record.durable or bool(entry.status == "active" and entry.durable),
             updated_ts=now_ms,
         )
         if entry.status == "pending" and self.slots is not None:
@@ -594,6 +630,25 @@ class RunRegistry:
 
     def _ordered(self, records: Iterable[RunRecord]) -> list[RunRecord]:
         return sorted(records, key=lambda r: r.seq)
+
+    @staticmethod
+    def _release(record: RunRecord, sender: Sender, now_ms: int) -> RunRecord:
+        """The relay puts a Run whose agent went away back to ``pending`` for another worker."""
+        if sender.role != "relay":
+            raise RunwireError(UNAUTHORIZED, "only the relay hands a Run back to pending")
+        if record.status not in ("active", "suspended"):
+            raise RunwireError(
+                RUN_NOT_ACTIVE if record.terminal else VALIDATION_ERROR,
+                f"run {record.run_id!r} cannot go from {record.status} to pending",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+        return replace(
+            record,
+            status="pending",
+            owner=None,
+            adoptions=record.adoptions + 1,
+            updated_ts=now_ms,
+        )
 
     def _require(self, run_id: str) -> RunRecord:
         record = self.runs.get(run_id)

@@ -21,8 +21,9 @@ Names (each the file name without ``.json``): the frames a peer sends
 (``hello``, ``attach``, ``detach``, ``publish``, ``history``, ``worker``),
 the frames the relay sends (``welcome``, ``attached``, ``ack``, ``page``,
 ``deliver``, ``dispatch``, ``error``), the entry bodies a peer publishes
-(``entry-message``, ``entry-run``, ``entry-cancel``, ``entry-response_open``,
-``entry-response_append``, ``entry-response_close``), and the unions
+(``entry-message``, ``entry-run``, ``entry-cancel``, ``entry-cancel_denied``,
+``entry-response_open``, ``entry-response_append``, ``entry-response_close``,
+``entry-refused``, ``entry-checkpoint``), and the unions
 ``client-frame``, ``relay-frame``, ``entry`` (as published) and
 ``stamped-entry`` (as delivered).
 """
@@ -43,6 +44,7 @@ from .frames import (
     Attached,
     CancelDenied,
     CancelEntry,
+    CheckpointEntry,
     ClientFrame,
     Deliver,
     Detach,
@@ -54,6 +56,7 @@ from .frames import (
     MessageEntry,
     Page,
     Publish,
+    RefusedEntry,
     RelayFrame,
     ResponseAppend,
     ResponseClose,
@@ -92,6 +95,8 @@ _ENTRIES: dict[str, type[BaseModel]] = {
     "response_open": ResponseOpen,
     "response_append": ResponseAppend,
     "response_close": ResponseClose,
+    "refused": RefusedEntry,
+    "checkpoint": CheckpointEntry,
 }
 _ENTRY_DEFS = frozenset(model.__name__ for model in _ENTRIES.values())
 _STAMPED: dict[str, dict[str, Any]] = {

@@ -16,8 +16,12 @@ order, so arrival order never matters. A rebuild reports the difference:
 order, then ``RunEvent`` per new or changed Run, then ``DeliveryEvent`` for
 outcomes never reported before (each outcome is reported once, ever).
 
-Nodes. A ``message`` entry adds its ``UIMessage`` as sent. ``response_open``
-adds an empty assistant message (id ``message_id``, the entry's metadata);
+Nodes. A ``message`` entry adds its ``UIMessage`` as sent; a steer, follow-up
+or inject message gets ``metadata.queued`` set to its intent unless the sender
+set it. ``response_open`` adds an empty assistant message (id ``message_id``,
+the entry's metadata); a ``response_open`` naming a response of the same Run
+that is still open starts it over (empty again, the new entry's metadata: a
+step retried after a crash replaces what the first attempt half published);
 ``response_append`` folds stream chunks into it (below); ``response_close``
 replaces its content with the carried message (keeping id ``message_id``) and
 closes it. Appends and closes to a closed response, a user message or an
@@ -37,16 +41,14 @@ so a fork off the active path becomes the active branch. ``select_branch(id)``
 selects every step from the root to ``id`` and returns
 ``MessageEvent(op="updated")`` for the messages it brings onto the path.
 
-Chunks (AI SDK names, camelCase keys): ``text-start {id}`` starts an empty text
-part known by ``id``; ``text-delta {id?, delta}`` appends to the part with that
-id (a new one for an unknown id) or, without an id, to the last part if it is a
-text part, else a new one; ``text-end`` does nothing; ``reasoning-*`` likewise
-for reasoning parts. ``tool-input-available {toolCallId, toolName, input}``
-adds a tool call; ``tool-output-available {toolCallId, output}`` adds a result
-named after its call (else the chunk's ``toolName``, else ``""``);
-``tool-output-error {toolCallId, errorText}`` adds a result with ``is_error``
-and ``output=errorText``. Non-string ids, deltas or texts make a chunk ignored,
-as are all other chunk types.
+Chunks fold into a response by the rules of ``transport.chunks``.
+
+Refusals. A ``refused`` entry takes its message out of ``messages()`` (the
+node stays, with ``ViewMessage.refused``, so ``message(id)`` still finds it
+and its children keep their place), resolves its outcome as refused (see
+``transport.outcomes``) and is listed by ``refusals()``. The message itself
+may never have been on the channel (the relay refused it). A refused message
+held with a queued Run's prompt is added refused when the Run's turn comes.
 
 Runs. A Run appears with the first entry naming it: a prompt makes it
 ``pending`` with its ``client_id``, ``user_id`` and ``agent`` (default
@@ -56,7 +58,9 @@ set status, ``error`` and ``end_reason``; a terminal status is final.
 ``cancel`` sets ``cancel_requested``; ``cancel_denied`` (the agent refused)
 clears it and is kept as a ``CancelDenial`` (``cancel_denial(cancel_id)``).
 Steer, follow-up and inject messages go to ``transport.outcomes``; each
-resolution is a ``DeliveryEvent``.
+resolution is a ``DeliveryEvent``. A run entry's ``seen`` (injects saved at
+the end) consumes those messages before its status applies. ``checkpoint``
+entries change no message; ``checkpoint(run_id)`` returns the latest.
 
 Queued Runs. A prompt the relay stamped ``queued`` makes its Run ``queued``
 and is held out of the conversation (``waiting()`` lists such prompts; a
@@ -87,6 +91,8 @@ from .events import (
     CancelDenial,
     DeliveryEvent,
     MessageEvent,
+    Refusal,
+    ResponseState,
     RunEvent,
     RunInfo,
     TreeEvent,
@@ -95,8 +101,10 @@ from .events import (
 from .frames import (
     CancelDenied,
     CancelEntry,
+    CheckpointEntry,
     Intent,
     MessageEntry,
+    RefusedEntry,
     ResponseAppend,
     ResponseClose,
     ResponseOpen,
@@ -112,6 +120,8 @@ __all__ = [
     "DeliveryEvent",
     "Entry",
     "MessageEvent",
+    "Refusal",
+    "ResponseState",
     "RunEvent",
     "RunInfo",
     "TreeEvent",
@@ -126,6 +136,8 @@ Entry = (
     | ResponseOpen
     | ResponseAppend
     | ResponseClose
+    | RefusedEntry
+    | CheckpointEntry
 )
 _ENTRY_TYPES = (
     MessageEntry,
@@ -135,6 +147,8 @@ _ENTRY_TYPES = (
     ResponseOpen,
     ResponseAppend,
     ResponseClose,
+    RefusedEntry,
+    CheckpointEntry,
 )
 
 
@@ -157,6 +171,8 @@ class _Run:
     held: MessageEntry | None = None  # a queued prompt, added when its turn comes
     held_inputs: list[MessageEntry] = field(default_factory=list)  # steering aimed at it
     denials: list[CancelDenial] = field(default_factory=list)
+    responses: dict[str, list[str]] = field(default_factory=dict)  # id -> its seen
+    checkpoint: CheckpointEntry | None = None
 
 
 class _Fold:
@@ -172,13 +188,19 @@ class _Fold:
         self.book = OutcomeBook()
         self.held: dict[str, ViewMessage] = {}  # queued prompts by message id (kept once dropped)
         self.denials: dict[str, CancelDenial] = {}
+        self.refusals: dict[str, Refusal] = {}
 
     def apply(self, e: Entry) -> list[TreeEvent]:
         """Fold one entry (the newest so far); the events it caused."""
+        if isinstance(e, MessageEntry):
+            e = _marked_queued(e)
         assert e.serial is not None
         events: list[TreeEvent] = []
         run, created = self._run(e)
         if isinstance(e, RunEntry):
+            if e.seen:
+                run.seen.update(dict.fromkeys(e.seen))
+                self.book.saw(e.run_id, e.seen)
             old = run.info
             if old.status not in TERMINAL:
                 run.info = replace(
@@ -207,6 +229,8 @@ class _Fold:
                         else:
                             node = self._place(waiting)
                         self.held.pop(waiting.message.id, None)
+                        if waiting.message.id in self.refusals:
+                            node.view = replace(node.view, refused=True)
                         events.append(MessageEvent(node.view, "added"))
             events.extend(DeliveryEvent(r) for r in self.book.run_status(e.run_id, e.status))
             return events
@@ -214,7 +238,7 @@ class _Fold:
             events.append(RunEvent(run.info))
         if isinstance(e, MessageEntry):
             mid = e.message.id
-            if mid in self.nodes or mid in self.held:
+            if mid in self.nodes or mid in self.held or mid in self.refusals:
                 return events
             if e.intent == "prompt":
                 run.prompt_id = mid
@@ -254,15 +278,32 @@ class _Fold:
             run.denials.append(denial)
             if e.cancel_id is not None:
                 self.denials.setdefault(e.cancel_id, denial)
+        elif isinstance(e, RefusedEntry):
+            events.extend(self._refuse(e))
+        elif isinstance(e, CheckpointEntry):
+            if run.checkpoint is None or e.step >= run.checkpoint.step:
+                run.checkpoint = e
         elif isinstance(e, ResponseOpen):
             run.seen.update(dict.fromkeys(e.seen))
             self.book.saw(e.run_id, e.seen)
-            if e.message_id not in self.nodes:
+            existing = self.nodes.get(e.message_id)
+            if existing is None:
                 message = UIMessage(
                     id=e.message_id, role="assistant", parts=[], metadata=dict(e.metadata)
                 )
                 node = self._add(message, e.run_id, e.serial, e.parent_id, None, response=True)
+                run.responses[e.message_id] = list(e.seen)
                 events.append(MessageEvent(node.view, "added"))
+            elif existing.response and not existing.closed and existing.view.run_id == e.run_id:
+                # A retried step: start the response over.
+                run.responses[e.message_id] = list(e.seen)
+                existing.part_ids.clear()
+                message = existing.view.message.model_copy(
+                    update={"parts": [], "metadata": dict(e.metadata)}
+                )
+                if message != existing.view.message:
+                    existing.view = replace(existing.view, message=message)
+                    events.append(MessageEvent(existing.view, "updated"))
         else:
             target = self.nodes.get(e.message_id)
             if target is not None and target.response and not target.closed:
@@ -276,6 +317,30 @@ class _Fold:
                 if message != target.view.message:
                     target.view = replace(target.view, message=message)
                     events.append(MessageEvent(target.view, "updated"))
+        return events
+
+    def _refuse(self, e: RefusedEntry) -> list[TreeEvent]:
+        assert e.serial is not None
+        if e.message_id in self.refusals:
+            return []
+        self.refusals[e.message_id] = Refusal(
+            message_id=e.message_id,
+            run_id=e.run_id,
+            intent=e.intent,
+            error=e.error.model_dump(),
+            serial=e.serial,
+            client_id=e.client_id,
+        )
+        events: list[TreeEvent] = []
+        node = self.nodes.get(e.message_id)
+        if node is not None and not node.response and not node.view.refused:
+            node.view = replace(node.view, refused=True)
+            events.append(MessageEvent(node.view, "updated"))
+        held = self.held.get(e.message_id)
+        if held is not None and held.intent != "prompt":
+            self.held[e.message_id] = replace(held, refused=True)
+        records = self.book.refuse(e.message_id, e.run_id, e.error.model_dump())
+        events.extend(DeliveryEvent(r) for r in records)
         return events
 
     def _run(self, e: Entry) -> tuple[_Run, bool]:
@@ -466,9 +531,12 @@ class ConversationTree:
     # ------------------------------------------------------------ messages
 
     def messages(self, tail: Sequence[str] = ()) -> list[ViewMessage]:
-        """The active branch, root to tip; ids in ``tail`` on it move last, in that order."""
+        """The active branch, root to tip; ids in ``tail`` on it move last, in that order.
+
+        Refused messages are left out.
+        """
         nodes = self._state.nodes
-        path = self._state.path()
+        path = [mid for mid in self._state.path() if not nodes[mid].view.refused]
         if not tail:
             return [nodes[mid].view for mid in path]
         on_path = set(path)
@@ -550,12 +618,42 @@ class ConversationTree:
         return list(run.denials) if run is not None else []
 
     def inputs(self, run_id: str) -> list[ViewMessage]:
-        """Steer, follow-up and inject messages aimed at the Run, in serial order."""
+        """Steer, follow-up and inject messages aimed at the Run, in serial order.
+
+        Refused ones are left out.
+        """
         run = self._state.runs.get(run_id)
         if run is None:
             return []
         found = (self.message(mid) for mid in run.inputs)
-        return [vm for vm in found if vm is not None]
+        return [vm for vm in found if vm is not None and not vm.refused]
+
+    def prompt(self, run_id: str) -> ViewMessage | None:
+        """The prompt that started the Run, if the tree holds it (held while queued)."""
+        run = self._state.runs.get(run_id)
+        if run is None or run.prompt_id is None:
+            return None
+        return self.message(run.prompt_id)
+
+    def responses(self, run_id: str) -> list[ResponseState]:
+        """The Run's responses in the order they opened: each with its state and ``seen``."""
+        run = self._state.runs.get(run_id)
+        if run is None:
+            return []
+        nodes = self._state.nodes
+        return [
+            ResponseState(nodes[mid].view, nodes[mid].closed, tuple(seen))
+            for mid, seen in run.responses.items()
+        ]
+
+    def refusals(self, run_id: str | None = None) -> list[Refusal]:
+        """Refused messages (of one Run, or all), in serial order."""
+        return [r for r in self._state.refusals.values() if run_id is None or r.run_id == run_id]
+
+    def checkpoint(self, run_id: str) -> CheckpointEntry | None:
+        """The latest ``checkpoint`` entry of a Run, if the tree holds one."""
+        run = self._state.runs.get(run_id)
+        return run.checkpoint if run is not None else None
 
     def steering(self, run_id: str) -> list[ViewMessage]:
         """Steer messages aimed at the Run, in serial order."""
@@ -580,6 +678,14 @@ class ConversationTree:
     def pending(self, run_id: str) -> list[str]:
         """Ids of the Run's steering messages whose outcome is not resolved yet."""
         return self._state.book.pending(run_id)
+
+
+def _marked_queued(e: MessageEntry) -> MessageEntry:
+    """A steer / follow-up / inject gets ``metadata.queued`` set to its intent (unless set)."""
+    if e.intent == "prompt" or "queued" in e.message.metadata:
+        return e
+    metadata = {**e.message.metadata, "queued": e.intent}
+    return e.model_copy(update={"message": e.message.model_copy(update={"metadata": metadata})})
 
 
 def _coerce(entry: Entry | Mapping[str, Any]) -> Entry:

@@ -42,13 +42,31 @@ export interface UIMessage {
   metadata: Record<string, unknown>;
 }
 
-/** A message as the tree holds it; `intent` is null for responses. */
+/** A message as the tree holds it; `intent` is null for responses; `refused` once an input check refused it. */
 export interface ViewMessage {
   readonly message: UIMessage;
   readonly runId: string;
   readonly serial: number;
   readonly parentId: string | null;
   readonly intent: Intent | null;
+  readonly refused: boolean;
+}
+
+/** An input check refused a queued message: which, where, the error object, who published the refusal. */
+export interface Refusal {
+  readonly messageId: string;
+  readonly runId: string;
+  readonly intent: Intent;
+  readonly error: Record<string, unknown>;
+  readonly serial: number;
+  readonly clientId: string | null;
+}
+
+/** One response of a Run: the message, whether it was closed, what it had seen. */
+export interface ResponseState {
+  readonly view: ViewMessage;
+  readonly closed: boolean;
+  readonly seen: string[];
 }
 
 /** A snapshot of one Run; `clientId` / `userId` / `agent` come from its prompt. */
@@ -132,6 +150,8 @@ export class OutcomeBook {
   track(messageId: string, runId: string): OutcomeRecord[];
   saw(runId: string, messageIds: Iterable<string>): void;
   runStatus(runId: string, status: string): OutcomeRecord[];
+  refuse(messageId: string, runId: string, error: Record<string, unknown>): OutcomeRecord[];
+  refused(messageId: string): boolean;
   outcome(messageId: string): OutcomeRecord | null;
   pending(runId: string): string[];
   consumed(messageId: string): boolean;
@@ -159,7 +179,16 @@ export class ConversationTree {
   cancelDenial(cancelId: string): CancelDenial | null;
   /** Every refused cancel of the Run, in serial order. */
   cancelDenials(runId: string): CancelDenial[];
+  /** Steer, follow-up and inject messages aimed at the Run (refused ones left out). */
   inputs(runId: string): ViewMessage[];
+  /** The prompt that started the Run (held while queued). */
+  prompt(runId: string): ViewMessage | null;
+  /** The Run's responses in the order they opened. */
+  responses(runId: string): ResponseState[];
+  /** Refused messages (of one Run, or all), in serial order. */
+  refusals(runId?: string | null): Refusal[];
+  /** The latest checkpoint entry of a Run. */
+  checkpoint(runId: string): Entry | null;
   steering(runId: string): ViewMessage[];
   seen(runId: string): Set<string>;
   readonly outcomes: OutcomeBook;

@@ -29,7 +29,7 @@
 /**
  * A message as the tree holds it. `serial` is the serial of the entry that created it (a
  * response's `response_open`); `intent` is null for responses.
- * @typedef {{message: UIMessage, runId: string, serial: number, parentId: string | null, intent: Intent | null}} ViewMessage
+ * @typedef {{message: UIMessage, runId: string, serial: number, parentId: string | null, intent: Intent | null, refused: boolean}} ViewMessage
  */
 /**
  * A snapshot of one Run; `clientId` / `userId` / `agent` come from its prompt (null while the
@@ -41,6 +41,11 @@
  * An agent refused a cancel: which one (`cancelId`, the refused cancel entry's id), of which Run, who refused.
  * @typedef {{runId: string, cancelId: string | null, serial: number, reason: string | null, clientId: string | null, userId: string | null}} CancelDenial
  */
+/**
+ * An input check refused a queued message: which, where, the error object, who published it.
+ * @typedef {{messageId: string, runId: string, intent: Intent, error: Record<string, unknown>, serial: number, clientId: string | null}} Refusal
+ */
+/** @typedef {{view: ViewMessage, closed: boolean, seen: string[]}} ResponseState */
 /** @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated"}} MessageEvent */
 /** @typedef {{kind: "run", run: RunInfo}} RunEvent */
 /** @typedef {{kind: "delivery", outcome: OutcomeRecord}} DeliveryEvent */
@@ -269,13 +274,38 @@ function validateMessage(raw, where) {
 const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
 const KIND_FIELDS = {
   message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
-  run: ["status", "error"],
+  run: ["status", "error", "durable", "seen"],
   cancel: ["reason", "interrupted_by"],
   cancel_denied: ["cancel_id", "reason"],
   response_open: ["message_id", "parent_id", "seen", "metadata"],
   response_append: ["message_id", "chunks"],
   response_close: ["message_id", "message"],
+  refused: ["message_id", "intent", "error"],
+  checkpoint: ["step", "turn", "iterations", "seen", "state"],
 };
+
+/** A wire error object (`code`, `message`, `details`). @param {any} raw @param {string} where */
+function errorBody(raw, where) {
+  if (!isObject(raw) || typeof raw.code !== "string") invalid(where, "must be an error object");
+  checkKeys(raw, ["code", "message", "details"], where);
+  return { code: raw.code, message: raw.message ?? "", details: { ...(raw.details || {}) } };
+}
+
+/** A list of ids. @param {any} raw @param {string} where @returns {string[]} */
+function idList(raw, where) {
+  if (!Array.isArray(raw)) invalid(where, "must be a list");
+  return raw.map((/** @type {any} */ s, /** @type {number} */ i) => checkId(s, `${where}.${i}`));
+}
+
+/**
+ * An integer of at least `min` (`fallback` when absent; required when `fallback` is null).
+ * @param {any} raw @param {string} where @param {number} min @param {number | null} fallback @returns {number}
+ */
+function count(raw, where, min, fallback) {
+  if ((raw === undefined || raw === null) && fallback !== null) return fallback;
+  if (!Number.isInteger(raw) || raw < min) invalid(where, `must be an integer of at least ${min}`);
+  return raw;
+}
 
 /**
  * Validate one entry as transport.codec.decode_entry does; a normalized copy with defaults filled.
@@ -316,15 +346,26 @@ export function decodeEntry(raw) {
       e.interrupts = raw.interrupts.map((/** @type {any} */ r, /** @type {number} */ i) => checkId(r, `message.interrupts.${i}`));
     }
   } else if (kind === "run") {
-    // `pending` comes only from the relay: a queued Run's turn came.
+    // `pending` comes only from the relay: a queued Run's turn came, or a durable Run is handed on.
     if (!["pending", "active", "suspended", "complete", "cancelled", "error"].includes(raw.status)) invalid("run.status", "unknown status");
     e.status = raw.status;
-    if (raw.error === undefined || raw.error === null) e.error = null;
-    else {
-      if (!isObject(raw.error) || typeof raw.error.code !== "string") invalid("run.error", "must be an error object");
-      checkKeys(raw.error, ["code", "message", "details"], "run.error");
-      e.error = { code: raw.error.code, message: raw.error.message ?? "", details: { ...(raw.error.details || {}) } };
-    }
+    e.error = raw.error === undefined || raw.error === null ? null : errorBody(raw.error, "run.error");
+    if (raw.durable !== undefined && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
+    e.durable = raw.durable ?? null;
+    e.seen = raw.seen === undefined || raw.seen === null ? null : idList(raw.seen, "run.seen");
+  } else if (kind === "refused") {
+    e.message_id = checkId(raw.message_id, "refused.message_id");
+    const intent = raw.intent === undefined ? "steer" : raw.intent;
+    if (!["prompt", "steer", "follow_up", "inject"].includes(intent)) invalid("refused.intent", "unknown intent");
+    e.intent = intent;
+    e.error = errorBody(raw.error, "refused.error");
+  } else if (kind === "checkpoint") {
+    e.step = count(raw.step, "checkpoint.step", 0, null);
+    e.turn = count(raw.turn, "checkpoint.turn", 1, 1);
+    e.iterations = count(raw.iterations, "checkpoint.iterations", 0, 0);
+    e.seen = raw.seen === undefined ? [] : idList(raw.seen, "checkpoint.seen");
+    if (raw.state !== undefined && !isObject(raw.state)) invalid("checkpoint.state", "must be an object");
+    e.state = { ...(raw.state || {}) };
   } else if (kind === "cancel") {
     e.reason = optText(raw.reason, "cancel.reason", 1000);
     e.interrupted_by = checkId(raw.interrupted_by, "cancel.interrupted_by", true);
@@ -406,6 +447,27 @@ export class OutcomeBook {
     return done.map((mid) => this._resolve(mid, runId, null));
   }
 
+  /**
+   * An input check refused `messageId` (a `refused` entry): it resolves at once, not consumed,
+   * `refused` set to the error, whether or not it was tracked; [] if it had resolved.
+   * @param {string} messageId @param {string} runId @param {Record<string, unknown>} error @returns {OutcomeRecord[]}
+   */
+  refuse(messageId, runId, error) {
+    if (this._resolved.has(messageId)) return [];
+    if (!this._runOf.has(messageId)) this._runOf.set(messageId, runId);
+    this._pending.get(runId)?.delete(messageId);
+    /** @type {OutcomeRecord} */
+    const record = Object.freeze({ messageId, runId, consumed: false, runTerminalReason: null, refused: { ...error } });
+    this._resolved.set(messageId, record);
+    return [record];
+  }
+
+  /** True once an input check refused the message. @param {string} messageId */
+  refused(messageId) {
+    const record = this._resolved.get(messageId);
+    return record !== undefined && record.refused !== null;
+  }
+
   /** The resolved outcome of a message; null while pending or unknown. @param {string} messageId */
   outcome(messageId) {
     return this._resolved.get(messageId) ?? null;
@@ -447,13 +509,22 @@ export class OutcomeBook {
 /** @typedef {{view: ViewMessage, response: boolean, children: string[], closed: boolean, partIds: Map<string, number>}} TreeNode */
 /**
  * `held` is a queued prompt (added when its turn comes), `heldInputs` the steering aimed at it.
- * @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[]}} TreeRun
+ * `responses` maps each response id to its `seen`; `checkpoint` is the latest checkpoint entry.
+ * @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[], responses: Map<string, string[]>, checkpoint: Entry | null}} TreeRun
  */
 
 /** @param {ViewMessage} view @returns {ViewMessage} */
 const freezeView = (view) => Object.freeze(view);
 /** A held (queued) message entry's view. @param {Entry} e @returns {ViewMessage} */
-const heldView = (e) => freezeView({ message: e.message, runId: e.run_id, serial: e.serial, parentId: e.parent_id, intent: e.intent });
+const heldView = (e) => freezeView({ message: e.message, runId: e.run_id, serial: e.serial, parentId: e.parent_id, intent: e.intent, refused: false });
+/**
+ * A steer / follow-up / inject gets `metadata.queued` set to its intent (unless the sender set it).
+ * @param {Entry} e @returns {Entry}
+ */
+function markedQueued(e) {
+  if (e.intent === "prompt" || "queued" in e.message.metadata) return e;
+  return { ...e, message: { ...e.message, metadata: { ...e.message.metadata, queued: e.intent } } };
+}
 /** @param {RunInfo} info @returns {RunInfo} */
 const freezeRun = (info) => Object.freeze(info);
 
@@ -470,14 +541,20 @@ class Fold {
     this.book = new OutcomeBook();
     /** @type {Map<string, ViewMessage>} */ this.held = new Map(); // queued prompts by message id (kept once dropped)
     /** @type {Map<string, CancelDenial>} */ this.denials = new Map();
+    /** @type {Map<string, Refusal>} */ this.refusals = new Map();
   }
 
   /** Fold one entry (the newest so far); the events it caused. @param {Entry} e @returns {TreeEvent[]} */
   apply(e) {
+    if (e.kind === "message") e = markedQueued(e);
     /** @type {TreeEvent[]} */
     const events = [];
     const [run, created] = this._run(e);
     if (e.kind === "run") {
+      if (e.seen) {
+        for (const id of e.seen) run.seen.add(id);
+        this.book.saw(e.run_id, e.seen);
+      }
       const old = run.info;
       if (!TERMINAL.includes(old.status)) {
         run.info = freezeRun({ ...old, status: e.status, endReason: endReason(e.status), error: e.error });
@@ -494,6 +571,7 @@ class Fold {
               ? this._add(waiting.message, waiting.run_id, waiting.serial ?? 0, waiting.parent_id, waiting.intent, false)
               : this._place(waiting);
             this.held.delete(waiting.message.id);
+            if (this.refusals.has(waiting.message.id)) node.view = freezeView({ ...node.view, refused: true });
             events.push({ kind: "message", message: node.view, op: "added" });
           });
         }
@@ -504,7 +582,7 @@ class Fold {
     if (created) events.push({ kind: "run", run: run.info });
     if (e.kind === "message") {
       const mid = e.message.id;
-      if (this.nodes.has(mid) || this.held.has(mid)) return events;
+      if (this.nodes.has(mid) || this.held.has(mid) || this.refusals.has(mid)) return events;
       let node;
       if (e.intent === "prompt") {
         run.promptId = mid;
@@ -544,14 +622,29 @@ class Fold {
       });
       run.denials.push(denial);
       if (e.cancel_id !== null && !this.denials.has(e.cancel_id)) this.denials.set(e.cancel_id, denial);
+    } else if (e.kind === "refused") {
+      events.push(...this._refuse(e));
+    } else if (e.kind === "checkpoint") {
+      if (run.checkpoint === null || e.step >= run.checkpoint.step) run.checkpoint = e;
     } else if (e.kind === "response_open") {
       for (const id of e.seen) run.seen.add(id);
       this.book.saw(e.run_id, e.seen);
-      if (!this.nodes.has(e.message_id)) {
+      const existing = this.nodes.get(e.message_id);
+      if (existing === undefined) {
         /** @type {UIMessage} */
         const message = { id: e.message_id, role: "assistant", parts: [], metadata: { ...e.metadata } };
         const node = this._add(message, e.run_id, e.serial, e.parent_id, null, true);
+        run.responses.set(e.message_id, [...e.seen]);
         events.push({ kind: "message", message: node.view, op: "added" });
+      } else if (existing.response && !existing.closed && existing.view.runId === e.run_id) {
+        // A retried step: start the response over.
+        run.responses.set(e.message_id, [...e.seen]);
+        existing.partIds.clear();
+        const message = { ...existing.view.message, parts: [], metadata: { ...e.metadata } };
+        if (!deepEqual(message, existing.view.message)) {
+          existing.view = freezeView({ ...existing.view, message });
+          events.push({ kind: "message", message: existing.view, op: "updated" });
+        }
       }
     } else {
       const target = this.nodes.get(e.message_id);
@@ -570,6 +663,33 @@ class Fold {
         }
       }
     }
+    return events;
+  }
+
+  /** @param {Entry} e @returns {TreeEvent[]} */
+  _refuse(e) {
+    if (this.refusals.has(e.message_id)) return [];
+    this.refusals.set(
+      e.message_id,
+      Object.freeze({
+        messageId: e.message_id,
+        runId: e.run_id,
+        intent: e.intent,
+        error: e.error,
+        serial: e.serial,
+        clientId: e.client_id,
+      }),
+    );
+    /** @type {TreeEvent[]} */
+    const events = [];
+    const node = this.nodes.get(e.message_id);
+    if (node !== undefined && !node.response && !node.view.refused) {
+      node.view = freezeView({ ...node.view, refused: true });
+      events.push({ kind: "message", message: node.view, op: "updated" });
+    }
+    const held = this.held.get(e.message_id);
+    if (held !== undefined && held.intent !== "prompt") this.held.set(e.message_id, freezeView({ ...held, refused: true }));
+    for (const r of this.book.refuse(e.message_id, e.run_id, e.error)) events.push({ kind: "delivery", outcome: r });
     return events;
   }
 
@@ -592,6 +712,8 @@ class Fold {
       held: null,
       heldInputs: [],
       denials: [],
+      responses: new Map(),
+      checkpoint: null,
     };
     this.runs.set(e.run_id, run);
     return [run, true];
@@ -631,7 +753,7 @@ class Fold {
     }
     /** @type {TreeNode} */
     const node = {
-      view: freezeView({ message, runId, serial, parentId, intent }),
+      view: freezeView({ message, runId, serial, parentId, intent, refused: false }),
       response,
       children: [],
       closed: false,
@@ -703,7 +825,10 @@ function foldChunks(node, chunks) {
       if (typeof callId !== "string" || (kind === "tool-output-error" && typeof error !== "string")) continue;
       const name = toolName(parts, callId, chunk.toolName);
       if (kind === "tool-output-error") {
-        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: error, is_error: true });
+        // With a string errorCode the output carries it (runwire's tool runner and history repair).
+        const code = chunk.errorCode;
+        const output = typeof code === "string" ? { code, message: error } : error;
+        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
       } else {
         parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: chunk.output ?? null, is_error: false });
       }
@@ -859,12 +984,13 @@ export class ConversationTree {
   }
 
   /**
-   * The active branch, root to tip; ids in `tail` on it move last, in that order.
+   * The active branch, root to tip; ids in `tail` on it move last, in that order. Refused
+   * messages are left out.
    * @param {string[]} [tail] @returns {ViewMessage[]}
    */
   messages(tail = []) {
     const nodes = this._state.nodes;
-    const path = this._state.path();
+    const path = this._state.path().filter((mid) => !(/** @type {TreeNode} */ (nodes.get(mid)).view.refused));
     const view = (/** @type {string} */ mid) => /** @type {TreeNode} */ (nodes.get(mid)).view;
     if (!tail.length) return path.map(view);
     const onPath = new Set(path);
@@ -945,7 +1071,7 @@ export class ConversationTree {
     return [...(this._state.runs.get(runId)?.denials ?? [])];
   }
 
-  /** Steer, follow-up and inject messages aimed at the Run, in serial order. @param {string} runId */
+  /** Steer, follow-up and inject messages aimed at the Run, in serial order (refused ones left out). @param {string} runId */
   inputs(runId) {
     const run = this._state.runs.get(runId);
     if (run === undefined) return [];
@@ -953,9 +1079,37 @@ export class ConversationTree {
     const out = [];
     for (const mid of run.inputs) {
       const vm = this.message(mid);
-      if (vm !== null) out.push(vm);
+      if (vm !== null && !vm.refused) out.push(vm);
     }
     return out;
+  }
+
+  /** The prompt that started the Run, if the tree holds it (held while queued). @param {string} runId */
+  prompt(runId) {
+    const run = this._state.runs.get(runId);
+    if (run === undefined || run.promptId === null) return null;
+    return this.message(run.promptId);
+  }
+
+  /** The Run's responses in the order they opened, with their state and `seen`. @param {string} runId @returns {ResponseState[]} */
+  responses(runId) {
+    const run = this._state.runs.get(runId);
+    if (run === undefined) return [];
+    const nodes = this._state.nodes;
+    return [...run.responses].map(([mid, seen]) => {
+      const node = /** @type {TreeNode} */ (nodes.get(mid));
+      return Object.freeze({ view: node.view, closed: node.closed, seen: [...seen] });
+    });
+  }
+
+  /** Refused messages (of one Run, or all), in serial order. @param {string | null} [runId] @returns {Refusal[]} */
+  refusals(runId = null) {
+    return [...this._state.refusals.values()].filter((r) => runId === null || r.runId === runId);
+  }
+
+  /** The latest `checkpoint` entry of a Run, if the tree holds one. @param {string} runId @returns {Entry | null} */
+  checkpoint(runId) {
+    return this._state.runs.get(runId)?.checkpoint ?? null;
   }
 
   /** Steer messages aimed at the Run, in serial order. @param {string} runId */

@@ -197,3 +197,34 @@ async def test_an_agent_whose_node_dies_has_its_run_ended_agent_lost(cluster: Cl
             if entry["kind"] == "run" and entry["status"] == "error":
                 break
     assert entry["error"]["code"] == "AGENT_LOST"
+
+
+async def test_a_durable_run_whose_node_dies_is_adopted_by_a_worker_on_another_node(
+    cluster: Cluster,
+) -> None:
+    a, b, c = [await cluster.start_node(grace=1.0) for _ in range(3)]
+    client = await RawPeer.open(a.url)
+    await client.attach("s")
+    run_id = new_id()
+    await client.publish("s", prompt(run_id))
+    first = await RawPeer.open(b.url, role="agent", client_id="agent-x")
+    await first.attach("s")
+    active = {**run_status(run_id, "active"), "durable": True}
+    assert (await first.publish("s", active))["type"] == "ack"
+    checkpoint = {"kind": "checkpoint", "id": new_id(), "run_id": run_id, "step": 2, "turn": 1}
+    assert (await first.publish("s", {**checkpoint, "state": {"k": 1}}))["type"] == "ack"
+    second = await RawPeer.open(c.url, role="agent", client_id="agent-y")
+    assert (await second.request({"type": "worker", "agent": "default"}))["type"] == "ack"
+    b.kill()  # the owner's node dies with it: the sweep hands the Run on, not AGENT_LOST
+    dispatch = await second.next("dispatch", timeout=20)
+    assert dispatch["run_id"] == run_id and dispatch["adopted"] is True
+    assert dispatch["checkpoint"]["step"] == 2 and dispatch["checkpoint"]["state"] == {"k": 1}
+    await second.attach("s")
+    assert (await second.publish("s", run_status(run_id, "active")))["type"] == "ack"
+    assert (await second.publish("s", run_status(run_id, "complete")))["type"] == "ack"
+    kinds: list[tuple[str, str | None]] = []
+    with anyio.fail_after(20):
+        while ("run", "complete") not in kinds:
+            for entry in await client.entries(1, timeout=20):
+                kinds.append((entry["kind"], entry.get("status")))
+    assert ("run", "pending") in kinds and ("run", "error") not in kinds

@@ -28,14 +28,16 @@ function observed(tree, expect) {
       parent_id: vm.parentId,
     };
     if ("parts" in exp) got.parts = vm.message.parts;
+    if ("metadata" in exp) got.metadata = vm.message.metadata;
     messages.push(got);
   });
   for (const vm of all.slice(expect.messages.length)) messages.push({ unexpected: vm.message.id });
   const outcomes = {};
-  for (const mid of Object.keys(expect.outcomes)) {
+  for (const [mid, exp] of Object.entries(expect.outcomes)) {
     const rec = tree.outcome(mid);
     outcomes[mid] =
       rec === null ? null : { run_id: rec.runId, consumed: rec.consumed, run_terminal_reason: rec.runTerminalReason };
+    if (rec !== null && exp !== null && "refused" in exp) outcomes[mid].refused = rec.refused ? rec.refused.code : null;
   }
   const runs = tree.runs().map((r) => ({ run_id: r.runId, status: r.status, end_reason: r.endReason }));
   return { messages, runs, outcomes };
@@ -178,4 +180,41 @@ test("branches, selection and tail", () => {
     ["m1", "m2", "m4", "m3"],
   );
   assert.deepEqual(tree.selectBranch("nope"), []);
+});
+
+test("refused and checkpoint entries: refusals(), checkpoint(), responses() and a retried step", () => {
+  const tree = new ConversationTree();
+  tree.fold(prompt(1, "m1", "r1", "go"));
+  tree.fold({ serial: 2, id: "e2", run_id: "r1", kind: "run", status: "active", durable: true });
+  tree.fold({ serial: 3, id: "e3", run_id: "r1", kind: "message", intent: "steer", message: userMessage("x", { id: "s1" }) });
+  const events = tree.fold({
+    serial: 4,
+    id: "e4",
+    run_id: "r1",
+    kind: "refused",
+    message_id: "s1",
+    error: { code: "PII_DETECTED", message: "no" },
+  });
+  assert.deepEqual(
+    events.map((e) => e.kind),
+    ["message", "delivery"],
+  );
+  assert.equal(events[0].message.refused, true);
+  assert.equal(tree.outcome("s1").refused.code, "PII_DETECTED");
+  assert.deepEqual(ids(tree), ["m1"]);
+  assert.deepEqual(tree.inputs("r1"), []);
+  assert.equal(tree.refusals("r1")[0].intent, "steer");
+  tree.fold(open(5, "r1", "a1"));
+  tree.fold(delta(6, "r1", "a1", "half"));
+  tree.fold({ serial: 7, id: "e7", run_id: "r1", kind: "checkpoint", step: 1, state: { k: 1 } });
+  assert.deepEqual(tree.checkpoint("r1").state, { k: 1 });
+  assert.equal(tree.checkpoint("r1").turn, 1);
+  tree.fold(open(8, "r1", "a1"));
+  assert.equal(messageText(tree.message("a1").message), "");
+  assert.deepEqual(
+    tree.responses("r1").map((r) => [r.view.message.id, r.closed]),
+    [["a1", false]],
+  );
+  assert.equal(tree.prompt("r1").message.id, "m1");
+  assert.throws(() => tree.fold({ serial: 9, id: "e9", run_id: "r1", kind: "checkpoint", step: -1 }), RunwireError);
 });

@@ -11,7 +11,10 @@ import pytest
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
     CancelEntry,
+    CheckpointEntry,
+    ErrorBody,
     MessageEntry,
+    RefusedEntry,
     ResponseAppend,
     ResponseClose,
     ResponseOpen,
@@ -111,12 +114,14 @@ def _observed(tree: ConversationTree, expect: dict[str, Any]) -> dict[str, Any]:
         }
         if "parts" in exp:
             got["parts"] = [p.model_dump(mode="json") for p in vm.message.parts]
+        if "metadata" in exp:
+            got["metadata"] = vm.message.metadata
         messages.append(got)
     extra = len(tree.messages()) - len(expect["messages"])
     if extra > 0:
         messages.extend({"unexpected": vm.message.id} for vm in tree.messages()[-extra:])
     outcomes: dict[str, Any] = {}
-    for mid in expect["outcomes"]:
+    for mid, exp_outcome in expect["outcomes"].items():
         rec = tree.outcome(mid)
         outcomes[mid] = (
             None
@@ -127,6 +132,8 @@ def _observed(tree: ConversationTree, expect: dict[str, Any]) -> dict[str, Any]:
                 "run_terminal_reason": rec.run_terminal_reason,
             }
         )
+        if rec is not None and exp_outcome is not None and "refused" in exp_outcome:
+            outcomes[mid]["refused"] = rec.refused["code"] if rec.refused else None
     runs = [
         {"run_id": r.run_id, "status": r.status, "end_reason": r.end_reason} for r in tree.runs()
     ]
@@ -482,3 +489,67 @@ def test_exports() -> None:
         assert getattr(transport, name) is getattr(transport.tree, name, None) or getattr(
             transport, name
         ) is getattr(transport.outcomes, name, None)
+
+
+# ----------------------------------------------- refusals, steps, checkpoints ---
+
+
+def test_a_refused_message_leaves_the_branch_but_stays_findable() -> None:
+    tree = ConversationTree()
+    fold_all(tree, [prompt(1, "m1", "r1"), run(2, "r1", "active"), steer(3, "m2", "r1")])
+    events = tree.fold(
+        RefusedEntry(
+            serial=4,
+            id="e4",
+            run_id="r1",
+            message_id="m2",
+            error=ErrorBody(code="PII_DETECTED", message="personal data"),
+            client_id="agent-1",
+        )
+    )
+    assert ids(tree) == ["m1"]
+    found = tree.message("m2")
+    assert found is not None and found.refused
+    assert [type(e).__name__ for e in events] == ["MessageEvent", "DeliveryEvent"]
+    assert tree.inputs("r1") == [] and tree.steering("r1") == []
+    (refusal,) = tree.refusals("r1")
+    assert (refusal.message_id, refusal.serial, refusal.client_id) == ("m2", 4, "agent-1")
+    assert refusal.error["code"] == "PII_DETECTED"
+    outcome = tree.outcome("m2")
+    assert outcome is not None and outcome.refused is not None and not outcome.consumed
+
+
+def test_responses_checkpoints_and_prompt_of_a_run() -> None:
+    tree = ConversationTree()
+    fold_all(
+        tree,
+        [
+            prompt(1, "m1", "r1"),
+            run(2, "r1", "active"),
+            steer(3, "m2", "r1"),
+            open_(4, "r1", "a1", seen=["m2"]),
+            close(5, "r1", "a1", "done"),
+            open_(6, "r1", "a2"),
+            CheckpointEntry(serial=7, id="e7", run_id="r1", step=1, seen=["m2"]),
+        ],
+    )
+    prompt_vm = tree.prompt("r1")
+    assert prompt_vm is not None and prompt_vm.message.id == "m1"
+    states = tree.responses("r1")
+    assert [(s.view.message.id, s.closed, s.seen) for s in states] == [
+        ("a1", True, ("m2",)),
+        ("a2", False, ()),
+    ]
+    checkpoint = tree.checkpoint("r1")
+    assert checkpoint is not None and checkpoint.step == 1
+    assert tree.checkpoint("nope") is None and tree.responses("nope") == []
+
+
+def test_reopening_a_closed_response_changes_nothing() -> None:
+    tree = ConversationTree()
+    fold_all(
+        tree,
+        [prompt(1, "m1", "r1"), open_(2, "r1", "a1"), close(3, "r1", "a1", "final answer")],
+    )
+    assert tree.fold(open_(4, "r1", "a1")) == []
+    assert [vm.message.text() for vm in tree.messages()] == ["q", "final answer"]

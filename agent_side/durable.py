@@ -1,0 +1,111 @@
+"""Durable Runs: stable step ids, and what a worker that adopts a Run goes on from.
+
+Theory of operation
+-------------------
+Every step of a Run (one model call, ``pipe()``; one batch of tool calls,
+``run_tools()``) publishes one response whose message id depends only on the
+run id and the step number: ``<run>.s<k>`` for a model call, ``<run>.s<k>.tools``
+for tools. A durable Run publishes a ``checkpoint`` entry after each step
+(its id, ``<run>.ckpt.<k>``, is fixed too, so a repeat is dropped by the
+relay): the step number, the turn, the model calls of the turn, the queued
+messages answered so far and the agent's own ``run.state``. The relay keeps
+the latest one on the Run's record.
+
+When the relay hands the Run to another worker (its agent went away), the new
+``Run`` is ``adopted``. ``plan_adoption`` reads the checkpoint (from the
+dispatch, else the channel) and the Run's responses in the view:
+
+* closed responses are done (a step closed but not yet checkpointed counts);
+* the half-published model step right after them is retried: the next
+  ``pipe()`` gets the same message id, and its ``response_open`` starts that
+  response over, so it is replaced, never published twice;
+* a half-published tool step is closed as it stands at ``start()``: calls that
+  finished keep their results, the one that was running gets none (history
+  repair answers it ``OUTCOME_UNKNOWN``), and the model is owed a call;
+* anything older left open is closed as it stands, marked interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from transport.messages import UIMessage
+from transport.tree import ConversationTree
+
+__all__ = ["Adoption", "plan_adoption", "run_prefix", "step_message_id"]
+
+
+def run_prefix(run_id: str) -> str:
+    """The prefix of a Run's step ids (the run id, or its hash when it is long)."""
+    return run_id if len(run_id) <= 150 else hashlib.sha256(run_id.encode()).hexdigest()[:32]
+
+
+def step_message_id(prefix: str, step: int, *, tools: bool = False) -> str:
+    """The message id of step ``step`` of the Run with ``prefix``."""
+    return f"{prefix}.s{step}.tools" if tools else f"{prefix}.s{step}"
+
+
+def _parse(prefix: str, message_id: str) -> tuple[int, bool] | None:
+    match = re.fullmatch(re.escape(prefix) + r"\.s(\d+)(\.tools)?", message_id)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2) is not None
+
+
+@dataclass
+class Adoption:
+    """Where an adopted Run goes on from."""
+
+    step: int = 0
+    turn: int = 1
+    iterations: int = 0
+    seen: set[str] = field(default_factory=set)
+    state: dict[str, Any] = field(default_factory=dict)
+    retry_id: str | None = None
+    """A half-published model step the next ``pipe()`` replaces."""
+    close: list[UIMessage] = field(default_factory=list)
+    """Half-published responses to close as they stand at ``start()``."""
+    owe: bool = False
+    """The model is owed a call although no new input came (tool results, a retried step)."""
+
+
+def plan_adoption(
+    tree: ConversationTree, run_id: str, prefix: str, checkpoint: dict[str, Any] | None
+) -> Adoption:
+    """What an adopted Run goes on from (see the module docstring)."""
+    plan = Adoption()
+    if checkpoint is None:
+        entry = tree.checkpoint(run_id)
+        if entry is not None:
+            checkpoint = entry.model_dump(include={"step", "turn", "iterations", "seen", "state"})
+    if checkpoint is not None:
+        plan.step = int(checkpoint.get("step", 0))
+        plan.turn = int(checkpoint.get("turn", 1))
+        plan.iterations = int(checkpoint.get("iterations", 0))
+        plan.seen.update(checkpoint.get("seen", ()))
+        plan.state = dict(checkpoint.get("state") or {})
+    open_steps: list[tuple[int | None, bool, UIMessage]] = []
+    for response in tree.responses(run_id):
+        parsed = _parse(prefix, response.view.message.id)
+        if response.closed:
+            plan.seen.update(response.seen)
+            if parsed is not None:
+                plan.step = max(plan.step, parsed[0])
+        else:
+            step, tools = parsed if parsed is not None else (None, False)
+            open_steps.append((step, tools, response.view.message))
+    for step, tools, message in open_steps:
+        if step is not None and not tools and step == plan.step + 1:
+            plan.retry_id = message.id
+            plan.owe = True
+        elif step is not None and tools:
+            plan.close.append(message)
+            plan.step = max(plan.step, step)
+            plan.owe = True
+        else:
+            metadata = {**message.metadata, "interrupted": True}
+            plan.close.append(message.model_copy(update={"metadata": metadata}))
+    return plan
