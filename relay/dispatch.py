@@ -162,8 +162,15 @@ def hand_to_worker(
                 agent=record.agent,
                 message_id=record.prompt_id,
                 adopted=True if record.adoptions else None,
-                checkpoint=record.checkpoint,
+                checkpoint=_checkpoint(record),
             )
         )
     )
     return worker
+
+
+def _checkpoint(record: RunRecord) -> dict[str, Any] | None:
+    """The Run's last checkpoint, with what it paused on (``pause``) once it paused."""
+    if record.pause is None:
+        return record.checkpoint
+    return {**(record.checkpoint or {}), "pause": record.pause}

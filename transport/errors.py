@@ -20,6 +20,8 @@ __all__ = [
     "DUPLICATE_RUN",
     "EPOCH_MISMATCH",
     "INTERNAL_ERROR",
+    "INTERRUPT_ANSWER_INVALID",
+    "INTERRUPT_EXPIRED",
     "NOT_ATTACHED",
     "NOT_FOUND",
     "NOT_IMPLEMENTED",
@@ -56,6 +58,10 @@ RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE"
 """Steering, cancelling or streaming into a Run that has already ended."""
 DUPLICATE_RUN = "DUPLICATE_RUN"
 """A prompt that names a run id the session already has."""
+INTERRUPT_ANSWER_INVALID = "INTERRUPT_ANSWER_INVALID"
+"""An answer that breaks its interrupt's JSON Schema (``details.interrupt_id``)."""
+INTERRUPT_EXPIRED = "INTERRUPT_EXPIRED"
+"""An answer to an interrupt after its ``expires_at``."""
 EPOCH_MISMATCH = "EPOCH_MISMATCH"
 """A resume from a serial of another epoch: the channel's history was lost."""
 SLOW_CONSUMER = "SLOW_CONSUMER"

@@ -45,6 +45,16 @@ Entry kinds:
   and carries the error, never the message's content: a message the relay's
   checks refuse is not stored at all; one the agent's checks refuse stays on
   the channel but out of the conversation.
+* ``interrupt``: a Run asks people and waits. ``status: paused`` (from the
+  Run's agent) lists the questions (``interrupts``: id, kind, reason, message,
+  the answer's JSON Schema, ``expires_at`` in ms, the tool call that asked)
+  and carries the version-1 ``checkpoint`` of the step that paused; the agent
+  then publishes ``run: suspended``. ``status: resumed`` (from a client)
+  carries ``responses`` by interrupt id; the relay checks each one and stamps
+  ``interrupts`` with the answered questions (their ``response``). Once every
+  question is answered or expired the relay puts the Run back to ``pending``
+  and a worker adopts it. ``status: declined`` (a client's ``cancel_pause``)
+  ends the pause without answers.
 * ``checkpoint``: a durable Run finished a step; what another worker needs to
   go on from there (the step number, the turn, the model calls of the turn,
   the queued messages answered, the agent's own ``state``).
@@ -93,6 +103,9 @@ __all__ = [
     "Hello",
     "History",
     "Intent",
+    "Interrupt",
+    "InterruptEntry",
+    "InterruptKind",
     "MessageEntry",
     "Multitask",
     "Page",
@@ -243,6 +256,41 @@ class RefusedEntry(_Entry):
     error: ErrorBody
 
 
+InterruptKind = Literal["input", "approval", "plan"]
+
+
+class Interrupt(_Model):
+    """One question a Run asks (``response`` only on a ``resumed`` entry)."""
+
+    id: Id
+    kind: InterruptKind = "input"
+    reason: str = Field(default="", max_length=200)
+    message: str = Field(default="", max_length=10_000)
+    response_schema: dict[str, Any] | None = None
+    """The JSON Schema an answer must fit (None: anything)."""
+    expires_at: int | None = None
+    """Milliseconds since the epoch after which no answer is taken."""
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    details: dict[str, Any] | None = None
+    response: Any = None
+
+
+class InterruptEntry(_Entry):
+    """A Run pauses on questions, or a client answers (or declines) them."""
+
+    kind: Literal["interrupt"] = "interrupt"
+    status: Literal["paused", "resumed", "declined"]
+    interrupts: list[Interrupt] = Field(default_factory=list)
+    """``paused``: the questions waited on; ``resumed``: stamped by the relay."""
+    responses: dict[str, Any] | None = None
+    """``resumed``: the answers by interrupt id."""
+    checkpoint: dict[str, Any] | None = None
+    """``paused``: the version-1 checkpoint of the step that paused."""
+    reason: str | None = Field(default=None, max_length=1000)
+    """``declined``: why the pause ended without answers."""
+
+
 class CheckpointEntry(_Entry):
     """A durable Run finished step ``step``: what another worker needs to go on."""
 
@@ -263,7 +311,8 @@ EntryBody = Annotated[
     | ResponseAppend
     | ResponseClose
     | RefusedEntry
-    | CheckpointEntry,
+    | CheckpointEntry
+    | InterruptEntry,
     Field(discriminator="kind"),
 ]
 entry_adapter: TypeAdapter[EntryBody] = TypeAdapter(EntryBody)

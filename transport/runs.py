@@ -32,6 +32,15 @@ Rules (each refusal is a ``RunwireError`` with the code named):
 * ``refused`` and ``checkpoint`` entries need a live Run and come from its
   agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
   clients); a checkpoint becomes the record's ``checkpoint``;
+* ``interrupt`` entries (see ``transport.interrupts``): ``paused`` comes from
+  the Run's agent while the Run is active and becomes the record's ``pause``;
+  ``resumed`` needs ``publish`` and a Run that waits on every interrupt it
+  answers (``VALIDATION_ERROR``), before ``expires_at`` (``INTERRUPT_EXPIRED``),
+  fitting its JSON Schema (``INTERRUPT_ANSWER_INVALID``, details name the
+  interrupt); ``declined`` needs ``publish`` and a Run that waits. A prompt
+  while a Run waits settles that Run's pause (``moved_on``). Once every
+  question is settled the relay owes the suspended Run a ``run: pending``
+  (``due()``), so a worker adopts it with the pause in its checkpoint;
 * ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
   may put an active or suspended Run back to ``pending`` (its agent went
   away): the owner is cleared and ``adoptions`` counts the hand-over, so the
@@ -87,6 +96,8 @@ from .frames import (
     CancelEntry,
     CheckpointEntry,
     EntryBody,
+    Interrupt,
+    InterruptEntry,
     MessageEntry,
     Multitask,
     RefusedEntry,
@@ -98,6 +109,7 @@ from .frames import (
     RunStatus,
     ThreadAccess,
 )
+from .interrupts import PAUSE_VERSION, check_answer, waiting
 from .policy import (
     AGENT,
     CANCEL,
@@ -214,6 +226,12 @@ class RunRecord:
     """For ``interrupt``/``rollback``: the Runs it cancels before it starts."""
     interrupted_by: str | None = None
     """The Run whose interrupt cancelled this one (set when the relay's cancel is stored)."""
+    pause: dict[str, Any] | None = None
+    """What the Run waits on (see ``transport.interrupts``), once it paused on questions."""
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """The questions this Run waits on (none unless it paused)."""
+        return waiting(self.pause)
 
     @property
     def terminal(self) -> bool:
@@ -340,6 +358,8 @@ class RunRegistry:
                 )
             self._check_owner(record, sender)
             return []
+        if isinstance(entry, InterruptEntry):
+            return self._plan_interrupt(entry, sender, now_ms)
         if isinstance(entry, RefusedEntry | CheckpointEntry):
             record = self._live(entry.run_id)
             self._agent_only(sender, f"publish {entry.kind} entries")
@@ -376,6 +396,16 @@ class RunRegistry:
                 update.update(multitask=None, queued=None, interrupts=None)
         elif isinstance(entry, CancelEntry) and sender.role != "relay":
             update["interrupted_by"] = None
+        elif isinstance(entry, InterruptEntry) and entry.status != "paused":
+            record = next((r for r in changes if r.run_id == entry.run_id), None)
+            pause = (record.pause if record is not None else None) or {}
+            answers = pause.get("answers", {})
+            update["interrupts"] = [
+                Interrupt.model_validate({**q, "response": answers.get(q["id"])})
+                for q in pause.get("interrupts", [])
+                if entry.status == "declined" or q["id"] in (entry.responses or {})
+            ]
+            update["checkpoint"] = None
         return entry.model_copy(update=update)
 
     def replay(self, entry: EntryBody) -> list[RunRecord]:
@@ -397,10 +427,13 @@ class RunRegistry:
                 return []
             owner = record.owner
             adoptions = record.adoptions
+            pause = record.pause
             if entry.status == "pending" and record.status in ("active", "suspended"):
                 # The relay handed a Run whose agent went away to another worker.
                 owner = None
                 adoptions += 1
+                if pause is not None:
+                    pause = {**pause, "due": False}
             elif owner is None and client_id != RELAY.client_id and entry.status != "pending":
                 owner = client_id
             changes = [
@@ -411,6 +444,7 @@ class RunRegistry:
                     error=entry.error.model_dump() if entry.error else None,
                     durable=record.durable or bool(entry.status == "active" and entry.durable),
                     adoptions=adoptions,
+                    pause=pause,
                     updated_ts=ts,
                 )
             ]
@@ -420,7 +454,9 @@ class RunRegistry:
                 isinstance(entry, CancelEntry) and entry.interrupted_by
             ):
                 role = "relay"
-            elif isinstance(entry, MessageEntry | CancelEntry):
+            elif isinstance(entry, MessageEntry | CancelEntry) or (
+                isinstance(entry, InterruptEntry) and entry.status != "paused"
+            ):
                 role = "client"
             sender = Sender(client_id=client_id, user_id=entry.user_id, role=role)
             try:
@@ -435,7 +471,8 @@ class RunRegistry:
                         status="queued" if entry.queued else "pending",
                         multitask=entry.multitask or record.multitask,
                         interrupts=list(entry.interrupts or record.interrupts),
-                    )
+                    ),
+                    *changes[1:],
                 ]
         self.apply(changes)
         return changes
@@ -499,6 +536,14 @@ class RunRegistry:
         turn = self.promotable()
         if turn is not None:
             out.append((_status(turn.run_id, "pending"), RELAY))
+        for record in self._ordered(self.runs.values()):
+            if record.status == "suspended" and record.pause and record.pause.get("due"):
+                entry = RunEntry(
+                    id=relay_entry_id(record.run_id, "resume", str(record.pause.get("round", 0))),
+                    run_id=record.run_id,
+                    status="pending",
+                )
+                out.append((entry, RELAY))
         return out
 
     # ------------------------------------------------------------- internal
@@ -540,6 +585,11 @@ class RunRegistry:
             queued = False
         if not queued and not child and self.slots is not None and not self.slots.free():
             queued = True
+        moved_on = [
+            replace(r, pause={**(r.pause or {}), "moved_on": True, "due": True}, updated_ts=now_ms)
+            for r in self._ordered(self.runs.values())
+            if not r.terminal and r.waiting()
+        ]
         record = RunRecord(
             session_id=self.session_id,
             run_id=entry.run_id,
@@ -558,7 +608,7 @@ class RunRegistry:
         )
         if not queued and self.slots is not None:
             self.slots.hold((self.session_id, entry.run_id))
-        return [record]
+        return [record, *moved_on]
 
     def _plan_cancel(self, entry: CancelEntry, sender: Sender, now_ms: int) -> list[RunRecord]:
         record = self._live(entry.run_id)
@@ -647,8 +697,59 @@ class RunRegistry:
             status="pending",
             owner=None,
             adoptions=record.adoptions + 1,
+            pause={**record.pause, "due": False} if record.pause is not None else None,
             updated_ts=now_ms,
         )
+
+    def _plan_interrupt(
+        self, entry: InterruptEntry, sender: Sender, now_ms: int
+    ) -> list[RunRecord]:
+        record = self._live(entry.run_id)
+        old = record.pause or {}
+        if entry.status == "paused":
+            self._agent_only(sender, "pause Runs")
+            self._check_owner(record, sender)
+            if record.status != "active" or not entry.interrupts:
+                raise RunwireError(
+                    VALIDATION_ERROR,
+                    f"run {record.run_id!r} pauses on questions only while active",
+                    details={"run_id": record.run_id, "status": record.status},
+                )
+            pause = {
+                "version": PAUSE_VERSION,
+                "round": int(old.get("round", 0)) + 1,
+                "interrupts": [q.model_dump(mode="json") for q in entry.interrupts],
+                "answers": dict(old.get("answers", {})),
+                "expired": list(old.get("expired", [])),
+                "moved_on": False,
+                "declined": None,
+                "step": entry.checkpoint,
+                "due": False,
+            }
+            return [replace(record, pause=pause, updated_ts=now_ms)]
+        self._need(sender, PUBLISH)
+        if not record.waiting():
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"run {record.run_id!r} waits on no questions",
+                details={"run_id": record.run_id},
+            )
+        if entry.status == "declined":
+            pause = {**old, "declined": {"reason": entry.reason}, "due": True}
+            return [replace(record, pause=pause, updated_ts=now_ms)]
+        if not entry.responses:
+            raise RunwireError(VALIDATION_ERROR, "a resume needs at least one answer")
+        answers = dict(old.get("answers", {}))
+        for interrupt_id, answer in entry.responses.items():
+            check_answer(old, interrupt_id, answer, now_ms)
+            answers[interrupt_id] = answer
+        answered: dict[str, Any] = {**old, "answers": answers}
+        left = waiting(answered)
+        if all(q.get("expires_at") is not None and now_ms > q["expires_at"] for q in left):
+            expired: list[str] = list(old.get("expired", []))
+            answered["expired"] = expired + [q["id"] for q in left]
+            answered["due"] = True
+        return [replace(record, pause=answered, updated_ts=now_ms)]
 
     def _require(self, run_id: str) -> RunRecord:
         record = self.runs.get(run_id)

@@ -103,6 +103,8 @@ from .frames import (
     CancelEntry,
     CheckpointEntry,
     Intent,
+    Interrupt,
+    InterruptEntry,
     MessageEntry,
     RefusedEntry,
     ResponseAppend,
@@ -138,6 +140,7 @@ Entry = (
     | ResponseClose
     | RefusedEntry
     | CheckpointEntry
+    | InterruptEntry
 )
 _ENTRY_TYPES = (
     MessageEntry,
@@ -149,6 +152,7 @@ _ENTRY_TYPES = (
     ResponseClose,
     RefusedEntry,
     CheckpointEntry,
+    InterruptEntry,
 )
 
 
@@ -173,6 +177,9 @@ class _Run:
     denials: list[CancelDenial] = field(default_factory=list)
     responses: dict[str, list[str]] = field(default_factory=dict)  # id -> its seen
     checkpoint: CheckpointEntry | None = None
+    questions: list[Interrupt] = field(default_factory=list)  # of the latest pause
+    answers: dict[str, Any] = field(default_factory=dict)
+    declined: bool = False
 
 
 class _Fold:
@@ -280,6 +287,14 @@ class _Fold:
                 self.denials.setdefault(e.cancel_id, denial)
         elif isinstance(e, RefusedEntry):
             events.extend(self._refuse(e))
+        elif isinstance(e, InterruptEntry):
+            if e.status == "paused":
+                run.questions = list(e.interrupts)
+                run.declined = False
+            elif e.status == "declined":
+                run.declined = True
+            else:
+                run.answers.update({q.id: q.response for q in e.interrupts})
         elif isinstance(e, CheckpointEntry):
             if run.checkpoint is None or e.step >= run.checkpoint.step:
                 run.checkpoint = e
@@ -654,6 +669,18 @@ class ConversationTree:
         """The latest ``checkpoint`` entry of a Run, if the tree holds one."""
         run = self._state.runs.get(run_id)
         return run.checkpoint if run is not None else None
+
+    def interrupts(self, run_id: str) -> list[Interrupt]:
+        """The questions a suspended Run waits on (none once answered, declined or moved on)."""
+        run = self._state.runs.get(run_id)
+        if run is None or run.info.status != "suspended" or run.declined:
+            return []
+        return [q for q in run.questions if q.id not in run.answers]
+
+    def answers(self, run_id: str) -> dict[str, Any]:
+        """Every answer a Run's questions got, by interrupt id."""
+        run = self._state.runs.get(run_id)
+        return dict(run.answers) if run is not None else {}
 
     def steering(self, run_id: str) -> list[ViewMessage]:
         """Steer messages aimed at the Run, in serial order."""

@@ -1,0 +1,112 @@
+"""RunRegistry: pauses on questions, answers checked by the relay, the resume it owes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from transport.errors import RunwireError
+from transport.frames import Interrupt, InterruptEntry
+from transport.runs import RunRegistry
+
+from .test_runs import AGENT, ALICE, drain, prompt, publish, session, status
+
+REGION = {
+    "type": "object",
+    "properties": {"region": {"enum": ["eu", "us"]}},
+    "required": ["region"],
+}
+
+
+def paused(*questions: Interrupt, n: int = 0) -> InterruptEntry:
+    return InterruptEntry(id=f"pause-{n}", run_id="r1", status="paused", interrupts=list(questions))
+
+
+def answer(responses: dict[str, Any], n: int = 0) -> InterruptEntry:
+    return InterruptEntry(id=f"ans-{n}", run_id="r1", status="resumed", responses=responses)
+
+
+def suspended(*questions: Interrupt) -> RunRegistry:
+    reg = session(("r1", ALICE))
+    publish(reg, paused(*questions), AGENT)
+    publish(reg, status("r1", "suspended"), AGENT)
+    return reg
+
+
+def code_of(reg: RunRegistry, entry: InterruptEntry, now: int = 1000) -> str:
+    with pytest.raises(RunwireError) as info:
+        reg.plan(entry, ALICE, now)
+    return info.value.code
+
+
+Q1 = Interrupt(id="c1#0", reason="pick_region", message="Where?", response_schema=REGION)
+Q2 = Interrupt(id="c2#0", message="Why?", expires_at=5000)
+
+
+def test_a_pause_records_the_questions_and_an_answer_resumes_the_run() -> None:
+    reg = suspended(Q1)
+    assert [q["id"] for q in reg.runs["r1"].waiting()] == ["c1#0"]
+    assert drain(reg) == []
+    publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+    assert drain(reg) == [("r1", "pending", "relay")]
+    record = reg.runs["r1"]
+    assert record.owner is None and record.adoptions == 1
+    assert record.pause is not None and record.pause["answers"] == {"c1#0": {"region": "eu"}}
+    assert drain(reg) == []
+
+
+def test_answers_are_checked() -> None:
+    reg = suspended(Q1, Q2)
+    assert code_of(reg, answer({"nope": 1})) == "VALIDATION_ERROR"
+    assert code_of(reg, answer({"c1#0": {"region": "mars"}})) == "INTERRUPT_ANSWER_INVALID"
+    assert code_of(reg, answer({"c2#0": "x"}), now=6000) == "INTERRUPT_EXPIRED"
+    publish(reg, answer({"c1#0": {"region": "us"}}), ALICE)
+    assert code_of(reg, answer({"c1#0": {"region": "us"}}, 1)) == "VALIDATION_ERROR"
+    assert drain(reg) == []  # c2#0 still waits
+    publish(reg, answer({"c2#0": "because"}, 2), ALICE)
+    assert drain(reg) == [("r1", "pending", "relay")]
+
+
+def test_an_answer_once_the_rest_expired_resumes() -> None:
+    reg = suspended(Q1, Q2)
+    reg.apply(reg.plan(answer({"c1#0": {"region": "eu"}}), ALICE, 6000))
+    assert drain(reg) == [("r1", "pending", "relay")]
+    pause = reg.runs["r1"].pause
+    assert pause is not None and pause["expired"] == ["c2#0"]
+
+
+def test_a_new_prompt_moves_on_and_a_decline_ends_the_pause() -> None:
+    reg = suspended(Q1)
+    publish(reg, prompt("r2"), ALICE)
+    assert ("r1", "pending", "relay") in drain(reg)
+    pause = reg.runs["r1"].pause
+    assert pause is not None and pause["moved_on"]
+    reg = suspended(Q1)
+    declined = InterruptEntry(id="d", run_id="r1", status="declined", reason="busy")
+    publish(reg, declined, ALICE)
+    assert drain(reg) == [("r1", "pending", "relay")]
+    assert code_of(reg, answer({"c1#0": {"region": "eu"}})) == "VALIDATION_ERROR"
+
+
+def test_replay_rebuilds_the_same_records() -> None:
+    reg = suspended(Q1)
+    entries = []
+    for entry, sender in [(answer({"c1#0": {"region": "eu"}}), ALICE)]:
+        changes = reg.plan(entry, sender, 1000)
+        entries.append(reg.stamp(entry, sender, 1000, changes))
+        reg.apply(changes)
+    stamped = entries[0]
+    assert isinstance(stamped, InterruptEntry)
+    assert stamped.interrupts[0].response == {"region": "eu"}
+    other = suspended(Q1)
+    other.replay(stamped.model_copy(update={"client_id": ALICE.client_id}))
+    assert other.runs["r1"].pause == reg.runs["r1"].pause
+
+
+def test_only_agents_pause_and_only_active_runs() -> None:
+    reg = session(("r1", ALICE))
+    with pytest.raises(RunwireError) as info:
+        reg.plan(paused(Q1), ALICE, 1000)
+    assert info.value.code == "UNAUTHORIZED"
+    assert code_of(reg, answer({"c1#0": {"region": "eu"}})) == "VALIDATION_ERROR"
