@@ -41,13 +41,27 @@ from .options import (
     SteerHook,
 )
 from .pipe import Coalescer, MessageBuilder, Normalizer, PipeResult
-from .run import Run
+from .run import Run, RunPaused
 from .session import AgentSession, View, connect
-from .tools import TOOL_ERROR, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolResult, tool, tool_calls
+from .tools import (
+    APPROVAL_SCHEMA,
+    INTERRUPTED,
+    TOOL_ERROR,
+    TOOL_NOT_FOUND,
+    TOOL_TIMEOUT,
+    Approval,
+    Tool,
+    ToolContext,
+    ToolResult,
+    tool,
+    tool_calls,
+)
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
     "AGENT_ERROR",
+    "APPROVAL_SCHEMA",
+    "INTERRUPTED",
     "ITERATION_LIMIT_REACHED",
     "OUTCOME_UNKNOWN",
     "TOOL_ERROR",
@@ -57,6 +71,7 @@ __all__ = [
     "AbortSignal",
     "Agent",
     "AgentSession",
+    "Approval",
     "CancelHook",
     "CancelRequest",
     "Coalescer",
@@ -69,8 +84,10 @@ __all__ = [
     "Run",
     "RunHandler",
     "RunOptions",
+    "RunPaused",
     "SteerHook",
     "Tool",
+    "ToolContext",
     "ToolResult",
     "View",
     "connect",

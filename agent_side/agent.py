@@ -14,7 +14,10 @@ raised a ``RunwireError``); one that returns without ending it ends it
 
 A dispatch that says ``adopted`` hands over a durable Run whose worker went
 away: the ``Run`` is built ``adopted`` from the dispatch's checkpoint and the
-handler is called as for a new one (``run.adopted`` tells it apart). A Run
+handler is called as for a new one (``run.adopted`` tells it apart). A
+handler that raises ``RunPaused`` (the Run paused on questions) leaves the Run
+suspended; once answered the relay dispatches it again, ``adopted``, with
+what it paused on, and ``run.resume_tools()`` finishes the paused step. A Run
 dispatched again while this worker still runs a handler for it is taken once
 that handler is done.
 """
@@ -36,7 +39,7 @@ from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
-from .run import Run
+from .run import Run, RunPaused
 from .session import AgentSession, _Link
 
 __all__ = ["Agent", "RunHandler"]
@@ -226,6 +229,9 @@ class Agent:
         assert self.handler is not None
         try:
             await self.handler(run)
+        except RunPaused as paused:
+            log.info("run %s paused on %s", run.run_id, paused)
+            return
         except RunwireError as exc:
             if exc.code == RUN_NOT_ACTIVE and run.ended:
                 # The relay ended it meanwhile (an interrupt of a Run not started yet).

@@ -77,7 +77,8 @@ from .options import (
     queue_options,
 )
 from .pipe import Chunk, PipeResult, pipe_stream
-from .steps import RunSteps
+from .steps import RunPaused, RunSteps
+from .tools import Pause
 
 if TYPE_CHECKING:
     from .session import AgentSession, View
@@ -92,6 +93,7 @@ __all__ = [
     "QueueOptions",
     "Run",
     "RunOptions",
+    "RunPaused",
     "SteerHook",
     "as_error",
     "queue_options",
@@ -152,6 +154,8 @@ class Run(RunSteps):
         self._refusals: dict[str, RefusedEntry] = {}
         self._prompt_checked = adopted
         self._queue = opts.queue
+        self._pause = Pause.from_dict((checkpoint or {}).get("pause") if adopted else None)
+        self._run_asks = 0
         self._inputs = RunInputs(
             inputs=lambda: session.tree.inputs(self.run_id),
             checks=opts.input_checks,
@@ -167,7 +171,10 @@ class Run(RunSteps):
             self._step = plan.step
             self.state = plan.state
             self._retry_id = plan.retry_id
-            self._to_close = plan.close
+            paused_id = (self._pause.step or {}).get("message_id")
+            self._to_close = [m for m in plan.close if m.id != paused_id]
+            if paused_id is not None:
+                plan.owe = plan.retry_id is not None  # resume_tools() owes the model a call
             self._inputs.restore(
                 turn=plan.turn, iterations=plan.iterations, seen=plan.seen, answered=plan.step > 0
             )

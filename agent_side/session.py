@@ -45,6 +45,7 @@ from transport.frames import (
     RelayFrame,
     RunEntry,
 )
+from transport.interrupts import PausedRun
 from transport.tree import ConversationTree, MessageEvent, RunInfo, TreeEvent, ViewMessage
 
 from .options import (
@@ -405,6 +406,14 @@ class AgentSession:
         if not self.tree.cancel_requested(run_id):
             return None
         return self._cancels.get(run_id) or CancelRequest(run_id=run_id)
+
+    def paused_run(self) -> PausedRun | None:
+        """The oldest Run of the session that waits on questions, with them; None if none."""
+        for info in self.tree.runs():
+            questions = self.tree.interrupts(info.run_id)
+            if questions:
+                return PausedRun(info.run_id, questions)
+        return None
 
     def _forget(self, run: Run) -> None:
         if self._runs.get(run.run_id) is run:

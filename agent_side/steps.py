@@ -10,24 +10,56 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from transport.asyncio.abort import AbortSignal
 from transport.errors import RunwireError
-from transport.frames import CheckpointEntry, ResponseClose, ResponseOpen
+from transport.frames import (
+    CheckpointEntry,
+    Interrupt,
+    InterruptEntry,
+    InterruptKind,
+    ResponseClose,
+    ResponseOpen,
+)
+from transport.interrupts import PAUSE_VERSION
 from transport.messages import TextPart, ToolCallPart, UIMessage
 
 from .durable import step_message_id
 from .inputs import RunInputs
 from .pipe import PipeResult
-from .tools import Tool, ToolResult, execute_tools, tool_calls
+from .tools import (
+    INTERRUPTED,
+    Pause,
+    Tool,
+    ToolContext,
+    ToolResult,
+    _Paused,
+    _Unanswered,
+    execute_tools,
+    result_from_dict,
+    tool_calls,
+)
 
 if TYPE_CHECKING:
     from .session import AgentSession
 
-__all__ = ["RunSteps"]
+__all__ = ["RunPaused", "RunSteps"]
 
 log = logging.getLogger("runwire.agent")
+
+
+class RunPaused(Exception):
+    """The Run paused on questions (``interrupts``); the handler should return.
+
+    ``Agent`` leaves a Run that raised it suspended; the relay hands it to a
+    worker again once it is answered.
+    """
+
+    def __init__(self, interrupts: list[Interrupt]) -> None:
+        super().__init__(", ".join(q.id for q in interrupts))
+        self.interrupts = interrupts
 
 
 class RunSteps:
@@ -41,6 +73,11 @@ class RunSteps:
     _step: int
     _inputs: RunInputs
     _open_replies: dict[str, UIMessage]
+    _pause: Pause
+    _run_asks: int
+
+    async def suspend(self) -> None:  # pragma: no cover - Run defines it
+        raise NotImplementedError
 
     @property
     def ended(self) -> bool:  # pragma: no cover - Run defines it
@@ -94,22 +131,150 @@ class RunSteps:
             await self.start()
             self._require_live()
         stop = signal or self.abort_signal
-        results, _ = await execute_tools(
+        return await self._tool_step(
             list(calls),
             tools,
-            run_id=self.run_id,
             message_id=self._next_step(tools=True),
             signal=stop,
+            parallel=parallel,
+            max_parallel=max_parallel,
+            timeout=timeout,
+            finished={},
+        )
+
+    async def resume_tools(
+        self, tools: Iterable[Tool], *, signal: AbortSignal | None = None
+    ) -> list[ToolResult]:
+        """Finish the tool step a resumed Run paused in; ``[]`` when it paused in none.
+
+        Call it first thing in a handler: finished calls keep their results,
+        the calls that asked run again and get their answers, the rest run as
+        the step ran them (``parallel``, ``max_parallel``, ``timeout`` from
+        the checkpoint). May raise ``RunPaused`` again.
+        """
+        step = self._pause.step
+        if not step or not step.get("calls"):
+            return []
+        self._require_live()
+        if not self.started:
+            await self.start()
+            self._require_live()
+        self._pause.step = None
+        calls = [ToolCallPart.model_validate(c) for c in step["calls"]]
+        finished = {k: result_from_dict(v) for k, v in (step.get("results") or {}).items()}
+        results = await self._tool_step(
+            calls,
+            tools,
+            message_id=step["message_id"],
+            signal=signal or self.abort_signal,
+            parallel=bool(step.get("parallel")),
+            max_parallel=step.get("max_parallel"),
+            timeout=step.get("timeout"),
+            finished=finished,
+        )
+        if self._pause.settled:
+            self._inputs.owe = False  # the user moved on: the step is answered, nothing more
+        return results
+
+    async def interrupt(
+        self,
+        *,
+        message: str,
+        response_schema: Any = None,
+        reason: str = "",
+        expires_at: Any = None,
+        kind: InterruptKind = "input",
+        details: dict[str, Any] | None = None,
+    ) -> Any:
+        """Ask a person outside a tool (ids ``<run>#<n>``); pauses the Run until answered.
+
+        Returns the answer once the Run resumed (the handler runs again from
+        its start: keep what it does before asking safe to do twice). Raises
+        ``RunPaused`` when nobody answered yet, ``RunwireError(INTERRUPTED)``
+        when the question expired or the user moved on or declined.
+        """
+        self._require_live()
+        if not self.started:
+            await self.start()
+            self._require_live()
+        ctx = ToolContext(self._prefix, None, self._pause)
+        ctx._n = self._run_asks
+        try:
+            answer = await ctx.interrupt(
+                message=message,
+                response_schema=response_schema,
+                reason=reason,
+                expires_at=expires_at,
+                kind=kind,
+                details=details,
+            )
+        except _Paused as paused:
+            await self._pause_on([paused.question], None)
+            raise RunPaused([paused.question]) from None
+        except _Unanswered as exc:
+            raise RunwireError(INTERRUPTED, exc.text) from None
+        finally:
+            self._run_asks = ctx._n
+        return answer
+
+    async def _tool_step(
+        self,
+        calls: list[ToolCallPart],
+        tools: Iterable[Tool],
+        *,
+        message_id: str,
+        signal: AbortSignal,
+        parallel: bool,
+        max_parallel: int | None,
+        timeout: float | None,
+        finished: dict[str, ToolResult],
+    ) -> list[ToolResult]:
+        results, _, questions = await execute_tools(
+            calls,
+            tools,
+            run_id=self.run_id,
+            message_id=message_id,
+            signal=signal,
             publish=self._session._publish,
             entry_id=self._entry_id,
             parallel=parallel,
             max_parallel=max_parallel,
             timeout=timeout,
+            pause=self._pause,
+            finished=finished,
         )
-        if not stop.aborted:
+        if questions:
+            step = {
+                "version": PAUSE_VERSION,
+                "message_id": message_id,
+                "calls": [c.model_dump(mode="json") for c in calls],
+                "results": {
+                    r.tool_call_id: asdict(r) for r in results if r.status in ("ok", "error")
+                },
+                "parallel": parallel,
+                "max_parallel": max_parallel,
+                "timeout": timeout,
+            }
+            await self._pause_on(questions, step)
+            raise RunPaused(questions)
+        if not signal.aborted:
             self._inputs.owe = True
         await self._checkpoint()
         return results
+
+    async def _pause_on(self, questions: list[Interrupt], step: dict[str, Any] | None) -> None:
+        """Publish the questions and ``run: suspended``; the Run's handler should return."""
+        await self._session._publish(
+            InterruptEntry(
+                id=self._entry_id(),
+                run_id=self.run_id,
+                status="paused",
+                interrupts=questions,
+                checkpoint=step,
+            )
+        )
+        await self.suspend()
+        self._session._forget(self)  # type: ignore[arg-type]
 
     async def save_reply(self, content: str | UIMessage, *, interrupted: bool = True) -> str:
         """Save a reply with the content your code decides; returns its message id.

@@ -21,6 +21,25 @@ fires (a cancel) the step stops as the seed says:
   behind (a plain tool in its thread), and its late result is never written.
   History repair later answers it ``OUTCOME_UNKNOWN``.
 
+Interrupts. A tool whose function takes a second parameter gets a
+``ToolContext``: ``await ctx.interrupt(...)`` asks a person (id
+``<tool_call_id>#<n>``, the n-th question of that call). A question nobody
+answered yet stops the call (it gets no result) and the step: sequential
+calls after it do not start; with ``parallel=True`` the calls already running
+finish and no new one starts. The response stays open; ``execute_tools``
+returns the questions and the Run pauses (``agent_side.steps``). When the Run
+resumes the step runs again under the same message id: finished calls keep
+their results (written again, never run again), the call that asked runs
+again from its start and ``interrupt()`` returns the answer (parsed by the
+pydantic model; one it refuses asks the same question again, as ``#<n+1>``).
+A question that expired answers its call ``Nobody answered "..." before it
+expired at ...``; a new prompt instead of answers answers the waiting calls
+``The user moved on without answering`` and calls never started ``Not
+started``; a declined pause answers them ``The user declined to answer ...``.
+A tool marked ``requires_approval`` asks first (``kind="approval"``, id = the
+tool call id, answer ``{approved, reason?, updated_arguments?, remember?}``)
+and runs with ``updated_arguments`` when given.
+
 Failures are results the model reads, with a code: ``TOOL_NOT_FOUND``,
 ``VALIDATION_ERROR`` (arguments that do not fit the parameters; the pydantic
 errors in the message), ``TOOL_TIMEOUT``, ``TOOL_ERROR`` (the tool raised), or
@@ -34,6 +53,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 import anyio
@@ -41,17 +61,30 @@ from pydantic import BaseModel, ValidationError
 
 from transport.asyncio.abort import AbortSignal
 from transport.errors import VALIDATION_ERROR, RunwireError
-from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
+from transport.frames import (
+    EntryBody,
+    Interrupt,
+    InterruptKind,
+    ResponseAppend,
+    ResponseClose,
+    ResponseOpen,
+)
 from transport.history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT
+from transport.interrupts import MOVED_ON_TEXT, NOT_STARTED_TEXT, declined_text, expired_text
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
 from .pipe import MessageBuilder
 
 __all__ = [
+    "APPROVAL_SCHEMA",
+    "INTERRUPTED",
     "TOOL_ERROR",
     "TOOL_NOT_FOUND",
     "TOOL_TIMEOUT",
+    "Approval",
+    "Pause",
     "Tool",
+    "ToolContext",
     "ToolResult",
     "execute_tools",
     "tool",
@@ -67,7 +100,190 @@ TOOL_TIMEOUT = "TOOL_TIMEOUT"
 TOOL_ERROR = "TOOL_ERROR"
 """The tool raised (anything but a ``RunwireError``, whose own code is kept)."""
 
+INTERRUPTED = "INTERRUPTED"
+"""A call's question was not answered: it expired, the user moved on or declined."""
+
 P = TypeVar("P", bound=BaseModel)
+M = TypeVar("M", bound=BaseModel)
+
+
+class Approval(BaseModel):
+    """The answer to an ``approval`` interrupt."""
+
+    approved: bool
+    reason: str | None = None
+    updated_arguments: dict[str, Any] | None = None
+    remember: bool | None = None
+
+
+APPROVAL_SCHEMA: dict[str, Any] = Approval.model_json_schema(mode="validation")
+
+
+@dataclass
+class Pause:
+    """What a paused Run knows on resume (the relay's ``pause``, see ``transport.interrupts``)."""
+
+    answers: dict[str, Any] = field(default_factory=dict)
+    asked: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The questions of the latest pause, by id (their ``expires_at`` stays what it was)."""
+    expired: set[str] = field(default_factory=set)
+    moved_on: bool = False
+    declined: str | None = None
+    """Set (the reason, maybe empty) when the user ended the pause without answers."""
+    step: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Pause:
+        """Read the relay's ``pause`` (a dispatch's ``checkpoint["pause"]``)."""
+        if not data:
+            return cls()
+        declined = data.get("declined")
+        return cls(
+            answers=dict(data.get("answers") or {}),
+            asked={q["id"]: q for q in data.get("interrupts") or []},
+            expired=set(data.get("expired") or []),
+            moved_on=bool(data.get("moved_on")),
+            declined=(declined.get("reason") or "") if isinstance(declined, dict) else None,
+            step=data.get("step"),
+        )
+
+    @property
+    def settled(self) -> bool:
+        """The pause ended without answers (moved on or declined)."""
+        return self.moved_on or self.declined is not None
+
+
+class _Paused(Exception):
+    def __init__(self, question: Interrupt) -> None:
+        super().__init__(question.message)
+        self.question = question
+
+
+class _Unanswered(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _schema_of(schema: type[BaseModel] | dict[str, Any] | None) -> dict[str, Any] | None:
+    if schema is None:
+        return None
+    if isinstance(schema, dict):
+        return schema
+    return schema.model_json_schema(mode="validation")
+
+
+def _ms(value: datetime | int | float | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+class ToolContext:
+    """What a tool call gets besides its arguments: ``interrupt()`` to ask a person."""
+
+    def __init__(self, tool_call_id: str, tool_name: str | None, pause: Pause) -> None:
+        self.tool_call_id = tool_call_id
+        self.tool_name = tool_name
+        self._pause = pause
+        self._n = 0
+
+    @overload
+    async def interrupt(
+        self,
+        *,
+        message: str,
+        response_schema: type[M],
+        reason: str = "",
+        expires_at: datetime | int | None = None,
+        kind: InterruptKind = "input",
+        details: dict[str, Any] | None = None,
+    ) -> M: ...
+
+    @overload
+    async def interrupt(
+        self,
+        *,
+        message: str,
+        response_schema: dict[str, Any] | None = None,
+        reason: str = "",
+        expires_at: datetime | int | None = None,
+        kind: InterruptKind = "input",
+        details: dict[str, Any] | None = None,
+    ) -> Any: ...
+
+    async def interrupt(
+        self,
+        *,
+        message: str,
+        response_schema: type[BaseModel] | dict[str, Any] | None = None,
+        reason: str = "",
+        expires_at: datetime | int | None = None,
+        kind: InterruptKind = "input",
+        details: dict[str, Any] | None = None,
+    ) -> Any:
+        """Ask a person; returns the answer (parsed by ``response_schema`` when a model).
+
+        ``expires_at`` is a ``datetime`` or ms since the epoch. The first time
+        it is asked the call stops and the Run pauses; on resume the call runs
+        again and this returns the answer.
+        """
+        while True:
+            question = Interrupt(
+                id=f"{self.tool_call_id}#{self._n}",
+                kind=kind,
+                reason=reason,
+                message=message,
+                response_schema=_schema_of(response_schema),
+                expires_at=_ms(expires_at),
+                tool_call_id=self.tool_call_id if self.tool_name is not None else None,
+                tool_name=self.tool_name,
+                details=details,
+            )
+            self._n += 1
+            answer = self._settle(question)
+            if isinstance(response_schema, type):
+                try:
+                    return response_schema.model_validate(answer)
+                except ValidationError:
+                    continue  # the JSON Schema let it through, the model refuses it: ask again
+            return answer
+
+    async def approval(
+        self, message: str, arguments: Any, details: dict[str, Any] | None = None
+    ) -> Approval:
+        """Ask to approve this call (``kind="approval"``, id = the tool call id)."""
+        question = Interrupt(
+            id=self.tool_call_id,
+            kind="approval",
+            reason="approval",
+            message=message,
+            response_schema=APPROVAL_SCHEMA,
+            tool_call_id=self.tool_call_id,
+            tool_name=self.tool_name,
+            details={"arguments": arguments, **(details or {})},
+        )
+        return Approval.model_validate(self._settle(question))
+
+    def _settle(self, question: Interrupt) -> Any:
+        pause = self._pause
+        if question.id in pause.answers:
+            return pause.answers[question.id]
+        asked = pause.asked.get(question.id, {})
+        expires_at = asked.get("expires_at", question.expires_at)
+        if question.id in pause.expired and expires_at is not None:
+            raise _Unanswered(expired_text(question.message, expires_at))
+        if pause.declined is not None:
+            raise _Unanswered(declined_text(question.message, pause.declined or None))
+        if pause.moved_on:
+            raise _Unanswered(MOVED_ON_TEXT)
+        if asked:
+            question = question.model_copy(update={"expires_at": expires_at})
+        raise _Paused(question)
+
+
 Execute = Callable[[Any], Any]
 
 
@@ -79,6 +295,16 @@ class Tool:
     description: str
     parameters: type[BaseModel]
     execute: Execute
+    requires_approval: bool = False
+    """Ask a person to approve each call before it runs (an ``approval`` interrupt)."""
+
+    @property
+    def takes_context(self) -> bool:
+        """True when ``execute`` takes a second parameter (the ``ToolContext``)."""
+        try:
+            return len(inspect.signature(self.execute).parameters) >= 2
+        except (TypeError, ValueError):  # pragma: no cover
+            return False
 
     def schema(self) -> dict[str, Any]:
         """What a model is told about the tool: name, description, JSON schema of the arguments."""
@@ -99,6 +325,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     parameters: type[BaseModel] | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -109,6 +336,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     parameters: type[BaseModel] | None = None,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of ``fn(params)``; use as ``@tool`` or ``@tool(name=..., ...)``.
 
@@ -129,6 +357,7 @@ def tool(
             description=description or inspect.getdoc(func) or "",
             parameters=model,
             execute=func,
+            requires_approval=requires_approval,
         )
 
     return make(fn) if fn is not None else make
@@ -154,13 +383,14 @@ class ToolResult:
 
     ``status``: ``ok``, ``error`` (a failure written as an error result),
     ``aborted`` (never started: ``ABORTED_BEFORE_DISPATCH``) or ``unknown``
-    (running when the Run stopped: nothing written). ``output`` is what was
+    (running when the Run stopped: nothing written) or ``paused`` (it asked a
+    question nobody answered yet: nothing written). ``output`` is what was
     written (``{"code", "message"}`` for errors).
     """
 
     tool_call_id: str
     tool_name: str
-    status: Literal["ok", "error", "aborted", "unknown"]
+    status: Literal["ok", "error", "aborted", "unknown", "paused"]
     output: Any = None
     code: str | None = None
 
@@ -217,21 +447,34 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-async def _call(tool: Tool, call: ToolCallPart, timeout: float | None) -> ToolResult:
+async def _call(
+    tool: Tool, call: ToolCallPart, timeout: float | None, ctx: ToolContext
+) -> ToolResult:
+    arguments = call.input if call.input is not None else {}
     try:
-        params = tool.parameters.model_validate(call.input if call.input is not None else {})
-    except ValidationError as exc:
-        return _failed(call, VALIDATION_ERROR, f"invalid arguments for {tool.name}: {exc}")
-    try:
+        if tool.requires_approval:
+            decision = await ctx.approval(f"Run {tool.name}?", arguments)
+            if not decision.approved:
+                why = f": {decision.reason}" if decision.reason else ""
+                return _failed(call, INTERRUPTED, f"The user did not approve {tool.name}{why}")
+            if decision.updated_arguments is not None:
+                arguments = decision.updated_arguments
+        try:
+            params = tool.parameters.model_validate(arguments)
+        except ValidationError as exc:
+            return _failed(call, VALIDATION_ERROR, f"invalid arguments for {tool.name}: {exc}")
+        args: tuple[Any, ...] = (params, ctx) if tool.takes_context else (params,)
         with anyio.fail_after(timeout) if timeout is not None else nullcontext():
             if inspect.iscoroutinefunction(tool.execute):
-                output = await tool.execute(params)
+                output = await tool.execute(*args)
             else:
-                output = await anyio.to_thread.run_sync(
-                    tool.execute, params, abandon_on_cancel=True
-                )
+                output = await anyio.to_thread.run_sync(tool.execute, *args, abandon_on_cancel=True)
                 if inspect.isawaitable(output):
                     output = await output
+    except _Paused:
+        raise
+    except _Unanswered as exc:
+        return _failed(call, INTERRUPTED, exc.text)
     except TimeoutError:
         return _failed(call, TOOL_TIMEOUT, f"{tool.name} timed out after {timeout}s")
     except RunwireError as exc:
@@ -245,6 +488,18 @@ async def _call(tool: Tool, call: ToolCallPart, timeout: float | None) -> ToolRe
 class _Step:
     results: dict[str, ToolResult] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
+    questions: list[Interrupt] = field(default_factory=list)
+
+
+def result_from_dict(data: dict[str, Any]) -> ToolResult:
+    """A ``ToolResult`` kept in a pause checkpoint."""
+    return ToolResult(
+        tool_call_id=data["tool_call_id"],
+        tool_name=data["tool_name"],
+        status=data["status"],
+        output=data.get("output"),
+        code=data.get("code"),
+    )
 
 
 async def execute_tools(
@@ -259,12 +514,19 @@ async def execute_tools(
     parallel: bool = False,
     max_parallel: int | None = None,
     timeout: float | None = None,
-) -> tuple[list[ToolResult], UIMessage]:
-    """Run ``calls`` as one step (see the module docstring); their results and the message.
+    pause: Pause | None = None,
+    finished: dict[str, ToolResult] | None = None,
+) -> tuple[list[ToolResult], UIMessage, list[Interrupt]]:
+    """Run ``calls`` as one step (see the module docstring).
 
-    ``publish`` sends an entry and returns once the relay acknowledged it.
-    Raises ``RunwireError`` if a publish fails.
+    Returns their results, the message and the questions nobody answered yet
+    (then the response is left open and the step is to run again on resume).
+    ``pause`` holds the answers of a resumed step, ``finished`` the results
+    its calls had before it paused. ``publish`` sends an entry and returns
+    once the relay acknowledged it. Raises ``RunwireError`` if a publish fails.
     """
+    pause = pause or Pause()
+    finished = finished or {}
     if max_parallel is not None and max_parallel < 1:
         raise ValueError("max_parallel must be at least 1")
     by_name = {t.name: t for t in tools}
@@ -283,16 +545,28 @@ async def execute_tools(
                     )
                 )
 
+    waited = {q.get("tool_call_id") for q in pause.asked.values()}
+
     async def one(call: ToolCallPart, limiter: anyio.CapacityLimiter | None) -> None:
         async with limiter if limiter is not None else nullcontext():
-            if signal.aborted:
+            if signal.aborted or step.questions:
                 return
             step.started.add(call.tool_call_id)
+            kept = finished.get(call.tool_call_id)
             found = by_name.get(call.tool_name)
-            if found is None:
+            if kept is not None:
+                result = kept
+            elif pause.settled and call.tool_call_id not in waited:
+                result = _failed(call, INTERRUPTED, NOT_STARTED_TEXT)
+            elif found is None:
                 result = _failed(call, TOOL_NOT_FOUND, f"there is no tool {call.tool_name!r}")
             else:
-                result = await _call(found, call, timeout)
+                ctx = ToolContext(call.tool_call_id, call.tool_name, pause)
+                try:
+                    result = await _call(found, call, timeout, ctx)
+                except _Paused as paused:
+                    step.questions.append(paused.question)
+                    return
             if signal.aborted:
                 return  # the Run stopped while it ran: a late result is never written
             step.results[call.tool_call_id] = result
@@ -308,6 +582,18 @@ async def execute_tools(
         else:
             for call in calls:
                 await one(call, None)
+    if step.questions and not signal.aborted:
+        paused = {q.tool_call_id for q in step.questions}
+        out_paused: list[ToolResult] = []
+        for call in calls:
+            result = step.results.get(call.tool_call_id)
+            if result is None:
+                status: Literal["paused", "unknown"] = (
+                    "paused" if call.tool_call_id in paused else "unknown"
+                )
+                result = ToolResult(call.tool_call_id, call.tool_name, status)
+            out_paused.append(result)
+        return out_paused, builder.message(), step.questions
     out: list[ToolResult] = []
     for call in calls:
         result = step.results.get(call.tool_call_id)
@@ -324,4 +610,4 @@ async def execute_tools(
     await publish(
         ResponseClose(id=entry_id(), run_id=run_id, message_id=message_id, message=message)
     )
-    return out, message
+    return out, message, []

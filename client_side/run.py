@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 import anyio
 
 from transport.errors import RUN_NOT_ACTIVE, RunwireError
-from transport.frames import MessageEntry, RunEndReason, RunStatus
+from transport.frames import Interrupt, MessageEntry, RunEndReason, RunStatus
 from transport.messages import UIMessage
 from transport.runs import TERMINAL
 
@@ -212,13 +212,13 @@ class RunResult:
     inject) that the Run did not take and that were not refused; empty when
     the Run ended ``error`` (they stay in ``ClientRun.queued``) and at a
     suspend (the resumed Run takes them).
-    ``interrupts``: questions the Run waits on (none yet).
+    ``interrupts``: the questions a suspended Run waits on.
     """
 
     status: RunStatus
     end_reason: RunEndReason | None
     undelivered: list[UIMessage] = field(default_factory=list)
-    interrupts: list[Any] = field(default_factory=list)
+    interrupts: list[Interrupt] = field(default_factory=list)
 
 
 class ClientRun:
@@ -335,7 +335,7 @@ class ClientRun:
                     status=info.status,
                     end_reason=info.end_reason,
                     undelivered=undelivered,
-                    interrupts=[],
+                    interrupts=self._session.view.tree.interrupts(self.run_id),
                 )
             await self._session._wait_change()
 

@@ -64,6 +64,7 @@ from transport.frames import (
     Deliver,
     EntryBody,
     History,
+    InterruptEntry,
     MessageEntry,
     Multitask,
     Page,
@@ -72,6 +73,7 @@ from transport.frames import (
     ThreadAccess,
 )
 from transport.frames import Error as ErrorFrame
+from transport.interrupts import PausedRun
 from transport.messages import UIMessage, new_id, user_message
 from transport.outcomes import OutcomeRecord
 from transport.runs import MULTITASK_STRATEGIES, TERMINAL
@@ -334,6 +336,38 @@ class ClientSession:
             return
         if wait:
             await self._settled(run_id, cancel.id, timeout)
+
+    async def resume(self, run_id: str, responses: dict[str, Any]) -> None:
+        """Answer questions a paused Run waits on (``{interrupt_id: answer}``).
+
+        Returns once the relay took the answers; once every question is
+        answered (or expired) the Run goes on on a worker. Questions left out
+        keep it paused; ``responses={}`` once the rest expired lets it go on
+        (each expired question answers its call ``Nobody answered ...``).
+        Raises ``RunwireError``: ``VALIDATION_ERROR`` for a question the Run
+        does not wait on or one already answered,
+        ``INTERRUPT_ANSWER_INVALID`` (``details["interrupt_id"]``) for an
+        answer that breaks its schema, ``INTERRUPT_EXPIRED`` after
+        ``expires_at``; nothing is taken then.
+        """
+        entry = InterruptEntry(id=new_id(), run_id=run_id, status="resumed", responses=responses)
+        await self._publish(entry)
+
+    def paused_run(self) -> PausedRun | None:
+        """The oldest Run of the session that waits on questions, with them; None if none."""
+        for info in self.view.runs():
+            questions = self.view.tree.interrupts(info.run_id)
+            if questions:
+                return PausedRun(info.run_id, questions)
+        return None
+
+    async def cancel_pause(self, run_id: str, *, reason: str | None = None) -> None:
+        """End a pause without answers: each waiting call gets "The user declined to answer ...".
+
+        Raises ``RunwireError(VALIDATION_ERROR)`` when the Run waits on nothing.
+        """
+        entry = InterruptEntry(id=new_id(), run_id=run_id, status="declined", reason=reason)
+        await self._publish(entry)
 
     async def _settled(self, run_id: str, cancel_id: str, timeout: float | None) -> None:
         """Wait until the Run ends; raise ``CANCEL_DENIED`` if cancel ``cancel_id`` is refused."""

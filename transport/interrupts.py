@@ -22,17 +22,20 @@ gets instead of an answer are ``expired_text``, ``MOVED_ON_TEXT``,
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import jsonschema
 
 from .errors import INTERRUPT_ANSWER_INVALID, INTERRUPT_EXPIRED, VALIDATION_ERROR, RunwireError
+from .frames import Interrupt
 
 __all__ = [
     "MOVED_ON_TEXT",
     "NOT_STARTED_TEXT",
     "PAUSE_VERSION",
+    "PausedRun",
     "check_answer",
     "declined_text",
     "expired_text",
@@ -43,6 +46,14 @@ __all__ = [
 PAUSE_VERSION = 1
 MOVED_ON_TEXT = "The user moved on without answering"
 NOT_STARTED_TEXT = "Not started"
+
+
+@dataclass(frozen=True)
+class PausedRun:
+    """A Run that waits on people: its id and the questions not answered yet."""
+
+    run_id: str
+    interrupts: list[Interrupt] = field(default_factory=list)
 
 
 def format_expiry(expires_at: int) -> str:

@@ -737,10 +737,8 @@ class RunRegistry:
         if entry.status == "declined":
             pause = {**old, "declined": {"reason": entry.reason}, "due": True}
             return [replace(record, pause=pause, updated_ts=now_ms)]
-        if not entry.responses:
-            raise RunwireError(VALIDATION_ERROR, "a resume needs at least one answer")
         answers = dict(old.get("answers", {}))
-        for interrupt_id, answer in entry.responses.items():
+        for interrupt_id, answer in (entry.responses or {}).items():
             check_answer(old, interrupt_id, answer, now_ms)
             answers[interrupt_id] = answer
         answered: dict[str, Any] = {**old, "answers": answers}
@@ -749,6 +747,12 @@ class RunRegistry:
             expired: list[str] = list(old.get("expired", []))
             answered["expired"] = expired + [q["id"] for q in left]
             answered["due"] = True
+        elif not entry.responses:
+            raise RunwireError(
+                VALIDATION_ERROR,
+                "a resume without answers needs every question it leaves out to have expired",
+                details={"run_id": record.run_id},
+            )
         return [replace(record, pause=answered, updated_ts=now_ms)]
 
     def _require(self, run_id: str) -> RunRecord:

@@ -53,7 +53,7 @@ class Published:
 async def run(calls: list[ToolCallPart], tools: list[Tool], **kw: Any) -> tuple[Any, Published]:
     published = Published()
     signal = kw.pop("signal", AbortController().signal)
-    out, _message = await execute_tools(
+    out, _message, _questions = await execute_tools(
         calls,
         tools,
         run_id="r1",

@@ -1,0 +1,248 @@
+"""Interrupts end to end over loopback WebSockets: a tool asks, the Run pauses, a device answers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+import client_side
+from agent_side import Agent, Run, Tool, ToolContext, tool
+from transport.errors import RunwireError
+from transport.messages import ToolResultPart, UIMessage
+
+pytestmark = pytest.mark.anyio
+
+
+class Service(BaseModel):
+    service: str
+
+
+class Region(BaseModel):
+    region: Literal["eu", "us"]
+
+
+ran: list[str] = []
+
+
+@tool
+async def deploy(params: Service, ctx: ToolContext) -> str:
+    """Deploys a service."""
+    ran.append(f"deploy:{params.service}")
+    answer = await ctx.interrupt(
+        reason="pick_region",
+        message=f"Where should {params.service} go?",
+        response_schema=Region,
+    )
+    return f"{params.service} deployed to {answer.region}"
+
+
+@tool
+async def notify(params: Service) -> str:
+    """Tells the team."""
+    ran.append(f"notify:{params.service}")
+    return f"told the team about {params.service}"
+
+
+@tool(requires_approval=True)
+async def delete(params: Service) -> str:
+    """Deletes a service."""
+    return f"deleted {params.service}"
+
+
+def model(calls: Sequence[tuple[str, str, dict[str, Any]]]) -> Any:
+    """A fake model: the first call asks for ``calls``, the next one says what came back."""
+
+    async def stream(messages: list[UIMessage]) -> AsyncIterator[str | dict[str, Any]]:
+        results = [p for m in messages for p in m.parts if isinstance(p, ToolResultPart)]
+        if not results:
+            for cid, name, args in calls:
+                yield {
+                    "type": "tool-input-available",
+                    "toolCallId": cid,
+                    "toolName": name,
+                    "input": args,
+                }
+            return
+        yield "; ".join(str(p.output) for p in results)
+
+    return stream
+
+
+def worker(url: str, calls: Sequence[tuple[str, str, dict[str, Any]]], **kw: Any) -> Agent:
+    agent = Agent(url, durable=True)
+    tools: list[Tool] = [deploy, notify, delete]
+    fake = model(calls)
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await run.resume_tools(tools)
+        while run.has_input():
+            result = await run.pipe(fake(run.history()))
+            await run.run_tools(result, tools, **kw)
+
+    return agent
+
+
+def final_text(session: client_side.ClientSession, run_id: str) -> str:
+    texts = [
+        vm.message.text()
+        for vm in session.view.messages()
+        if vm.run_id == run_id and vm.message.role == "assistant" and vm.message.text()
+    ]
+    return texts[-1] if texts else ""
+
+
+async def test_a_tool_asks_the_run_pauses_and_an_answer_finishes_it(relay_url: str) -> None:
+    ran.clear()
+    calls = [("call_1", "deploy", {"service": "api"}), ("call_2", "notify", {"service": "api"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-1") as session:
+        run = await session.send("Deploy the api")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert paused.status == "suspended"
+        [question] = paused.interrupts
+        assert question.id == "call_1#0" and question.kind == "input"
+        assert question.reason == "pick_region" and question.tool_name == "deploy"
+        assert question.response_schema is not None
+        assert ran == ["deploy:api"]  # the call after the question did not run
+        waiting = session.paused_run()
+        assert waiting is not None and waiting.run_id == run.run_id
+
+        with pytest.raises(RunwireError) as info:
+            await session.resume(run.run_id, {"call_1#0": {"region": "mars"}})
+        assert info.value.code == "INTERRUPT_ANSWER_INVALID"
+        assert info.value.details["interrupt_id"] == "call_1#0"
+        with pytest.raises(RunwireError) as info:
+            await session.resume(run.run_id, {"call_9#0": {"region": "eu"}})
+        assert info.value.code == "VALIDATION_ERROR"
+        assert run.status == "suspended"
+
+        await session.resume(run.run_id, {"call_1#0": {"region": "eu"}})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert final_text(session, run.run_id) == "api deployed to eu; told the team about api"
+        assert ran == ["deploy:api", "deploy:api", "notify:api"]
+        assert session.paused_run() is None
+
+
+async def test_parallel_calls_beside_the_question_finish_and_keep_their_results(
+    relay_url: str,
+) -> None:
+    ran.clear()
+    calls = [("c1", "notify", {"service": "a"}), ("c2", "deploy", {"service": "b"})]
+    agent = worker(relay_url, calls, parallel=True)
+    async with agent, client_side.connect(relay_url, "int-2") as session:
+        run = await session.send("go")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert [q.id for q in paused.interrupts] == ["c2#0"]
+        await session.resume(run.run_id, {"c2#0": {"region": "us"}})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert final_text(session, run.run_id) == "told the team about a; b deployed to us"
+        assert ran.count("notify:a") == 1
+
+
+async def test_approval_runs_with_updated_arguments(relay_url: str) -> None:
+    calls = [("d1", "delete", {"service": "prod"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-3") as session:
+        run = await session.send("clean up")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        [question] = paused.interrupts
+        assert (question.id, question.kind) == ("d1", "approval")
+        answer = {"approved": True, "updated_arguments": {"service": "staging"}}
+        await session.resume(run.run_id, {"d1": answer})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert final_text(session, run.run_id) == "deleted staging"
+
+
+async def test_a_new_message_moves_on_and_a_declined_pause_answers_the_call(
+    relay_url: str,
+) -> None:
+    calls = [("m1", "deploy", {"service": "x"}), ("m2", "notify", {"service": "x"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-4") as session:
+        run = await session.send("deploy x")
+        with anyio.fail_after(10):
+            await run.result()
+        await session.send("never mind")
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        tools_message = next(
+            vm.message for vm in session.view.messages() if vm.message.id.endswith(".tools")
+        )
+        outputs = [
+            p.output["message"] for p in tools_message.parts if isinstance(p, ToolResultPart)
+        ]
+        assert outputs == ["The user moved on without answering", "Not started"]
+
+
+async def test_cancel_pause_declines(relay_url: str) -> None:
+    calls = [("k1", "deploy", {"service": "x"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-5") as session:
+        run = await session.send("deploy x")
+        with anyio.fail_after(10):
+            await run.result()
+        await session.cancel_pause(run.run_id, reason="not now")
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        tools_message = next(
+            vm.message for vm in session.view.messages() if vm.message.id.endswith(".tools")
+        )
+        [part] = [p for p in tools_message.parts if isinstance(p, ToolResultPart)]
+        assert part.output["message"] == 'The user declined to answer "Where should x go?": not now'
+
+
+class Expiring(BaseModel):
+    ok: bool
+
+
+@tool
+async def slow_question(params: Service, ctx: ToolContext) -> str:
+    """Asks with a deadline."""
+    soon = int(time.time() * 1000) + 300
+    first = await ctx.interrupt(message="First?", response_schema=Expiring)
+    await ctx.interrupt(message="Second?", response_schema=Expiring, expires_at=soon)
+    return f"first {first.ok}"
+
+
+async def test_questions_answered_one_at_a_time_and_an_expired_one(relay_url: str) -> None:
+    agent = Agent(relay_url, durable=True)
+    fake = model([("e1", "slow_question", {"service": "x"})])
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await run.resume_tools([slow_question])
+        while run.has_input():
+            result = await run.pipe(fake(run.history()))
+            await run.run_tools(result, [slow_question])
+
+    async with agent, client_side.connect(relay_url, "int-6") as session:
+        run = await session.send("ask")
+        with anyio.fail_after(10):
+            first = await run.result()
+        assert [q.id for q in first.interrupts] == ["e1#0"]
+        await session.resume(run.run_id, {"e1#0": {"ok": True}})
+        with anyio.fail_after(10):
+            while not (session.paused_run() and session.paused_run().interrupts[0].id == "e1#1"):  # type: ignore[union-attr]
+                await session._wait_change()
+        await anyio.sleep(0.5)
+        with pytest.raises(RunwireError) as info:
+            await session.resume(run.run_id, {"e1#1": {"ok": False}})
+        assert info.value.code == "INTERRUPT_EXPIRED"
+        await session.resume(run.run_id, {})  # the expired question is answered for the tool
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert 'Nobody answered "Second?" before it expired at ' in final_text(session, run.run_id)
