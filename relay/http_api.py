@@ -16,8 +16,14 @@ percent-encoded):
 * ``POST /v1/sessions/{id}/runs/{run_id}/cancel``: body ``{"reason"?, "id"?,
   "client_id"?}`` (or none) -> ``202 {"serial", "run_id", "duplicate"}``; ``id``
   is the cancel entry's id, for retries.
-* ``POST /v1/sessions/{id}/runs/{run_id}/resume``: ``501 NOT_IMPLEMENTED``.
-  Resuming answers a paused Run's interrupts, which this relay does not have yet.
+* ``POST /v1/sessions/{id}/runs/{run_id}/resume``: body ``{"responses":
+  {interrupt_id: answer}, "decline"?, "reason"?, "id"?, "client_id"?}`` ->
+  ``202 {"serial", "run_id", "duplicate"}``. Answers a paused Run's questions
+  (an ``interrupt: resumed`` entry, checked by the Run rules: 400
+  ``VALIDATION_ERROR`` / ``INTERRUPT_ANSWER_INVALID`` with
+  ``details.interrupt_id``, 410 ``INTERRUPT_EXPIRED``); ``decline: true``
+  ends the pause without answers (``interrupt: declined``, the seed's
+  ``cancelPause``).
 * ``GET /v1/sessions/{id}/history?before=&limit=`` -> ``{"entries", "has_older",
   "head", "epoch"}``: the newest ``limit`` (50) entries below ``before`` (default:
   the newest), in serial order, as WebSocket ``page`` frames carry them.
@@ -36,7 +42,7 @@ code and an HTTP status (``STATUS``): 400 ``VALIDATION_ERROR`` /
 the token lacks), 404 ``RUN_NOT_FOUND`` / ``NOT_FOUND`` (no such route), 405,
 409 ``RUN_NOT_ACTIVE`` / ``THREAD_BUSY`` / ``DUPLICATE_RUN`` /
 ``THREAD_ACCESS_DENIED``, 413 ``PAYLOAD_TOO_LARGE`` (a body over
-``max_frame_bytes``), 501 ``NOT_IMPLEMENTED``, 503 ``STORE_UNAVAILABLE``.
+``max_frame_bytes``), 410 ``INTERRUPT_EXPIRED``, 503 ``STORE_UNAVAILABLE``.
 
 The event stream, long-poll style. websockets' ``process_request`` returns a
 whole response, so a response cannot stay open and stream. The stream is
@@ -100,6 +106,8 @@ from transport.errors import (
     DUPLICATE_RUN,
     EPOCH_MISMATCH,
     INTERNAL_ERROR,
+    INTERRUPT_ANSWER_INVALID,
+    INTERRUPT_EXPIRED,
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PAYLOAD_TOO_LARGE,
@@ -115,7 +123,14 @@ from transport.errors import (
     VALIDATION_ERROR,
     RunwireError,
 )
-from transport.frames import CancelEntry, Intent, MessageEntry, Multitask, ThreadAccess
+from transport.frames import (
+    CancelEntry,
+    Intent,
+    InterruptEntry,
+    MessageEntry,
+    Multitask,
+    ThreadAccess,
+)
 from transport.messages import UIMessage, new_id, user_message
 from transport.runs import SUBSCRIBE
 
@@ -157,6 +172,8 @@ STATUS: dict[str, int] = {
     THREAD_ACCESS_DENIED: 409,
     CONFLICT: 409,
     EPOCH_MISMATCH: 409,
+    INTERRUPT_ANSWER_INVALID: 400,
+    INTERRUPT_EXPIRED: 410,
     PAYLOAD_TOO_LARGE: 413,
     RATE_LIMITED: 429,
     INTERNAL_ERROR: 500,
@@ -341,6 +358,16 @@ class PostCancel(_Body):
     client_id: Id | None = None
 
 
+class PostResume(_Body):
+    """The body of ``POST /v1/sessions/{id}/runs/{run_id}/resume``."""
+
+    responses: dict[str, Any] = Field(default_factory=dict)
+    decline: bool = False
+    reason: str | None = Field(default=None, max_length=1000)
+    id: Id | None = None
+    client_id: Id | None = None
+
+
 B = TypeVar("B", bound=_Body)
 
 # -------------------------------------------------------------------- the API --
@@ -426,11 +453,8 @@ class HttpApi:
             assert run_id is not None
             return await self._cancel(conn, identity, session_id, run_id)
         if name == "resume":
-            raise RunwireError(
-                NOT_IMPLEMENTED,
-                "resuming a Run needs interrupts, which this relay does not have yet",
-                details={"run_id": run_id, "feature": "interrupts"},
-            )
+            assert run_id is not None
+            return await self._resume(conn, identity, session_id, run_id)
         self._need_subscribe(identity, session_id)
         if name == "history":
             return await self._history(session_id, query)
@@ -494,6 +518,22 @@ class HttpApi:
             serial, duplicate = await self.hub.publish(channel, entry, sender)
         if duplicate:
             run_id = await self._stored_run_id(session_id, entry.id) or run_id
+        return _json(202, {"serial": serial, "run_id": run_id, "duplicate": duplicate})
+
+    async def _resume(
+        self, conn: ServerConnection, identity: Identity | None, session_id: str, run_id: str
+    ) -> Response:
+        body = self._body(conn, PostResume)
+        entry = InterruptEntry(
+            id=body.id or new_id(),
+            run_id=run_id,
+            status="declined" if body.decline else "resumed",
+            responses=None if body.decline else body.responses,
+            reason=body.reason,
+        )
+        sender = self.hub.sender(identity, body.client_id or DEFAULT_CLIENT_ID, session_id)
+        async with self.hub.hold(session_id) as channel:
+            serial, duplicate = await self.hub.publish(channel, entry, sender)
         return _json(202, {"serial": serial, "run_id": run_id, "duplicate": duplicate})
 
     async def _stored_run_id(self, session_id: str, entry_id: str) -> str | None:

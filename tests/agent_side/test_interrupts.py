@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import client_side
+import relay
 from agent_side import Agent, Run, Tool, ToolContext, tool
 from transport.errors import RunwireError
 from transport.messages import ToolResultPart, UIMessage
@@ -246,3 +247,25 @@ async def test_questions_answered_one_at_a_time_and_an_expired_one(relay_url: st
             while run.status != "complete":
                 await session._wait_change()
         assert 'Nobody answered "Second?" before it expired at ' in final_text(session, run.run_id)
+
+
+async def test_answers_over_http() -> None:
+    from tests.relay.test_http_api import call
+
+    calls = [("h1", "deploy", {"service": "web"})]
+    async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
+        url = server.url
+        async with worker(url, calls), client_side.connect(url, "int-7") as session:
+            run = await session.send("deploy web")
+            with anyio.fail_after(10):
+                await run.result()
+            path = f"/v1/sessions/int-7/runs/{run.run_id}/resume"
+            bad = await call(server, "POST", path, {"responses": {"h1#0": {"region": "moon"}}})
+            assert (bad.status, bad.code) == (400, "INTERRUPT_ANSWER_INVALID")
+            assert bad.json()["error"]["details"]["interrupt_id"] == "h1#0"
+            good = await call(server, "POST", path, {"responses": {"h1#0": {"region": "us"}}})
+            assert good.status == 202, good.body
+            with anyio.fail_after(10):
+                while run.status != "complete":
+                    await session._wait_change()
+            assert final_text(session, run.run_id) == "web deployed to us"

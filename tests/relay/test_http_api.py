@@ -326,11 +326,13 @@ async def test_cancel_over_http_ends_the_run_for_the_agent_and_every_client() ->
         assert ("cancel", None) in kinds and kinds[-1] == ("run", "cancelled")
 
 
-async def test_resume_answers_not_implemented(server: Server) -> None:
+async def test_resume_of_a_run_that_waits_on_nothing_is_refused(server: Server) -> None:
     run_id = (await post(server, "trip-1", {"message": "x"})).json()["run_id"]
-    reply = await call(server, "POST", f"/v1/sessions/trip-1/runs/{run_id}/resume", {})
-    assert (reply.status, reply.code) == (501, "NOT_IMPLEMENTED")
-    assert reply.json()["error"]["details"]["feature"] == "interrupts"
+    path = f"/v1/sessions/trip-1/runs/{run_id}/resume"
+    reply = await call(server, "POST", path, {"responses": {"q#0": 1}})
+    assert (reply.status, reply.code) == (400, "VALIDATION_ERROR")
+    reply = await call(server, "POST", path, {"responses": "nope"})
+    assert (reply.status, reply.code) == (400, "VALIDATION_ERROR")
 
 
 # ------------------------------------------------------------------- reading --
