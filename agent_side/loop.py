@@ -80,6 +80,8 @@ async def steering_loop(
     try:
         if not run.started:
             await run.start()
+        if toolbox is not None:
+            await run.resume_tools(toolbox)  # a resumed Run finishes the step it paused in
         while not run.abort_signal.aborted and run.has_input():
             step = AbortController()
             messages = run.history()

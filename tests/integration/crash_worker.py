@@ -5,14 +5,16 @@
 prints ``CHARGING`` and never returns, so the test kills the process while it
 runs. ``crash_worker.py URL stream [--durable]``: the model streams words
 forever, printing ``STREAMING`` after the first few, so the test kills the
-process mid-response.
+process mid-response. ``crash_worker.py URL interrupt [--durable]``: the model
+asks for ``deploy`` (which asks where, printing ``ASKING``) and ``notify``;
+once both answered it says what came back.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel
@@ -46,6 +48,31 @@ def notify(params: Query) -> str:
     return "sent"
 
 
+class Region(BaseModel):
+    region: Literal["eu", "us"]
+
+
+@agent_side.tool
+async def deploy(params: Query, ctx: agent_side.ToolContext) -> str:
+    """Deploy a service somewhere a person picks."""
+    print("ASKING", flush=True)
+    answer = await ctx.interrupt(
+        reason="pick_region",
+        message=f"Where should {params.q} go?",
+        response_schema=Region,
+    )
+    return f"{params.q} deployed to {answer.region}"
+
+
+async def interrupt_model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[Any]:
+    results = [p for m in messages for p in m.parts if p.type == "tool-result"]
+    if results:
+        yield "Done: " + "; ".join(str(getattr(p, "output", "")) for p in results)
+        return
+    yield call("c1", "deploy")
+    yield call("c2", "notify")
+
+
 def call(cid: str, name: str) -> dict[str, Any]:
     return {
         "type": "tool-input-available",
@@ -75,7 +102,7 @@ async def stream_model(messages: list[UIMessage], signal: AbortSignal) -> AsyncI
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
-    parser.add_argument("mode", choices=["tools", "stream"])
+    parser.add_argument("mode", choices=["tools", "stream", "interrupt"])
     parser.add_argument("--durable", action="store_true")
     args = parser.parse_args()
     agent = agent_side.Agent(args.url, durable=args.durable)
@@ -85,6 +112,8 @@ async def main() -> None:
         print("RUN", run.run_id, flush=True)
         if args.mode == "tools":
             await agent_side.steering_loop(run, tools_model, tools=[lookup, charge, notify])
+        elif args.mode == "interrupt":
+            await agent_side.steering_loop(run, interrupt_model, tools=[deploy, notify])
         else:
             await agent_side.steering_loop(run, stream_model)
 
