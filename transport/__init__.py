@@ -10,15 +10,17 @@ the relay and both SDKs share.
 """
 
 from . import checks
+from .answers import ParsedAnswer, answer_format, parse_answer
 from .asyncio.abort import AbortController, AbortSignal
 from .errors import CloseCode, RunwireError
-from .frames import PROTOCOL_VERSION, RunEndReason, RunStatus
+from .frames import PROTOCOL_VERSION, Interrupt, RunEndReason, RunStatus
 from .history import (
     ABORTED_BEFORE_DISPATCH,
     OUTCOME_UNKNOWN,
     history_message,
     repair_unanswered_tool_calls,
 )
+from .interrupts import PausedRun
 from .messages import (
     Part,
     ReasoningPart,
@@ -50,9 +52,12 @@ __all__ = [
     "CloseCode",
     "ConversationTree",
     "DeliveryEvent",
+    "Interrupt",
     "MessageEvent",
     "OutcomeRecord",
+    "ParsedAnswer",
     "Part",
+    "PausedRun",
     "ReasoningPart",
     "Refusal",
     "RunEndReason",
@@ -65,10 +70,12 @@ __all__ = [
     "ToolResultPart",
     "UIMessage",
     "ViewMessage",
+    "answer_format",
     "checks",
     "history_message",
     "message_text",
     "new_id",
+    "parse_answer",
     "repair_unanswered_tool_calls",
     "user_message",
 ]
