@@ -269,3 +269,48 @@ async def test_answers_over_http() -> None:
                 while run.status != "complete":
                     await session._wait_change()
             assert final_text(session, run.run_id) == "web deployed to us"
+
+
+async def test_steering_during_a_pause_waits_for_the_resume(relay_url: str) -> None:
+    calls = [("s1", "deploy", {"service": "db"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-8") as session:
+        run = await session.send("deploy db")
+        with anyio.fail_after(10):
+            await run.result()
+        delivery = run.steer("and be quick")
+        with anyio.fail_after(10):
+            await delivery.published
+        await anyio.sleep(0.2)
+        assert not delivery.outcome.done()  # pending while the Run waits on a person
+        assert run.status == "suspended"
+        await session.resume(run.run_id, {"s1#0": {"region": "eu"}})
+        with anyio.fail_after(10):
+            outcome = await delivery.outcome
+            while run.status != "complete":
+                await session._wait_change()
+        assert outcome.consumed
+        assert final_text(session, run.run_id) == "db deployed to eu"
+
+
+async def test_run_interrupt_outside_a_tool_and_the_agent_sees_the_pause(relay_url: str) -> None:
+    agent = Agent(relay_url)
+    seen: list[Any] = []
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        seen.append(run.session.paused_run())
+        ok = await run.interrupt(message="Go ahead?", response_schema={"type": "boolean"})
+        await run.save_reply(f"answer: {ok}", interrupted=False)
+
+    async with agent, client_side.connect(relay_url, "int-9") as session:
+        run = await session.send("start")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        [question] = paused.interrupts
+        assert question.id.endswith("#0") and question.tool_call_id is None
+        await session.resume(run.run_id, {question.id: True})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert final_text(session, run.run_id) == "answer: True"
+    assert seen[0] is None
