@@ -189,6 +189,8 @@ export class ConversationTree {
   refusals(runId?: string | null): Refusal[];
   /** The latest checkpoint entry of a Run. */
   checkpoint(runId: string): Entry | null;
+  /** The questions a suspended Run waits on (none once answered, declined or moved on). */
+  interrupts(runId: string): Interrupt[];
   steering(runId: string): ViewMessage[];
   seen(runId: string): Set<string>;
   readonly outcomes: OutcomeBook;
@@ -229,11 +231,25 @@ export interface Outcome {
   runTerminalReason: RunEndReason | null;
   refused: RunwireError | null;
 }
+/** A question a Run asks (`response` only on `resumed` entries). */
+export interface Interrupt {
+  id: string;
+  kind: "input" | "approval" | "plan";
+  reason: string;
+  message: string;
+  response_schema: Record<string, unknown> | null;
+  expires_at: number | null;
+  tool_call_id: string | null;
+  tool_name: string | null;
+  details: Record<string, unknown> | null;
+  response: unknown;
+}
+
 export interface RunResult {
   status: RunStatus;
   endReason: RunEndReason | null;
   undelivered: UIMessage[];
-  interrupts: unknown[];
+  interrupts: Interrupt[];
 }
 
 /** What `run.steer()` returns. Both promises reject at once when the Run has ended. */
@@ -304,6 +320,12 @@ export class Session {
   readonly closed: boolean;
   send(message: string | UIMessage, options?: SendOptions): Promise<ClientRun>;
   cancel(runId: string, options?: CancelOptions): Promise<void>;
+  /** Answer questions a paused Run waits on; rejects with VALIDATION_ERROR, INTERRUPT_ANSWER_INVALID or INTERRUPT_EXPIRED. */
+  resume(runId: string, responses: Record<string, unknown>): Promise<void>;
+  /** The oldest Run that waits on questions, with them; null if none. */
+  pausedRun(): { runId: string; interrupts: Interrupt[] } | null;
+  /** End a pause without answers: each waiting call gets "The user declined to answer ...". */
+  cancelPause(runId: string, options?: { reason?: string | null }): Promise<void>;
   run(runId: string): ClientRun;
   onState(fn: (state: ConnectionState) => void): () => void;
   on(event: "state", fn: (state: ConnectionState) => void): () => void;

@@ -282,7 +282,9 @@ const KIND_FIELDS = {
   response_close: ["message_id", "message"],
   refused: ["message_id", "intent", "error"],
   checkpoint: ["step", "turn", "iterations", "seen", "state"],
+  interrupt: ["status", "interrupts", "responses", "checkpoint", "reason"],
 };
+const INTERRUPT_FIELDS = ["id", "kind", "reason", "message", "response_schema", "expires_at", "tool_call_id", "tool_name", "details", "response"];
 
 /** A wire error object (`code`, `message`, `details`). @param {any} raw @param {string} where */
 function errorBody(raw, where) {
@@ -366,6 +368,34 @@ export function decodeEntry(raw) {
     e.seen = raw.seen === undefined ? [] : idList(raw.seen, "checkpoint.seen");
     if (raw.state !== undefined && !isObject(raw.state)) invalid("checkpoint.state", "must be an object");
     e.state = { ...(raw.state || {}) };
+  } else if (kind === "interrupt") {
+    if (!["paused", "resumed", "declined"].includes(raw.status)) invalid("interrupt.status", "unknown status");
+    e.status = raw.status;
+    const questions = raw.interrupts === undefined ? [] : raw.interrupts;
+    if (!Array.isArray(questions)) invalid("interrupt.interrupts", "must be a list");
+    e.interrupts = questions.map((/** @type {any} */ q, /** @type {number} */ i) => {
+      const where = `interrupt.interrupts.${i}`;
+      if (!isObject(q)) invalid(where, "must be an object");
+      checkKeys(q, INTERRUPT_FIELDS, where);
+      if (q.kind !== undefined && !["input", "approval", "plan"].includes(q.kind)) invalid(`${where}.kind`, "unknown kind");
+      return {
+        id: checkId(q.id, `${where}.id`),
+        kind: q.kind ?? "input",
+        reason: q.reason ?? "",
+        message: q.message ?? "",
+        response_schema: q.response_schema ?? null,
+        expires_at: q.expires_at ?? null,
+        tool_call_id: q.tool_call_id ?? null,
+        tool_name: q.tool_name ?? null,
+        details: q.details ?? null,
+        response: q.response ?? null,
+      };
+    });
+    if (raw.responses !== undefined && raw.responses !== null && !isObject(raw.responses)) invalid("interrupt.responses", "must be an object");
+    e.responses = raw.responses ?? null;
+    if (raw.checkpoint !== undefined && raw.checkpoint !== null && !isObject(raw.checkpoint)) invalid("interrupt.checkpoint", "must be an object");
+    e.checkpoint = raw.checkpoint ?? null;
+    e.reason = optText(raw.reason, "interrupt.reason", 1000);
   } else if (kind === "cancel") {
     e.reason = optText(raw.reason, "cancel.reason", 1000);
     e.interrupted_by = checkId(raw.interrupted_by, "cancel.interrupted_by", true);
@@ -510,7 +540,7 @@ export class OutcomeBook {
 /**
  * `held` is a queued prompt (added when its turn comes), `heldInputs` the steering aimed at it.
  * `responses` maps each response id to its `seen`; `checkpoint` is the latest checkpoint entry.
- * @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[], responses: Map<string, string[]>, checkpoint: Entry | null}} TreeRun
+ * @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[], responses: Map<string, string[]>, checkpoint: Entry | null, questions: any[], answers: Map<string, unknown>, declined: boolean}} TreeRun
  */
 
 /** @param {ViewMessage} view @returns {ViewMessage} */
@@ -626,6 +656,12 @@ class Fold {
       events.push(...this._refuse(e));
     } else if (e.kind === "checkpoint") {
       if (run.checkpoint === null || e.step >= run.checkpoint.step) run.checkpoint = e;
+    } else if (e.kind === "interrupt") {
+      if (e.status === "paused") {
+        run.questions = e.interrupts;
+        run.declined = false;
+      } else if (e.status === "declined") run.declined = true;
+      else for (const q of e.interrupts) run.answers.set(q.id, q.response);
     } else if (e.kind === "response_open") {
       for (const id of e.seen) run.seen.add(id);
       this.book.saw(e.run_id, e.seen);
@@ -714,6 +750,9 @@ class Fold {
       denials: [],
       responses: new Map(),
       checkpoint: null,
+      questions: [],
+      answers: new Map(),
+      declined: false,
     };
     this.runs.set(e.run_id, run);
     return [run, true];
@@ -1112,6 +1151,16 @@ export class ConversationTree {
     return this._state.runs.get(runId)?.checkpoint ?? null;
   }
 
+  /**
+   * The questions a suspended Run waits on (none once answered, declined or moved on).
+   * @param {string} runId @returns {Interrupt[]}
+   */
+  interrupts(runId) {
+    const run = this._state.runs.get(runId);
+    if (!run || run.info.status !== "suspended" || run.declined) return [];
+    return run.questions.filter((q) => !run.answers.has(q.id));
+  }
+
   /** Steer messages aimed at the Run, in serial order. @param {string} runId */
   steering(runId) {
     return this.inputs(runId).filter((vm) => vm.intent === "steer");
@@ -1408,7 +1457,11 @@ export class View {
 
 /** @typedef {{serial: number}} Published */
 /** @typedef {{consumed: boolean, runTerminalReason: RunEndReason | null, refused: RunwireError | null}} Outcome */
-/** @typedef {{status: RunStatus, endReason: RunEndReason | null, undelivered: UIMessage[], interrupts: unknown[]}} RunResult */
+/**
+ * A question a Run asks (`response` only on `resumed` entries).
+ * @typedef {{id: string, kind: "input" | "approval" | "plan", reason: string, message: string, response_schema: Record<string, unknown> | null, expires_at: number | null, tool_call_id: string | null, tool_name: string | null, details: Record<string, unknown> | null, response: unknown}} Interrupt
+ */
+/** @typedef {{status: RunStatus, endReason: RunEndReason | null, undelivered: UIMessage[], interrupts: Interrupt[]}} RunResult */
 
 /** @template T */
 class Deferred {
@@ -1518,7 +1571,7 @@ export class ClientRun {
     const undelivered = this._deliveries
       .filter((d) => d._outcome.settled && d._outcome.error === undefined && !d._outcome.value?.consumed)
       .map((d) => d.message);
-    return { status: info.status, endReason: info.endReason, undelivered, interrupts: [] };
+    return { status: info.status, endReason: info.endReason, undelivered, interrupts: this._session.view.tree.interrupts(this.runId) };
   }
 
   /**
@@ -1752,6 +1805,36 @@ export class Session {
       return;
     }
     if (wait) await this._settled(runId, entry.id, timeout);
+  }
+
+  /**
+   * Answer questions a paused Run waits on (`{interruptId: answer}`); resolves once the relay
+   * took them. Rejects with VALIDATION_ERROR (a question not waited on, or answered already),
+   * INTERRUPT_ANSWER_INVALID (details.interrupt_id) or INTERRUPT_EXPIRED; nothing is taken then.
+   * @param {string} runId @param {Record<string, unknown>} responses @returns {Promise<void>}
+   */
+  async resume(runId, responses) {
+    await this._publish({ kind: "interrupt", id: newId(), run_id: runId, status: "resumed", responses });
+  }
+
+  /** The oldest Run that waits on questions, with them; null if none. @returns {{runId: string, interrupts: Interrupt[]} | null} */
+  pausedRun() {
+    for (const info of this.view.runs()) {
+      const questions = this.view.tree.interrupts(info.runId);
+      if (questions.length) return { runId: info.runId, interrupts: questions };
+    }
+    return null;
+  }
+
+  /**
+   * End a pause without answers: each waiting call gets "The user declined to answer ...".
+   * @param {string} runId @param {{reason?: string | null}} [options] @returns {Promise<void>}
+   */
+  async cancelPause(runId, options = {}) {
+    /** @type {Entry} */
+    const entry = { kind: "interrupt", id: newId(), run_id: runId, status: "declined" };
+    if (options.reason !== undefined && options.reason !== null) entry.reason = options.reason;
+    await this._publish(entry);
   }
 
   /**

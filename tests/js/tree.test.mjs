@@ -218,3 +218,23 @@ test("refused and checkpoint entries: refusals(), checkpoint(), responses() and 
   assert.equal(tree.prompt("r1").message.id, "m1");
   assert.throws(() => tree.fold({ serial: 9, id: "e9", run_id: "r1", kind: "checkpoint", step: -1 }), RunwireError);
 });
+
+test("interrupt entries: a suspended Run's questions until they are answered or declined", () => {
+  const tree = new ConversationTree();
+  tree.fold(prompt(1, "m1", "r1", "deploy the api"));
+  tree.fold({ serial: 2, kind: "run", id: "a", run_id: "r1", status: "active" });
+  const question = { id: "c1#0", kind: "input", reason: "pick_region", message: "Where?", response_schema: { enum: ["eu", "us"] }, tool_call_id: "c1", tool_name: "deploy" };
+  tree.fold({ serial: 3, kind: "interrupt", id: "p", run_id: "r1", status: "paused", interrupts: [question], checkpoint: { version: 1 } });
+  assert.deepEqual(tree.interrupts("r1"), [], "not waiting until the Run is suspended");
+  tree.fold({ serial: 4, kind: "run", id: "s", run_id: "r1", status: "suspended" });
+  const [waiting] = tree.interrupts("r1");
+  assert.equal(waiting.id, "c1#0");
+  assert.equal(waiting.message, "Where?");
+  assert.equal(waiting.expires_at, null);
+  tree.fold({ serial: 5, kind: "interrupt", id: "r", run_id: "r1", status: "resumed", responses: { "c1#0": "eu" }, interrupts: [{ ...question, response: "eu" }] });
+  assert.deepEqual(tree.interrupts("r1"), []);
+  assert.throws(
+    () => tree.fold({ serial: 6, kind: "interrupt", id: "x", run_id: "r1", status: "maybe" }),
+    (err) => err instanceof RunwireError && err.code === "VALIDATION_ERROR",
+  );
+});
