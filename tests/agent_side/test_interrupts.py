@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import anyio
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 import client_side
 import relay
@@ -314,3 +314,50 @@ async def test_run_interrupt_outside_a_tool_and_the_agent_sees_the_pause(relay_u
                 await session._wait_change()
         assert final_text(session, run.run_id) == "answer: True"
     assert seen[0] is None
+
+
+class Even(BaseModel):
+    n: int
+
+    @field_validator("n")
+    @classmethod
+    def even(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError("must be even")
+        return value
+
+
+@tool
+async def pick_even(params: Service, ctx: ToolContext) -> str:
+    """Asks for an even number (the JSON Schema cannot say so)."""
+    got = await ctx.interrupt(message="An even number?", response_schema=Even)
+    return f"got {got.n}"
+
+
+async def test_an_answer_the_model_refuses_asks_the_same_question_again(relay_url: str) -> None:
+    agent = Agent(relay_url)
+    fake = model([("v1", "pick_even", {"service": "x"})])
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await run.resume_tools([pick_even])
+        while run.has_input():
+            result = await run.pipe(fake(run.history()))
+            await run.run_tools(result, [pick_even])
+
+    async with agent, client_side.connect(relay_url, "int-10") as session:
+        run = await session.send("ask")
+        with anyio.fail_after(10):
+            first = await run.result()
+        assert [q.id for q in first.interrupts] == ["v1#0"]
+        await session.resume(run.run_id, {"v1#0": {"n": 3}})  # the JSON Schema takes it
+        with anyio.fail_after(10):
+            while not (session.paused_run() and session.paused_run().interrupts[0].id == "v1#1"):  # type: ignore[union-attr]
+                await session._wait_change()
+        again = session.paused_run()
+        assert again is not None and again.interrupts[0].message == "An even number?"
+        await session.resume(run.run_id, {"v1#1": {"n": 4}})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert final_text(session, run.run_id) == "got 4"
