@@ -38,7 +38,8 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   answers (``VALIDATION_ERROR``), before ``expires_at`` (``INTERRUPT_EXPIRED``),
   fitting its JSON Schema (``INTERRUPT_ANSWER_INVALID``, details name the
   interrupt); ``declined`` needs ``publish`` and a Run that waits. A prompt
-  while a Run waits settles that Run's pause (``moved_on``). Once every
+  while a Run waits settles that Run's pause (``moved_on``), a cancel settles
+  it as declined (a worker takes the Run and applies the cancel). Once every
   question is settled the relay owes the suspended Run a ``run: pending``
   (``due()``), so a worker adopts it with the pause in its checkpoint;
 * ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
@@ -618,6 +619,12 @@ class RunRegistry:
             new = replace(new, cancel_requested=True)
         if sender.role == "relay" and entry.interrupted_by and record.interrupted_by is None:
             new = replace(new, interrupted_by=entry.interrupted_by)
+        if record.status == "suspended" and record.waiting():
+            # Nobody runs a Run that waits on people: end the pause so a worker applies the cancel.
+            reason = entry.reason or "the Run was cancelled"
+            new = replace(
+                new, pause={**(new.pause or {}), "declined": {"reason": reason}, "due": True}
+            )
         if new == record:
             return []
         return [replace(new, updated_ts=now_ms)]

@@ -361,3 +361,16 @@ async def test_an_answer_the_model_refuses_asks_the_same_question_again(relay_ur
             while run.status != "complete":
                 await session._wait_change()
         assert final_text(session, run.run_id) == "got 4"
+
+
+async def test_a_cancel_of_a_paused_run_ends_it_cancelled(relay_url: str) -> None:
+    calls = [("x1", "deploy", {"service": "z"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-11") as session:
+        run = await session.send("deploy z")
+        with anyio.fail_after(10):
+            await run.result()
+        await session.cancel(run.run_id, reason="stop")
+        with anyio.fail_after(10):
+            while run.status != "cancelled":
+                await session._wait_change()
+        assert session.paused_run() is None
