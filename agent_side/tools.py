@@ -320,6 +320,10 @@ def tool(fn: Callable[[P], Any], /) -> Tool: ...
 
 
 @overload
+def tool(fn: Callable[[P, ToolContext], Any], /) -> Tool: ...
+
+
+@overload
 def tool(
     *,
     name: str | None = None,

@@ -8,6 +8,10 @@ steers it; ``/stop`` cancels; ``/new TEXT`` cancels and re-prompts; ``/also
 TEXT`` sends alongside; ``/quit`` leaves. The relay also serves a chat page
 (``runwire/static/index.html``) at ``http://127.0.0.1:<port>/?session=<id>``:
 the same session, in a browser, live in every tab.
+
+"Deploy the api" makes the demo model call a ``deploy`` tool that asks where
+to deploy (an interrupt): the Run pauses, the page shows the question with a
+form, and any tab's answer lets the Run finish.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any, Literal
 
 import anyio
+from pydantic import BaseModel
 
 import agent_side
 import client_side
@@ -29,15 +35,41 @@ from transport import (
     MessageEvent,
     RunEvent,
     RunwireError,
+    ToolResultPart,
     UIMessage,
     message_text,
     new_id,
 )
 
-__all__ = ["PAGE", "demo_model", "page_url", "plan_reply", "run_demo"]
+__all__ = ["DEMO_TOOLS", "PAGE", "demo_model", "deploy", "page_url", "plan_reply", "run_demo"]
 
 PAGE = Path(__file__).resolve().parent / "static" / "index.html"
 """The demo's chat page, served by the relay at ``/``."""
+
+_DEPLOY = re.compile(r"\bdeploy\s+(?:the\s+)?([\w-]+)", re.IGNORECASE)
+
+
+class Service(BaseModel):
+    service: str
+
+
+class Region(BaseModel):
+    region: Literal["eu", "us"]
+
+
+@agent_side.tool
+async def deploy(params: Service, ctx: agent_side.ToolContext) -> str:
+    """Deploys a service where a person says."""
+    answer = await ctx.interrupt(
+        reason="pick_region",
+        message=f"Where should {params.service} go?",
+        response_schema=Region,
+    )
+    return f"{params.service} is live in {answer.region}"
+
+
+DEMO_TOOLS = [deploy]
+"""The demo agent's tools."""
 
 _DAYS = re.compile(r"\b(\d{1,2})[\s-]*days?\b", re.IGNORECASE)
 _BUDGET = re.compile(r"(?:under|below|max(?:imum)?|budget(?: of)?)\s*([£$€]\s?\d[\d,]*)", re.I)
@@ -82,8 +114,28 @@ def plan_reply(conversation: list[UIMessage]) -> str:
 
 async def demo_model(
     messages: list[UIMessage], signal: AbortSignal, *, delay: float = 0.06
-) -> AsyncIterator[str]:
-    """Stream ``plan_reply`` word by word; stops as soon as ``signal`` fires."""
+) -> AsyncIterator[str | dict[str, Any]]:
+    """Stream ``plan_reply`` word by word; stops as soon as ``signal`` fires.
+
+    A last user message "deploy X" calls the ``deploy`` tool instead; its result
+    is then reported.
+    """
+    last = messages[-1] if messages else None
+    results = [p for p in (last.parts if last else []) if isinstance(p, ToolResultPart)]
+    if results:
+        output = results[-1].output
+        yield f"Done: {output.get('message') if isinstance(output, dict) else output}."
+        return
+    if last is not None and last.role == "user":
+        match = _DEPLOY.search(message_text(last))
+        if match:
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": f"deploy-{new_id()[:8]}",
+                "toolName": "deploy",
+                "input": {"service": match.group(1)},
+            }
+            return
     words = plan_reply(messages).split(" ")
     for i, word in enumerate(words):
         if signal.aborted:
@@ -195,7 +247,7 @@ async def run_demo(args: argparse.Namespace) -> None:
 
         @agent.on_run
         async def handle(run: agent_side.Run) -> None:
-            await agent_side.steering_loop(run, demo_model)
+            await agent_side.steering_loop(run, demo_model, tools=DEMO_TOOLS)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(agent.serve)

@@ -19,7 +19,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 import agent_side
 import relay
-from runwire.demo import PAGE, demo_model, page_url
+from runwire.demo import DEMO_TOOLS, PAGE, demo_model, page_url
 from transport import new_id
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +45,7 @@ async def serve_page(*, deaf: bool = False) -> AsyncIterator[str]:
         @agent.on_run
         async def handle(run: agent_side.Run) -> None:
             if not deaf:
-                await agent_side.steering_loop(run, model)
+                await agent_side.steering_loop(run, model, tools=DEMO_TOOLS)
                 return
             await run.start()
             run.has_input()
@@ -202,3 +202,23 @@ async def test_steering_the_agent_never_saw_is_marked_on_the_page(browser: Brows
             await expect(run_item(page, "complete")).to_have_count(1)
             await expect(assistant(page)).to_have_count(1)
             await page.screenshot(path=str(ARTIFACTS / "chat-page-not-seen.png"))
+
+
+async def test_a_paused_runs_question_is_answered_from_another_tab(
+    browser: Browser, url: str
+) -> None:
+    one = await open_page(browser, url)
+    two = await open_page(browser, url)
+    await say(one, "Deploy the api")
+    for page in (one, two):
+        question = page.get_by_test_id("question")
+        await expect(question).to_contain_text("Where should api go? (eu, us)")
+        await expect(run_item(page, "suspended")).to_have_count(1)
+    await two.get_by_test_id("answer").fill("EU")
+    await two.get_by_test_id("answer").press("Enter")
+    for page in (one, two):
+        await expect(run_item(page, "complete")).to_have_count(1)
+        await expect(assistant(page).last).to_contain_text("Done: api is live in eu.")
+        await expect(page.get_by_test_id("question")).to_have_count(0)
+    ARTIFACTS.mkdir(exist_ok=True)
+    await one.screenshot(path=str(ARTIFACTS / "chat-page-interrupt.png"))
