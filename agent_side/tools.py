@@ -295,8 +295,9 @@ class Tool:
     description: str
     parameters: type[BaseModel]
     execute: Execute
-    requires_approval: bool = False
-    """Ask a person to approve each call before it runs (an ``approval`` interrupt)."""
+    requires_approval: bool | Callable[[Any], bool] = False
+    """Ask a person to approve a call before it runs (an ``approval`` interrupt): always,
+    or when this rule, given the call's arguments, says so."""
 
     @property
     def takes_context(self) -> bool:
@@ -329,7 +330,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     parameters: type[BaseModel] | None = None,
-    requires_approval: bool = False,
+    requires_approval: bool | Callable[[Any], bool] = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -340,7 +341,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     parameters: type[BaseModel] | None = None,
-    requires_approval: bool = False,
+    requires_approval: bool | Callable[[Any], bool] = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of ``fn(params)``; use as ``@tool`` or ``@tool(name=..., ...)``.
 
@@ -456,8 +457,11 @@ async def _call(
 ) -> ToolResult:
     arguments = call.input if call.input is not None else {}
     try:
-        if tool.requires_approval:
-            decision = await ctx.approval(f"Run {tool.name}?", arguments)
+        rule = tool.requires_approval
+        if rule is True or (callable(rule) and rule(arguments)):
+            decision = await ctx.approval(
+                f"Run {tool.name}?", arguments, {"rule": "always" if rule is True else "rule"}
+            )
             if not decision.approved:
                 why = f": {decision.reason}" if decision.reason else ""
                 return _failed(call, INTERRUPTED, f"The user did not approve {tool.name}{why}")

@@ -49,9 +49,9 @@ async def notify(params: Service) -> str:
     return f"told the team about {params.service}"
 
 
-@tool(requires_approval=True)
+@tool(requires_approval=lambda args: args.get("service") == "prod")
 async def delete(params: Service) -> str:
-    """Deletes a service."""
+    """Deletes a service (asks first for prod)."""
     return f"deleted {params.service}"
 
 
@@ -374,3 +374,31 @@ async def test_a_cancel_of_a_paused_run_ends_it_cancelled(relay_url: str) -> Non
             while run.status != "cancelled":
                 await session._wait_change()
         assert session.paused_run() is None
+
+
+async def test_a_rule_decides_which_calls_need_approval(relay_url: str) -> None:
+    calls = [("d2", "delete", {"service": "dev"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-12") as session:
+        run = await session.send("clean up dev")
+        with anyio.fail_after(10):
+            result = await run.result()
+        assert result.status == "complete" and result.interrupts == []
+        assert final_text(session, run.run_id) == "deleted dev"
+
+
+async def test_a_refused_approval_answers_the_call(relay_url: str) -> None:
+    calls = [("d3", "delete", {"service": "prod"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-13") as session:
+        run = await session.send("clean up prod")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert paused.interrupts[0].details == {"arguments": {"service": "prod"}, "rule": "rule"}
+        await session.resume(run.run_id, {"d3": {"approved": False, "reason": "not prod"}})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        tools_message = next(
+            vm.message for vm in session.view.messages() if vm.message.id.endswith(".tools")
+        )
+        [part] = [p for p in tools_message.parts if isinstance(p, ToolResultPart)]
+        assert part.output["message"] == "The user did not approve delete: not prod"
