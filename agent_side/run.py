@@ -179,6 +179,7 @@ class Run(RunSteps):
                 turn=plan.turn, iterations=plan.iterations, seen=plan.seen, answered=plan.step > 0
             )
             self._inputs.owe = plan.owe
+            self._pause.remembered.update(self.state.get("approved_tools") or [])
         else:
             self._inputs.stamped.update(session.tree.seen(self.run_id))
 

@@ -243,6 +243,8 @@ class RunSteps:
             pause=self._pause,
             finished=finished,
         )
+        if self._pause.remembered:
+            self.state["approved_tools"] = sorted(self._pause.remembered)
         if questions:
             step = {
                 "version": PAUSE_VERSION,

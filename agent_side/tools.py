@@ -38,7 +38,9 @@ expired at ...``; a new prompt instead of answers answers the waiting calls
 started``; a declined pause answers them ``The user declined to answer ...``.
 A tool marked ``requires_approval`` asks first (``kind="approval"``, id = the
 tool call id, answer ``{approved, reason?, updated_arguments?, remember?}``)
-and runs with ``updated_arguments`` when given.
+and runs with ``updated_arguments`` when given; ``remember: true`` approves
+that tool's later calls in the Run (kept in ``run.state["approved_tools"]``).
+``requires_approval`` may be a rule: a function of the call's arguments.
 
 Failures are results the model reads, with a code: ``TOOL_NOT_FOUND``,
 ``VALIDATION_ERROR`` (arguments that do not fit the parameters; the pydantic
@@ -131,6 +133,8 @@ class Pause:
     declined: str | None = None
     """Set (the reason, maybe empty) when the user ended the pause without answers."""
     step: dict[str, Any] | None = None
+    remembered: set[str] = field(default_factory=set)
+    """Tools a person approved with ``remember: true``: their later calls in the Run do not ask."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Pause:
@@ -265,7 +269,12 @@ class ToolContext:
             tool_name=self.tool_name,
             details={"arguments": arguments, **(details or {})},
         )
-        return Approval.model_validate(self._settle(question))
+        if self.tool_name in self._pause.remembered:
+            return Approval(approved=True, reason="remembered")
+        decision = Approval.model_validate(self._settle(question))
+        if decision.approved and decision.remember and self.tool_name is not None:
+            self._pause.remembered.add(self.tool_name)
+        return decision
 
     def _settle(self, question: Interrupt) -> Any:
         pause = self._pause

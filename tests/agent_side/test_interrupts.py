@@ -402,3 +402,17 @@ async def test_a_refused_approval_answers_the_call(relay_url: str) -> None:
         )
         [part] = [p for p in tools_message.parts if isinstance(p, ToolResultPart)]
         assert part.output["message"] == "The user did not approve delete: not prod"
+
+
+async def test_a_remembered_approval_is_not_asked_again(relay_url: str) -> None:
+    calls = [("r1", "delete", {"service": "prod"}), ("r2", "delete", {"service": "prod"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-14") as session:
+        run = await session.send("clean up prod twice")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert [q.id for q in paused.interrupts] == ["r1"]
+        await session.resume(run.run_id, {"r1": {"approved": True, "remember": True}})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert final_text(session, run.run_id) == "deleted prod; deleted prod"
