@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
+import anyio
 import pytest
 
 import client_side
 import relay
-from transport import message_text
+from transport import RunwireError, message_text
 
 from .harness import start_worker_process, status, wait_until
 
@@ -53,3 +55,30 @@ async def test_a_pause_survives_a_sigkill_and_a_fresh_worker_finishes_the_run() 
         ]
         assert replies[-1] == "Done: c1 deployed to eu; sent"
         assert phone.paused_run() is None
+
+
+async def test_a_pause_outlives_a_relay_restart(tmp_path: Path) -> None:
+    """The pause is on the Run's record in the store: a restarted relay knows what it waits on."""
+    from tests.agent_side.test_interrupts import final_text, worker
+
+    store = f"sqlite:///{tmp_path / 'relay.db'}"
+    calls = [("c1", "deploy", {"service": "api"})]
+    async with relay.serve(port=0, store=store) as first:
+        async with worker(first.url, calls), client_side.connect(first.url, "restart") as phone:
+            run = await phone.send("Deploy the api")
+            with anyio.fail_after(10):
+                paused = await run.result()
+            assert [q.id for q in paused.interrupts] == ["c1#0"]
+    async with relay.serve(port=0, store=store) as second:
+        async with client_side.connect(second.url, "restart") as laptop:
+            waiting = laptop.paused_run()
+            assert waiting is not None and waiting.run_id == run.run_id
+            with pytest.raises(RunwireError) as info:
+                await laptop.resume(run.run_id, {"c1#0": {"region": "mars"}})
+            assert info.value.code == "INTERRUPT_ANSWER_INVALID"
+            await laptop.resume(run.run_id, {"c1#0": {"region": "us"}})
+            async with worker(second.url, calls):
+                with anyio.fail_after(10):
+                    while status(laptop, run.run_id) != "complete":
+                        await laptop._wait_change()
+            assert final_text(laptop, run.run_id) == "api deployed to us"
