@@ -416,3 +416,29 @@ async def test_a_remembered_approval_is_not_asked_again(relay_url: str) -> None:
             while run.status != "complete":
                 await session._wait_change()
         assert final_text(session, run.run_id) == "deleted prod; deleted prod"
+
+
+async def test_a_plan_to_approve_carries_its_details(relay_url: str) -> None:
+    agent = Agent(relay_url)
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        plan = ["build", "test", "ship"]
+        answer = await run.interrupt(
+            kind="plan", reason="approve_plan", message="Go with this plan?", details={"plan": plan}
+        )
+        await run.save_reply(f"plan approved: {answer['approved']}", interrupted=False)
+
+    async with agent, client_side.connect(relay_url, "int-15") as session:
+        run = await session.send("plan it")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        [question] = paused.interrupts
+        assert (question.kind, question.reason) == ("plan", "approve_plan")
+        assert question.details == {"plan": ["build", "test", "ship"]}
+        assert question.response_schema is None
+        await session.resume(run.run_id, {question.id: {"approved": True}})
+        with anyio.fail_after(10):
+            while run.status != "complete":
+                await session._wait_change()
+        assert final_text(session, run.run_id) == "plan approved: True"
