@@ -209,12 +209,15 @@ class Channel:
                     if entry.intent == "prompt":
                         raise refusal
                     entry, sender = checks.refusal_entry(entry, refusal), RELAY
+            look_again = refusal is not None  # the refusal entry has an id of its own
             for _ in range(_RETRIES):
-                found = await self.store.find(self.session_id, entry.id)
-                if found is not None:
-                    if refusal is not None:
-                        raise refusal
-                    return found.serial, True, []
+                if look_again:
+                    found = await self.store.find(self.session_id, entry.id)
+                    if found is not None:
+                        if refusal is not None:
+                            raise refusal
+                        return found.serial, True, []
+                look_again = True  # a retry after CONFLICT: another node may have stored it
                 changes = self.registry.plan(entry, sender, now_ms)
                 stamped = self.registry.stamp(entry, sender, now_ms, changes)
                 try:

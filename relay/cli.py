@@ -29,7 +29,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument(
         "--store",
         default="sqlite:///./runwire.db",
-        help="memory://, sqlite:///relative.db or sqlite:////absolute.db",
+        help="memory://, sqlite:///relative.db, sqlite:////absolute.db or redis://host:port/db",
     )
     parser.add_argument(
         "--agent-grace",

@@ -120,7 +120,6 @@ class RedisDispatcher:
         peer.agent = agent
         self.workers.setdefault(agent, []).append(peer)
         self.metrics.workers.inc()
-        self.client_back(peer.sender.client_id)
         self._wake.setdefault(agent, asyncio.Event()).set()
         if agent not in self._readers or self._readers[agent].done():
             self._readers[agent] = asyncio.get_running_loop().create_task(self._read(agent))
@@ -147,8 +146,10 @@ class RedisDispatcher:
             else:
                 self.agents_present[client_id] = left
 
-    def client_back(self, client_id: str) -> None:
-        """Count an agent connection for the presence heartbeat."""
+    def client_back(self, client_id: str, *, agent: bool = True) -> None:
+        """Count an agent connection for the presence heartbeat (clients own no Runs)."""
+        if not agent:
+            return
         self.agents_present[client_id] = self.agents_present.get(client_id, 0) + 1
         self._spawn(self._touch([client_id]))
 

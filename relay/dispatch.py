@@ -84,7 +84,7 @@ class Dispatcher:
         for record in owned_active:
             self.start_timer(record)
 
-    def client_back(self, client_id: str) -> None:
+    def client_back(self, client_id: str, *, agent: bool = True) -> None:
         """A connection with ``client_id`` arrived: its Runs' grace timers stop."""
         for key, (owner, handle) in list(self.timers.items()):
             if owner == client_id:

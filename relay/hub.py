@@ -153,7 +153,7 @@ class Hub:
         peer.sender = Sender(client_id=client_id, user_id=user_id, role=frame.role)
         peer.senders.clear()
         self.peers.add(peer)
-        self.dispatcher.client_back(client_id)
+        self.dispatcher.client_back(client_id, agent=frame.role == "agent")
 
     def sender(self, identity: Identity | None, claimed: str, session_id: str) -> Sender:
         """A client's identity for one request without a connection (the HTTP API): stamped
