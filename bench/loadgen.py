@@ -22,20 +22,32 @@ both the baseline relay and runwire's, frame for frame the same protocol v1:
   sees it (``on_steer`` with the SDK, the ``deliver`` frame otherwise). With
   the SDK, subscriber 1 is a ``client_side`` session (``send``, ``run.steer``).
 
-Relay CPU time and RSS come from ``psutil`` on the relay's pid, sampled at the
-edges of the measuring window (after a warm-up).
+Several relay nodes (``urls``, one per node, all on one Redis): session ``i``
+has its agent on node ``i % n``, subscriber 1 (which prompts and steers) on
+the next node, ``(i + 1) % n``, and subscriber 2 on the agent's node. So every
+entry reaches one subscriber through another node (Redis pub/sub), every
+prompt and steer crosses to the agent's node, and each node has half the
+agents and half the subscribers.
+
+Relay CPU time and RSS come from ``psutil`` on the relays' pids, sampled at the
+edges of the measuring window (after a warm-up), and so do the relays'
+``/metrics`` counters (``runwire_store_round_trips_total``: the store's round
+trips to Redis) and, with ``redis_url``, the Redis server's ``INFO``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import psutil  # type: ignore[import-untyped]
 from peers import (
@@ -79,8 +91,9 @@ class Phase:
 
     name: PhaseName
     relay: RelayKind
-    url: str
-    relay_pid: int
+    urls: tuple[str, ...]
+    """Every relay node's ws:// URL (one node but for the Redis store)."""
+    relay_pids: tuple[int, ...]
     tag: str = "s"
     sessions: int = 1
     rate: float | None = None
@@ -94,6 +107,13 @@ class Phase:
     window: int = 16
     sdk: bool = True
     setup_concurrency: int = 25
+    redis_url: str | None = None
+    """The Redis the relays use: its ``INFO`` is sampled at the edges of the window."""
+
+    @property
+    def url(self) -> str:
+        """The first relay node's URL."""
+        return self.urls[0]
 
 
 class Session:
@@ -102,6 +122,10 @@ class Session:
     def __init__(self, ctx: PhaseCtx, index: int) -> None:
         self.ctx = ctx
         self.session_id = f"{ctx.phase.tag}-{index}"
+        nodes = len(ctx.phase.urls)
+        self.agent_node = index % nodes
+        self.sub_nodes = ((index + 1) % nodes, self.agent_node)
+        """Subscriber 1 (it prompts and steers) on the next node, subscriber 2 on the agent's."""
         self.run_id: str | None = None
         self.run_live = asyncio.Event()
         self.steer_sent: int | None = None
@@ -140,11 +164,14 @@ class Session:
                     import agent_side
 
                     agent_session = await stack.enter_async_context(
-                        agent_side.connect(phase.url, self.session_id)
+                        agent_side.connect(phase.urls[self.agent_node], self.session_id)
                     )
                 else:
                     agent_conn = await RawConn.open(
-                        phase.url, ctx.tally, role="agent", on_deliver=self.agent_deliver
+                        phase.urls[self.agent_node],
+                        ctx.tally,
+                        role="agent",
+                        on_deliver=self.agent_deliver,
                     )
                     stack.push_async_callback(agent_conn.close)
                     await agent_conn.attach(self.session_id)
@@ -170,9 +197,10 @@ class Session:
 
     async def _subscribers(self, stack: contextlib.AsyncExitStack, sdk_client: bool) -> Prompter:
         ctx = self.ctx
-        url = ctx.phase.url
         prompter: Prompter | None = None
         for i in range(2):
+            node = self.sub_nodes[i]
+            url = ctx.phase.urls[node]
             if i == 0 and sdk_client:
                 import client_side
 
@@ -181,7 +209,11 @@ class Session:
                 )
                 prompter = SdkPrompter(client)
                 continue
-            conn = await RawConn.open(url, ctx.tally, on_deliver=ctx.tally.on_deliver)
+            on_deliver: Callable[[dict[str, Any]], None] = ctx.tally.on_deliver
+            if len(ctx.phase.urls) > 1:
+                far = node != self.agent_node
+                on_deliver = functools.partial(ctx.tally.on_deliver, node=node, far=far)
+            conn = await RawConn.open(url, ctx.tally, on_deliver=on_deliver)
             stack.push_async_callback(conn.close)
             await conn.attach(self.session_id)
             if prompter is None:
@@ -316,8 +348,92 @@ def summary(values: list[int]) -> dict[str, float]:
     }
 
 
+async def _scrape(ws_url: str) -> dict[str, float]:
+    """The unlabelled ``runwire_*`` samples of a relay's ``GET /metrics``."""
+    parts = urlsplit(ws_url)
+    async with asyncio.timeout(5.0):
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        try:
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+            raw = await reader.read()
+        finally:
+            writer.close()
+    body = raw.partition(b"\r\n\r\n")[2].decode(errors="replace")
+    samples: dict[str, float] = {}
+    for line in body.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("runwire_") and "{" not in name and not name.endswith("_created"):
+            with contextlib.suppress(ValueError):
+                samples[name] = float(value)
+    return samples
+
+
+_REDIS_STATS = (
+    "total_commands_processed",
+    "total_reads_processed",
+    "total_writes_processed",
+    "total_net_input_bytes",
+    "total_net_output_bytes",
+)
+
+
+async def _redis_info(client: Any) -> dict[str, Any]:
+    """The Redis server's CPU seconds, counters and per-command calls / microseconds."""
+    info = await client.info("all")
+    sample: dict[str, Any] = {
+        "cpu_s": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
+        **{key: int(info.get(key, 0)) for key in _REDIS_STATS},
+    }
+    sample["commands"] = {
+        key.removeprefix("cmdstat_"): {"calls": int(v["calls"]), "usec": int(v["usec"])}
+        for key, v in info.items()
+        if key.startswith("cmdstat_") and isinstance(v, dict)
+    }
+    return sample
+
+
+def _redis_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    delta: dict[str, Any] = {key: after[key] - before[key] for key in ("cpu_s", *_REDIS_STATS)}
+    commands: dict[str, dict[str, int]] = {}
+    for name, now in after["commands"].items():
+        was = before["commands"].get(name, {"calls": 0, "usec": 0})
+        if now["calls"] != was["calls"]:
+            commands[name] = {k: now[k] - was[k] for k in ("calls", "usec")}
+    delta["commands"] = commands
+    return delta
+
+
+async def _sample(phase: Phase, redis_client: Any) -> tuple[list[dict[str, float]], Any]:
+    """The relays' /metrics (runwire only) and Redis's INFO (if a Redis is named)."""
+    scrapes: list[dict[str, float]] = []
+    if phase.relay == "runwire":
+        scrapes = list(await asyncio.gather(*(_scrape(url) for url in phase.urls)))
+    info = await _redis_info(redis_client) if redis_client is not None else None
+    return scrapes, info
+
+
+def _open_redis(phase: Phase) -> Any:
+    if phase.redis_url is None:
+        return None
+    from redis.asyncio import Redis
+
+    return Redis.from_url(phase.redis_url)
+
+
 async def _streaming(phase: Phase) -> dict[str, Any]:
+    redis_client = _open_redis(phase)
+    try:
+        return await _stream(phase, redis_client)
+    finally:
+        if redis_client is not None:
+            await redis_client.aclose()
+
+
+async def _stream(phase: Phase, redis_client: Any) -> dict[str, Any]:
+    nodes = len(phase.urls)
     tally = Tally(latencies_us=[] if phase.name == "latency" else None)
+    if phase.name == "latency" and nodes > 1:
+        tally.far_latencies_us = []
     ctx = PhaseCtx(phase, tally, setup_limit=asyncio.Semaphore(phase.setup_concurrency))
     sessions = [Session(ctx, i) for i in range(phase.sessions)]
     readies = [asyncio.Event() for _ in sessions]
@@ -331,31 +447,50 @@ async def _streaming(phase: Phase) -> dict[str, Any]:
         raise RuntimeError(f"a session failed to set up: {'; '.join(failures)}")
     ctx.go.set()
     await asyncio.sleep(phase.warmup)
-    relay, me = psutil.Process(phase.relay_pid), psutil.Process()
-    cpu0, own0, all0, t0 = _cpu(relay), _cpu(me), _machine_busy(), time.perf_counter()
+    relays, me = [psutil.Process(pid) for pid in phase.relay_pids], psutil.Process()
+    scrape0, info0 = await _sample(phase, redis_client)
+    cpus0 = [_cpu(relay) for relay in relays]
+    own0, all0, t0 = _cpu(me), _machine_busy(), time.perf_counter()
     tally.measuring = True
     await asyncio.sleep(phase.duration)
     tally.measuring = False
-    cpu1, own1, all1, t1 = _cpu(relay), _cpu(me), _machine_busy(), time.perf_counter()
+    cpus1 = [_cpu(relay) for relay in relays]
+    own1, all1, t1 = _cpu(me), _machine_busy(), time.perf_counter()
+    scrape1, info1 = await _sample(phase, redis_client)
     ctx.stop.set()
     failures = await _finish(tasks, _STOP_WAIT)
     stopping = time.perf_counter() - t1
     seconds = t1 - t0
+    node_cpu = [c1 - c0 for c0, c1 in zip(cpus0, cpus1, strict=True)]
+    redis = None if info0 is None or info1 is None else _redis_delta(info0, info1)
+    redis_cpu = 0.0 if redis is None else redis["cpu_s"]
     result: dict[str, Any] = {
         "stop_s": stopping,
         "phase": asdict(phase),
         "seconds": seconds,
         "tokens": tally.tokens,
         "frames": tally.frames,
-        "relay_cpu_s": cpu1 - cpu0,
+        "relay_cpu_s": sum(node_cpu),
         "loadgen_cpu_s": own1 - own0,
-        "other_cpu_s": max(0.0, (all1 - all0) - (cpu1 - cpu0) - (own1 - own0)),
+        "other_cpu_s": max(0.0, (all1 - all0) - sum(node_cpu) - (own1 - own0) - redis_cpu),
         "errors": tally.errors,
         "error_codes": tally.error_codes,
         "failures": failures,
     }
+    if nodes > 1:
+        result["node_cpu_s"] = node_cpu
+        result["node_tokens"] = [tally.node_tokens.get(i, 0) for i in range(nodes)]
+    if scrape0 and scrape1:
+        result["node_metrics"] = [
+            {k: after[k] - before.get(k, 0.0) for k in after}
+            for before, after in zip(scrape0, scrape1, strict=True)
+        ]
+    if redis is not None:
+        result["redis"] = redis
     if tally.latencies_us is not None:
         result["latency"] = summary(tally.latencies_us)
+    if tally.far_latencies_us is not None:
+        result["latency_far"] = summary(tally.far_latencies_us)
     if phase.name == "steer":
         result["steer"] = summary(tally.steer_us)
         result["steer_missed"] = tally.steer_missed
@@ -386,7 +521,7 @@ def _cancelled(exc: BaseException) -> bool:
 
 async def _idle(phase: Phase) -> dict[str, Any]:
     tally = Tally()
-    relay = psutil.Process(phase.relay_pid)
+    relay = psutil.Process(phase.relay_pids[0])
     limit = asyncio.Semaphore(phase.setup_concurrency * 2)
     conns: list[RawConn] = []
 

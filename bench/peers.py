@@ -73,9 +73,16 @@ class Tally:
     steer_missed: int = 0
     errors: int = 0
     error_codes: dict[str, int] = field(default_factory=dict)
+    node_tokens: dict[int, int] = field(default_factory=dict)
+    """Tokens counted by the subscribers on each relay node (several nodes)."""
+    far_latencies_us: list[int] | None = None
+    """Latencies of the tokens a subscriber got on another node than the agent's."""
 
-    def on_deliver(self, frame: dict[str, Any]) -> None:
-        """Count the tokens of one ``deliver`` frame a subscriber got."""
+    def on_deliver(self, frame: dict[str, Any], node: int = 0, far: bool = False) -> None:
+        """Count the tokens of one ``deliver`` frame a subscriber (on relay ``node``) got.
+
+        ``far``: the subscriber is on another relay node than the session's agent.
+        """
         if not self.measuring:
             return
         n = 0
@@ -94,9 +101,12 @@ class Tally:
                     stamps = _TOKEN.findall(delta)
                     n += len(stamps)
                     lat.extend(now - int(s) for s in stamps)
+                    if far and self.far_latencies_us is not None:
+                        self.far_latencies_us.extend(now - int(s) for s in stamps)
         if n:
             self.tokens += n
             self.frames += 1
+            self.node_tokens[node] = self.node_tokens.get(node, 0) + n
 
     def error(self, code: str) -> None:
         """Note an error frame the relay sent."""

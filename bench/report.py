@@ -1,18 +1,33 @@
-"""What the benchmark reports: its sizes, the metrics, the table.
+"""What the benchmark reports: its sizes, the metrics, the tables.
 
 ``compute_metrics`` turns the raw numbers of each measurement into one value
 per metric and relay; ``render_table`` prints them as a Markdown table with
-the ratio to the baseline and the issue's targets.
+the ratio to the baseline and the issue's targets. ``compute_redis_metrics``
+and ``render_redis_table`` do the same for the SQLite relay against one and
+two relay nodes on Redis (``--redis``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["METRICS", "QUICK", "Metric", "Sizes", "compute_metrics", "metrics_of", "render_table"]
+__all__ = [
+    "METRICS",
+    "QUICK",
+    "REDIS_METRICS",
+    "Metric",
+    "RedisMetric",
+    "Sizes",
+    "compute_metrics",
+    "compute_redis_metrics",
+    "metrics_of",
+    "redis_metrics_of",
+    "render_redis_table",
+    "render_table",
+]
 
 
 @dataclass(frozen=True)
@@ -158,9 +173,14 @@ def compute_metrics(results: dict[str, dict[str, Any]], relays: Sequence[str]) -
             "steer_raw_p50_ms": _pct(steer_raw, "steer", "p50_ms"),
             "steer_raw_p99_ms": _pct(steer_raw, "steer", "p99_ms"),
             "idle_kib_per_client": idle.get("bytes_per_client", nan) / 1024,
-            "other_busy_max": max((_busy(r, "other_cpu_s") for r in streaming), default=nan),
+            "other_busy_max": _worst(_busy(r, "other_cpu_s") for r in streaming),
         }
     return out
+
+
+def _worst(values: Iterable[float]) -> float:
+    """The largest of the measured values (NaN if none was)."""
+    return max((v for v in values if not math.isnan(v)), default=math.nan)
 
 
 def _busy(result: dict[str, Any], key: str) -> float:
@@ -212,7 +232,248 @@ def render_table(metrics: dict[str, Any], sizes: Sizes, relays: Sequence[str]) -
                 marks.append(f"{k} {'yes' if m.check(value, base) else 'NO'}")
             met = ", ".join(marks)
         rows.append([*row, m.target, met])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return _markdown(rows)
+
+
+# ------------------------------------------------------------------ Redis --
+
+REDIS_KINDS = ("redis1", "redis2")
+"""One and two relay nodes on Redis (the columns of the Redis table besides ``sqlite``)."""
+
+
+@dataclass(frozen=True)
+class RedisMetric:
+    """A row of the Redis table; ``check(value, redis1's value)`` judges ``judged`` columns."""
+
+    key: str
+    label: str
+    unit: str
+    target: str = ""
+    check: Callable[[float, float], bool] | None = None
+    judged: tuple[str, ...] = REDIS_KINDS
+
+
+def redis_metrics_of(sizes: Sizes) -> list[RedisMetric]:
+    """The rows of the Redis table, in order, labelled for these sizes."""
+    n = sizes.sessions
+    at_rate = f"{n} x {sizes.rate:g} tok/s"
+    half = max(1, n // 2)
+    within = "<= 1.2x redis1"
+    rt = "< 0.2"
+
+    def scales(value: float, one: float) -> bool:
+        return value <= 1.2 * one
+
+    def under_rt(value: float, _: float) -> bool:
+        return value < 0.2
+
+    def under_25(value: float, _: float) -> bool:
+        return value < 25.0
+
+    return [
+        RedisMetric("delivered_per_s_n", f"delivered tokens/s, {n} sessions", "/s"),
+        RedisMetric("tokens_per_frame_n", f"tokens per deliver frame, {n} sessions", ""),
+        RedisMetric(
+            "cpu_s_per_10k",
+            f"relay CPU s / 10k delivered, {n} sessions, per node",
+            "s",
+            within,
+            scales,
+            ("redis2",),
+        ),
+        RedisMetric(
+            "cluster_cpu_s_per_10k", f"all nodes' CPU s / 10k delivered, {n} sessions", "s"
+        ),
+        RedisMetric("relay_busy_n", f"relay CPU busy, {n} sessions, busiest node", "%"),
+        RedisMetric("loadgen_busy_n", f"loadgen CPU busy, {n} sessions", "%"),
+        RedisMetric(
+            "round_trips_per_token_n",
+            f"Redis round trips / delivered token, {n} sessions",
+            "",
+            rt,
+            under_rt,
+        ),
+        RedisMetric(
+            "redis_reads_per_token_n", f"Redis read events / delivered token, {n} sessions", ""
+        ),
+        RedisMetric("redis_cpu_s_per_10k", f"Redis CPU s / 10k delivered, {n} sessions", "s"),
+        RedisMetric("redis_us_per_append", f"Redis CPU us / append, {n} sessions", "us"),
+        RedisMetric("redis_busy_n", f"Redis CPU busy, {n} sessions", "%"),
+        RedisMetric("latency_p50_ms", f"publish->deliver p50, {at_rate}", "ms", "", None, ()),
+        RedisMetric(
+            "latency_p99_ms", f"publish->deliver p99, {at_rate}", "ms", "< 25 ms", under_25
+        ),
+        RedisMetric(
+            "latency_far_p99_ms",
+            f"publish->deliver p99 on the other node, {at_rate}",
+            "ms",
+            "< 25 ms",
+            under_25,
+            ("redis2",),
+        ),
+        RedisMetric(
+            "cpu_s_per_10k_fixed",
+            f"relay CPU s / 10k delivered, {at_rate}, per node",
+            "s",
+            within,
+            scales,
+            ("redis2",),
+        ),
+        RedisMetric(
+            "cpu_s_per_10k_half",
+            f"relay CPU s / 10k delivered, {half} x {sizes.rate:g} tok/s, one node",
+            "s",
+        ),
+        RedisMetric(
+            "cpu_vs_same_load",
+            f"per-node CPU above / one node's at {half} x {sizes.rate:g} tok/s",
+            "x",
+        ),
+        RedisMetric(
+            "round_trips_per_token_fixed",
+            f"Redis round trips / delivered token, {at_rate}",
+            "",
+            rt,
+            under_rt,
+        ),
+        RedisMetric(
+            "redis_reads_per_token_fixed", f"Redis read events / delivered token, {at_rate}", ""
+        ),
+        RedisMetric("redis_cpu_s_per_10k_fixed", f"Redis CPU s / 10k delivered, {at_rate}", "s"),
+        RedisMetric("loadgen_busy_fixed", f"loadgen CPU busy, {at_rate}", "%"),
+        RedisMetric("latency_raw_p50_ms", f"raw frames: publish->deliver p50, {at_rate}", "ms"),
+        RedisMetric(
+            "latency_raw_p99_ms",
+            f"raw frames: publish->deliver p99, {at_rate}",
+            "ms",
+            "< 25 ms",
+            under_25,
+        ),
+        RedisMetric(
+            "round_trips_per_token_raw",
+            f"raw frames: Redis round trips / delivered token, {at_rate}",
+            "",
+        ),
+        RedisMetric("other_busy_max", "other processes' CPU, worst phase", "%"),
+    ]
+
+
+REDIS_METRICS: tuple[str, ...] = tuple(m.key for m in redis_metrics_of(Sizes()))
+
+
+def _node_cpu_per_10k(result: dict[str, Any]) -> float:
+    """The busiest node's CPU seconds per 10k tokens delivered to its own subscribers."""
+    cpus, tokens = result.get("node_cpu_s"), result.get("node_tokens")
+    if cpus and tokens:
+        return max(1e4 * _div(c, t) for c, t in zip(cpus, tokens, strict=True))
+    return 1e4 * _div(result.get("relay_cpu_s", math.nan), result.get("tokens", math.nan))
+
+
+def _node_busy(result: dict[str, Any]) -> float:
+    cpus = result.get("node_cpu_s") or [result.get("relay_cpu_s", math.nan)]
+    return 100 * _div(max(cpus), result.get("seconds", math.nan))
+
+
+def _round_trips(result: dict[str, Any]) -> float:
+    """The store's round trips to Redis, all nodes (``runwire_store_round_trips_total``)."""
+    nodes = result.get("node_metrics") or [{}]
+    return float(sum(m.get("runwire_store_round_trips_total", math.nan) for m in nodes))
+
+
+def _redis(result: dict[str, Any], key: str) -> float:
+    return float(result.get("redis", {}).get(key, math.nan))
+
+
+def _appends(result: dict[str, Any]) -> float:
+    """Entries the append script stored: it publishes each once (``SPUBLISH`` / ``PUBLISH``)."""
+    commands = result.get("redis", {}).get("commands")
+    if commands is None:
+        return math.nan
+    return float(sum(commands.get(c, {}).get("calls", 0) for c in ("spublish", "publish")))
+
+
+def compute_redis_metrics(
+    results: dict[str, dict[str, Any]], kinds: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """``{kind: {metric: value}}`` for the Redis table (NaN where a phase is missing)."""
+    out: dict[str, dict[str, float]] = {}
+    nan = math.nan
+    for kind in kinds:
+
+        def get(phase: str, k: str = kind) -> dict[str, Any]:
+            value = results.get(phase, {}).get(k, {})
+            return value if "failed" not in value else {}
+
+        many, lat, half = get("throughput_n"), get("latency"), get("latency_half", "redis1")
+        raw = get("latency_raw") if "latency_raw" in results else lat
+        toks_n, toks_l = many.get("tokens", nan), lat.get("tokens", nan)
+        out[kind] = {
+            "delivered_per_s_n": _div(toks_n, many.get("seconds", nan)),
+            "tokens_per_frame_n": _div(toks_n, many.get("frames", nan)),
+            "cpu_s_per_10k": _node_cpu_per_10k(many),
+            "cluster_cpu_s_per_10k": 1e4 * _div(many.get("relay_cpu_s", nan), toks_n),
+            "relay_busy_n": _node_busy(many),
+            "loadgen_busy_n": _busy(many, "loadgen_cpu_s"),
+            "round_trips_per_token_n": _div(_round_trips(many), toks_n),
+            "redis_reads_per_token_n": _div(_redis(many, "total_reads_processed"), toks_n),
+            "redis_cpu_s_per_10k": 1e4 * _div(_redis(many, "cpu_s"), toks_n),
+            "redis_us_per_append": 1e6 * _div(_redis(many, "cpu_s"), _appends(many)),
+            "redis_busy_n": 100 * _div(_redis(many, "cpu_s"), many.get("seconds", nan)),
+            "latency_p50_ms": _pct(lat, "latency", "p50_ms"),
+            "latency_p99_ms": _pct(lat, "latency", "p99_ms"),
+            "latency_far_p99_ms": _pct(lat, "latency_far", "p99_ms"),
+            "cpu_s_per_10k_fixed": _node_cpu_per_10k(lat),
+            "cpu_s_per_10k_half": _node_cpu_per_10k(half) if kind == "redis1" else nan,
+            "cpu_vs_same_load": (
+                _div(_node_cpu_per_10k(lat), _node_cpu_per_10k(half)) if kind == "redis2" else nan
+            ),
+            "round_trips_per_token_fixed": _div(_round_trips(lat), toks_l),
+            "redis_reads_per_token_fixed": _div(_redis(lat, "total_reads_processed"), toks_l),
+            "redis_cpu_s_per_10k_fixed": 1e4 * _div(_redis(lat, "cpu_s"), toks_l),
+            "loadgen_busy_fixed": _busy(lat, "loadgen_cpu_s"),
+            "latency_raw_p50_ms": _pct(raw, "latency", "p50_ms"),
+            "latency_raw_p99_ms": _pct(raw, "latency", "p99_ms"),
+            "round_trips_per_token_raw": _div(_round_trips(raw), raw.get("tokens", nan)),
+            "other_busy_max": _worst(_busy(r, "other_cpu_s") for r in (many, lat, raw)),
+        }
+    return out
+
+
+def render_redis_table(
+    metrics: dict[str, dict[str, float]], sizes: Sizes, kinds: Sequence[str]
+) -> str:
+    """The SQLite relay against relay nodes on Redis, as a Markdown table."""
+    head = ["metric", *kinds]
+    ratio = all(k in kinds for k in REDIS_KINDS)
+    if ratio:
+        head.append("redis2 / redis1")
+    head += ["target", "met"]
+    rows = [head]
+    for m in redis_metrics_of(sizes):
+        unit = m.unit not in ("/s", "", "x")
+        row = [m.label + (f" ({m.unit})" if unit else "")]
+        row += [_fmt(metrics[k][m.key]) for k in kinds]
+        one = metrics.get("redis1", {}).get(m.key, math.nan)
+        if ratio:
+            both = _div(metrics["redis2"][m.key], one)
+            ratio_ok = m.unit not in ("%", "x") and not math.isnan(both)
+            row.append(_fmt(both) + "x" if ratio_ok else "")
+        marks = []
+        if m.check is not None:
+            for k in kinds:
+                if k not in m.judged:
+                    continue
+                value = metrics[k][m.key]
+                if math.isnan(value) or ("redis1" in m.target and math.isnan(one)):
+                    marks.append(f"{k} n/a")
+                else:
+                    marks.append(f"{k} {'yes' if m.check(value, one) else 'NO'}")
+        rows.append([*row, m.target, ", ".join(marks)])
+    return _markdown(rows)
+
+
+def _markdown(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for i, r in enumerate(rows):
         cells = [

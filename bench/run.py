@@ -10,6 +10,11 @@ load-generator process share the machine. A measurement during which other
 processes used more than a quarter of a core is taken again (at most twice,
 within a time budget) and the least disturbed one kept. ``bench/report.py``
 turns the numbers into the table. See ``bench/README.md``.
+
+``--redis`` adds one (``redis1``) and two (``redis2``) relay processes on a
+Redis store (``--redis-url``, a fresh key prefix per measurement, its keys
+deleted afterwards) for the throughput and latency measurements, and a second
+table that compares them with the SQLite relay of the same run.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import platform
+import secrets
 import select
 import shlex
 import signal
@@ -30,18 +36,49 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psutil  # type: ignore[import-untyped]
 from loadgen import Phase, run_phase, sdk_available
 from peers import raise_nofile
-from report import QUICK, Sizes, compute_metrics, metrics_of, render_table
+from report import (
+    QUICK,
+    REDIS_KINDS,
+    Sizes,
+    compute_metrics,
+    compute_redis_metrics,
+    metrics_of,
+    redis_metrics_of,
+    render_redis_table,
+    render_table,
+)
 
-__all__ = ["RELAYS", "LoadGen", "Policy", "RelayProcess", "main", "measure", "plan"]
+__all__ = [
+    "RELAYS",
+    "LoadGen",
+    "Policy",
+    "RedisKeys",
+    "RelayProcess",
+    "main",
+    "measure",
+    "plan",
+]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RELAYS = ("baseline", "memory", "sqlite")
+DEFAULT_RELAYS = ("baseline", "memory", "sqlite")
+RELAYS = (*DEFAULT_RELAYS, *REDIS_KINDS)
+NODES = {"redis1": 1, "redis2": 2}
+"""Relay processes per measurement, for the relays on Redis (one for the others)."""
+REDIS_PHASES = {
+    "throughput_n": REDIS_KINDS,
+    "latency": REDIS_KINDS,
+    "latency_raw": REDIS_KINDS,
+    "latency_half": ("redis1",),
+}
+"""What the relays on Redis are measured on (``latency_half`` is for them only)."""
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 PHASE_TIMEOUT = 120.0
 
 
@@ -51,13 +88,14 @@ PHASE_TIMEOUT = 120.0
 class RelayProcess:
     """One relay under test, in its own process, listening on a free port."""
 
-    def __init__(self, kind: str, workdir: Path, name: str) -> None:
+    def __init__(self, kind: str, workdir: Path, name: str, store: str | None = None) -> None:
         self.kind = kind
         self.log_path = workdir / f"{name}.log"
         if kind == "baseline":
             cmd = [sys.executable, str(HERE / "baseline_relay.py"), "--port", "0"]
         else:
-            store = "memory://" if kind == "memory" else f"sqlite:///{workdir / name}.db"
+            if store is None:
+                store = "memory://" if kind == "memory" else f"sqlite:///{workdir / name}.db"
             cmd = [
                 sys.executable,
                 "-m",
@@ -115,6 +153,62 @@ class RelayProcess:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._log.close()
+
+
+class RedisKeys:
+    """Fresh key prefixes on one Redis for a run, and deleting their keys."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.url = url
+        self.run = f"bench{secrets.token_hex(4)}"
+        self._client = redis.Redis.from_url(url)
+        self._count = 0
+
+    def ping(self) -> None:
+        """Raise ``SystemExit`` when Redis cannot be reached."""
+        import redis
+
+        try:
+            self._client.ping()
+        except redis.RedisError as exc:
+            raise SystemExit(f"--redis: Redis at {self.url} is not reachable ({exc})") from None
+
+    def store_url(self) -> str:
+        """A store URL with a prefix no measurement used before (``bench<random>-<n>:``)."""
+        self._count += 1
+        parts = urlsplit(self.url)
+        query = [*parse_qsl(parts.query), ("prefix", f"{self.run}-{self._count}:")]
+        return urlunsplit(parts._replace(query=urlencode(query, safe=":")))
+
+    def delete(self, pattern: str | None = None) -> int:
+        """Delete the keys of this run (or those matching ``pattern``).
+
+        Returns how many, or -1 when Redis failed meanwhile.
+        """
+        import redis
+
+        deleted = 0
+        batch: list[bytes] = []
+        try:
+            for key in self._client.scan_iter(match=pattern or f"{self.run}-*", count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    deleted += int(self._client.unlink(*batch))
+                    batch.clear()
+            if batch:
+                deleted += int(self._client.unlink(*batch))
+        except redis.RedisError:
+            return -1
+        return deleted
+
+    def close(self) -> None:
+        """Delete every key of the run and disconnect."""
+        try:
+            self.delete()
+        finally:
+            self._client.close()
 
 
 # ---------------------------------------------------------------- loadgen --
@@ -218,7 +312,10 @@ def plan(sizes: Sizes, *, sdk: bool) -> list[tuple[str, dict[str, Any]]]:
         "clients": sizes.clients,
         "warmup": min(1.0, sizes.warmup * 2),
     }
-    return [*phases, ("idle", idle)]
+    # One node on Redis carrying what each of two nodes carries: the reference for
+    # "per node" figures at the same load per node.
+    half = ("latency_half", {**latency, "sessions": max(1, sizes.sessions // 2)})
+    return [*phases, half, ("idle", idle)]
 
 
 def wait_quiet(limit: float, busy_below: float = 25.0) -> float:
@@ -255,16 +352,24 @@ def measure(
     sdk: bool,
     log: Callable[[str], None],
     policy: Policy = Policy(),
+    redis: RedisKeys | None = None,
+    phases: Sequence[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run every phase against every relay; returns ``{phase: {relay: result}}``."""
+    """Run every phase (or those named in ``phases``) against every relay.
+
+    Returns ``{phase: {relay: result}}``. The relays on Redis (``redis1``,
+    ``redis2``) need ``redis`` and are measured on ``REDIS_PHASES`` only.
+    """
     results: dict[str, dict[str, Any]] = {}
     began = time.monotonic()
     todo = [
         (name, fields, kind)
         for name, fields in plan(sizes, sdk=sdk)
         for kind in relays
-        if not (name.endswith("_raw") and kind == "baseline")  # the baseline is always raw
+        if _measures(name, kind) and (phases is None or name in phases)
     ]
+    if redis is None and any(kind in NODES for _, _, kind in todo):
+        raise ValueError("relays on Redis need redis=RedisKeys(url)")
     done, measuring = 0, 0.0
     loadgen = LoadGen()
     try:
@@ -278,7 +383,7 @@ def measure(
                     if policy.quiet_wait > 0 and slack > 0:
                         wait_quiet(min(policy.quiet_wait, slack), policy.noise_limit)
                     started = time.monotonic()
-                    result = _measure_one(loadgen, kind, name, fields, Path(tmp), attempt)
+                    result = _measure_one(loadgen, kind, name, fields, Path(tmp), attempt, redis)
                     result["attempts"] = attempt + 1
                     done += 1
                     measuring += time.monotonic() - started
@@ -297,28 +402,62 @@ def measure(
     return results
 
 
+def _measures(name: str, kind: str) -> bool:
+    """Whether relay ``kind`` is measured on phase ``name``."""
+    if kind in NODES:
+        return kind in REDIS_PHASES.get(name, ())
+    if name == "latency_half":
+        return False  # a reference for the relays on Redis only
+    return not (name.endswith("_raw") and kind == "baseline")  # the baseline is always raw
+
+
 def _measure_one(
-    loadgen: LoadGen, kind: str, name: str, fields: dict[str, Any], tmp: Path, attempt: int
+    loadgen: LoadGen,
+    kind: str,
+    name: str,
+    fields: dict[str, Any],
+    tmp: Path,
+    attempt: int,
+    redis: RedisKeys | None = None,
 ) -> dict[str, Any]:
-    """One measurement against a fresh relay process."""
-    relay = RelayProcess(kind, tmp, f"{kind}-{name}-{attempt}")
-    phase = Phase(
-        relay="baseline" if kind == "baseline" else "runwire",
-        url=relay.url,
-        relay_pid=relay.pid,
-        tag=name,
-        **fields,
-    )
+    """One measurement against fresh relay processes (one, or ``NODES[kind]`` on Redis)."""
+    store = redis.store_url() if redis is not None and kind in NODES else None
+    nodes: list[RelayProcess] = []
+    result: dict[str, Any]
     try:
+        for i in range(NODES.get(kind, 1)):
+            nodes.append(RelayProcess(kind, tmp, f"{kind}-{name}-{attempt}-{i}", store))
+        phase = Phase(
+            relay="baseline" if kind == "baseline" else "runwire",
+            urls=tuple(node.url for node in nodes),
+            relay_pids=tuple(node.pid for node in nodes),
+            tag=name,
+            redis_url=None if redis is None or store is None else redis.url,
+            **fields,
+        )
         result = loadgen.run(phase, PHASE_TIMEOUT)
-    except RuntimeError as exc:
-        result = {"failed": str(exc), "relay_log": relay.log_tail()}
+    except RuntimeError as exc:  # a relay did not start, or the phase failed
+        result = {"failed": str(exc), "relay_log": _logs(nodes)}
     finally:
-        relay.stop()
-    result["relay_command"] = relay.command
-    if "failed" not in result and relay.log_tail().strip():
-        result["relay_log"] = relay.log_tail()
+        for node in nodes:
+            node.stop()
+    if store is not None and redis is not None:
+        result["redis_keys_deleted"] = redis.delete(_prefix(store) + "*")
+    if nodes:
+        result["relay_command"] = nodes[0].command
+        result["relay_processes"] = len(nodes)
+    if "failed" not in result and _logs(nodes).strip():
+        result["relay_log"] = _logs(nodes)
     return result
+
+
+def _prefix(store: str) -> str:
+    return dict(parse_qsl(urlsplit(store).query))["prefix"]
+
+
+def _logs(nodes: Sequence[RelayProcess]) -> str:
+    """The end of each relay's stderr."""
+    return "".join(node.log_tail() for node in nodes)
 
 
 def _noise(result: dict[str, Any]) -> float:
@@ -353,7 +492,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    parser.add_argument("--relays", default=",".join(RELAYS), help="subset of " + ",".join(RELAYS))
+    parser.add_argument(
+        "--relays",
+        default=",".join(DEFAULT_RELAYS),
+        help=f"subset of {','.join(RELAYS)} ({','.join(DEFAULT_RELAYS)})",
+    )
+    parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="add redis1,redis2: one and two relay processes on Redis (needs a Redis)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=REDIS_URL,
+        help=f"the Redis of --redis ($REDIS_URL or {REDIS_URL}); keys under bench<random>-",
+    )
     parser.add_argument("--sessions", type=int, help="sessions streaming at once (100)")
     parser.add_argument("--rate", type=float, help="tokens/s per session at fixed load (20)")
     parser.add_argument(
@@ -381,6 +534,10 @@ def build_parser() -> argparse.ArgumentParser:
         " (2; 0 with --quick)",
     )
     parser.add_argument("--no-sdk", action="store_true", help="drive runwire with raw frames")
+    parser.add_argument(
+        "--phases",
+        help="only these measurements, e.g. throughput_n,latency (names as printed)",
+    )
     return parser
 
 
@@ -388,9 +545,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the table, write JSON if asked; returns the report."""
     args = build_parser().parse_args(argv)
     relays = [r for r in args.relays.split(",") if r]
+    if args.redis:
+        relays += [k for k in REDIS_KINDS if k not in relays]
     unknown = set(relays) - set(RELAYS)
     if unknown:
         raise SystemExit(f"unknown relays: {', '.join(sorted(unknown))}")
+    redis: RedisKeys | None = None
+    if any(k in NODES for k in relays):
+        redis = RedisKeys(args.redis_url)
+        redis.ping()
     sizes = QUICK if args.quick else Sizes()
     overrides = {
         k: getattr(args, k)
@@ -407,21 +570,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     started = time.monotonic()
-    results = measure(
-        sizes,
-        relays,
-        sdk=sdk,
-        log=lambda line: print(line, flush=True),
-        policy=Policy(
-            quiet_wait=args.quiet_wait,
-            budget=args.budget,
-            retries=(0 if args.quick else 2) if args.retries is None else args.retries,
-        ),
-    )
-    metrics = compute_metrics(results, relays)
-    table = render_table(metrics, sizes, relays)
+    try:
+        results = measure(
+            sizes,
+            relays,
+            sdk=sdk,
+            log=lambda line: print(line, flush=True),
+            policy=Policy(
+                quiet_wait=args.quiet_wait,
+                budget=args.budget,
+                retries=(0 if args.quick else 2) if args.retries is None else args.retries,
+            ),
+            redis=redis,
+            phases=args.phases.split(",") if args.phases else None,
+        )
+    finally:
+        if redis is not None:
+            redis.close()
+    single = [k for k in relays if k not in NODES]
+    metrics = compute_metrics(results, single)
+    table = render_table(metrics, sizes, single) if single else ""
+    compared = [k for k in ("sqlite", *REDIS_KINDS) if k in relays and (k != "sqlite" or redis)]
+    redis_metrics = compute_redis_metrics(results, compared) if redis else {}
+    redis_table = render_redis_table(redis_metrics, sizes, compared) if redis else ""
     print()
-    print(table)
+    print("\n\n".join(t for t in (table, redis_table) if t))
     print(f"\n({time.monotonic() - started:.0f} s)", flush=True)
     report = {
         "command": command,
@@ -437,6 +610,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "table": table,
         "phases": results,
     }
+    if redis is not None:
+        report["redis"] = {
+            "url": redis.url,
+            "key_prefix": f"{redis.run}-<n>:",
+            "metrics": redis_metrics,
+            "targets": {m.key: m.target for m in redis_metrics_of(sizes) if m.target},
+            "table": redis_table,
+        }
     if args.out is not None:
         args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     return report

@@ -1,18 +1,51 @@
 """Smoke test of the benchmark: ``bench/run.py --quick`` runs and reports every metric.
 
 It checks that the script works end to end (three relays as processes, a
-load-generator process, the table, the JSON), never how fast anything is.
+load-generator process, the table, the JSON; with ``--redis`` one and two relay
+processes on Redis and their table), never how fast anything is.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import redis
+
 ROOT = Path(__file__).resolve().parents[2]
 RELAYS = ("baseline", "memory", "sqlite")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_METRICS = {
+    "delivered_per_s_n",
+    "tokens_per_frame_n",
+    "cpu_s_per_10k",
+    "cluster_cpu_s_per_10k",
+    "relay_busy_n",
+    "loadgen_busy_n",
+    "round_trips_per_token_n",
+    "redis_reads_per_token_n",
+    "redis_cpu_s_per_10k",
+    "redis_us_per_append",
+    "redis_busy_n",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "latency_far_p99_ms",
+    "cpu_s_per_10k_fixed",
+    "cpu_s_per_10k_half",
+    "cpu_vs_same_load",
+    "round_trips_per_token_fixed",
+    "redis_reads_per_token_fixed",
+    "redis_cpu_s_per_10k_fixed",
+    "loadgen_busy_fixed",
+    "latency_raw_p50_ms",
+    "latency_raw_p99_ms",
+    "round_trips_per_token_raw",
+    "other_busy_max",
+}
 METRICS = {
     "delivered_per_s_1",
     "delivered_per_s_n",
@@ -57,3 +90,46 @@ def test_quick_run_reports_every_metric_for_every_relay(tmp_path: Path) -> None:
     assert "| metric" in proc.stdout
     for label in ("delivered tokens/s", "steer->on_steer p99", "KiB per idle client"):
         assert label in proc.stdout
+
+
+def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: Path) -> None:
+    if os.environ.get("RUNWIRE_SKIP_REDIS") == "1":
+        pytest.skip("RUNWIRE_SKIP_REDIS=1")
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.RedisError as exc:  # never skip silently: CI starts a Redis
+        pytest.fail(f"Redis at {REDIS_URL} is not reachable ({exc}); set RUNWIRE_SKIP_REDIS=1")
+    out = tmp_path / "bench.json"
+    argv = ["--quick", "--relays", "sqlite", "--redis", "--redis-url", REDIS_URL]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), *argv, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=28,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    table = report["redis"]["metrics"]
+    assert set(table) == {"sqlite", "redis1", "redis2"}
+    for kind, values in table.items():
+        assert set(values) == REDIS_METRICS, kind
+    for kind in ("redis1", "redis2"):
+        for metric in ("delivered_per_s_n", "cpu_s_per_10k", "round_trips_per_token_n"):
+            assert table[kind][metric] > 0, (kind, metric)
+        assert table[kind]["latency_p99_ms"] > 0, kind
+    assert table["redis2"]["latency_far_p99_ms"] > 0
+    assert table["redis1"]["cpu_s_per_10k_half"] > 0 and table["redis2"]["cpu_vs_same_load"] > 0
+    for phase in ("throughput_n", "latency"):
+        for kind in ("redis1", "redis2"):
+            result = report["phases"][phase][kind]
+            assert "failed" not in result, (phase, kind, result)
+            assert not result["errors"], (phase, kind, result["error_codes"])
+            assert result["relay_processes"] == (2 if kind == "redis2" else 1)
+    assert report["phases"]["throughput_n"]["redis2"]["node_tokens"][1] > 0
+    assert "| metric" in proc.stdout and "redis2 / redis1" in proc.stdout
+    prefix = report["redis"]["key_prefix"].removesuffix("<n>:")
+    assert prefix.startswith("bench")
+    assert not list(client.scan_iter(match=f"{prefix}*", count=1000))
+    client.close()
