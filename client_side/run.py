@@ -33,10 +33,10 @@ wait: not taken in by the agent, not refused, the Run not ended (a message
 still being published or checked waits too); a Run that ends ``error`` leaves
 its untaken messages there. ``result().undelivered`` (at an end that is not an
 error) and the return value of ``cancel()`` list the ones the Run did not
-take; their outcomes resolve ``consumed=False``. A suspended Run keeps its
-queue (the Ably seed's rule: messages that arrive during a suspend stay
-pending until it resumes and takes them, or ends), so at a suspend they are in
-``queued``, not in ``undelivered``.
+take; their outcomes resolve ``consumed=False``. A Run that suspends also
+returns the messages it did not take in ``undelivered``, but keeps them queued:
+their outcomes stay pending (the Ably seed's rule, which the core and interrupt
+issues keep) until the resumed Run takes them, or it ends.
 
 The awaitables are ``PendingResult`` objects, not futures or tasks: one left
 unawaited never warns, and each may be awaited any number of times.
@@ -210,8 +210,9 @@ class RunResult:
 
     ``undelivered``: messages sent through this handle (steer, follow-up,
     inject) that the Run did not take and that were not refused; empty when
-    the Run ended ``error`` (they stay in ``ClientRun.queued``) and at a
-    suspend (the resumed Run takes them).
+    the Run ended ``error`` (they stay in ``ClientRun.queued``). At a suspend
+    they are listed here and stay in ``queued`` too, outcomes pending: the
+    resumed Run may still take them.
     ``interrupts``: the questions a suspended Run waits on.
     """
 
@@ -329,7 +330,11 @@ class ClientRun:
                 undelivered = (
                     []
                     if info.status == "error"
-                    else [d.message for d in self._untaken() if d.outcome.done()]
+                    else [
+                        d.message
+                        for d in self._untaken()
+                        if d.outcome.done() or info.status == "suspended"
+                    ]
                 )
                 return RunResult(
                     status=info.status,

@@ -230,7 +230,7 @@ async def test_suspend_resolves_consumed_steering_and_keeps_the_rest_pending(
             assert await seen.outcome == Outcome(consumed=True, run_terminal_reason=None)
             assert not unseen.outcome.done()
             assert run.queued == [unseen.message]
-            assert result.undelivered == []
+            assert result.undelivered == [unseen.message]  # returned, and still queued
             # The Run resumes and is cancelled: the pending one settles, not consumed.
             await agent.start(run.run_id)
             await agent.end(run.run_id, "cancelled")

@@ -457,7 +457,8 @@ async def test_an_inject_where_the_run_keeps_no_history_is_undelivered() -> None
 
 
 async def test_a_suspended_run_keeps_its_queue_and_takes_it_when_it_resumes() -> None:
-    """A pause: runwire keeps the Ably rule, so what waits is queued, not undelivered."""
+    """A pause returns what the Run has not taken in (the issue's rule) and keeps it queued,
+    outcome pending (the Ably rule): the resumed Run takes it."""
     suspended = anyio.Event()
     resume = anyio.Event()
     model = ScriptedModel(["asking"], ["resumed answer"])
@@ -481,8 +482,10 @@ async def test_a_suspended_run_keeps_its_queue_and_takes_it_when_it_resumes() ->
         steer = run.steer("use the eu region")
         await steer.published
         result = await run.result()
-        assert result.status == "suspended" and result.undelivered == []
+        assert result.status == "suspended"
+        assert [m.id for m in result.undelivered] == [steer.message.id]
         assert [m.id for m in run.queued] == [steer.message.id]
+        assert not steer.outcome.done()
         resume.set()
         assert await steer.outcome == Outcome(consumed=True, run_terminal_reason="complete")
         assert model.texts(1)[-1] == "use the eu region"
