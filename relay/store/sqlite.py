@@ -2,53 +2,57 @@
 
 Theory of operation
 -------------------
-The store owns one thread and one connection; every SQLite call runs on that
-thread, so the event loop never waits for the disk. Calls become *jobs* on a
-FIFO queue. Each time the thread wakes it takes every queued job: the writes
-(``append``, ``put_runs``) run in queue order inside one transaction and one
-commit (group commit), then the reads run, then one hop back to the event
-loop wakes every caller. While a commit is on the disk new jobs pile up and
-share the next one; an append to an idle store commits at once.
+Writes run on the event loop's thread; reads and checkpoints on one background
+thread with its own connection. In WAL mode with ``synchronous=NORMAL`` a
+commit adds a few pages to the WAL without an ``fsync``: tens of microseconds
+on the loop. (A writer thread must win the GIL back from a busy loop after
+each SQLite call, up to ``sys.getswitchinterval()`` each time: that made a
+loaded relay's latency tail tens of milliseconds long.)
 
-``append`` puts its job on the queue before it first yields, so appends are
-sequenced in call order. The serial itself is given inside the transaction:
-the channel's highest stored serial (read once per batch, under SQLite's write
-lock) plus one. So a failed commit (every job of the batch raises
-``RunwireError(STORE_UNAVAILABLE)``) can neither skip nor repeat a serial, and
-several stores (or processes) may share one file.
+Writes (``append``, ``put_runs``) join a batch whose first job schedules a
+flush with ``loop.call_soon``, so what is queued in one iteration of the loop
+shares one transaction (group commit). ``append`` queues its job before it
+first yields: appends are sequenced in call order. The serial is given in the
+transaction: the channel's highest stored serial plus one, kept between
+batches and read again when ``PRAGMA data_version`` says another connection
+(store, process) committed. So a failed commit (each job of the batch raises
+``RunwireError(STORE_UNAVAILABLE)``) neither skips nor repeats a serial, and
+stores may share a file. While another connection holds the write lock the
+flush is retried every millisecond (for ``BUSY_TIMEOUT`` seconds): the loop
+never waits for it. ``expect_last`` is checked against the same head; a
+conflicting append fails alone (``RunwireError(CONFLICT)``). After the commit
+the flush wakes the callers and calls the subscribers in job order, so in
+serial order; they see this store object's appends only.
 
-``expect_last`` is checked inside the transaction too, against the same
-head; a conflicting append fails alone (``RunwireError(CONFLICT)``) and the
-rest of its batch commits. Subscribers (``subscribe``) are called on the
-event loop when the batch's callers are woken, in queue order, so in serial
-order; they see this store object's appends only, not another process's.
+Dedup: ``open_channel`` loads the channel's newest ``DEDUP_WINDOW`` entry ids
+and each append adds its id (the pending job, then the serial), so ``find``
+and ``append`` answer repeats without the disk. An older repeat hits the
+unique ``(session_id, entry_id)`` index: the batch is rolled back and written
+again one entry at a time, and the repeat takes no serial and returns the
+original.
 
-Dedup: ``open_channel`` loads the channel's newest ``DEDUP_WINDOW`` entry ids;
-each append adds its id (first as the pending job, then as the serial). ``find``
-and ``append`` answer repeats of those ids from that map, so ``find`` needs no
-disk for a new id. An older repeat still hits the unique ``(session_id,
-entry_id)`` index inside the transaction: it writes nothing, takes no serial
-and returns the stored original.
-
-The file is in WAL mode with ``synchronous=NORMAL``: a commit is in the WAL
-before ``append`` returns, so a process killed with SIGKILL loses nothing that
-was acknowledged (a power cut may lose the newest commits).
+Automatic checkpoints are off: after ``CHECKPOINT_COMMITS`` commits (or a
+second after the first) the background thread runs two ``PASSIVE``
+checkpoints alongside the writes, then a ``FULL`` one that holds them off
+for a moment, so that the next commit starts the WAL over (and syncs its
+header: the only ``fsync`` on the loop). A SIGKILL loses nothing
+acknowledged: a commit is in the WAL file before ``append`` returns (a power
+cut may lose the newest commits).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import sqlite3
-import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, Generic, TypeAlias, TypeVar, cast
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import TypeAlias, TypeVar
 
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import anyio.to_thread
 
 from transport.codec import dumps, loads, splice_serial
@@ -70,14 +74,26 @@ from .base import (
     StoredEntry,
     Subscribers,
     Unsubscribe,
+    log,
 )
 
-__all__ = ["DEDUP_WINDOW", "SQLiteStore"]
+__all__ = ["BUSY_TIMEOUT", "CHECKPOINT_COMMITS", "DEDUP_WINDOW", "WAL_LIMIT", "SQLiteStore"]
 
 T = TypeVar("T")
 
 DEDUP_WINDOW = 10_000
 """How many of a channel's newest entry ids ``find`` answers from memory."""
+
+CHECKPOINT_COMMITS = 500
+"""Commits between checkpoints (a few pages each)."""
+
+WAL_LIMIT = 16 * 2**20
+"""Bytes the WAL file is cut back to when it starts over (``journal_size_limit``)."""
+
+BUSY_TIMEOUT = 5.0
+"""Seconds a write waits for another connection's write lock before it fails."""
+
+_RETRY = 0.001
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS channels (
@@ -107,6 +123,7 @@ _INSERT_ENTRY = (
     "INSERT INTO entries (session_id, serial, entry_id, data) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (session_id, entry_id) DO NOTHING"
 )
+_SELECT_HEAD = "SELECT COALESCE(MAX(serial), 0) FROM entries WHERE session_id = ?"
 _UPSERT_RUN = (
     "INSERT INTO runs (session_id, run_id, record, status, agent) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (session_id, run_id) DO UPDATE SET"
@@ -114,45 +131,45 @@ _UPSERT_RUN = (
 )
 
 
-class _Job(Generic[T]):
-    """One call for the store's thread, and its outcome once ``done`` is set."""
+@dataclass(eq=False, slots=True)
+class _Write:
+    """One ``append`` (``entry_id`` set) or ``put_runs`` (``entry_id`` None) in a batch."""
 
-    __slots__ = ("done", "error", "fn", "on_done", "value", "write")
-
-    def __init__(self, fn: Callable[[], T], *, write: bool) -> None:
-        self.fn = fn
-        self.write = write
-        self.done = anyio.Event()
-        self.on_done: Callable[[], None] | None = None  # runs on the event loop first
-        self.value: T | None = None
-        self.error: RunwireError | None = None
-
-    def run(self) -> None:
-        """Run a read job on the store's thread, keeping its result or error."""
-        try:
-            self.value = self.fn()
-        except RunwireError as exc:
-            self.error = exc
-        except Exception as exc:
-            self.error = RunwireError(STORE_UNAVAILABLE, f"SQLite read failed: {exc}")
-
-    async def result(self) -> T:
-        """The job's value once done; raises its ``RunwireError``."""
-        await self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return cast(T, self.value)
+    session_id: str
+    entry_id: str | None
+    data: bytes
+    runs: Sequence[RunRecord]
+    expect_last: int | None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    value: Appended | None = None
+    error: RunwireError | None = None
 
 
-def _wake(jobs: list[_Job[Any]]) -> None:
-    for job in jobs:
-        if job.on_done is not None:
-            job.on_done()
-        job.done.set()
-
-
-_Recent: TypeAlias = OrderedDict[str, int | _Job[Appended]]
+_Outcome: TypeAlias = Appended | RunwireError | None
+_Recent: TypeAlias = OrderedDict[str, int | _Write]
 """A channel's newest entry ids: the serial, or the job still writing it."""
+
+
+def _connect(path: str, *, wait: bool) -> sqlite3.Connection:
+    """A connection for one thread that waits for locks (or, ``wait=False``, never).
+
+    Raises ``RunwireError(STORE_UNAVAILABLE)``.
+    """
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
+        conn.executescript(_SCHEMA)
+        if not wait:
+            conn.execute("PRAGMA busy_timeout = 0")
+    except sqlite3.Error as exc:
+        raise RunwireError(
+            STORE_UNAVAILABLE, f"cannot open the SQLite database {path!r}: {exc}"
+        ) from None
+    return conn
 
 
 class SQLiteStore(Store):
@@ -172,28 +189,34 @@ class SQLiteStore(Store):
         self._subscribers = Subscribers()
         self._closed = False
         self._ok = False
-        self._token: anyio.lowlevel.EventLoopToken | None = None
-        self._thread: threading.Thread | None = None
-        self._wakeup = threading.Condition()
-        self._queue: list[_Job[Any]] = []
-        self._closing = False
-        # Owned by the store's thread:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The writer, on the event loop:
         self._conn: sqlite3.Connection | None = None
+        self._batch: list[_Write] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._busy_since: float | None = None
+        self._one_by_one = False
         self._heads: dict[str, int] = {}
+        self._version = -1
+        # The background thread, for reads and checkpoints:
+        self._reader: sqlite3.Connection | None = None
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="runwire-sqlite")
+        self._unchecked = 0  # commits since the last checkpoint
+        self._checkpointing = False  # set on the loop, cleared on the background thread
+        self._checkpoint_timer: asyncio.TimerHandle | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
         """Open or create the database; raises ``RunwireError(STORE_UNAVAILABLE)`` if it can't."""
-        if self._thread is not None:
+        if self._loop is not None:
             return
         if self._closed:
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is closed")
-        self._token = anyio.lowlevel.current_token()
-        self._thread = threading.Thread(target=self._serve, name="runwire-sqlite", daemon=True)
-        self._thread.start()
+        self._loop = asyncio.get_running_loop()
         try:
-            await self._submit(self._connect, write=False).result()
+            self._conn = await anyio.to_thread.run_sync(lambda: _connect(self.path, wait=False))
+            self._reader = await anyio.to_thread.run_sync(lambda: _connect(self.path, wait=True))
         except BaseException:
             await self.aclose()
             raise
@@ -204,15 +227,21 @@ class SQLiteStore(Store):
         if self._closed:
             return
         self._closed = True
+        while self._batch:  # commit what is queued, waiting out another's lock if need be
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush()
+            if self._batch:
+                await anyio.sleep(_RETRY)
         self._ok = False
         self._subscribers.clear()
-        thread = self._thread
-        if thread is None:
-            return
-        with self._wakeup:
-            self._closing = True
-            self._wakeup.notify()
-        await anyio.to_thread.run_sync(thread.join)
+        if self._checkpoint_timer is not None:
+            self._checkpoint_timer.cancel()
+        await anyio.to_thread.run_sync(self._background.shutdown)  # lets queued reads finish
+        for conn in (self._reader, self._conn):  # the last one to close checkpoints: off the loop
+            if conn is not None:
+                await anyio.to_thread.run_sync(conn.close)
+        self._reader = self._conn = None
 
     async def healthy(self) -> bool:
         """True while started, not closed, and the last write transaction committed."""
@@ -222,7 +251,7 @@ class SQLiteStore(Store):
 
     async def open_channel(self, session_id: str) -> ChannelInfo:
         """Load or create a channel (a new one gets a random epoch, kept in the file)."""
-        info, ids = await self._submit(lambda: self._load_channel(session_id), write=False).result()
+        info, ids = await self._read(lambda c: _load_channel(c, session_id))
         if session_id not in self._recent:
             self._recent[session_id] = OrderedDict(ids)
         return info
@@ -251,22 +280,14 @@ class SQLiteStore(Store):
             found = await self._repeat(session_id, known)
             if found is not None:
                 return found
-        records = tuple(runs)
-        job = self._submit(
-            lambda: self._insert(session_id, entry_id, data, records, expect_last), write=True
-        )
-        self._remember(recent, entry_id, job)
-        settle = job.on_done
-
-        def done() -> None:
-            if settle is not None:
-                settle()
-            appended = job.value
-            if appended is not None and not appended.duplicate:
-                self._subscribers.publish(session_id, StoredEntry(appended.serial, appended.data))
-
-        job.on_done = done  # the thread wakes callers only once the loop gets here
-        return await job.result()
+        job = _Write(session_id, entry_id, data, tuple(runs), expect_last)
+        self._enqueue(job)
+        recent[entry_id] = job
+        if len(recent) > DEDUP_WINDOW:
+            recent.popitem(last=False)
+        appended = await self._result(job)
+        assert appended is not None  # an append ends with a value or an error
+        return appended
 
     async def subscribe(
         self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
@@ -287,9 +308,7 @@ class SQLiteStore(Store):
         """
         recent = self._recent.get(session_id)
         if recent is None:
-            return await self._submit(
-                lambda: self._select_id(session_id, entry_id), write=False
-            ).result()
+            return await self._read(lambda c: _select_id(c, session_id, entry_id))
         known = recent.get(entry_id)
         return None if known is None else await self._repeat(session_id, known)
 
@@ -304,13 +323,11 @@ class SQLiteStore(Store):
         """Stored entries in ascending serial order (see the contract)."""
         if limit < 1:
             raise RunwireError(VALIDATION_ERROR, f"limit must be at least 1, not {limit}")
-        job = self._submit(lambda: self._select(session_id, after, before, limit), write=False)
-        return await job.result()
+        return await self._read(lambda c: _select(c, session_id, after, before, limit))
 
     async def runs(self, session_id: str) -> list[RunRecord]:
         """Every Run record of a session, in the order they were first written."""
-        job = self._submit(lambda: self._select_runs("session_id = ?", [session_id]), write=False)
-        return await job.result()
+        return await self._read(lambda c: _select_runs(c, "session_id = ?", [session_id]))
 
     async def runs_with_status(
         self, statuses: Sequence[str], *, agent: str | None = None
@@ -323,141 +340,234 @@ class SQLiteStore(Store):
         if agent is not None:
             where += " AND agent = ?"
             params.append(agent)
-        return await self._submit(lambda: self._select_runs(where, params), write=False).result()
+        return await self._read(lambda c: _select_runs(c, where, params))
 
     async def put_runs(self, runs: Sequence[RunRecord]) -> None:
         """Write Run records without an entry (committed like an append)."""
-        records = tuple(runs)
-        await self._submit(lambda: self._upsert_runs(records), write=True).result()
+        job = _Write("", None, b"", tuple(runs), None)
+        self._enqueue(job)
+        await self._result(job)
 
-    # -- the event loop's side -------------------------------------------------
+    # -- writes, on the event loop ---------------------------------------------
 
-    def _submit(self, fn: Callable[[], T], *, write: bool) -> _Job[T]:
-        """Queue a job for the store's thread (synchronously: queue order is call order)."""
-        if self._thread is None:
-            raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not started")
-        job = _Job(fn, write=write)
-        with self._wakeup:
-            if self._closing:
-                raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is closed")
-            self._queue.append(job)
-            self._wakeup.notify()
-        return job
+    def _enqueue(self, job: _Write) -> None:
+        """Add a write to the batch (synchronously: batch order is call order)."""
+        if self._loop is None or self._conn is None or self._closed:
+            raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
+        self._batch.append(job)
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
 
-    def _remember(self, recent: _Recent, entry_id: str, job: _Job[Appended]) -> None:
-        """Put a pending append in the dedup map; it turns into its serial (or leaves) when done."""
-        recent[entry_id] = job
-        if len(recent) > DEDUP_WINDOW:
-            recent.popitem(last=False)
+    def _flush(self) -> None:
+        """Commit the batch in one transaction, then wake its callers and subscribers in order.
 
-        def settle() -> None:
-            if recent.get(entry_id) is job:
-                if job.value is not None:
-                    recent[entry_id] = job.value.serial
-                else:
-                    del recent[entry_id]
-
-        job.on_done = settle
-
-    async def _repeat(self, session_id: str, known: int | _Job[Appended]) -> Appended | None:
-        """What a repeat of a remembered id returns; None if its first append failed."""
-        if isinstance(known, int):
-            job = self._submit(lambda: self._select_serial(session_id, known), write=False)
-            return await job.result()
-        try:
-            original = await known.result()
-        except RunwireError:
-            return None
-        return replace(original, duplicate=True)
-
-    # -- the store's thread ----------------------------------------------------
-
-    def _serve(self) -> None:
-        """Run queued jobs, a batch at a time, until closed and drained."""
-        while True:
-            with self._wakeup:
-                while not self._queue and not self._closing:
-                    self._wakeup.wait()
-                jobs, self._queue = self._queue, []
-            if not jobs:
-                break
-            writes = [job for job in jobs if job.write]
-            if writes:
-                self._commit(writes)
-            for job in jobs:
-                if not job.write:
-                    job.run()
-            try:
-                anyio.from_thread.run_sync(_wake, jobs, token=self._token)
-            except Exception:
-                break  # the event loop is gone, so nobody is waiting
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _commit(self, writes: list[_Job[Any]]) -> None:
-        """Run ``writes`` in one transaction; on any failure all of them fail."""
+        While another connection holds the write lock it tries again a
+        millisecond later, for ``BUSY_TIMEOUT`` seconds at most.
+        """
+        self._flush_handle = None
         conn = self._conn
-        self._heads.clear()
+        if conn is None or self._loop is None or not self._batch:
+            return
+        failure: Exception | None = None
         try:
-            if conn is None:
-                raise RunwireError(STORE_UNAVAILABLE, "the SQLite database is not open")
             conn.execute("BEGIN IMMEDIATE")
-            for job in writes:
-                try:
-                    job.value = job.fn()
-                except RunwireError as exc:
-                    if exc.code != CONFLICT:
-                        raise
-                    job.error = exc  # wrote nothing; the rest of the batch goes on
+        except sqlite3.Error as exc:
+            now = time.monotonic()
+            if self._busy_since is None:
+                self._busy_since = now
+            busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+            if busy and now - self._busy_since < BUSY_TIMEOUT:
+                self._flush_handle = self._loop.call_later(_RETRY, self._flush)
+                return  # the batch waits, and takes in what comes meanwhile
+            failure = exc
+        self._busy_since = None
+        batch, self._batch = self._batch, []
+        one_by_one, self._one_by_one = self._one_by_one, False
+        heads: dict[str, int] = {}
+        try:
+            if failure is not None:
+                raise failure
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+            if version != self._version:  # another connection committed: re-read the heads
+                self._heads.clear()
+                self._version = version
+            outcomes = self._write(conn, batch, heads, one_by_one=one_by_one)
+            if outcomes is None:  # an id repeated from beyond the dedup window:
+                conn.execute("ROLLBACK")  # write the batch again, one entry at a time
+                self._one_by_one = True
+                self._batch[:0] = batch
+                self._flush_handle = self._loop.call_soon(self._flush)
+                return
             conn.execute("COMMIT")
         except Exception as exc:
-            if conn is not None and conn.in_transaction:
+            if conn.in_transaction:
                 try:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass  # the transaction is gone either way
             self._ok = False
-            for job in writes:
-                job.value = None
-                job.error = RunwireError(
-                    STORE_UNAVAILABLE,
-                    f"SQLite write failed: {exc}",
-                    details={"batch": len(writes)},
-                )
+            self._heads.clear()
+            failed = RunwireError(
+                STORE_UNAVAILABLE, f"SQLite write failed: {exc}", details={"batch": len(batch)}
+            )
+            outcomes = [failed] * len(batch)
         else:
+            self._heads.update(heads)
             self.commits += 1
             self._ok = True
+            self._unchecked += 1
+            if self._unchecked >= CHECKPOINT_COMMITS and not self._checkpointing:
+                self._checkpoint()
+            elif self._checkpoint_timer is None:
+                self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
+        for job, outcome in zip(batch, outcomes, strict=True):
+            self._settle(job, outcome)
 
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RunwireError(STORE_UNAVAILABLE, "the SQLite database is not open")
-        return self._conn
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        batch: list[_Write],
+        heads: dict[str, int],
+        *,
+        one_by_one: bool = False,
+    ) -> list[_Outcome] | None:
+        """Write ``batch`` in the open transaction; returns each job's outcome.
 
-    def _connect(self) -> None:
-        try:
-            conn = sqlite3.connect(self.path, isolation_level=None)
-            conn.execute("PRAGMA busy_timeout = 5000")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise RunwireError(
-                STORE_UNAVAILABLE, f"cannot open the SQLite database {self.path!r}: {exc}"
-            ) from None
-        self._conn = conn
-
-    def _load_channel(self, session_id: str) -> tuple[ChannelInfo, list[tuple[str, int]]]:
-        conn = self._db()
-        select_epoch = "SELECT epoch FROM channels WHERE session_id = ?"
-        found = conn.execute(select_epoch, (session_id,)).fetchone()
-        if found is None:
-            conn.execute(
-                "INSERT INTO channels (session_id, epoch) VALUES (?, ?)"
-                " ON CONFLICT (session_id) DO NOTHING",
-                (session_id, secrets.token_hex(8)),
+        Returns None if the unique ``entry_id`` index refused an entry (roll back
+        and write ``one_by_one``, which inserts each entry alone and checks it).
+        """
+        outcomes: list[_Outcome] = []
+        entries: list[tuple[str, int, str, bytes]] = []
+        records: list[tuple[str, str, bytes, str, str]] = []
+        for job in batch:
+            if job.entry_id is not None:
+                head = heads.get(job.session_id, self._heads.get(job.session_id))
+                if head is None:
+                    (head,) = conn.execute(_SELECT_HEAD, (job.session_id,)).fetchone()
+                if job.expect_last is not None and job.expect_last != head:
+                    outcomes.append(
+                        _select_id(conn, job.session_id, job.entry_id)
+                        or RunwireError(
+                            CONFLICT,
+                            f"{job.session_id!r} is at serial {head}, not {job.expect_last}",
+                            details={"last": head},
+                        )
+                    )
+                    heads[job.session_id] = head
+                    continue
+                serial = head + 1
+                stored = splice_serial(job.data, serial)
+                row = (job.session_id, serial, job.entry_id, stored)
+                if not one_by_one:
+                    entries.append(row)
+                elif not conn.execute(_INSERT_ENTRY, row).rowcount:
+                    original = _select_id(conn, job.session_id, job.entry_id)
+                    if original is None:  # pragma: no cover - the index says it is there
+                        raise RunwireError(STORE_UNAVAILABLE, f"entry {job.entry_id!r} vanished")
+                    outcomes.append(original)
+                    heads[job.session_id] = head
+                    continue
+                heads[job.session_id] = serial
+                outcomes.append(Appended(serial, stored))
+            else:
+                outcomes.append(None)
+            records.extend(
+                (r.session_id, r.run_id, dumps(r.to_dict()), r.status, r.agent) for r in job.runs
             )
-            found = conn.execute(select_epoch, (session_id,)).fetchone()
+        if entries and conn.executemany(_INSERT_ENTRY, entries).rowcount != len(entries):
+            return None
+        conn.executemany(_UPSERT_RUN, records)
+        return outcomes
+
+    async def _result(self, job: _Write) -> Appended | None:
+        """A write's value once its batch is done; raises its error."""
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.value
+
+    def _settle(self, job: _Write, outcome: _Outcome) -> None:
+        """Wake a job's callers and, for a new entry, the channel's subscribers."""
+        if isinstance(outcome, RunwireError):
+            job.error = outcome
+        else:
+            job.value = outcome
+        if job.entry_id is not None:
+            recent = self._recent.get(job.session_id)
+            if recent is not None and recent.get(job.entry_id) is job:
+                if job.value is not None:
+                    recent[job.entry_id] = job.value.serial
+                else:
+                    del recent[job.entry_id]
+        job.done.set()
+        if job.value is not None and not job.value.duplicate:
+            self._subscribers.publish(job.session_id, StoredEntry(job.value.serial, job.value.data))
+
+    async def _repeat(self, session_id: str, known: int | _Write) -> Appended | None:
+        """What a repeat of a remembered id returns; None if its first append failed."""
+        if isinstance(known, int):
+            return await self._read(lambda c: _select_serial(c, session_id, known))
+        await known.done.wait()
+        return None if known.value is None else replace(known.value, duplicate=True)
+
+    # -- reads and checkpoints, on their threads -------------------------------
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the reader thread; raises ``RunwireError(STORE_UNAVAILABLE)``."""
+        conn = self._reader
+        if conn is None or self._closed:
+            raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
+
+        def run() -> T:
+            try:
+                return fn(conn)
+            except RunwireError:
+                raise
+            except Exception as exc:
+                raise RunwireError(STORE_UNAVAILABLE, f"SQLite read failed: {exc}") from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._background, run)
+
+    def _checkpoint(self) -> None:
+        """Have the background thread copy the WAL into the file (unless it is at it already).
+
+        Two ``PASSIVE`` passes run alongside the writes, then a ``FULL`` one
+        holds them off while it copies what they added meanwhile, so that the
+        next commit can start the WAL over. Reads wait meanwhile, so the
+        ``FULL`` pass never waits for a read of this store with the lock held.
+        """
+        if self._checkpoint_timer is not None:
+            self._checkpoint_timer.cancel()
+            self._checkpoint_timer = None
+        conn = self._reader
+        if conn is None or self._loop is None or not self._unchecked:
+            return
+        if self._checkpointing:  # the last one is still at it: look again later
+            self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
+            return
+        self._unchecked = 0
+        self._checkpointing = True
+
+        def checkpoint() -> None:
+            try:
+                for mode in ("PASSIVE", "PASSIVE", "FULL"):
+                    conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+            except sqlite3.Error as exc:
+                log.warning("SQLite checkpoint of %s failed: %s", self.path, exc)
+            finally:
+                self._checkpointing = False
+
+        self._background.submit(checkpoint)
+
+
+def _load_channel(
+    conn: sqlite3.Connection, session_id: str
+) -> tuple[ChannelInfo, list[tuple[str, int]]]:
+    """A channel (its row inserted if new) and its newest ``DEDUP_WINDOW`` ids, oldest first."""
+    select_epoch = "SELECT epoch FROM channels WHERE session_id = ?"
+    conn.execute("BEGIN")
+    try:
+        found = conn.execute(select_epoch, (session_id,)).fetchone()
         first, last = conn.execute(
             "SELECT COALESCE(MIN(serial), 0), COALESCE(MAX(serial), 0)"
             " FROM entries WHERE session_id = ?",
@@ -467,94 +577,55 @@ class SQLiteStore(Store):
             "SELECT entry_id, serial FROM entries WHERE session_id = ?"
             " ORDER BY serial DESC LIMIT ?",
             (session_id, DEDUP_WINDOW),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    if found is None:  # a new channel (unless another store just made it: keep its epoch)
+        conn.execute(
+            "INSERT INTO channels (session_id, epoch) VALUES (?, ?)"
+            " ON CONFLICT (session_id) DO NOTHING",
+            (session_id, secrets.token_hex(8)),
         )
-        ids = [(str(entry_id), int(serial)) for entry_id, serial in rows]
-        ids.reverse()
-        return ChannelInfo(session_id, str(found[0]), int(first), int(last)), ids
+        found = conn.execute(select_epoch, (session_id,)).fetchone()
+    ids = [(str(entry_id), int(serial)) for entry_id, serial in reversed(rows)]
+    return ChannelInfo(session_id, str(found[0]), int(first), int(last)), ids
 
-    def _insert(
-        self,
-        session_id: str,
-        entry_id: str,
-        data: bytes,
-        runs: Sequence[RunRecord],
-        expect_last: int | None,
-    ) -> Appended:
-        conn = self._db()
-        head = self._heads.get(session_id)
-        if head is None:
-            (head,) = conn.execute(
-                "SELECT COALESCE(MAX(serial), 0) FROM entries WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
-            self._heads[session_id] = head = int(head)
-        if expect_last is not None and expect_last != head:
-            original = self._select_id(session_id, entry_id)
-            if original is not None:
-                return original
-            raise RunwireError(
-                CONFLICT,
-                f"{session_id!r} is at serial {head}, not {expect_last}",
-                details={"last": head},
-            )
-        serial = head + 1
-        stored = splice_serial(data, serial)
-        if conn.execute(_INSERT_ENTRY, (session_id, serial, entry_id, stored)).rowcount == 0:
-            original = self._select_id(session_id, entry_id)
-            if original is None:  # pragma: no cover - the conflict says the row exists
-                raise RunwireError(STORE_UNAVAILABLE, f"entry {entry_id!r} vanished")
-            return original
-        self._heads[session_id] = serial
-        self._upsert_runs(runs)
-        return Appended(serial, stored)
 
-    def _upsert_runs(self, runs: Sequence[RunRecord]) -> None:
-        self._db().executemany(
-            _UPSERT_RUN,
-            [(r.session_id, r.run_id, dumps(r.to_dict()), r.status, r.agent) for r in runs],
-        )
+def _select_id(conn: sqlite3.Connection, session_id: str, entry_id: str) -> Appended | None:
+    row = conn.execute(
+        "SELECT serial, data FROM entries WHERE session_id = ? AND entry_id = ?",
+        (session_id, entry_id),
+    ).fetchone()
+    return None if row is None else Appended(int(row[0]), bytes(row[1]), duplicate=True)
 
-    def _select_id(self, session_id: str, entry_id: str) -> Appended | None:
-        row = (
-            self._db()
-            .execute(
-                "SELECT serial, data FROM entries WHERE session_id = ? AND entry_id = ?",
-                (session_id, entry_id),
-            )
-            .fetchone()
-        )
-        return None if row is None else Appended(int(row[0]), bytes(row[1]), duplicate=True)
 
-    def _select_serial(self, session_id: str, serial: int) -> Appended | None:
-        row = (
-            self._db()
-            .execute(
-                "SELECT data FROM entries WHERE session_id = ? AND serial = ?",
-                (session_id, serial),
-            )
-            .fetchone()
-        )
-        return None if row is None else Appended(serial, bytes(row[0]), duplicate=True)
+def _select_serial(conn: sqlite3.Connection, session_id: str, serial: int) -> Appended | None:
+    row = conn.execute(
+        "SELECT data FROM entries WHERE session_id = ? AND serial = ?", (session_id, serial)
+    ).fetchone()
+    return None if row is None else Appended(serial, bytes(row[0]), duplicate=True)
 
-    def _select(
-        self, session_id: str, after: int | None, before: int | None, limit: int
-    ) -> list[StoredEntry]:
-        where = "session_id = ?"
-        params: list[object] = [session_id]
-        if after is not None:
-            where += " AND serial > ?"
-            params.append(after)
-        if before is not None:
-            where += " AND serial < ?"
-            params.append(before)
-        order = "ASC" if after is not None else "DESC"
-        rows = self._db().execute(
-            f"SELECT serial, data FROM entries WHERE {where} ORDER BY serial {order} LIMIT ?",
-            (*params, limit),
-        )
-        entries = [StoredEntry(int(serial), bytes(data)) for serial, data in rows]
-        return entries if after is not None else entries[::-1]
 
-    def _select_runs(self, where: str, params: Sequence[str]) -> list[RunRecord]:
-        rows = self._db().execute(f"SELECT record FROM runs WHERE {where} ORDER BY rowid", params)
-        return [RunRecord.from_dict(loads(record)) for (record,) in rows]
+def _select(
+    conn: sqlite3.Connection, session_id: str, after: int | None, before: int | None, limit: int
+) -> list[StoredEntry]:
+    where = "session_id = ?"
+    params: list[object] = [session_id]
+    if after is not None:
+        where += " AND serial > ?"
+        params.append(after)
+    if before is not None:
+        where += " AND serial < ?"
+        params.append(before)
+    order = "ASC" if after is not None else "DESC"
+    rows = conn.execute(
+        f"SELECT serial, data FROM entries WHERE {where} ORDER BY serial {order} LIMIT ?",
+        (*params, limit),
+    )
+    entries = [StoredEntry(int(serial), bytes(data)) for serial, data in rows]
+    return entries if after is not None else entries[::-1]
+
+
+def _select_runs(conn: sqlite3.Connection, where: str, params: Sequence[str]) -> list[RunRecord]:
+    rows = conn.execute(f"SELECT record FROM runs WHERE {where} ORDER BY rowid", params)
+    return [RunRecord.from_dict(loads(record)) for (record,) in rows]

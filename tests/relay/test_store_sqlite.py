@@ -6,6 +6,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -13,12 +14,14 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from relay.store import SQLiteStore, Store
+from relay.store import Appended, SQLiteStore, Store
+from relay.store import sqlite as sqlite_store
+from relay.store.sqlite import WAL_LIMIT
 from transport.codec import splice_serial
-from transport.errors import STORE_UNAVAILABLE, RunwireError
+from transport.errors import CONFLICT, STORE_UNAVAILABLE, RunwireError
 
 from . import sqlite_writer
-from .store_conformance import StoreConformance, body, run
+from .store_conformance import Collector, StoreConformance, body, run
 
 
 class TestSQLiteStore(StoreConformance):
@@ -165,6 +168,140 @@ async def test_two_stores_on_one_file_never_reuse_a_serial(tmp_path: Path) -> No
     finally:
         await first.aclose()
         await second.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_batch_with_a_repeat_only_the_file_knows_and_a_conflict_stays_exact(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "slow.db"
+    writer, other = SQLiteStore(path), SQLiteStore(path)
+    await writer.start()
+    await other.start()
+    try:
+        await writer.open_channel("s")
+        await other.open_channel("s")  # before "old" exists: not in its dedup map
+        old = await writer.append("s", "old", body("old"))
+        seen = Collector()
+        await other.subscribe("s", seen)
+        before = other.commits
+        outcomes: dict[str, Appended | RunwireError] = {}
+
+        async def append(entry_id: str, expect_last: int | None = None) -> None:
+            try:
+                outcomes[entry_id] = await other.append(
+                    "s", entry_id, body(entry_id, 7), [run("s", entry_id)], expect_last=expect_last
+                )
+            except RunwireError as exc:
+                outcomes[entry_id] = exc
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:  # started in one go: one batch
+                tg.start_soon(append, "x1")
+                tg.start_soon(append, "old")
+                tg.start_soon(append, "x2", 1)  # the head is 2 by its turn
+                tg.start_soon(append, "x3")
+        assert other.commits - before == 1
+        assert outcomes["old"] == Appended(old.serial, old.data, duplicate=True)
+        conflict = outcomes["x2"]
+        assert isinstance(conflict, RunwireError)
+        assert (conflict.code, conflict.details) == (CONFLICT, {"last": 2})
+        assert outcomes["x1"] == Appended(2, splice_serial(body("x1", 7), 2))
+        assert outcomes["x3"] == Appended(3, splice_serial(body("x3", 7), 3))
+        assert [e.serial for e in await seen.until(2)] == [2, 3]
+        assert [s for s, _ in await _read_all(writer, "s")] == [1, 2, 3]
+        assert [r.run_id for r in await writer.runs("s")] == ["x1", "x3"]
+        assert (await writer.append("s", "x4", body("x4"))).serial == 4  # its head was stale
+    finally:
+        await writer.aclose()
+        await other.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_write_waits_out_another_connections_lock_without_holding_up_the_loop(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "busy.db"
+    store = SQLiteStore(path)
+    await store.start()
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        await store.open_channel("s")
+        other.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+        outcome: list[Appended] = []
+        done = anyio.Event()
+
+        async def append() -> None:
+            outcome.append(await store.append("s", "e1", body("e1")))
+            done.set()
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(append)
+                started = time.monotonic()
+                await anyio.sleep(0.2)
+                assert time.monotonic() - started < 1.0  # the loop kept turning meanwhile
+                assert not done.is_set()
+                other.execute("COMMIT")
+                await done.wait()
+        assert outcome[0].serial == 1
+    finally:
+        other.close()
+        await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_write_fails_once_another_connection_holds_the_lock_too_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.3)
+    path = tmp_path / "stuck.db"
+    store = SQLiteStore(path)
+    await store.start()
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        await store.open_channel("s")
+        other.execute("BEGIN IMMEDIATE")
+        with anyio.fail_after(10), pytest.raises(RunwireError) as caught:
+            await store.append("s", "e1", body("e1"))
+        assert caught.value.code == STORE_UNAVAILABLE
+        assert not await store.healthy()
+        other.execute("ROLLBACK")
+        with anyio.fail_after(10):
+            assert (await store.append("s", "e2", body("e2"))).serial == 1
+        assert await store.healthy()
+    finally:
+        other.close()
+        await store.aclose()
+
+
+def _wal_restarts(path: Path) -> int:
+    """The WAL header's checkpoint sequence number: one more each time the WAL starts over."""
+    return int.from_bytes(path.with_name(path.name + "-wal").read_bytes()[12:16], "big")
+
+
+@pytest.mark.anyio
+async def test_the_wal_starts_over_under_a_steady_load_and_close_folds_it_in(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "wal.db"
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        await store.open_channel("s")
+        await store.append("s", "e0", body("e0"))
+        first = _wal_restarts(path)
+        appended = 1
+        with anyio.fail_after(30):  # without checkpoints each append grows the WAL by 12 KiB
+            while _wal_restarts(path) < first + 3:  # appending flat out: never idle for long
+                await store.append("s", f"e{appended}", body(f"e{appended}"))
+                appended += 1
+        assert path.with_name("wal.db-wal").stat().st_size <= WAL_LIMIT
+    finally:
+        await store.aclose()
+    assert not path.with_name("wal.db-wal").exists()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM entries").fetchone() == (appended,)
 
 
 @pytest.mark.anyio
