@@ -510,10 +510,10 @@ class SQLiteStore(Store):
         await known.done.wait()
         return None if known.value is None else replace(known.value, duplicate=True)
 
-    # -- reads and checkpoints, on their threads -------------------------------
+    # -- reads and checkpoints, on the background thread ----------------------
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the reader thread; raises ``RunwireError(STORE_UNAVAILABLE)``."""
+        """Run ``fn`` on the background thread; raises ``RunwireError(STORE_UNAVAILABLE)``."""
         conn = self._reader
         if conn is None or self._closed:
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
