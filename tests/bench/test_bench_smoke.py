@@ -8,6 +8,7 @@ processes on Redis and their table), never how fast anything is.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -120,7 +121,13 @@ def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: 
             assert table[kind][metric] > 0, (kind, metric)
         assert table[kind]["latency_p99_ms"] > 0, kind
     assert table["redis2"]["latency_far_p99_ms"] > 0
-    assert table["redis1"]["cpu_s_per_10k_half"] > 0 and table["redis2"]["cpu_vs_same_load"] > 0
+    # The half-load phase ran and delivered; at --quick sizes its CPU time can round to
+    # zero (psutil's clock ticks every 10 ms), so its figures are checked as numbers only.
+    half = report["phases"]["latency_half"]["redis1"]
+    assert "failed" not in half and not half["errors"] and half["tokens"] > 0, half
+    half_cpu, ratio = table["redis1"]["cpu_s_per_10k_half"], table["redis2"]["cpu_vs_same_load"]
+    assert half_cpu >= 0
+    assert math.isnan(ratio) if half_cpu == 0 else ratio > 0  # no ratio over a zero reading
     for phase in ("throughput_n", "latency"):
         for kind in ("redis1", "redis2"):
             result = report["phases"][phase][kind]
