@@ -377,7 +377,10 @@ async def pipe_stream(
                 entry = ResponseAppend(
                     id=entry_id(), run_id=run_id, message_id=message_id, chunks=batch
                 )
-                sends.start_soon(send, entry, slots)
+                if max_in_flight == 1:
+                    await send(entry, slots)  # the common case: no task per append
+                else:
+                    sends.start_soon(send, entry, slots)
 
     async with anyio.create_task_group() as tg:
         state.cancel_reading = tg.cancel_scope.cancel

@@ -1,7 +1,12 @@
-"""The benchmark's load generator: one asyncio process driving one relay.
+"""The benchmark's load generator: asyncio processes driving one relay (or several nodes).
 
 ``run_phase(phase)`` runs one measurement against a relay that is already
-listening (in another process) and returns plain numbers. One code path drives
+listening (in another process) and returns plain numbers. Several processes
+can share a phase (``phase.shards``): process ``k`` runs sessions ``k``,
+``k + shards``, ... (all of a session's connections, so every latency is
+taken on one process's clock), all start together (``sync``) and measure
+over the same window, and ``merge`` pools what they counted; only the first
+samples the relays, Redis and the machine. One code path drives
 both the baseline relay and runwire's, frame for frame the same protocol v1:
 
 * Every session has two *subscribers* (client connections attached to it) and
@@ -44,7 +49,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -64,7 +69,7 @@ from peers import (
 )
 from websockets.exceptions import ConnectionClosed
 
-__all__ = ["Phase", "run_phase", "sdk_available", "summary"]
+__all__ = ["Phase", "Sync", "merge", "run_phase", "sdk_available", "summary"]
 
 PhaseName = Literal["throughput", "latency", "steer", "idle"]
 RelayKind = Literal["baseline", "runwire"]
@@ -109,6 +114,10 @@ class Phase:
     setup_concurrency: int = 25
     redis_url: str | None = None
     """The Redis the relays use: its ``INFO`` is sampled at the edges of the window."""
+    shard: int = 0
+    """This load-generator process's share: sessions ``shard``, ``shard + shards``, ..."""
+    shards: int = 1
+    """Load-generator processes running this phase together (see ``merge``)."""
 
     @property
     def url(self) -> str:
@@ -420,22 +429,32 @@ def _open_redis(phase: Phase) -> Any:
     return Redis.from_url(phase.redis_url)
 
 
-async def _streaming(phase: Phase) -> dict[str, Any]:
-    redis_client = _open_redis(phase)
+Sync = Callable[[], Awaitable[float | None]]
+"""Told "this process is set up"; returns when to start (``time.monotonic()``), None to abort."""
+
+
+async def _streaming(phase: Phase, sync: Sync | None) -> dict[str, Any]:
+    redis_client = _open_redis(phase) if phase.shard == 0 else None
     try:
-        return await _stream(phase, redis_client)
+        return await _stream(phase, redis_client, sync)
     finally:
         if redis_client is not None:
             await redis_client.aclose()
 
 
-async def _stream(phase: Phase, redis_client: Any) -> dict[str, Any]:
+async def _sleep_until(when: float) -> None:
+    await asyncio.sleep(max(0.0, when - time.monotonic()))
+
+
+async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[str, Any]:
     nodes = len(phase.urls)
+    sampler = phase.shard == 0  # one process samples the relays, Redis and the machine
     tally = Tally(latencies_us=[] if phase.name == "latency" else None)
     if phase.name == "latency" and nodes > 1:
         tally.far_latencies_us = []
     ctx = PhaseCtx(phase, tally, setup_limit=asyncio.Semaphore(phase.setup_concurrency))
-    sessions = [Session(ctx, i) for i in range(phase.sessions)]
+    mine = range(phase.shard, phase.sessions, max(1, phase.shards))
+    sessions = [Session(ctx, i) for i in mine]
     readies = [asyncio.Event() for _ in sessions]
     loop = asyncio.get_running_loop()
     tasks = [loop.create_task(s.run(r)) for s, r in zip(sessions, readies, strict=True)]
@@ -445,25 +464,30 @@ async def _stream(phase: Phase, redis_client: Any) -> dict[str, Any]:
         setup.cancel()
         failures = await _finish(tasks, 0)
         raise RuntimeError(f"a session failed to set up: {'; '.join(failures)}")
+    start = time.monotonic() if sync is None else await sync()
+    if start is None:
+        await _finish(tasks, 0)
+        raise RuntimeError("another load-generator process failed to set up")
+    # Every process starts, warms up and measures over the same monotonic window.
+    await _sleep_until(start)
     ctx.go.set()
-    await asyncio.sleep(phase.warmup)
+    await _sleep_until(start + phase.warmup)
     relays, me = [psutil.Process(pid) for pid in phase.relay_pids], psutil.Process()
-    scrape0, info0 = await _sample(phase, redis_client)
-    cpus0 = [_cpu(relay) for relay in relays]
+    scrape0, info0 = await _sample(phase, redis_client) if sampler else ([], None)
+    cpus0 = [_cpu(relay) for relay in relays] if sampler else []
     own0, all0, t0 = _cpu(me), _machine_busy(), time.perf_counter()
     tally.measuring = True
-    await asyncio.sleep(phase.duration)
+    await _sleep_until(start + phase.warmup + phase.duration)
     tally.measuring = False
-    cpus1 = [_cpu(relay) for relay in relays]
+    cpus1 = [_cpu(relay) for relay in relays] if sampler else []
     own1, all1, t1 = _cpu(me), _machine_busy(), time.perf_counter()
-    scrape1, info1 = await _sample(phase, redis_client)
+    scrape1, info1 = await _sample(phase, redis_client) if sampler else ([], None)
     ctx.stop.set()
     failures = await _finish(tasks, _STOP_WAIT)
     stopping = time.perf_counter() - t1
     seconds = t1 - t0
     node_cpu = [c1 - c0 for c0, c1 in zip(cpus0, cpus1, strict=True)]
     redis = None if info0 is None or info1 is None else _redis_delta(info0, info1)
-    redis_cpu = 0.0 if redis is None else redis["cpu_s"]
     result: dict[str, Any] = {
         "stop_s": stopping,
         "phase": asdict(phase),
@@ -472,14 +496,18 @@ async def _stream(phase: Phase, redis_client: Any) -> dict[str, Any]:
         "frames": tally.frames,
         "relay_cpu_s": sum(node_cpu),
         "loadgen_cpu_s": own1 - own0,
-        "other_cpu_s": max(0.0, (all1 - all0) - sum(node_cpu) - (own1 - own0) - redis_cpu),
+        "machine_cpu_s": all1 - all0 if sampler else 0.0,
         "errors": tally.errors,
         "error_codes": tally.error_codes,
         "failures": failures,
+        "node_tokens": [tally.node_tokens.get(i, 0) for i in range(nodes)],
+        "latencies_us": tally.latencies_us,
+        "far_latencies_us": tally.far_latencies_us,
+        "steer_us": tally.steer_us if phase.name == "steer" else None,
+        "steer_missed": tally.steer_missed,
     }
-    if nodes > 1:
+    if sampler:
         result["node_cpu_s"] = node_cpu
-        result["node_tokens"] = [tally.node_tokens.get(i, 0) for i in range(nodes)]
     if scrape0 and scrape1:
         result["node_metrics"] = [
             {k: after[k] - before.get(k, 0.0) for k in after}
@@ -487,14 +515,53 @@ async def _stream(phase: Phase, redis_client: Any) -> dict[str, Any]:
         ]
     if redis is not None:
         result["redis"] = redis
-    if tally.latencies_us is not None:
-        result["latency"] = summary(tally.latencies_us)
-    if tally.far_latencies_us is not None:
-        result["latency_far"] = summary(tally.far_latencies_us)
-    if phase.name == "steer":
-        result["steer"] = summary(tally.steer_us)
-        result["steer_missed"] = tally.steer_missed
     return result
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One phase's numbers from the results of every load-generator process.
+
+    The first part is the sampling process's (shard 0): its window, relay CPU,
+    ``/metrics`` and Redis figures stand; counts and CPU of the load generator
+    add up; latencies are pooled before their percentiles are taken.
+    """
+    first = parts[0]
+    if first.get("phase", {}).get("name") == "idle":
+        return first
+    result: dict[str, Any] = {
+        k: v for k, v in first.items() if k not in _POOLED and k != "machine_cpu_s"
+    }
+    result["stop_s"] = max(p["stop_s"] for p in parts)
+    for key in ("tokens", "frames", "loadgen_cpu_s", "errors", "steer_missed"):
+        result[key] = sum(p[key] for p in parts)
+    result["loadgen_processes"] = len(parts)
+    codes: dict[str, int] = {}
+    for part in parts:
+        for code, n in part["error_codes"].items():
+            codes[code] = codes.get(code, 0) + n
+    result["error_codes"] = codes
+    result["failures"] = [f for p in parts for f in p["failures"]][:10]
+    redis_cpu = 0.0 if "redis" not in first else first["redis"]["cpu_s"]
+    result["other_cpu_s"] = max(
+        0.0, first["machine_cpu_s"] - first["relay_cpu_s"] - result["loadgen_cpu_s"] - redis_cpu
+    )
+    nodes = len(first["phase"]["urls"])
+    if nodes > 1:
+        result["node_tokens"] = [sum(p["node_tokens"][i] for p in parts) for i in range(nodes)]
+    else:
+        result.pop("node_tokens", None)
+        result.pop("node_cpu_s", None)
+    for key, name in _SUMMARIES.items():
+        pooled = [v for p in parts if p.get(key) is not None for v in p[key]]
+        if first.get(key) is not None:
+            result[name] = summary(pooled)
+    if first["phase"]["name"] != "steer":
+        result.pop("steer_missed", None)
+    return result
+
+
+_SUMMARIES = {"latencies_us": "latency", "far_latencies_us": "latency_far", "steer_us": "steer"}
+_POOLED = (*_SUMMARIES, "node_tokens")
 
 
 async def _all_set(events: list[asyncio.Event]) -> None:
@@ -504,6 +571,8 @@ async def _all_set(events: list[asyncio.Event]) -> None:
 
 async def _finish(tasks: list[asyncio.Task[None]], wait: float) -> list[str]:
     """Let session tasks end (cancelling stragglers); returns their failures."""
+    if not tasks:
+        return []
     if wait > 0:
         _, late = await asyncio.wait(tasks, timeout=wait)
         if late:
@@ -554,9 +623,16 @@ async def _idle(phase: Phase) -> dict[str, Any]:
     }
 
 
-def run_phase(phase: Phase) -> dict[str, Any]:
-    """Run one phase to the end (in this process) and return its numbers."""
+def run_phase(phase: Phase, sync: Sync | None = None) -> dict[str, Any]:
+    """Run this process's share of one phase to the end and return its numbers.
+
+    With several load-generator processes (``phase.shards``), ``sync`` reports
+    this one set up and waits for the common start; pass every process's
+    result to ``merge``. On its own (``shards=1``, no ``sync``) the result is
+    already merged.
+    """
     raise_nofile()
     if phase.name == "idle":
         return asyncio.run(_idle(phase))
-    return asyncio.run(_streaming(phase))
+    result = asyncio.run(_streaming(phase, sync))
+    return merge([result]) if sync is None else result

@@ -4,9 +4,10 @@
 smoke run of a few seconds, ``--out FILE`` to keep the numbers as JSON)
 measures three relays, each started as its own process for each measurement:
 ``bench/baseline_relay.py``, ``python -m relay --store memory://`` and
-``python -m relay --store sqlite:///<tmp>/<name>.db``. The load comes from one
-other process (``bench/loadgen.py``), so at any time one relay process and one
-load-generator process share the machine. A measurement during which other
+``python -m relay --store sqlite:///<tmp>/<name>.db``. The load comes from
+other processes (``bench/loadgen.py``; two by default, ``--loadgen-procs``,
+each running its share of the sessions), so at any time one relay process and
+the load-generator processes share the machine. A measurement during which other
 processes used more than a quarter of a core is taken again (at most twice,
 within a time budget) and the least disturbed one kept. ``bench/report.py``
 turns the numbers into the table. See ``bench/README.md``.
@@ -20,6 +21,8 @@ table that compares them with the SQLite relay of the same run.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -40,7 +43,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psutil  # type: ignore[import-untyped]
-from loadgen import Phase, run_phase, sdk_available
+from loadgen import Phase, merge, run_phase, sdk_available
 from peers import raise_nofile
 from report import (
     QUICK,
@@ -215,57 +218,118 @@ class RedisKeys:
 
 
 def _loadgen_worker(conn: multiprocessing.connection.Connection) -> None:
+    """One load-generator process: runs its share of each phase it is sent."""
     raise_nofile()
+
+    async def sync() -> float | None:
+        conn.send(("ready", None))
+        reply = await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        return float(reply[1]) if reply[0] == "go" else None
+
     while True:
         phase = conn.recv()
         if phase is None:
             return
         try:
-            conn.send(("ok", run_phase(phase)))
+            conn.send(("ok", run_phase(phase, sync if phase.name != "idle" else None)))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
 class LoadGen:
-    """The load-generator process; restarted if a phase hangs."""
+    """The load-generator processes (``processes`` of them); restarted if a phase hangs.
 
-    def __init__(self) -> None:
+    Each streaming phase is split by session: process ``k`` of ``n`` runs
+    sessions ``k``, ``k + n``, ... (a session's agent and subscribers stay in
+    one process, so every latency is taken on one clock). All processes set
+    up, then start together at a time this one names, warm up and measure over
+    the same window; ``merge`` adds up what they counted. The idle phase runs
+    in the first process only.
+    """
+
+    def __init__(self, processes: int = 2) -> None:
         self._ctx = multiprocessing.get_context("spawn")
+        self.processes = max(1, processes)
+        self._workers: list[tuple[multiprocessing.connection.Connection, Any]] = []
         self._start()
 
     def _start(self) -> None:
-        self._conn, child = self._ctx.Pipe()
-        self.proc = self._ctx.Process(target=_loadgen_worker, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
+        for _ in range(self.processes):
+            conn, child = self._ctx.Pipe()
+            proc = self._ctx.Process(target=_loadgen_worker, args=(child,), daemon=True)
+            proc.start()
+            child.close()
+            self._workers.append((conn, proc))
+
+    def _restart(self) -> None:
+        for conn, proc in self._workers:
+            proc.kill()
+            proc.join()
+            conn.close()
+        self._workers = []
+        self._start()
 
     def run(self, phase: Phase, timeout: float) -> dict[str, Any]:
-        """Run one phase in the load-generator process; raises ``RuntimeError`` on failure."""
-        self._conn.send(phase)
+        """Run one phase in the load-generator processes; raises ``RuntimeError`` on failure."""
+        deadline = time.monotonic() + timeout
+        workers = self._workers[:1] if phase.name == "idle" else self._workers
         try:
-            if not self._conn.poll(timeout):
-                raise RuntimeError(f"phase {phase.name} timed out after {timeout:.0f} s")
-            status, value = self._conn.recv()
+            for k, (conn, _) in enumerate(workers):
+                conn.send(replace(phase, shard=k, shards=len(workers)))
+            parts = self._collect(workers, phase, deadline)
         except (EOFError, OSError, RuntimeError) as exc:
-            self.proc.kill()
-            self.proc.join()
-            self._start()
+            self._restart()
             raise RuntimeError(f"load generator failed: {exc or type(exc).__name__}") from None
-        if status != "ok":
-            raise RuntimeError(str(value))
-        assert isinstance(value, dict)
-        return value
+        return merge(parts)
+
+    def _collect(
+        self,
+        workers: list[tuple[multiprocessing.connection.Connection, Any]],
+        phase: Phase,
+        deadline: float,
+    ) -> list[dict[str, Any]]:
+        """Every worker's result, after starting them together once all are set up."""
+        parts: dict[int, dict[str, Any]] = {}
+        ready: set[int] = set()
+        failed: str | None = None
+        started = phase.name == "idle"
+        while len(parts) < len(workers):
+            if not started and len(ready) + len(parts) == len(workers):
+                # Everyone set up (or finished failing): start together, or call it off.
+                go = ("go", time.monotonic() + 0.05) if failed is None else ("abort", None)
+                for k in ready:
+                    workers[k][0].send(go)
+                started = True
+            waiting = [conn for k, (conn, _) in enumerate(workers) if k not in parts]
+            left = deadline - time.monotonic()
+            if left <= 0 or not multiprocessing.connection.wait(waiting, left):
+                raise RuntimeError(f"phase {phase.name} timed out")
+            for k, (conn, _) in enumerate(workers):
+                if k in parts or not conn.poll():
+                    continue
+                status, value = conn.recv()
+                if status == "ready":
+                    ready.add(k)
+                elif status == "ok":
+                    parts[k] = value
+                else:
+                    failed = failed or str(value)
+                    parts[k] = {}
+                    ready.discard(k)
+        if failed is not None:
+            raise RuntimeError(failed)
+        return [parts[k] for k in range(len(workers))]
 
     def close(self) -> None:
-        """Stop the process."""
-        try:
-            self._conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(5.0)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+        """Stop the processes."""
+        for conn, _ in self._workers:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for _, proc in self._workers:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
 
 
 # ----------------------------------------------------------------- phases --
@@ -354,6 +418,7 @@ def measure(
     policy: Policy = Policy(),
     redis: RedisKeys | None = None,
     phases: Sequence[str] | None = None,
+    loadgen_procs: int = 2,
 ) -> dict[str, dict[str, Any]]:
     """Run every phase (or those named in ``phases``) against every relay.
 
@@ -371,7 +436,7 @@ def measure(
     if redis is None and any(kind in NODES for _, _, kind in todo):
         raise ValueError("relays on Redis need redis=RedisKeys(url)")
     done, measuring = 0, 0.0
-    loadgen = LoadGen()
+    loadgen = LoadGen(loadgen_procs)
     try:
         with tempfile.TemporaryDirectory(prefix="runwire-bench-") as tmp:
             for index, (name, fields, kind) in enumerate(todo):
@@ -535,6 +600,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-sdk", action="store_true", help="drive runwire with raw frames")
     parser.add_argument(
+        "--loadgen-procs",
+        type=int,
+        default=2,
+        help="load-generator processes, each running its share of the sessions (2)",
+    )
+    parser.add_argument(
         "--phases",
         help="only these measurements, e.g. throughput_n,latency (names as printed)",
     )
@@ -566,7 +637,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"runwire bench: {command}", flush=True)
     print(
         f"  {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"runwire agent {'agent_side SDK' if sdk else 'raw frames'}",
+        f"runwire agent {'agent_side SDK' if sdk else 'raw frames'}, "
+        f"{args.loadgen_procs} load-generator processes",
         flush=True,
     )
     started = time.monotonic()
@@ -583,6 +655,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             ),
             redis=redis,
             phases=args.phases.split(",") if args.phases else None,
+            loadgen_procs=args.loadgen_procs,
         )
     finally:
         if redis is not None:
@@ -600,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "command": command,
         "sizes": asdict(sizes),
         "sdk": sdk,
+        "loadgen_processes": args.loadgen_procs,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),

@@ -263,8 +263,9 @@ class View:
                     callback(event)
                 except Exception:
                     log.exception("a view %r callback failed", event.kind)
-            for stream in list(self._streams):
-                stream._push(event)
+            if self._streams:  # a WeakSet: iterating one costs, even when empty
+                for stream in list(self._streams):
+                    stream._push(event)
         self._notify()
 
     def _notify(self) -> None:

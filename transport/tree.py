@@ -329,7 +329,11 @@ class _Fold:
                     message = e.message
                     if message.id != e.message_id:
                         message = message.model_copy(update={"id": e.message_id})
-                if message != target.view.message:
+                # fold_chunks returns the same object when nothing changed: no deep compare
+                # of the whole (growing) message per append.
+                if message is not target.view.message and (
+                    isinstance(e, ResponseAppend) or message != target.view.message
+                ):
                     target.view = replace(target.view, message=message)
                     events.append(MessageEvent(target.view, "updated"))
         return events

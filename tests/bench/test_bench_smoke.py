@@ -76,7 +76,7 @@ def test_quick_run_reports_every_metric_for_every_relay(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=28,
+        timeout=90,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -87,6 +87,11 @@ def test_quick_run_reports_every_metric_for_every_relay(tmp_path: Path) -> None:
     for phase, by_relay in report["phases"].items():
         for relay, result in by_relay.items():
             assert "failed" not in result, (phase, relay, result)
+    # The load came from two processes, each with its share of the sessions, pooled.
+    assert report["loadgen_processes"] == 2
+    steer = report["phases"]["steer"]["sqlite"]
+    assert steer["loadgen_processes"] == 2 and steer["steer"]["n"] > 0
+    assert steer["tokens"] > 0 and steer["loadgen_cpu_s"] > 0
     assert report["command"].startswith("python bench/run.py --quick")
     assert "| metric" in proc.stdout
     for label in ("delivered tokens/s", "steer->on_steer p99", "KiB per idle client"):
@@ -108,7 +113,7 @@ def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: 
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=28,
+        timeout=90,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())

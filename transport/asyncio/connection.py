@@ -343,7 +343,8 @@ class Connection:
                 except RunwireError:
                     log.warning("dropping a frame this client cannot read")
                     continue
-                req = getattr(frame, "req", None)
+                # Fields live in the model's __dict__; getattr's miss path is slow in pydantic.
+                req = frame.__dict__.get("req")
                 if req is not None and frame.type != "welcome":
                     pending = self._pending.get(req) if isinstance(req, int) else None
                     if pending is not None and not pending.done.is_set():
