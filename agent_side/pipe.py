@@ -23,6 +23,7 @@ response with what it had and reports ``error``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
@@ -360,6 +361,9 @@ async def pipe_stream(
         except RunwireError as exc:
             state.fail(exc)
             return
+        if max_in_flight == 1:
+            await pump_one()
+            return
         slots = anyio.Semaphore(max_in_flight)
         async with anyio.create_task_group() as sends:
             while state.error is None:
@@ -377,10 +381,24 @@ async def pipe_stream(
                 entry = ResponseAppend(
                     id=entry_id(), run_id=run_id, message_id=message_id, chunks=batch
                 )
-                if max_in_flight == 1:
-                    await send(entry, slots)  # the common case: no task per append
-                else:
-                    sends.start_soon(send, entry, slots)
+                sends.start_soon(send, entry, slots)
+
+    async def pump_one() -> None:
+        """The common case, one append in flight: no semaphore, no task per append."""
+        while state.error is None:
+            if not queue:
+                if state.reading_done:
+                    break
+                await state.wait()
+                continue
+            batch = queue.take(max_batch_bytes)
+            entry = ResponseAppend(
+                id=entry_id(), run_id=run_id, message_id=message_id, chunks=batch
+            )
+            try:
+                await publish(entry)
+            except RunwireError as exc:
+                state.fail(exc)
 
     async with anyio.create_task_group() as tg:
         state.cancel_reading = tg.cancel_scope.cancel
@@ -424,14 +442,14 @@ class _PumpState:
         self.reading_done = False
         self.error: RunwireError | None = None
         self.cancel_reading: Callable[[], None] = lambda: None
-        self._event = anyio.Event()
+        self._event = asyncio.Event()  # the SDK runs on asyncio; anyio's Event costs more
 
     def wake(self) -> None:
         self._event.set()
 
     async def wait(self) -> None:
         await self._event.wait()
-        self._event = anyio.Event()
+        self._event.clear()
 
     def fail(self, exc: RunwireError) -> None:
         if self.error is None:

@@ -27,6 +27,7 @@ without a provider: pending and later requests fail with that error.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import random
@@ -59,7 +60,9 @@ class _Pending:
     def __init__(self, data: dict[str, Any]) -> None:
         self.data = data
         self.sent_on = -1
-        self.done = anyio.Event()
+        # asyncio's own Event: this module is asyncio-only, and anyio's costs a
+        # backend lookup per request (one request per streamed append).
+        self.done = asyncio.Event()
         self.reply: RelayFrame | None = None
         self.error: RunwireError | None = None
 
@@ -201,7 +204,7 @@ class Connection:
             return  # re-sent after the next connect
         try:
             pending.sent_on = self.connects
-            await ws.send(codec.dumps(pending.data).decode())
+            await ws.send(codec.dumps(pending.data), text=True)  # UTF-8 bytes as a text frame
         except ConnectionClosed:
             pass  # re-sent after the next connect
 
