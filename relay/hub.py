@@ -150,8 +150,7 @@ class Hub:
         user's client id.
         """
         client_id, user_id = _stamped(peer.identity, frame.client_id or peer.connection_id)
-        peer.sender = Sender(client_id=client_id, user_id=user_id, role=frame.role)
-        peer.senders.clear()
+        peer.stamp(Sender(client_id=client_id, user_id=user_id, role=frame.role))
         self.peers.add(peer)
         self.dispatcher.client_back(client_id, agent=frame.role == "agent")
 
