@@ -63,11 +63,13 @@ class Channel:
     """A relay node's state for one session.
 
     One per loaded session, so it keeps what an idle session needs and no
-    more: slots, and no lock, early-entry buffer or waiter list until used.
+    more: slots, and no lock, listener list, early-entry buffer or waiter list
+    until used.
     """
 
     __slots__ = (
         "_early",
+        "_listeners",
         "_loaded",
         "_lock",
         "_make_registry",
@@ -79,7 +81,6 @@ class Channel:
         "holds",
         "input_checks",
         "last",
-        "listeners",
         "registry",
         "reset",
         "session_id",
@@ -104,7 +105,7 @@ class Channel:
         self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
         self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
-        self.listeners: list[OnEntry] = []
+        self._listeners: list[OnEntry] | None = None
         self.holds = 0
         """Users that keep the channel loaded without subscribing (see ``Hub.hold``)."""
         self._lock: asyncio.Lock | None = None
@@ -114,6 +115,11 @@ class Channel:
         self._early: list[StoredEntry] | None = None
         self._unsubscribe: Unsubscribe | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] | None = None
+
+    @property
+    def listeners(self) -> list[OnEntry]:
+        """The callbacks ``listen`` added (a copy)."""
+        return list(self._listeners or ())
 
     @property
     def lock(self) -> asyncio.Lock:
@@ -174,7 +180,7 @@ class Channel:
                 )
         for peer in self.subscribers:
             peer.send_entry(self.session_id, stored.data)
-        for listener in list(self.listeners):
+        for listener in list(self._listeners or ()):
             try:
                 listener(stored)
             except Exception:
@@ -191,11 +197,15 @@ class Channel:
     def listen(self, fn: OnEntry) -> Unsubscribe:
         """Call ``fn`` with each entry this channel takes in from now on, in serial order;
         returns the function that stops it (idempotent)."""
-        self.listeners.append(fn)
+        if self._listeners is None:
+            self._listeners = []
+        self._listeners.append(fn)
 
         def stop() -> None:
-            if fn in self.listeners:
-                self.listeners.remove(fn)
+            if self._listeners is not None and fn in self._listeners:
+                self._listeners.remove(fn)
+                if not self._listeners:
+                    self._listeners = None
 
         return stop
 
