@@ -60,7 +60,33 @@ _RETRIES = 20
 
 
 class Channel:
-    """A relay node's state for one session."""
+    """A relay node's state for one session.
+
+    One per loaded session, so it keeps what an idle session needs and no
+    more: slots, and no lock, listener list, early-entry buffer or waiter list
+    until used.
+    """
+
+    __slots__ = (
+        "_early",
+        "_listeners",
+        "_loaded",
+        "_lock",
+        "_make_registry",
+        "_on_committed",
+        "_unsubscribe",
+        "_waiters",
+        "epoch",
+        "first",
+        "holds",
+        "input_checks",
+        "last",
+        "registry",
+        "reset",
+        "session_id",
+        "store",
+        "subscribers",
+    )
 
     def __init__(
         self,
@@ -79,16 +105,32 @@ class Channel:
         self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
         self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
-        self.listeners: list[OnEntry] = []
+        self._listeners: list[OnEntry] | None = None
         self.holds = 0
         """Users that keep the channel loaded without subscribing (see ``Hub.hold``)."""
-        self.lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None
         self.reset = False
         self._on_committed = on_entry
         self._loaded = False
-        self._early: list[StoredEntry] = []
+        self._early: list[StoredEntry] | None = None
         self._unsubscribe: Unsubscribe | None = None
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters: list[tuple[int, asyncio.Future[None]]] | None = None
+
+    @property
+    def listeners(self) -> list[OnEntry]:
+        """The callbacks ``listen`` added (a copy)."""
+        return list(self._listeners or ())
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """The FIFO lock a publish holds (made when first needed)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def busy(self) -> bool:
+        """True while a publish holds the lock."""
+        return self._lock is not None and self._lock.locked()
 
     async def load(self) -> None:
         """Subscribe, then read the channel's head and Run records."""
@@ -99,8 +141,8 @@ class Channel:
         self.epoch, self.first, self.last = info.epoch, info.first, info.last
         self.registry = self._make_registry(self.session_id, await self.store.runs(self.session_id))
         self._loaded = True
-        early, self._early = self._early, []
-        for stored in early:
+        early, self._early = self._early, None
+        for stored in early or ():
             self._on_entry(stored)
 
     def close(self) -> None:
@@ -108,15 +150,17 @@ class Channel:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        for _, waiter in self._waiters:
+        waiters, self._waiters = self._waiters, None
+        for _, waiter in waiters or ():
             if not waiter.done():
                 waiter.set_exception(RunwireError(EPOCH_MISMATCH, "channel closed"))
-        self._waiters.clear()
 
     # ------------------------------------------------------------ entries --
 
     def _on_entry(self, stored: StoredEntry) -> None:
         if not self._loaded:
+            if self._early is None:
+                self._early = []
             self._early.append(stored)
             return
         if stored.serial <= self.last:
@@ -136,7 +180,7 @@ class Channel:
                 )
         for peer in self.subscribers:
             peer.send_entry(self.session_id, stored.data)
-        for listener in list(self.listeners):
+        for listener in list(self._listeners or ()):
             try:
                 listener(stored)
             except Exception:
@@ -145,7 +189,7 @@ class Channel:
             self._on_committed(self, entry, changes)
         if self._waiters:
             ready = [w for s, w in self._waiters if s <= self.last]
-            self._waiters = [(s, w) for s, w in self._waiters if s > self.last]
+            self._waiters = [(s, w) for s, w in self._waiters if s > self.last] or None
             for waiter in ready:
                 if not waiter.done():
                     waiter.set_result(None)
@@ -153,11 +197,15 @@ class Channel:
     def listen(self, fn: OnEntry) -> Unsubscribe:
         """Call ``fn`` with each entry this channel takes in from now on, in serial order;
         returns the function that stops it (idempotent)."""
-        self.listeners.append(fn)
+        if self._listeners is None:
+            self._listeners = []
+        self._listeners.append(fn)
 
         def stop() -> None:
-            if fn in self.listeners:
-                self.listeners.remove(fn)
+            if self._listeners is not None and fn in self._listeners:
+                self._listeners.remove(fn)
+                if not self._listeners:
+                    self._listeners = None
 
         return stop
 
@@ -180,6 +228,8 @@ class Channel:
         if self.last >= serial:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
         self._waiters.append((serial, waiter))
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout=1.0)

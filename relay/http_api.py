@@ -202,6 +202,18 @@ class BodyReader(StreamReader):
     the body could not be read (``PAYLOAD_TOO_LARGE``, ``PROTOCOL_ERROR``).
     """
 
+    # Every connection keeps its reader: its own fields in slots, not in a __dict__.
+    __slots__ = (
+        "_chunked",
+        "_length",
+        "_phase",
+        "body",
+        "body_error",
+        "max_body",
+        "method",
+        "opened_at",
+    )
+
     def __init__(self, max_body: int) -> None:
         super().__init__()
         self.max_body = max_body

@@ -119,6 +119,9 @@ class Hub:
         self._tasks: set[asyncio.Task[None]] = set()
         self._reacting: set[str] = set()
         self._again: set[str] = set()
+        # Bound once: every channel shares them (a bound method per channel costs 64 bytes).
+        self._on_committed = self._committed
+        self._make_registry = self._registry
 
     async def start(self) -> None:
         """Time the Runs that were active when the relay last stopped; give queued Runs
@@ -150,8 +153,7 @@ class Hub:
         user's client id.
         """
         client_id, user_id = _stamped(peer.identity, frame.client_id or peer.connection_id)
-        peer.sender = Sender(client_id=client_id, user_id=user_id, role=frame.role)
-        peer.senders.clear()
+        peer.stamp(Sender(client_id=client_id, user_id=user_id, role=frame.role))
         self.peers.add(peer)
         self.dispatcher.client_back(client_id, agent=frame.role == "agent")
 
@@ -312,8 +314,8 @@ class Hub:
             channel = Channel(
                 self.store,
                 session_id,
-                self._committed,
-                self._registry,
+                self._on_committed,
+                self._make_registry,
                 input_checks=self.options.input_checks,
             )
             try:
@@ -361,7 +363,7 @@ class Hub:
             channel.subscribers
             or channel.holds
             or channel.listeners
-            or channel.lock.locked()
+            or channel.busy()
             or channel.session_id in self._reacting
             or channel.registry.queued()
         ):

@@ -1,11 +1,12 @@
 """``Peer``: one WebSocket connection on the relay and its bounded send queue.
 
 Frames for a peer are queued, never awaited by whoever produces them, so one
-slow reader cannot slow a channel down. A drain task (started only while the
-queue has something, so an idle peer costs no task) sends the queue in order,
+slow reader cannot slow a channel down. A drain task sends the queue in order,
 folding consecutive entries of one session into one ``deliver`` frame. When
 unsent bytes exceed ``send_queue_bytes`` the peer is closed with
 ``SLOW_CONSUMER`` (4008); its client resumes from the last serial it saw.
+The queue and its drain task exist only while something is queued, so an idle
+peer costs neither a task nor an empty ``deque`` (about 760 bytes).
 """
 
 from __future__ import annotations
@@ -61,21 +62,33 @@ class Peer:
         self.sender = Sender(client_id=connection_id)
         self.identity: Identity | None = None
         """The verified token; ``None`` on an anonymous relay (every right)."""
-        self.senders: dict[str, Sender] = {}
+        self.senders: dict[str, Sender] | None = None
+        """Per-session copies of ``sender`` with the token's capabilities (made when first
+        asked for; an anonymous connection needs none)."""
         self.agent: str | None = None
         self.attached: set[str] = set()
         self.inflight = 0
         self.closed = False
-        # Items: (session_id, entry bytes) for entries, (None, frame bytes) for frames.
-        self._queue: deque[tuple[str | None, bytes]] = deque()
+        # Items: (session_id, entry bytes) for entries, (None, frame bytes) for frames;
+        # None while nothing is queued.
+        self._queue: deque[tuple[str | None, bytes]] | None = None
         self._queued_bytes = 0
         self._drain: asyncio.Task[None] | None = None
 
+    def stamp(self, sender: Sender) -> None:
+        """Set the connection's identity (at ``hello``), forgetting the per-session copies."""
+        self.sender = sender
+        self.senders = None
+
     def sender_for(self, session_id: str) -> Sender:
         """The connection's identity with its capabilities in ``session_id``."""
+        if self.identity is None:
+            return self.sender  # anonymous: every right everywhere, no copy needed
+        if self.senders is None:
+            self.senders = {}
         sender = self.senders.get(session_id)
         if sender is None:
-            caps = None if self.identity is None else self.identity.caps(session_id)
+            caps = self.identity.caps(session_id)
             sender = Sender(
                 client_id=self.sender.client_id,
                 user_id=self.sender.user_id,
@@ -110,6 +123,8 @@ class Peer:
     def _put(self, session_id: str | None, data: bytes) -> None:
         if self.closed:
             return
+        if self._queue is None:
+            self._queue = deque()
         self._queue.append((session_id, data))
         self._queued_bytes += len(data)
         if self._queued_bytes > self.limit:
@@ -129,7 +144,7 @@ class Peer:
         if self.closed:
             return
         self.closed = True
-        self._queue.clear()
+        self._queue = None
         self._queued_bytes = 0
         if self._drain is not None:
             # A send stuck on a full socket buffer would hold up the close frame.
@@ -139,7 +154,7 @@ class Peer:
     async def _run_drain(self) -> None:
         try:
             while self._queue and not self.closed:
-                frame = self._next_frame()
+                frame = self._next_frame(self._queue)
                 await self.ws.send(frame, text=True)
                 self.metrics.frames_out.inc()
         except ConnectionClosed:
@@ -149,17 +164,19 @@ class Peer:
             self.closed = True
         finally:
             self._drain = None
+            if not self._queue:
+                self._queue = None  # drained: an idle peer holds no queue
 
-    def _next_frame(self) -> bytes:
-        session_id, data = self._queue.popleft()
+    def _next_frame(self, queue: deque[tuple[str | None, bytes]]) -> bytes:
+        session_id, data = queue.popleft()
         self._queued_bytes -= len(data)
         if session_id is None:
             return data
         entries = [data]
         size = len(data)
         # Fold following entries of the same session into one deliver frame.
-        while self._queue and self._queue[0][0] == session_id and size < 256 * 1024:
-            _, more = self._queue.popleft()
+        while queue and queue[0][0] == session_id and size < 256 * 1024:
+            _, more = queue.popleft()
             self._queued_bytes -= len(more)
             size += len(more)
             entries.append(more)

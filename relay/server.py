@@ -25,6 +25,7 @@ on a host that is not loopback unless ``allow_anonymous=True``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import time
@@ -138,8 +139,10 @@ async def serve(
                 return _response(404, b"not found\n", "text/plain")
             return None
 
-        async def handler(ws: ServerConnection) -> None:
-            await _handle_connection(ws, hub, opts, metrics, verifier)
+        # A partial, not a wrapping coroutine: one coroutine frame less per connection.
+        handler = functools.partial(
+            _handle_connection, hub=hub, opts=opts, metrics=metrics, verifier=verifier
+        )
 
         async with ws_serve(
             handler,
@@ -205,9 +208,50 @@ async def _handle_connection(
     metrics: Metrics,
     verifier: TokenVerifier | None,
 ) -> None:
+    """Serve one connection: ``hello`` (``_greet``), then each frame in turn.
+
+    An idle connection waits here for its next frame, so this frame is kept
+    small: the handshake's leftovers (the token, the ``hello`` frame) live in
+    ``_greet``'s, gone once it returns, and frames are read with ``recv()``
+    (an ``async for`` keeps an async generator per connection).
+    """
     peer = Peer(ws, new_id(), opts.send_queue_bytes, metrics)
     metrics.connections.inc()
     expiry: asyncio.TimerHandle | None = None
+    try:
+        if not await _greet(ws, peer, hub, opts, verifier):
+            return
+        if peer.identity is not None:
+            expiry = asyncio.get_running_loop().call_later(
+                max(0.0, peer.identity.expires_at - time.time()),
+                peer.close,
+                CloseCode.TOKEN_EXPIRED,
+                "TOKEN_EXPIRED: the token expired; reconnect with a fresh one",
+            )
+        while True:
+            await hub.handle(peer, await ws.recv())
+    except ConnectionClosed:
+        pass
+    finally:
+        if expiry is not None:
+            expiry.cancel()
+        peer.closed = True
+        hub.gone(peer)
+        metrics.connections.dec()
+
+
+async def _greet(
+    ws: ServerConnection,
+    peer: Peer,
+    hub: Hub,
+    opts: RelayOptions,
+    verifier: TokenVerifier | None,
+) -> bool:
+    """Check the token and answer the first frame, which must be ``hello``, with ``welcome``.
+
+    Returns False when the connection ends instead: it closed, or it is
+    closed here after an ``error`` frame (a bad first frame, a refused token).
+    """
     refused: RunwireError | None = None
     if verifier is not None:
         request = ws.request
@@ -217,57 +261,40 @@ async def _handle_connection(
         except RunwireError as exc:
             refused = exc
     try:
-        try:
-            raw = await ws.recv()
-        except ConnectionClosed:
-            return
-        try:
-            hello = codec.decode_client_frame(raw, max_bytes=opts.max_frame_bytes)
-            if not isinstance(hello, Hello):
-                raise RunwireError(PROTOCOL_ERROR, "the first frame must be hello")
-            if hello.v != 1:
-                raise RunwireError(PROTOCOL_ERROR, f"protocol version {hello.v} is not supported")
-            hub.hello(peer, hello)
-        except RunwireError as exc:
-            peer.send_error(exc, codec.request_id(raw))
-            await _flush_and_close(peer, CloseCode.PROTOCOL_ERROR, exc.message)
-            return
-        if refused is not None:
-            peer.send_error(refused, hello.req)
-            expired = refused.code == TOKEN_EXPIRED
-            code = CloseCode.TOKEN_EXPIRED if expired else CloseCode.UNAUTHORIZED
-            await _flush_and_close(peer, code, f"{refused.code}: {refused.message}")
-            return
-        if peer.identity is not None:
-            expiry = asyncio.get_running_loop().call_later(
-                max(0.0, peer.identity.expires_at - time.time()),
-                peer.close,
-                CloseCode.TOKEN_EXPIRED,
-                "TOKEN_EXPIRED: the token expired; reconnect with a fresh one",
-            )
+        raw = await ws.recv()
+    except ConnectionClosed:
+        return False
+    try:
+        hello = codec.decode_client_frame(raw, max_bytes=opts.max_frame_bytes)
+        if not isinstance(hello, Hello):
+            raise RunwireError(PROTOCOL_ERROR, "the first frame must be hello")
+        if hello.v != 1:
+            raise RunwireError(PROTOCOL_ERROR, f"protocol version {hello.v} is not supported")
         hub.hello(peer, hello)
-        peer.send_frame(
-            codec.encode(
-                Welcome(
-                    req=hello.req,
-                    client_id=peer.sender.client_id,
-                    user_id=peer.sender.user_id,
-                    connection_id=peer.connection_id,
-                    max_frame_bytes=opts.max_frame_bytes,
-                    multitask=opts.multitask,
-                )
+    except RunwireError as exc:
+        peer.send_error(exc, codec.request_id(raw))
+        await _flush_and_close(peer, CloseCode.PROTOCOL_ERROR, exc.message)
+        return False
+    if refused is not None:
+        peer.send_error(refused, hello.req)
+        expired = refused.code == TOKEN_EXPIRED
+        code = CloseCode.TOKEN_EXPIRED if expired else CloseCode.UNAUTHORIZED
+        await _flush_and_close(peer, code, f"{refused.code}: {refused.message}")
+        return False
+    hub.hello(peer, hello)
+    peer.send_frame(
+        codec.encode(
+            Welcome(
+                req=hello.req,
+                client_id=peer.sender.client_id,
+                user_id=peer.sender.user_id,
+                connection_id=peer.connection_id,
+                max_frame_bytes=opts.max_frame_bytes,
+                multitask=opts.multitask,
             )
         )
-        async for raw in ws:
-            await hub.handle(peer, raw)
-    except ConnectionClosed:
-        pass
-    finally:
-        if expiry is not None:
-            expiry.cancel()
-        peer.closed = True
-        hub.gone(peer)
-        metrics.connections.dec()
+    )
+    return True
 
 
 async def _flush_and_close(peer: Peer, code: int, reason: str) -> None:

@@ -40,7 +40,7 @@ CAPABILITIES: frozenset[str] = frozenset({SUBSCRIBE, PUBLISH, STEER, CANCEL, CAN
 """What a token may grant per session-id pattern."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sender:
     """Who publishes: stamped from the connection, never from the frame.
 

@@ -258,6 +258,8 @@ class RunRecord:
 class RunRegistry:
     """The Runs of one session and the publish rules over them."""
 
+    __slots__ = ("policy", "runs", "session_id", "slots")  # one per loaded session
+
     def __init__(
         self,
         session_id: str,

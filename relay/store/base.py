@@ -184,32 +184,27 @@ class Subscribers:
 
     ``add`` registers a subscriber; ``publish`` calls the channel's subscribers
     in the order they subscribed, logging (and swallowing) their exceptions.
+    A loaded channel has one subscription here, so each is small: a slotted
+    object in a list per channel (an unsubscribed one is removed from it).
     """
 
     def __init__(self) -> None:
-        self._channels: dict[str, dict[int, OnEntry]] = {}
-        self._next = 0
+        self._channels: dict[str, list[_Subscription]] = {}
 
     def add(self, session_id: str, fn: OnEntry) -> Unsubscribe:
         """Subscribe ``fn`` to a channel; returns the idempotent ``unsubscribe``."""
-        key = self._next
-        self._next += 1
-        self._channels.setdefault(session_id, {})[key] = fn
-
-        def unsubscribe() -> None:
-            subs = self._channels.get(session_id)
-            if subs is not None and subs.pop(key, None) is not None and not subs:
-                del self._channels[session_id]
-
-        return unsubscribe
+        sub = _Subscription(self._channels, session_id, fn)
+        self._channels.setdefault(session_id, []).append(sub)
+        return sub
 
     def publish(self, session_id: str, entry: StoredEntry) -> None:
         """Hand ``entry`` to every subscriber of its channel."""
         subs = self._channels.get(session_id)
         if not subs:
             return
-        for key, fn in list(subs.items()):
-            if key not in subs:
+        for sub in tuple(subs):
+            fn = sub.fn
+            if fn is None:
                 continue  # unsubscribed by an earlier subscriber just now
             try:
                 fn(entry)
@@ -219,3 +214,26 @@ class Subscribers:
     def clear(self) -> None:
         """Drop every subscription."""
         self._channels.clear()
+
+
+class _Subscription:
+    """One ``Subscribers.add``: calling it unsubscribes (idempotent)."""
+
+    __slots__ = ("_channels", "fn", "session_id")
+
+    def __init__(
+        self, channels: dict[str, list[_Subscription]], session_id: str, fn: OnEntry
+    ) -> None:
+        self._channels = channels
+        self.session_id = session_id
+        self.fn: OnEntry | None = fn
+
+    def __call__(self) -> None:
+        if self.fn is None:
+            return
+        self.fn = None
+        subs = self._channels.get(self.session_id)
+        if subs is not None and self in subs:
+            subs.remove(self)
+            if not subs:
+                del self._channels[self.session_id]

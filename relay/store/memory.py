@@ -40,7 +40,7 @@ from .base import (
 __all__ = ["MemoryStore"]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Channel:
     epoch: str
     entries: list[bytes] = field(default_factory=list)  # entries[serial - 1]

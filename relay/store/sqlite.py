@@ -185,7 +185,8 @@ class SQLiteStore(Store):
         self.path = os.fspath(path)
         self.url = f"sqlite:///{self.path}"
         self.commits = 0
-        self._recent: dict[str, _Recent] = {}
+        self._recent: dict[str, _Recent | None] = {}
+        """Open channels' newest ids; None until a channel that had none gets one."""
         self._subscribers = Subscribers()
         self._closed = False
         self._ok = False
@@ -253,7 +254,8 @@ class SQLiteStore(Store):
         """Load or create a channel (a new one gets a random epoch, kept in the file)."""
         info, ids = await self._read(lambda c: _load_channel(c, session_id))
         if session_id not in self._recent:
-            self._recent[session_id] = OrderedDict(ids)
+            # A new (or empty) channel gets its OrderedDict with its first append.
+            self._recent[session_id] = OrderedDict(ids) if ids else None
         return info
 
     async def append(
@@ -272,9 +274,11 @@ class SQLiteStore(Store):
         ``expect_last`` is given and is not the newest serial,
         ``RunwireError(INTERNAL_ERROR)`` if ``open_channel`` was not called first.
         """
-        recent = self._recent.get(session_id)
-        if recent is None:
+        if session_id not in self._recent:
             raise RunwireError(INTERNAL_ERROR, f"append to {session_id!r} before open_channel")
+        recent = self._recent[session_id]
+        if recent is None:
+            recent = self._recent[session_id] = OrderedDict()
         known = recent.get(entry_id)
         if known is not None:
             found = await self._repeat(session_id, known)
@@ -306,10 +310,10 @@ class SQLiteStore(Store):
         For an open channel this answers from the newest ``DEDUP_WINDOW`` ids
         without touching the disk when the id is new.
         """
-        recent = self._recent.get(session_id)
-        if recent is None:
+        if session_id not in self._recent:
             return await self._read(lambda c: _select_id(c, session_id, entry_id))
-        known = recent.get(entry_id)
+        recent = self._recent[session_id]
+        known = None if recent is None else recent.get(entry_id)
         return None if known is None else await self._repeat(session_id, known)
 
     async def read(
