@@ -577,6 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--steer-rate", type=float, help="tokens/s per session while steering (--rate; 0: full)"
     )
+    parser.add_argument(
+        "--steer-interval",
+        type=float,
+        help="seconds between one session's steers, +-50%% (0.25)",
+    )
     parser.add_argument("--duration", type=float, help="seconds measured per phase (3)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up per phase (1)")
     parser.add_argument("--clients", type=int, help="idle clients (1000)")
@@ -628,7 +633,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     sizes = QUICK if args.quick else Sizes()
     overrides = {
         k: getattr(args, k)
-        for k in ("sessions", "rate", "steer_rate", "duration", "warmup", "clients")
+        for k in (
+            "sessions",
+            "rate",
+            "steer_rate",
+            "steer_interval",
+            "duration",
+            "warmup",
+            "clients",
+        )
     }
     sizes = replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
     sdk = not args.no_sdk and sdk_available()
