@@ -466,3 +466,12 @@ async def test_when_redis_loses_everything_subscriptions_reset_and_appends_say_s
         appended = await store.append("s", "e2", body("e2"))
         assert appended.data == splice_serial(body("e2"), 1)
         assert await fresh.until(1) == [StoredEntry(1, appended.data)]
+
+
+def test_connections_parse_replies_with_hiredis_when_it_is_installed() -> None:
+    pytest.importorskip("hiredis")
+    from redis._parsers.hiredis import _AsyncHiredisParser
+
+    store = RedisStore(REDIS_URL)
+    # The command connection and the pub/sub listener's both come from here.
+    assert isinstance(store.new_connection()._parser, _AsyncHiredisParser)
