@@ -12,12 +12,16 @@ the store does not hold durably.
 Publishing first runs the input checks on a message entry (a refused prompt
 stops there; a refused queued message is replaced by a ``refused`` entry that
 names it, published by the relay in its place, and the publisher then gets
-the refusal), then checks the entry against the Run rules as of the newest serial
-this node has taken in (``last``), then appends with ``expect_last=last``: if
-another node appended in between, the store refuses (``CONFLICT``), the
-channel catches up from the store and checks again. One node's publishes to a
-channel go through a FIFO lock, so a connection's entries keep their order;
-different channels still share the store's commits.
+the refusal), then checks the entry against the Run rules as of the newest
+serial this node has taken in (``last``), then appends with
+``expect_last=last``: if another node appended in between, the store refuses
+(``CONFLICT``), the channel catches up from the store and checks again. An
+entry the rules refuse is likewise checked again after taking in whatever the
+store holds beyond ``last``: an agent may start a Run here as soon as its
+prompt, published through another node, is acknowledged, before pub/sub
+brought the prompt here. One node's publishes to a channel go through a FIFO
+lock, so a connection's entries keep their order; different channels still
+share the store's commits.
 
 A repeated entry id (a client retrying after a reconnect) is acknowledged
 with the original serial, never refused. The common case costs one store
@@ -184,6 +188,14 @@ class Channel:
             for stored in page:
                 self._on_entry(stored)
 
+    async def _take_in_newer(self) -> bool:
+        """Take in what the store holds beyond ``last`` now; True if there was any."""
+        before = self.last
+        page = await self.store.read(self.session_id, after=self.last, limit=1000)
+        for stored in page:
+            self._on_entry(stored)
+        return self.last > before
+
     async def _applied(self, serial: int) -> None:
         if self.last >= serial:
             return
@@ -218,10 +230,17 @@ class Channel:
                     if entry.intent == "prompt":
                         raise refusal
                     entry, sender = checks.refusal_entry(entry, refusal), RELAY
+            looked_ahead = False
             for _ in range(_RETRIES):
                 try:
                     changes = self.registry.plan(entry, sender, now_ms)
                 except RunwireError:
+                    # Refused as of ``last``. Another node may have stored what makes it
+                    # valid (the prompt of the Run an agent starts here): catch up, once.
+                    if not looked_ahead:
+                        looked_ahead = True
+                        if await self._take_in_newer():
+                            continue
                     # A repeat is acknowledged again even if the rules would now refuse it
                     # (a steer retried after its Run ended): look the id up before refusing.
                     found = await self.store.find(self.session_id, entry.id)
