@@ -158,6 +158,10 @@ class RelayProcess:
         self._log.close()
 
 
+STORE_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
+"""Query options of a ``redis://`` store URL that are runwire's, not redis-py's."""
+
+
 class RedisKeys:
     """Fresh key prefixes on one Redis for a run, and deleting their keys."""
 
@@ -166,8 +170,15 @@ class RedisKeys:
 
         self.url = url
         self.run = f"bench{secrets.token_hex(4)}"
-        self._client = redis.Redis.from_url(url)
+        self._client = redis.Redis.from_url(self.client_url)
         self._count = 0
+
+    @property
+    def client_url(self) -> str:
+        """The URL without the store's own options (``?linger_ms=`` ...), for redis-py."""
+        parts = urlsplit(self.url)
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k not in STORE_OPTIONS]
+        return urlunsplit(parts._replace(query=urlencode(query)))
 
     def ping(self) -> None:
         """Raise ``SystemExit`` when Redis cannot be reached."""
@@ -497,7 +508,7 @@ def _measure_one(
             urls=tuple(node.url for node in nodes),
             relay_pids=tuple(node.pid for node in nodes),
             tag=name,
-            redis_url=None if redis is None or store is None else redis.url,
+            redis_url=None if redis is None or store is None else redis.client_url,
             **fields,
         )
         result = loadgen.run(phase, PHASE_TIMEOUT)

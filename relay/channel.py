@@ -12,12 +12,24 @@ the store does not hold durably.
 Publishing first runs the input checks on a message entry (a refused prompt
 stops there; a refused queued message is replaced by a ``refused`` entry that
 names it, published by the relay in its place, and the publisher then gets
-the refusal), then checks the entry against the Run rules as of the newest serial
-this node has taken in (``last``), then appends with ``expect_last=last``: if
-another node appended in between, the store refuses (``CONFLICT``), the
-channel catches up from the store and checks again. One node's publishes to a
-channel go through a FIFO lock, so a connection's entries keep their order;
-different channels still share the store's commits.
+the refusal), then checks the entry against the Run rules as of the newest
+serial this node has taken in (``last``), then appends with
+``expect_last=last``: if another node appended in between, the store refuses
+(``CONFLICT``), the channel catches up from the store and checks again. An
+entry the rules refuse is likewise checked again after taking in whatever the
+store holds beyond ``last``: an agent may start a Run here as soon as its
+prompt, published through another node, is acknowledged, before pub/sub
+brought the prompt here. One node's publishes to a channel go through a FIFO
+lock, so a connection's entries keep their order; different channels still
+share the store's commits.
+
+A repeated entry id (a client retrying after a reconnect) is acknowledged
+with the original serial, never refused. The common case costs one store
+call: the append itself answers a repeat (``duplicate=True``, whatever
+``expect_last`` says) and the channel drops its plan. The store is asked
+(``find``) first only where an answer is needed without appending: when the
+Run rules refuse the entry (a steer retried after its Run ended must still
+get its ack), and before the input checks, which never see a repeat.
 
 Attaching reads the backlog (or the newest page) up to ``last`` and joins the
 subscribers with no await in between, so nothing is missed or sent twice.
@@ -224,6 +236,14 @@ class Channel:
             for stored in page:
                 self._on_entry(stored)
 
+    async def _take_in_newer(self) -> bool:
+        """Take in what the store holds beyond ``last`` now; True if there was any."""
+        before = self.last
+        page = await self.store.read(self.session_id, after=self.last, limit=1000)
+        for stored in page:
+            self._on_entry(stored)
+        return self.last > before
+
     async def _applied(self, serial: int) -> None:
         if self.last >= serial:
             return
@@ -249,26 +269,36 @@ class Channel:
         the ``refused`` entry that replaces it was stored.
         """
         async with self.lock:
-            found = await self.store.find(self.session_id, entry.id)
-            if found is not None:
-                return found.serial, True, []
             refusal: RunwireError | None = None
             if self.input_checks and isinstance(entry, MessageEntry):
+                # Checks never see a repeat (messages are few; streamed tokens are not checked).
+                found = await self.store.find(self.session_id, entry.id)
+                if found is not None:
+                    return found.serial, True, []
                 refusal = await checks.first_refusal(self.input_checks, entry.message)
                 if refusal is not None:
                     if entry.intent == "prompt":
                         raise refusal
                     entry, sender = checks.refusal_entry(entry, refusal), RELAY
-            look_again = refusal is not None  # the refusal entry has an id of its own
+            looked_ahead = False
             for _ in range(_RETRIES):
-                if look_again:
+                try:
+                    changes = self.registry.plan(entry, sender, now_ms)
+                except RunwireError:
+                    # Refused as of ``last``. Another node may have stored what makes it
+                    # valid (the prompt of the Run an agent starts here): catch up, once.
+                    if not looked_ahead:
+                        looked_ahead = True
+                        if await self._take_in_newer():
+                            continue
+                    # A repeat is acknowledged again even if the rules would now refuse it
+                    # (a steer retried after its Run ended): look the id up before refusing.
                     found = await self.store.find(self.session_id, entry.id)
-                    if found is not None:
-                        if refusal is not None:
-                            raise refusal
-                        return found.serial, True, []
-                look_again = True  # a retry after CONFLICT: another node may have stored it
-                changes = self.registry.plan(entry, sender, now_ms)
+                    if found is None:
+                        raise
+                    if refusal is not None:
+                        raise refusal from None
+                    return found.serial, True, []
                 stamped = self.registry.stamp(entry, sender, now_ms, changes)
                 try:
                     appended = await self.store.append(
@@ -282,12 +312,14 @@ class Channel:
                     self.registry.abandon(changes)
                     if exc.code != CONFLICT:
                         raise
+                    # Plan again as of the newest serial. Had another node stored this very
+                    # entry meanwhile, the rules or the store's dedup would now say so.
                     await self._catch_up(int(exc.details.get("last", self.last + 1)))
                     continue
                 except BaseException:
                     self.registry.abandon(changes)
                     raise
-                if appended.duplicate:
+                if appended.duplicate:  # the store de-duplicates by id: the plan was moot
                     self.registry.abandon(changes)
                     if refusal is not None:
                         raise refusal

@@ -22,7 +22,9 @@ nothing a second node would need stays in one node's memory:
   back to ``pending`` instead (an entry with a deterministic id, so a second
   node's attempt is a duplicate); the node that stored it puts it on the
   agent's stream (``run_created``) and ``hand_to_worker`` sends the dispatch
-  with ``adopted`` and the Run's checkpoint, read from the stored record.
+  with ``adopted`` and the Run's checkpoint, read from the stored record. A
+  sweep asks after all owners in one pipelined round trip (and clears the
+  absence marks of those present in one more), however many Runs are active.
 """
 
 from __future__ import annotations
@@ -280,17 +282,36 @@ class RedisDispatcher:
             await self._redis.xclaim(self._stream(agent), GROUP, self.node_id, 0, ids, justid=True)
 
     async def _sweep(self) -> None:
-        """End active Runs whose agent has been gone for ``grace`` seconds."""
+        """End active Runs whose agent has been gone for ``grace`` seconds.
+
+        One pipelined round trip asks after every owner, one more clears the
+        absence marks of Runs whose owner is here; only Runs whose owner is
+        gone take round trips of their own.
+        """
         now = time.time()
-        for record in await self.store.runs_with_status(["active"]):
-            if record.owner is None:
+        active = [r for r in await self.store.runs_with_status(["active"]) if r.owner is not None]
+        if not active:
+            return
+        owners = list(dict.fromkeys(r.owner for r in active if r.owner is not None))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for owner in owners:
+                pipe.exists(self.store.key("presence", owner))
+            present = {o for o, n in zip(owners, await pipe.execute(), strict=True) if n}
+        here = [r for r in active if r.owner in present]
+        if here:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for record in here:
+                    pipe.delete(self._absent_key(record))
+                await pipe.execute()
+        for record in active:
+            if record.owner in present:
                 continue
-            absent_key = self.store.key("absent", record.session_id, record.run_id)
-            if await self._redis.exists(self.store.key("presence", record.owner)):
-                await self._redis.delete(absent_key)
-                continue
+            absent_key = self._absent_key(record)
             await self._redis.set(absent_key, str(now), nx=True, px=int((self.grace + 60) * 1000))
             since = await self._redis.get(absent_key)
             if since is not None and now - float(since) >= self.grace:
                 await self._expire(record.session_id, record.run_id)
                 await self._redis.delete(absent_key)
+
+    def _absent_key(self, record: RunRecord) -> str:
+        return self.store.key("absent", record.session_id, record.run_id)

@@ -17,9 +17,9 @@ Contract
   the newest 10,000 ids of the channel) writes nothing and returns the original
   serial and data with ``duplicate=True``.
 * ``find(session_id, entry_id)`` returns what ``append`` would return for a
-  repeat of that id (``duplicate=True``), or None; the relay asks it before it
-  checks an entry against the Run rules, so a retried prompt is acknowledged
-  again rather than refused as a second Run.
+  repeat of that id (``duplicate=True``), or None; the relay asks it when the
+  Run rules refuse an entry, so a retried prompt is acknowledged again rather
+  than refused as a second Run (otherwise it relies on ``append``'s dedup).
 * ``data`` is the encoded entry without its serial; what the store returns and
   reads back is the entry with its serial spliced in (``codec.splice_serial``).
 * ``read(session_id, after=, before=, limit=)`` returns stored entries in

@@ -42,6 +42,17 @@ append called before it, and a hundred concurrent appends cost a few round
 trips, not a hundred. Scripts run by ``EVALSHA`` (``SCRIPT LOAD`` at start and
 again after ``NOSCRIPT``, when Redis restarted).
 
+One pipeline is in flight at a time; what is queued meanwhile waits for it.
+At a low rate that shares little (at 1,000 single-token appends a second
+nearly every append would be a round trip of its own), so a small batch
+*lingers* (the idea of Kafka's ``linger.ms``): when the writer finds fewer
+than ``LINGER_FULL`` commands queued, it waits until the oldest of them has
+waited ``linger_ms`` (``?linger_ms=`` in the URL; 2 ms by default, 0 turns it
+off) or until ``LINGER_FULL`` are queued, then sends. Calls of different
+sessions then share round trips (fewer for Redis to read, fewer for the node
+to send and wake for) for at most ``linger_ms`` more latency; under load the
+queue fills while the previous round trip is in flight and nothing lingers.
+
 Failure: any Redis or socket error fails the calls of that round trip with
 ``RunwireError(STORE_UNAVAILABLE)`` (an append that fails so may or may not
 have been written: read back the truth); the next call connects again. There
@@ -87,8 +98,12 @@ STATUSES: tuple[str, ...] = get_args(RunStatus)
 """Run statuses, in the order of the status sets the scripts take."""
 _MAX_BATCH = 1000
 """Commands sent in one round trip at most."""
+LINGER_MS = 2.0
+"""Default ``linger_ms``: how long a small batch waits for company before it is sent."""
+LINGER_FULL = 32
+"""Queued commands that end the linger at once (a batch worth sending as it is)."""
 
-_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl")
+_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
 
 
 def _serial_of(stream_id: bytes) -> int:
@@ -109,12 +124,20 @@ def _pack(commands: list[tuple[Any, ...]]) -> bytes:
     return b"".join(out)
 
 
-class _Op:
-    __slots__ = ("commands", "future")
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
-    def __init__(self, commands: list[tuple[Any, ...]], future: asyncio.Future[list[Any]]) -> None:
+
+class _Op:
+    __slots__ = ("commands", "future", "queued")
+
+    def __init__(
+        self, commands: list[tuple[Any, ...]], future: asyncio.Future[list[Any]], queued: float
+    ) -> None:
         self.commands = commands
         self.future = future
+        self.queued = queued
 
 
 class RedisStore(Store):
@@ -124,7 +147,8 @@ class RedisStore(Store):
     Redis cannot be reached) and ``await aclose()`` disconnects; other calls
     raise ``RunwireError(STORE_UNAVAILABLE)`` before ``start()``, after
     ``aclose()`` and while Redis is unreachable. ``round_trips`` counts the
-    pipelines sent on the command connection.
+    pipelines sent on the command connection. ``linger_ms`` may be changed at
+    any time; it applies from the next batch.
     """
 
     def __init__(
@@ -135,6 +159,7 @@ class RedisStore(Store):
         max_history: int = 100_000,
         dedup_window: int = 10_000,
         history_ttl: float | None = None,
+        linger_ms: float = LINGER_MS,
         socket_timeout: float = 5.0,
         connect_timeout: float = 2.0,
     ) -> None:
@@ -147,6 +172,7 @@ class RedisStore(Store):
             dedup_window = int(options.get("dedup_window", dedup_window))
             ttl = options.get("history_ttl")
             history_ttl = float(ttl) if ttl is not None else history_ttl
+            linger_ms = float(options.get("linger_ms", linger_ms))
         except ValueError as exc:
             raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
         if "{" in prefix or "}" in prefix:
@@ -158,11 +184,14 @@ class RedisStore(Store):
             )
         if history_ttl is not None and history_ttl <= 0:
             raise RunwireError(VALIDATION_ERROR, "history_ttl must be positive (or None)")
+        if not 0 <= linger_ms <= 1000:
+            raise RunwireError(VALIDATION_ERROR, f"linger_ms must be 0 to 1000, not {linger_ms}")
         self.url = url
         self.prefix = prefix
         self.max_history = max_history
         self.dedup_window = dedup_window
         self.history_ttl = history_ttl
+        self.linger_ms = linger_ms
         self.round_trips = 0
         self.sharded = True  # SPUBLISH/SSUBSCRIBE; set from the server's version at start
         self.where = parts.hostname or "localhost"
@@ -186,7 +215,9 @@ class RedisStore(Store):
         self._session_keys: dict[str, list[str]] = {}
         self._status_keys = [self._status_key(status) for status in STATUSES]
         self._queue: deque[_Op] = deque()
+        self._queued = 0  # commands in the queue
         self._wake = asyncio.Event()
+        self._full: asyncio.Future[None] | None = None  # ends a linger early
         self._conn: AbstractConnection | None = None
         self._writer: asyncio.Task[None] | None = None
         self._listener = Listener(self)
@@ -240,6 +271,7 @@ class RedisStore(Store):
             await stop(self._writer)
         self._fail(list(self._queue), RunwireError(STORE_UNAVAILABLE, "the Redis store is closed"))
         self._queue.clear()
+        self._queued = 0
         if self._conn is not None:
             await self._conn.disconnect(nowait=True)
         await self._pool.disconnect()
@@ -523,29 +555,50 @@ class RedisStore(Store):
         ``RunwireError(STORE_UNAVAILABLE)``.
         """
         self._check_open()
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Op(list(commands), future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._queue.append(_Op(list(commands), future, loop.time()))
+        self._queued += len(commands)
         self._wake.set()
+        full = self._full
+        if full is not None and self._queued >= LINGER_FULL and not full.done():
+            full.set_result(None)
         return await future
 
     async def _write(self) -> None:
         """Send queued commands in order, a pipeline per round trip, forever."""
+        loop = asyncio.get_running_loop()
         while True:
             if not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if self.linger_ms and self._queued < LINGER_FULL:
+                wait = self._queue[0].queued + self.linger_ms / 1000 - loop.time()
+                if wait > 0:
+                    await self._linger_for(loop, wait)
             batch: list[_Op] = []
             size = 0
             while self._queue and (not batch or size + len(self._queue[0].commands) <= _MAX_BATCH):
                 op = self._queue.popleft()
                 batch.append(op)
                 size += len(op.commands)
+            self._queued -= size
             try:
                 await self._execute(batch)
             except asyncio.CancelledError:
                 self._fail(batch, RunwireError(STORE_UNAVAILABLE, "the Redis store is closed"))
                 raise
+
+    async def _linger_for(self, loop: asyncio.AbstractEventLoop, wait: float) -> None:
+        """Wait ``wait`` seconds, or until ``LINGER_FULL`` commands are queued."""
+        full = self._full = loop.create_future()
+        timer = loop.call_later(wait, _settle, full)
+        try:
+            await full
+        finally:
+            timer.cancel()
+            self._full = None
 
     async def _execute(self, batch: list[_Op]) -> None:
         try:

@@ -27,7 +27,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from relay.store import Store, StoredEntry, open_store
-from relay.store.redis import RedisStore
+from relay.store.redis import LINGER_FULL, LINGER_MS, RedisStore
 from transport.codec import splice_serial
 from transport.errors import (
     CONFLICT,
@@ -186,6 +186,40 @@ async def test_an_append_is_one_round_trip_and_concurrent_ones_share_them(prefix
         assert (await store.open_channel("s")).last == 210
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("linger_ms", [0.0, 200.0])
+async def test_appends_of_other_sessions_that_come_within_the_linger_share_a_round_trip(
+    prefix: str, linger_ms: float
+) -> None:
+    async with node(REDIS_URL, prefix, linger_ms=linger_ms) as store:
+        for session_id in ("a", "b", "c"):
+            await store.open_channel(session_id)
+        before = store.round_trips
+        async with anyio.create_task_group() as tg:
+            for session_id in ("a", "b", "c"):
+                tg.start_soon(store.append, session_id, "e", body("e"))
+                await anyio.sleep(0.02)  # each comes a little later than the one before
+        if linger_ms:
+            assert store.round_trips - before == 1
+        else:  # each is sent at once (unless a round trip took over 20 ms)
+            assert store.round_trips - before >= 2
+
+
+@pytest.mark.anyio
+async def test_a_full_queue_ends_the_linger_at_once(prefix: str) -> None:
+    async with node(REDIS_URL, prefix) as store:
+        await store.open_channel("s")
+        store.linger_ms = 1000
+        with anyio.fail_after(0.5):  # far less than the linger
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.append, "s", "first", body("first"))
+                await anyio.sleep(0.01)  # the writer lingers now
+                for i in range(LINGER_FULL):
+                    tg.start_soon(store.append, "s", f"e{i}", body(f"e{i}"))
+        store.linger_ms = 0
+        assert (await store.open_channel("s")).last == LINGER_FULL + 1
+
+
 # -- pub/sub delivery -------------------------------------------------------------
 
 
@@ -281,14 +315,20 @@ async def test_subscribing_before_the_channel_exists_delivers_its_first_entries(
 
 
 def test_redis_urls_give_a_redis_store_with_the_options_they_carry() -> None:
-    store = open_store("redis://127.0.0.1:6379/3?prefix=app:&max_history=50000&history_ttl=60")
+    store = open_store(
+        "redis://127.0.0.1:6379/3?prefix=app:&max_history=50000&history_ttl=60&linger_ms=2.5"
+    )
     assert isinstance(store, RedisStore)
     assert (store.prefix, store.max_history, store.history_ttl) == ("app:", 50_000, 60.0)
-    assert isinstance(open_store("rediss://example:6380/0"), RedisStore)
+    assert store.linger_ms == 2.5
+    default = open_store("rediss://example:6380/0")
+    assert isinstance(default, RedisStore) and default.linger_ms == LINGER_MS
     for bad in (
         "redis://h/0?max_history=lots",
         "redis://h/0?prefix=a{b",
         "redis://h/0?dedup_window=0",
+        "redis://h/0?linger_ms=soon",
+        "redis://h/0?linger_ms=-1",
     ):
         with pytest.raises(RunwireError) as caught:
             open_store(bad)
@@ -466,3 +506,12 @@ async def test_when_redis_loses_everything_subscriptions_reset_and_appends_say_s
         appended = await store.append("s", "e2", body("e2"))
         assert appended.data == splice_serial(body("e2"), 1)
         assert await fresh.until(1) == [StoredEntry(1, appended.data)]
+
+
+def test_connections_parse_replies_with_hiredis_when_it_is_installed() -> None:
+    pytest.importorskip("hiredis")
+    from redis._parsers.hiredis import _AsyncHiredisParser
+
+    store = RedisStore(REDIS_URL)
+    # The command connection and the pub/sub listener's both come from here.
+    assert isinstance(store.new_connection()._parser, _AsyncHiredisParser)
