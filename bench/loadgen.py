@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import itertools
 import logging
 import random
@@ -114,6 +115,9 @@ class Phase:
     setup_concurrency: int = 25
     redis_url: str | None = None
     """The Redis the relays use: its ``INFO`` is sampled at the edges of the window."""
+    sdk_sessions: int | None = None
+    """With ``sdk``: only sessions ``0 .. sdk_sessions - 1`` run the SDKs (the *probes*);
+    the rest speak raw frames. None: every session runs the SDKs."""
     shard: int = 0
     """This load-generator process's share: sessions ``shard``, ``shard + shards``, ..."""
     shards: int = 1
@@ -140,6 +144,16 @@ class Session:
         self.steer_sent: int | None = None
         self.steer_seen = asyncio.Event()
         self._entries = itertools.count(1)
+        phase = ctx.phase
+        self.sdk = (
+            phase.relay == "runwire"
+            and phase.sdk
+            and (phase.sdk_sessions is None or index < phase.sdk_sessions)
+        )
+        """This session's agent (and its prompting client, when steering) use the SDKs."""
+        mixed = phase.relay == "runwire" and phase.sdk and phase.sdk_sessions is not None
+        self.tally = ctx.rest if mixed and not self.sdk else ctx.tally
+        """Where this session counts: the raw sessions of a mixed phase count apart."""
 
     def entry_id(self) -> str:
         """A fresh entry id within this session."""
@@ -149,8 +163,8 @@ class Session:
         """The agent saw a steering message (``on_steer``)."""
         sent, self.steer_sent = self.steer_sent, None
         if sent is not None:
-            if self.ctx.tally.measuring:
-                self.ctx.tally.steer_us.append(now_us() - sent)
+            if self.tally.measuring:
+                self.tally.steer_us.append(now_us() - sent)
             self.steer_seen.set()
 
     def agent_deliver(self, frame: dict[str, Any]) -> None:
@@ -163,7 +177,7 @@ class Session:
         """Open everything, report ready, stream (and steer) until the phase stops."""
         ctx = self.ctx
         phase = ctx.phase
-        use_sdk = phase.relay == "runwire" and phase.sdk
+        use_sdk = self.sdk
         async with contextlib.AsyncExitStack() as stack:
             async with ctx.setup_limit:
                 prompter = await self._subscribers(stack, use_sdk and phase.name == "steer")
@@ -178,7 +192,7 @@ class Session:
                 else:
                     agent_conn = await RawConn.open(
                         phase.urls[self.agent_node],
-                        ctx.tally,
+                        self.tally,
                         role="agent",
                         on_deliver=self.agent_deliver,
                     )
@@ -218,11 +232,11 @@ class Session:
                 )
                 prompter = SdkPrompter(client)
                 continue
-            on_deliver: Callable[[dict[str, Any]], None] = ctx.tally.on_deliver
+            on_deliver: Callable[[dict[str, Any]], None] = self.tally.on_deliver
             if len(ctx.phase.urls) > 1:
                 far = node != self.agent_node
-                on_deliver = functools.partial(ctx.tally.on_deliver, node=node, far=far)
-            conn = await RawConn.open(url, ctx.tally, on_deliver=on_deliver)
+                on_deliver = functools.partial(self.tally.on_deliver, node=node, far=far)
+            conn = await RawConn.open(url, self.tally, on_deliver=on_deliver)
             stack.push_async_callback(conn.close)
             await conn.attach(self.session_id)
             if prompter is None:
@@ -288,7 +302,7 @@ class Session:
             result = await run.pipe(tokens(phase.run_tokens, phase.rate, self.ctx.stop))
             self.run_live.clear()
             if result.reason == "error":
-                self.ctx.tally.error(f"pipe: {result.error!r}"[:80])
+                self.tally.error(f"pipe: {result.error!r}"[:80])
             await run.end()
 
     async def _steer(self, prompter: Prompter) -> None:
@@ -302,7 +316,7 @@ class Session:
                 continue
             self.steer_seen.clear()
             self.steer_sent = now_us()
-            counted = self.ctx.tally.measuring
+            counted = self.tally.measuring
             await prompter.steer(run_id)
             try:
                 # Not wait_for: on 3.11 it can swallow the cancel that stops this task.
@@ -311,7 +325,7 @@ class Session:
             except TimeoutError:
                 self.steer_sent = None
                 if counted:
-                    self.ctx.tally.steer_missed += 1
+                    self.tally.steer_missed += 1
 
 
 @dataclass
@@ -320,6 +334,8 @@ class PhaseCtx:
 
     phase: Phase
     tally: Tally
+    rest: Tally
+    """The raw sessions of a phase that mixes SDK probes and raw sessions (``sdk_sessions``)."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     go: asyncio.Event = field(default_factory=asyncio.Event)
     setup_limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(25))
@@ -449,10 +465,11 @@ async def _sleep_until(when: float) -> None:
 async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[str, Any]:
     nodes = len(phase.urls)
     sampler = phase.shard == 0  # one process samples the relays, Redis and the machine
-    tally = Tally(latencies_us=[] if phase.name == "latency" else None)
+    tally, rest = (Tally(latencies_us=[] if phase.name == "latency" else None) for _ in "ab")
     if phase.name == "latency" and nodes > 1:
-        tally.far_latencies_us = []
-    ctx = PhaseCtx(phase, tally, setup_limit=asyncio.Semaphore(phase.setup_concurrency))
+        tally.far_latencies_us, rest.far_latencies_us = [], []
+    limit = asyncio.Semaphore(phase.setup_concurrency)
+    ctx = PhaseCtx(phase, tally, rest, setup_limit=limit)
     mine = range(phase.shard, phase.sessions, max(1, phase.shards))
     sessions = [Session(ctx, i) for i in mine]
     readies = [asyncio.Event() for _ in sessions]
@@ -464,6 +481,10 @@ async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[st
         setup.cancel()
         failures = await _finish(tasks, 0)
         raise RuntimeError(f"a session failed to set up: {'; '.join(failures)}")
+    # Like the relay: what setting up allocated lives to the end; keep it out of the
+    # collector's full passes (they would pause every session of this process).
+    gc.collect()
+    gc.freeze()
     start = time.monotonic() if sync is None else await sync()
     if start is None:
         await _finish(tasks, 0)
@@ -476,9 +497,9 @@ async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[st
     scrape0, info0 = await _sample(phase, redis_client) if sampler else ([], None)
     cpus0 = [_cpu(relay) for relay in relays] if sampler else []
     own0, all0, t0 = _cpu(me), _machine_busy(), time.perf_counter()
-    tally.measuring = True
+    tally.measuring = rest.measuring = True
     await _sleep_until(start + phase.warmup + phase.duration)
-    tally.measuring = False
+    tally.measuring = rest.measuring = False
     cpus1 = [_cpu(relay) for relay in relays] if sampler else []
     own1, all1, t1 = _cpu(me), _machine_busy(), time.perf_counter()
     scrape1, info1 = await _sample(phase, redis_client) if sampler else ([], None)
@@ -492,20 +513,26 @@ async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[st
         "stop_s": stopping,
         "phase": asdict(phase),
         "seconds": seconds,
-        "tokens": tally.tokens,
-        "frames": tally.frames,
+        "tokens": tally.tokens + rest.tokens,
+        "frames": tally.frames + rest.frames,
         "relay_cpu_s": sum(node_cpu),
         "loadgen_cpu_s": own1 - own0,
         "machine_cpu_s": all1 - all0 if sampler else 0.0,
-        "errors": tally.errors,
-        "error_codes": tally.error_codes,
+        "errors": tally.errors + rest.errors,
+        "error_codes": _sum_codes(tally.error_codes, rest.error_codes),
         "failures": failures,
-        "node_tokens": [tally.node_tokens.get(i, 0) for i in range(nodes)],
+        "node_tokens": [
+            tally.node_tokens.get(i, 0) + rest.node_tokens.get(i, 0) for i in range(nodes)
+        ],
         "latencies_us": tally.latencies_us,
         "far_latencies_us": tally.far_latencies_us,
         "steer_us": tally.steer_us if phase.name == "steer" else None,
-        "steer_missed": tally.steer_missed,
+        "steer_missed": tally.steer_missed + rest.steer_missed,
     }
+    if phase.sdk and phase.sdk_sessions is not None and phase.relay == "runwire":
+        # The raw sessions' figures, under the same load (the probes' are the main ones).
+        result["rest_latencies_us"] = rest.latencies_us
+        result["rest_steer_us"] = rest.steer_us if phase.name == "steer" else None
     if sampler:
         result["node_cpu_s"] = node_cpu
     if scrape0 and scrape1:
@@ -516,6 +543,14 @@ async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[st
     if redis is not None:
         result["redis"] = redis
     return result
+
+
+def _sum_codes(*counts: dict[str, int]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for count in counts:
+        for code, n in count.items():
+            total[code] = total.get(code, 0) + n
+    return total
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -535,11 +570,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("tokens", "frames", "loadgen_cpu_s", "errors", "steer_missed"):
         result[key] = sum(p[key] for p in parts)
     result["loadgen_processes"] = len(parts)
-    codes: dict[str, int] = {}
-    for part in parts:
-        for code, n in part["error_codes"].items():
-            codes[code] = codes.get(code, 0) + n
-    result["error_codes"] = codes
+    result["error_codes"] = _sum_codes(*(p["error_codes"] for p in parts))
     result["failures"] = [f for p in parts for f in p["failures"]][:10]
     redis_cpu = 0.0 if "redis" not in first else first["redis"]["cpu_s"]
     result["other_cpu_s"] = max(
@@ -560,7 +591,13 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-_SUMMARIES = {"latencies_us": "latency", "far_latencies_us": "latency_far", "steer_us": "steer"}
+_SUMMARIES = {
+    "latencies_us": "latency",
+    "far_latencies_us": "latency_far",
+    "steer_us": "steer",
+    "rest_latencies_us": "latency_rest",
+    "rest_steer_us": "steer_rest",
+}
 _POOLED = (*_SUMMARIES, "node_tokens")
 
 

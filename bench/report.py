@@ -45,10 +45,13 @@ class Sizes:
     clients: int = 1000
     run_tokens: int = 5000
     window: int = 16
+    probes: int = 20
+    """Sessions on the SDKs in the steering measurement; the other sessions speak raw frames."""
 
 
 QUICK = Sizes(
     sessions=3,
+    probes=2,
     rate=20.0,
     warmup=0.1,
     duration=0.4,
@@ -76,6 +79,7 @@ def metrics_of(sizes: Sizes) -> list[Metric]:
     at_rate = f"{n} x {sizes.rate:g} tok/s"
     steer_rate = sizes.rate if sizes.steer_rate is None else sizes.steer_rate
     steering = f"{n} x {steer_rate:g} tok/s" if steer_rate else f"{n} streaming flat out"
+    probes = f"{min(sizes.probes, n)} on the SDKs"
     return [
         Metric(
             "delivered_per_s_1",
@@ -104,15 +108,20 @@ def metrics_of(sizes: Sizes) -> list[Metric]:
         Metric("latency_p50_ms", f"publish->deliver p50, {at_rate}", "ms", ""),
         Metric("latency_p99_ms", f"publish->deliver p99, {at_rate}", "ms", ""),
         Metric("cpu_s_per_10k_fixed", f"relay CPU s / 10k delivered, {at_rate}", "s", ""),
-        Metric("steer_p50_ms", f"steer->on_steer p50, {steering}", "ms", ""),
+        Metric("steer_p50_ms", f"steer->on_steer p50, {probes}, {steering}", "ms", ""),
         Metric(
             "steer_p99_ms",
-            f"steer->on_steer p99, {steering}",
+            f"steer->on_steer p99, {probes}, {steering}",
             "ms",
             "< 10 ms",
             lambda v, b: v < 10.0,
         ),
+        Metric("steer_rest_p99_ms", "  same run, the raw sessions: steer->agent p99", "ms", ""),
+        Metric("relay_busy_steer", f"relay CPU busy, {steering}", "%", ""),
         Metric("loadgen_busy_steer", f"loadgen CPU busy, {steering}", "%", ""),
+        Metric("steer_all_p50_ms", "every session on the SDKs: steer->on_steer p50", "ms", ""),
+        Metric("steer_all_p99_ms", "every session on the SDKs: steer->on_steer p99", "ms", ""),
+        Metric("loadgen_busy_steer_all", "every session on the SDKs: loadgen CPU busy", "%", ""),
         Metric("latency_raw_p50_ms", f"raw frames: publish->deliver p50, {at_rate}", "ms", ""),
         Metric("latency_raw_p99_ms", f"raw frames: publish->deliver p99, {at_rate}", "ms", ""),
         Metric("steer_raw_p50_ms", f"raw frames: steer->agent p50, {steering}", "ms", ""),
@@ -147,14 +156,17 @@ def compute_metrics(results: dict[str, dict[str, Any]], relays: Sequence[str]) -
             value = results.get(phase, {}).get(k, {})
             return value if "failed" not in value else {}
 
-        one, many, lat, steer, idle = (
-            get(p) for p in ("throughput_1", "throughput_n", "latency", "steer", "idle")
+        one, many, lat, steer, steer_all, idle = (
+            get(p)
+            for p in ("throughput_1", "throughput_n", "latency", "steer", "steer_all", "idle")
         )
         # Without the SDK (and for the baseline) the main phases are the raw ones.
         lat_raw = get("latency_raw") if "latency_raw" in results and kind != "baseline" else lat
         steer_raw = get("steer_raw") if "steer_raw" in results and kind != "baseline" else steer
+        if kind == "baseline" or "steer_all" not in results:
+            steer_all = steer
         nan = math.nan
-        streaming = [one, many, lat, steer, lat_raw, steer_raw]
+        streaming = [one, many, lat, steer, steer_all, lat_raw, steer_raw]
         out[kind] = {
             "delivered_per_s_1": _div(one.get("tokens", nan), one.get("seconds", nan)),
             "delivered_per_s_n": _div(many.get("tokens", nan), many.get("seconds", nan)),
@@ -167,7 +179,15 @@ def compute_metrics(results: dict[str, dict[str, Any]], relays: Sequence[str]) -
             "cpu_s_per_10k_fixed": 1e4 * _div(lat.get("relay_cpu_s", nan), lat.get("tokens", nan)),
             "steer_p50_ms": _pct(steer, "steer", "p50_ms"),
             "steer_p99_ms": _pct(steer, "steer", "p99_ms"),
+            # No probes (the baseline, --no-sdk): every session is a raw one.
+            "steer_rest_p99_ms": _pct(
+                steer, "steer_rest" if "steer_rest" in steer else "steer", "p99_ms"
+            ),
+            "relay_busy_steer": _busy(steer, "relay_cpu_s"),
             "loadgen_busy_steer": _busy(steer, "loadgen_cpu_s"),
+            "steer_all_p50_ms": _pct(steer_all, "steer", "p50_ms"),
+            "steer_all_p99_ms": _pct(steer_all, "steer", "p99_ms"),
+            "loadgen_busy_steer_all": _busy(steer_all, "loadgen_cpu_s"),
             "latency_raw_p50_ms": _pct(lat_raw, "latency", "p50_ms"),
             "latency_raw_p99_ms": _pct(lat_raw, "latency", "p99_ms"),
             "steer_raw_p50_ms": _pct(steer_raw, "steer", "p50_ms"),

@@ -363,6 +363,10 @@ def plan(sizes: Sizes, *, sdk: bool) -> list[tuple[str, dict[str, Any]]]:
         "rate": steer_rate or None,
         "steer_interval": sizes.steer_interval,
     }
+    # Steering latency through the SDKs is probed on a few sessions while the rest stream
+    # over raw frames: one process could not run a hundred agents and a hundred clients on
+    # the SDKs without measuring its own queue (see "steer_all", which does).
+    probed = {**steer, "sdk_sessions": min(sizes.probes, sizes.sessions)}
     latency: dict[str, Any] = {
         **common,
         "name": "latency",
@@ -373,13 +377,15 @@ def plan(sizes: Sizes, *, sdk: bool) -> list[tuple[str, dict[str, Any]]]:
         ("throughput_1", {**common, "name": "throughput", "sessions": 1}),
         ("throughput_n", {**common, "name": "throughput", "sessions": sizes.sessions}),
         ("latency", latency),
-        ("steer", steer),
+        ("steer", probed if sdk else steer),
     ]
     if sdk:
-        # The same two with runwire driven by raw frames: the relay without the SDKs' cost.
+        # The same two with runwire driven by raw frames: the relay without the SDKs' cost;
+        # and steering with every session on the SDKs.
         phases += [
             ("latency_raw", {**latency, "sdk": False}),
             ("steer_raw", {**steer, "sdk": False}),
+            ("steer_all", steer),
         ]
     idle: dict[str, Any] = {
         **common,
@@ -484,7 +490,8 @@ def _measures(name: str, kind: str) -> bool:
         return kind in REDIS_PHASES.get(name, ())
     if name == "latency_half":
         return False  # a reference for the relays on Redis only
-    return not (name.endswith("_raw") and kind == "baseline")  # the baseline is always raw
+    # The baseline is always driven by raw frames: it has no SDK rows.
+    return not (kind == "baseline" and (name.endswith("_raw") or name == "steer_all"))
 
 
 def _measure_one(
@@ -593,6 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds between one session's steers, +-50%% (0.25)",
     )
+    parser.add_argument(
+        "--probes", type=int, help="sessions on the SDKs while steering; the rest raw (20)"
+    )
     parser.add_argument("--duration", type=float, help="seconds measured per phase (3)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up per phase (1)")
     parser.add_argument("--clients", type=int, help="idle clients (1000)")
@@ -649,6 +659,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "rate",
             "steer_rate",
             "steer_interval",
+            "probes",
             "duration",
             "warmup",
             "clients",

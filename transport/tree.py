@@ -85,7 +85,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .chunks import fold_chunks
-from .codec import decode_entry
+from .codec import decode_entry, dumps, loads
 from .errors import VALIDATION_ERROR, RunwireError
 from .events import (
     CancelDenial,
@@ -454,7 +454,10 @@ class ConversationTree:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, Entry] = {}
+        # Every folded entry, kept encoded for a rebuild: bytes are invisible to the
+        # garbage collector, so a long conversation does not lengthen its full passes
+        # (pydantic models of every token would, by thousands of objects per Run).
+        self._entries: dict[int, bytes] = {}
         self._oldest: int | None = None
         self._newest: int | None = None
         self._selected: dict[str | None, str] = {}
@@ -474,15 +477,18 @@ class ConversationTree:
         makes the tree rebuild, and the events then describe what changed.
         """
         fresh: dict[int, Entry] = {}
+        packed: dict[int, bytes] = {}
         for raw in entries:
             entry = _coerce(raw)
-            assert entry.serial is not None
-            if entry.serial not in self._entries:
-                fresh.setdefault(entry.serial, entry)
+            serial = entry.serial
+            assert serial is not None
+            if serial not in self._entries and serial not in fresh:
+                fresh[serial] = entry
+                packed[serial] = _pack(raw, entry)
         if not fresh:
             return []
         incremental = self._newest is None or min(fresh) > self._newest
-        self._entries.update(fresh)
+        self._entries.update(packed)
         low, high = min(fresh), max(fresh)
         self._oldest = low if self._oldest is None else min(self._oldest, low)
         self._newest = high if self._newest is None else max(self._newest, high)
@@ -496,14 +502,12 @@ class ConversationTree:
     def _rebuild(self) -> list[TreeEvent]:
         old = self._state
         new = _Fold(None)
+        entries = {serial: _unpack(data) for serial, data in sorted(self._entries.items())}
         # A close replaces the whole content, so appends before it cannot change the result.
         closed_at = {
-            e.message_id: serial
-            for serial, e in sorted(self._entries.items())
-            if isinstance(e, ResponseClose)
+            e.message_id: serial for serial, e in entries.items() if isinstance(e, ResponseClose)
         }
-        for serial in sorted(self._entries):
-            entry = self._entries[serial]
+        for serial, entry in entries.items():
             if isinstance(entry, ResponseAppend) and closed_at.get(entry.message_id, -1) > serial:
                 continue
             new.apply(entry)
@@ -717,6 +721,20 @@ def _marked_queued(e: MessageEntry) -> MessageEntry:
         return e
     metadata = {**e.message.metadata, "queued": e.intent}
     return e.model_copy(update={"message": e.message.model_copy(update={"metadata": metadata})})
+
+
+def _pack(raw: Entry | Mapping[str, Any], entry: Entry) -> bytes:
+    """An entry as compact JSON: the wire dict it came as, else the model dumped."""
+    if isinstance(raw, dict):
+        try:
+            return dumps(raw)
+        except TypeError:  # not plain JSON data (a caller's own Mapping values): dump the model
+            pass
+    return dumps(entry.model_dump(mode="json"))
+
+
+def _unpack(data: bytes) -> Entry:
+    return _coerce(loads(data))
 
 
 def _coerce(entry: Entry | Mapping[str, Any]) -> Entry:

@@ -59,7 +59,12 @@ METRICS = {
     "cpu_s_per_10k_fixed",
     "steer_p50_ms",
     "steer_p99_ms",
+    "steer_rest_p99_ms",
+    "relay_busy_steer",
     "loadgen_busy_steer",
+    "steer_all_p50_ms",
+    "steer_all_p99_ms",
+    "loadgen_busy_steer_all",
     "latency_raw_p50_ms",
     "latency_raw_p99_ms",
     "steer_raw_p50_ms",
@@ -92,6 +97,10 @@ def test_quick_run_reports_every_metric_for_every_relay(tmp_path: Path) -> None:
     steer = report["phases"]["steer"]["sqlite"]
     assert steer["loadgen_processes"] == 2 and steer["steer"]["n"] > 0
     assert steer["tokens"] > 0 and steer["loadgen_cpu_s"] > 0
+    # Steering is probed through the SDKs on some sessions; the others, raw, count apart.
+    assert steer["phase"]["sdk_sessions"] == 2 and steer["steer_rest"]["n"] > 0
+    assert report["phases"]["steer_all"]["sqlite"]["phase"]["sdk_sessions"] is None
+    assert "baseline" not in report["phases"]["steer_all"]
     assert report["command"].startswith("python bench/run.py --quick")
     assert "| metric" in proc.stdout
     for label in ("delivered tokens/s", "steer->on_steer p99", "KiB per idle client"):
