@@ -580,8 +580,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     if nodes > 1:
         result["node_tokens"] = [sum(p["node_tokens"][i] for p in parts) for i in range(nodes)]
     else:
-        result.pop("node_tokens", None)
-        result.pop("node_cpu_s", None)
+        result.pop("node_cpu_s", None)  # per-node figures only where there are nodes
     for key, name in _SUMMARIES.items():
         pooled = [v for p in parts if p.get(key) is not None for v in p[key]]
         if first.get(key) is not None:
