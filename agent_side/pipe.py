@@ -345,13 +345,28 @@ async def pipe_stream(
         if chunks:
             state.wake()
 
-    async def send(entry: EntryBody, slots: anyio.Semaphore) -> None:
+    async def send(entry: EntryBody, slots: anyio.Semaphore | None = None) -> None:
         try:
             await publish(entry)
         except RunwireError as exc:
             state.fail(exc)
         finally:
-            slots.release()
+            if slots is not None:
+                slots.release()
+
+    async def queued() -> bool:
+        """Wait for chunks to publish; False once none will come (or a publish failed)."""
+        while state.error is None:
+            if queue:
+                return True
+            if state.reading_done:
+                return False
+            await state.wait()
+        return False
+
+    def next_append() -> ResponseAppend:
+        batch = queue.take(max_batch_bytes)
+        return ResponseAppend(id=entry_id(), run_id=run_id, message_id=message_id, chunks=batch)
 
     async def pump() -> None:
         try:
@@ -361,44 +376,19 @@ async def pipe_stream(
         except RunwireError as exc:
             state.fail(exc)
             return
-        if max_in_flight == 1:
-            await pump_one()
+        if max_in_flight == 1:  # the common case: no semaphore, no task per append
+            while await queued():
+                await send(next_append())
             return
         slots = anyio.Semaphore(max_in_flight)
         async with anyio.create_task_group() as sends:
-            while state.error is None:
-                if not queue:
-                    if state.reading_done:
-                        break
-                    await state.wait()
-                    continue
+            while await queued():
                 # While this waits for a free slot, new chunks merge into the queue.
                 await slots.acquire()
                 if not queue or state.error is not None:
                     slots.release()
                     continue
-                batch = queue.take(max_batch_bytes)
-                entry = ResponseAppend(
-                    id=entry_id(), run_id=run_id, message_id=message_id, chunks=batch
-                )
-                sends.start_soon(send, entry, slots)
-
-    async def pump_one() -> None:
-        """The common case, one append in flight: no semaphore, no task per append."""
-        while state.error is None:
-            if not queue:
-                if state.reading_done:
-                    break
-                await state.wait()
-                continue
-            batch = queue.take(max_batch_bytes)
-            entry = ResponseAppend(
-                id=entry_id(), run_id=run_id, message_id=message_id, chunks=batch
-            )
-            try:
-                await publish(entry)
-            except RunwireError as exc:
-                state.fail(exc)
+                sends.start_soon(send, next_append(), slots)
 
     async with anyio.create_task_group() as tg:
         state.cancel_reading = tg.cancel_scope.cancel
