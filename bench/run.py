@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -652,19 +652,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         redis = RedisKeys(args.redis_url)
         redis.ping()
     sizes = QUICK if args.quick else Sizes()
-    overrides = {
-        k: getattr(args, k)
-        for k in (
-            "sessions",
-            "rate",
-            "steer_rate",
-            "steer_interval",
-            "probes",
-            "duration",
-            "warmup",
-            "clients",
-        )
-    }
+    # Every size with a command-line flag of the same name (the others have none: None).
+    overrides = {f.name: getattr(args, f.name, None) for f in fields(Sizes)}
     sizes = replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
     sdk = not args.no_sdk and sdk_available()
     raise_nofile()
