@@ -52,6 +52,10 @@ off) or until ``LINGER_FULL`` are queued, then sends. Calls of different
 sessions then share round trips (fewer for Redis to read, fewer for the node
 to send and wake for) for at most ``linger_ms`` more latency; under load the
 queue fills while the previous round trip is in flight and nothing lingers.
+A session whose append lost a race with another node's (``CONFLICT``) does
+not linger: its catch-up read and its retried append end the linger at once,
+so the node that lost does not keep losing to a node whose publishes follow
+each other as fast as its acks come back.
 
 Failure: any Redis or socket error fails the calls of that round trip with
 ``RunwireError(STORE_UNAVAILABLE)`` (an append that fails so may or may not
@@ -130,14 +134,19 @@ def _settle(future: asyncio.Future[None]) -> None:
 
 
 class _Op:
-    __slots__ = ("commands", "future", "queued")
+    __slots__ = ("commands", "future", "queued", "urgent")
 
     def __init__(
-        self, commands: list[tuple[Any, ...]], future: asyncio.Future[list[Any]], queued: float
+        self,
+        commands: list[tuple[Any, ...]],
+        future: asyncio.Future[list[Any]],
+        queued: float,
+        urgent: bool,
     ) -> None:
         self.commands = commands
         self.future = future
         self.queued = queued
+        self.urgent = urgent
 
 
 class RedisStore(Store):
@@ -216,6 +225,8 @@ class RedisStore(Store):
         self._status_keys = [self._status_key(status) for status in STATUSES]
         self._queue: deque[_Op] = deque()
         self._queued = 0  # commands in the queue
+        self._urgent = 0  # urgent calls in the queue
+        self._contended: set[str] = set()  # sessions whose last append met another node's
         self._wake = asyncio.Event()
         self._full: asyncio.Future[None] | None = None  # ends a linger early
         self._conn: AbstractConnection | None = None
@@ -272,6 +283,7 @@ class RedisStore(Store):
         self._fail(list(self._queue), RunwireError(STORE_UNAVAILABLE, "the Redis store is closed"))
         self._queue.clear()
         self._queued = 0
+        self._urgent = 0
         if self._conn is not None:
             await self._conn.disconnect(nowait=True)
         await self._pool.disconnect()
@@ -336,7 +348,8 @@ class RedisStore(Store):
         keys = self._keys(session_id)
         if runs:
             keys = [*keys, *self._status_keys]
-        (reply,) = await self._call(self._eval("append", keys, args))
+        contended = session_id in self._contended
+        (reply,) = await self._call(self._eval("append", keys, args), urgent=contended)
         self._check(reply)
         code = int(reply[0])
         if code == 0:
@@ -348,11 +361,16 @@ class RedisStore(Store):
             )
         if code == 2:
             last = int(reply[1])
+            if len(self._contended) >= 10_000:
+                self._contended.clear()  # sessions that raced and went quiet
+            self._contended.add(session_id)
             raise RunwireError(
                 CONFLICT,
                 f"{session_id!r} is at serial {last}, not {expect_last}",
                 details={"last": last},
             )
+        if contended:
+            self._contended.discard(session_id)
         serial, stored = int(reply[1]), bytes(reply[2])
         if code == 1:
             return Appended(serial, stored, duplicate=True)
@@ -399,7 +417,7 @@ class RedisStore(Store):
             command: tuple[Any, ...] = ("XRANGE", log, low, high, "COUNT", limit)
         else:
             command = ("XREVRANGE", log, high, "-", "COUNT", limit)
-        (reply,) = await self._call(command)
+        (reply,) = await self._call(command, urgent=session_id in self._contended)
         self._check(reply)
         entries = [StoredEntry(_serial_of(stream_id), fields[1]) for stream_id, fields in reply]
         return entries if after is not None else entries[::-1]
@@ -547,8 +565,10 @@ class RedisStore(Store):
         if isinstance(reply, RunwireError):
             raise reply
 
-    async def _call(self, *commands: tuple[Any, ...]) -> list[Any]:
+    async def _call(self, *commands: tuple[Any, ...], urgent: bool = False) -> list[Any]:
         """Queue ``commands`` (in call order, before yielding) and await their replies.
+
+        ``urgent`` commands end a linger at once.
 
         A reply that is a Redis error comes back as a ``RunwireError`` in its
         place (``_check`` raises it); a broken connection raises
@@ -557,11 +577,12 @@ class RedisStore(Store):
         self._check_open()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
-        self._queue.append(_Op(list(commands), future, loop.time()))
+        self._queue.append(_Op(list(commands), future, loop.time(), urgent))
         self._queued += len(commands)
+        self._urgent += urgent
         self._wake.set()
         full = self._full
-        if full is not None and self._queued >= LINGER_FULL and not full.done():
+        if full is not None and (urgent or self._queued >= LINGER_FULL) and not full.done():
             full.set_result(None)
         return await future
 
@@ -573,7 +594,7 @@ class RedisStore(Store):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if self.linger_ms and self._queued < LINGER_FULL:
+            if self.linger_ms and self._queued < LINGER_FULL and not self._urgent:
                 wait = self._queue[0].queued + self.linger_ms / 1000 - loop.time()
                 if wait > 0:
                     await self._linger_for(loop, wait)
@@ -583,6 +604,7 @@ class RedisStore(Store):
                 op = self._queue.popleft()
                 batch.append(op)
                 size += len(op.commands)
+                self._urgent -= op.urgent
             self._queued -= size
             try:
                 await self._execute(batch)

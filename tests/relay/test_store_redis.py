@@ -220,6 +220,28 @@ async def test_a_full_queue_ends_the_linger_at_once(prefix: str) -> None:
         assert (await store.open_channel("s")).last == LINGER_FULL + 1
 
 
+@pytest.mark.anyio
+async def test_after_losing_a_race_a_session_does_not_linger(prefix: str) -> None:
+    """The node that lost a race catches up and retries at once; the others still linger."""
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        for session_id in ("s", "quiet"):
+            await a.open_channel(session_id)
+            await b.open_channel(session_id)
+        await a.append("s", "e1", body("e1"))
+        b.linger_ms = 1000
+        with pytest.raises(RunwireError) as caught:
+            await b.append("s", "e2", body("e2"), expect_last=0)  # lingers, then loses
+        assert caught.value.code == CONFLICT
+        with anyio.fail_after(0.5):  # far less than the linger
+            assert [e.serial for e in await b.read("s", after=0)] == [1]
+            assert (await b.append("s", "e2", body("e2"), expect_last=1)).serial == 2
+        for session_id in ("quiet", "s"):  # other sessions, and "s" once it won, linger
+            with anyio.move_on_after(0.5) as lingering:
+                await b.append(session_id, "later", body("later"))
+            assert lingering.cancelled_caught, session_id
+        b.linger_ms = 0
+
+
 # -- pub/sub delivery -------------------------------------------------------------
 
 
