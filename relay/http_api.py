@@ -67,8 +67,8 @@ hands ``process_request`` a ``Request`` without a body, and before that drops
 the connection, with no response, of any request that declares a body (a
 ``Content-Length`` other than 0, or a ``Transfer-Encoding``) and, before
 websockets 17, of any method but GET. So ``serve()`` gives websockets
-``create_connection=connection_class(...)``: a ``ServerConnection`` whose
-protocol reads with a ``BodyReader``, installed before the first byte
+``create_connection=connection_class(...)``: a ``RelayConnection``
+(``relay.wsconn``) whose protocol reads with a ``BodyReader``, installed before the first byte
 arrives. ``BodyReader.read_line`` (the only read ``Request.parse`` makes) keeps
 the method of the request line and shows websockets ``GET``, shows it the
 ``Content-Length`` and ``Transfer-Encoding`` headers renamed
@@ -137,6 +137,7 @@ from transport.runs import SUBSCRIBE
 from .auth import Identity, TokenVerifier, token_from_request
 from .channel import Channel
 from .hub import Hub
+from .wsconn import RelayConnection
 
 __all__ = [
     "MAX_WAIT",
@@ -313,7 +314,7 @@ def connection_class(max_body: int) -> type[ServerConnection]:
     """A ``ServerConnection`` that reads request bodies of up to ``max_body`` bytes (for
     websockets' ``serve(create_connection=...)``)."""
 
-    class HttpConnection(ServerConnection):
+    class HttpConnection(RelayConnection):
         def __init__(self, protocol: ServerProtocol, *args: Any, **kwargs: Any) -> None:
             # No byte has arrived yet: swap the reader, and restart the parser on it.
             protocol.reader = BodyReader(max_body)

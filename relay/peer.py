@@ -23,6 +23,8 @@ from transport import codec
 from transport.errors import CloseCode, RunwireError
 from transport.runs import Sender
 
+from .wsconn import send_frames
+
 if TYPE_CHECKING:
     from .auth import Identity
     from .metrics import Metrics
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["Peer"]
 
 log = logging.getLogger("runwire.relay")
+
+_WRITE_BYTES = 256 * 1024
+"""Frames queued together are written at once up to about this many bytes."""
 
 
 class Peer:
@@ -153,10 +158,18 @@ class Peer:
 
     async def _run_drain(self) -> None:
         try:
+            # Let what is already scheduled run first: a publisher's ack is queued right
+            # after the deliver of its own entry, and both then leave in one write.
+            await asyncio.sleep(0)
             while self._queue and not self.closed:
-                frame = self._next_frame(self._queue)
-                await self.ws.send(frame, text=True)
-                self.metrics.frames_out.inc()
+                # Everything queued now goes out in one write (see relay.wsconn).
+                frames = [self._next_frame(self._queue)]
+                size = len(frames[0])
+                while self._queue and size < _WRITE_BYTES:
+                    frames.append(self._next_frame(self._queue))
+                    size += len(frames[-1])
+                await send_frames(self.ws, frames)
+                self.metrics.frames_out.inc(len(frames))
         except ConnectionClosed:
             self.closed = True
         except Exception:  # never let a send problem escape unseen
