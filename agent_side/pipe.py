@@ -211,31 +211,58 @@ class Coalescer:
 # ---------------------------------------------------------------- folding --
 
 
+class _Streamed:
+    """A text or reasoning part being streamed: its deltas, joined only when asked."""
+
+    __slots__ = ("kind", "pieces")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.pieces: list[str] = []
+
+    def part(self) -> TextPart | ReasoningPart:
+        text = "".join(self.pieces)
+        if len(self.pieces) > 1:
+            self.pieces = [text]
+        return TextPart(text=text) if self.kind == "text" else ReasoningPart(text=text)
+
+
 class MessageBuilder:
-    """Folds stream chunks into an assistant ``UIMessage`` (``transport.tree``'s rules)."""
+    """Folds stream chunks into an assistant ``UIMessage`` (``transport.tree``'s rules).
+
+    A delta costs the same however long its part already is: text is kept as
+    the list of its deltas and joined when ``message()`` is asked for.
+    """
 
     def __init__(self, message_id: str, *, metadata: dict[str, Any] | None = None) -> None:
         self.message_id = message_id
         self.metadata: dict[str, Any] = dict(metadata or {})
-        self.parts: list[Part] = []
-        self._by_id: dict[tuple[str, str], TextPart | ReasoningPart] = {}
+        self._parts: list[Part | _Streamed] = []
+        self._by_id: dict[tuple[str, str], _Streamed] = {}
         self._calls: dict[str, ToolCallPart] = {}
+
+    @property
+    def parts(self) -> list[Part]:
+        """The parts as folded so far (copies)."""
+        return [p.part() if isinstance(p, _Streamed) else p.model_copy() for p in self._parts]
 
     def apply(self, chunk: Chunk) -> None:
         """Fold one chunk; malformed or unknown chunks change nothing."""
         kind = chunk.get("type")
-        if kind in ("text-start", "reasoning-start"):
+        if kind == "text-delta":
+            self._delta("text", chunk)
+        elif kind == "reasoning-delta":
+            self._delta("reasoning", chunk)
+        elif kind in ("text-start", "reasoning-start"):
             part_id = chunk.get("id")
             if part_id is None or isinstance(part_id, str):
                 self._new_part(kind.split("-")[0], part_id)
-        elif kind in ("text-delta", "reasoning-delta"):
-            self._delta(kind.split("-")[0], chunk)
         elif kind == "tool-input-available":
             call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
             if isinstance(call_id, str) and isinstance(name, str):
                 call = ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
                 self._calls[call_id] = call
-                self.parts.append(call)
+                self._parts.append(call)
         elif kind in ("tool-output-available", "tool-output-error"):
             self._tool_result(kind, chunk)
         elif kind in ("start", "finish", "message-metadata"):
@@ -248,15 +275,13 @@ class MessageBuilder:
         return UIMessage(
             id=self.message_id,
             role="assistant",
-            parts=[p.model_copy() for p in self.parts],
+            parts=self.parts,
             metadata=dict(self.metadata),
         )
 
-    def _new_part(self, kind: str, part_id: str | None) -> TextPart | ReasoningPart:
-        part: TextPart | ReasoningPart = (
-            TextPart(text="") if kind == "text" else ReasoningPart(text="")
-        )
-        self.parts.append(part)
+    def _new_part(self, kind: str, part_id: str | None) -> _Streamed:
+        part = _Streamed(kind)
+        self._parts.append(part)
         if part_id is not None:
             self._by_id[(kind, part_id)] = part
         return part
@@ -269,10 +294,12 @@ class MessageBuilder:
             known = self._by_id.get((kind, part_id))
             part = known if known is not None else self._new_part(kind, part_id)
         else:
-            wanted = TextPart if kind == "text" else ReasoningPart
-            last = self.parts[-1] if self.parts else None
-            part = last if isinstance(last, wanted) else self._new_part(kind, None)
-        part.text += delta
+            last = self._parts[-1] if self._parts else None
+            if isinstance(last, _Streamed) and last.kind == kind:
+                part = last
+            else:
+                part = self._new_part(kind, None)
+        part.pieces.append(delta)
 
     def _tool_result(self, kind: str, chunk: Chunk) -> None:
         call_id = chunk.get("toolCallId")
@@ -297,7 +324,7 @@ class MessageBuilder:
                 tool_name=name if isinstance(name, str) else "",
                 output=chunk.get("output"),
             )
-        self.parts.append(result)
+        self._parts.append(result)
 
 
 # ---------------------------------------------------------------- driving --
