@@ -1,12 +1,19 @@
 """``Peer``: one WebSocket connection on the relay and its bounded send queue.
 
 Frames for a peer are queued, never awaited by whoever produces them, so one
-slow reader cannot slow a channel down. A drain task sends the queue in order,
-folding consecutive entries of one session into one ``deliver`` frame. When
-unsent bytes exceed ``send_queue_bytes`` the peer is closed with
-``SLOW_CONSUMER`` (4008); its client resumes from the last serial it saw.
-The queue and its drain task exist only while something is queued, so an idle
-peer costs neither a task nor an empty ``deque`` (about 760 bytes).
+slow reader cannot slow a channel down. The queue goes out in order, with
+consecutive entries of one session folded into one ``deliver`` frame.
+
+Writing: a peer with something queued asks the server's ``Flusher``, which
+writes every such peer's queue once per turn of the event loop, at the end of
+the turn after the one that queued (so a publisher's ``ack``, queued a moment
+after the ``deliver`` of its own entry, leaves with it), synchronously and in
+one write per peer (``relay.wsconn``): no task and no await per frame. Only
+when the socket's buffer is full (websockets paused writing) or the
+connection is closing does a drain task take over and wait. When unsent bytes
+exceed ``send_queue_bytes`` the peer is closed with ``SLOW_CONSUMER`` (4008);
+its client resumes from the last serial it saw. The queue exists only while
+something is queued, so an idle peer costs no empty ``deque`` (about 760 bytes).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 from transport import codec
 from transport.errors import CloseCode, RunwireError
@@ -29,7 +37,7 @@ if TYPE_CHECKING:
     from .auth import Identity
     from .metrics import Metrics
 
-__all__ = ["Peer"]
+__all__ = ["Flusher", "Peer"]
 
 log = logging.getLogger("runwire.relay")
 
@@ -37,11 +45,40 @@ _WRITE_BYTES = 256 * 1024
 """Frames queued together are written at once up to about this many bytes."""
 
 
+class Flusher:
+    """Writes the queues of the peers that asked, once per turn of the event loop."""
+
+    __slots__ = ("_armed", "_dirty")
+
+    def __init__(self) -> None:
+        self._dirty: list[Peer] = []
+        self._armed = False
+
+    def mark(self, peer: Peer) -> None:
+        """Have ``peer``'s queue written at the end of the loop's next turn."""
+        self._dirty.append(peer)
+        if not self._armed:
+            self._armed = True
+            asyncio.get_running_loop().call_soon(self._defer)
+
+    def _defer(self) -> None:
+        # What the turn that queued has scheduled (a publisher's ack) runs first.
+        asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._armed = False
+        dirty, self._dirty = self._dirty, []
+        for peer in dirty:
+            peer.write_queued()
+
+
 class Peer:
     """The relay's side of one connection."""
 
     __slots__ = (
         "_drain",
+        "_flusher",
+        "_marked",
         "_queue",
         "_queued_bytes",
         "agent",
@@ -58,7 +95,12 @@ class Peer:
     )
 
     def __init__(
-        self, ws: ServerConnection, connection_id: str, limit: int, metrics: Metrics
+        self,
+        ws: ServerConnection,
+        connection_id: str,
+        limit: int,
+        metrics: Metrics,
+        flusher: Flusher,
     ) -> None:
         self.ws = ws
         self.connection_id = connection_id
@@ -79,6 +121,8 @@ class Peer:
         self._queue: deque[tuple[str | None, bytes]] | None = None
         self._queued_bytes = 0
         self._drain: asyncio.Task[None] | None = None
+        self._flusher = flusher
+        self._marked = False
 
     def stamp(self, sender: Sender) -> None:
         """Set the connection's identity (at ``hello``), forgetting the per-session copies."""
@@ -136,13 +180,46 @@ class Peer:
             self.metrics.slow_consumers.inc()
             self.close(CloseCode.SLOW_CONSUMER, "SLOW_CONSUMER: send queue full, resume")
             return
-        if self._drain is None:
+        if not self._marked and self._drain is None:
+            self._marked = True
+            self._flusher.mark(self)
+
+    def write_queued(self) -> None:
+        """Write the queue to the socket now (the ``Flusher`` calls this)."""
+        self._marked = False
+        queue = self._queue
+        if self.closed or not queue or self._drain is not None:
+            return
+        ws = self.ws
+        try:
+            while queue and self._writable(ws):
+                frames = self._take(queue)
+                for frame in frames:
+                    ws.protocol.send_text(frame)
+                ws.send_data()  # one write on a RelayConnection
+                self.metrics.frames_out.inc(len(frames))
+        except Exception:  # never let a send problem escape unseen
+            log.exception("send to %s failed", self.connection_id)
+            self.closed = True
+            self._queue = None
+            ws.transport.abort()
+            return
+        if queue:  # the socket's buffer is full, or the connection is closing: wait for it
             self._drain = asyncio.get_running_loop().create_task(self._run_drain())
+        else:
+            self._queue = None  # drained: an idle peer holds no queue
+
+    @staticmethod
+    def _writable(ws: ServerConnection) -> bool:
+        return ws.protocol.state is State.OPEN and not ws.paused and not ws.transport.is_closing()
 
     async def flushed(self) -> None:
         """Wait until everything queued so far was handed to the socket."""
-        while self._drain is not None:
-            await asyncio.shield(self._drain)
+        while self._queue and not self.closed:
+            if self._drain is not None:
+                await asyncio.shield(self._drain)
+            else:
+                await asyncio.sleep(0)  # the flusher writes it within two turns
 
     def close(self, code: int, reason: str) -> None:
         """Close the connection (asynchronously) and drop what is queued."""
@@ -158,17 +235,9 @@ class Peer:
 
     async def _run_drain(self) -> None:
         try:
-            # Let what is already scheduled run first: a publisher's ack is queued right
-            # after the deliver of its own entry, and both then leave in one write.
-            await asyncio.sleep(0)
             while self._queue and not self.closed:
-                # Everything queued now goes out in one write (see relay.wsconn).
-                frames = [self._next_frame(self._queue)]
-                size = len(frames[0])
-                while self._queue and size < _WRITE_BYTES:
-                    frames.append(self._next_frame(self._queue))
-                    size += len(frames[-1])
-                await send_frames(self.ws, frames)
+                frames = self._take(self._queue)
+                await send_frames(self.ws, frames)  # waits while the socket's buffer is full
                 self.metrics.frames_out.inc(len(frames))
         except ConnectionClosed:
             self.closed = True
@@ -179,6 +248,15 @@ class Peer:
             self._drain = None
             if not self._queue:
                 self._queue = None  # drained: an idle peer holds no queue
+
+    def _take(self, queue: deque[tuple[str | None, bytes]]) -> list[bytes]:
+        """The next frames to write at once (about ``_WRITE_BYTES`` at most)."""
+        frames = [self._next_frame(queue)]
+        size = len(frames[0])
+        while queue and size < _WRITE_BYTES:
+            frames.append(self._next_frame(queue))
+            size += len(frames[-1])
+        return frames
 
     def _next_frame(self, queue: deque[tuple[str | None, bytes]]) -> bytes:
         session_id, data = queue.popleft()

@@ -53,7 +53,7 @@ from .http_api import OPEN_TIMEOUT, HttpApi, connection_class, request_method
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
-from .peer import Peer
+from .peer import Flusher, Peer
 from .store import open_store
 from .store.base import Store
 
@@ -141,7 +141,12 @@ async def serve(
 
         # A partial, not a wrapping coroutine: one coroutine frame less per connection.
         handler = functools.partial(
-            _handle_connection, hub=hub, opts=opts, metrics=metrics, verifier=verifier
+            _handle_connection,
+            hub=hub,
+            opts=opts,
+            metrics=metrics,
+            verifier=verifier,
+            flusher=Flusher(),
         )
 
         async with ws_serve(
@@ -207,6 +212,7 @@ async def _handle_connection(
     opts: RelayOptions,
     metrics: Metrics,
     verifier: TokenVerifier | None,
+    flusher: Flusher,
 ) -> None:
     """Serve one connection: ``hello`` (``_greet``), then each frame in turn.
 
@@ -215,7 +221,7 @@ async def _handle_connection(
     ``_greet``'s, gone once it returns, and frames are read with ``recv()``
     (an ``async for`` keeps an async generator per connection).
     """
-    peer = Peer(ws, new_id(), opts.send_queue_bytes, metrics)
+    peer = Peer(ws, new_id(), opts.send_queue_bytes, metrics, flusher)
     metrics.connections.inc()
     expiry: asyncio.TimerHandle | None = None
     try:
