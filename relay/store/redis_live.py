@@ -9,8 +9,12 @@ some local ``subscribe`` wants it, over one connection owned by two tasks:
 * the *reader* connects (again and again, with backoff, while Redis is away),
   reads replies, pings when idle and hands everything to the deliverer;
 * the *deliverer* is the only task that sends on that connection and the only
-  one that delivers (besides the local fast path below), one item at a time:
+  one that delivers (besides the fast paths below), one item at a time:
   (un)subscriptions, messages, starts and gap fills.
+
+Fast path for messages: while the deliverer is idle and has nothing queued,
+the reader delivers a message itself, at once (a gap it finds is queued as a
+fill): the same order, without a queue and a task switch per entry.
 
 Each subscription keeps the serial it delivered last (``last``). A message
 with serial ``last + 1`` is delivered at once, an older one is a duplicate and
@@ -114,6 +118,7 @@ class Listener:
         self._conn: AbstractConnection | None = None
         self._wire: dict[bytes, str] = {}  # name -> "subscribing" | "subscribed" | "unsubscribing"
         self._tasks: list[asyncio.Task[None]] = []
+        self._handling = False  # the deliverer is at an item
         self._closing = False
         self.filled = 0
         """Entries delivered from the stream rather than from pub/sub."""
@@ -198,7 +203,10 @@ class Listener:
                         self._inbox.put_nowait(("ping", conn))
                         continue
                     idle = 0
-                    self._inbox.put_nowait(("reply", conn, reply))
+                    if not self._handling and conn is self._conn and self._inbox.empty():
+                        self._reply_now(reply)
+                    else:
+                        self._inbox.put_nowait(("reply", conn, reply))
             except (RedisError, OSError) as exc:
                 log.warning("Redis pub/sub at %s: %s", self._store.where, exc)
             finally:
@@ -212,10 +220,22 @@ class Listener:
     async def _deliver(self) -> None:
         while True:
             item = await self._inbox.get()
+            self._handling = True
             try:
                 await self._handle(item)
             except Exception:
                 log.exception("Redis pub/sub at %s: failed on %r", self._store.where, item[0])
+            finally:
+                self._handling = False
+
+    def _reply_now(self, reply: Any) -> None:
+        """The reader's fast path: a message delivered at once, anything else queued."""
+        if isinstance(reply, list) and len(reply) >= 3 and reply[0] in (b"message", b"smessage"):
+            channel = self._by_name.get(reply[1])
+            if channel is not None and self._take(channel, reply[2]):
+                self._inbox.put_nowait(("fill", channel))
+        else:
+            self._inbox.put_nowait(("reply", self._conn, reply))
 
     async def _handle(self, item: tuple[Any, ...]) -> None:
         kind = item[0]
@@ -297,11 +317,17 @@ class Listener:
             pass  # the reader sees the broken connection and reconnects
 
     async def _on_message(self, channel: _Channel, payload: bytes) -> None:
+        behind = self._take(channel, payload)
+        if behind:
+            await self._fill(channel, behind)
+
+    def _take(self, channel: _Channel, payload: bytes) -> list[_Sub]:
+        """Deliver a message to the subscriptions it is next for; returns those behind it."""
         raw_epoch, _, data = payload.partition(b" ")
         match = _SERIAL.match(data)
         if match is None:
             log.warning("Redis pub/sub: a message on %r without a serial", channel.name)
-            return
+            return []
         epoch, serial = raw_epoch.decode(), int(match[1])
         behind: list[_Sub] = []
         for sub in list(channel.subs):
@@ -315,8 +341,7 @@ class Listener:
                 self._call(channel, sub, serial, data)
             elif serial > sub.last + 1:
                 behind.append(sub)
-        if behind:
-            await self._fill(channel, behind)
+        return behind
 
     async def _fill(self, channel: _Channel, subs: list[_Sub]) -> None:
         """Deliver to ``subs`` every stored entry after their ``last``."""
