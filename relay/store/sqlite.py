@@ -480,7 +480,8 @@ class SQLiteStore(Store):
             )
         if entries and conn.executemany(_INSERT_ENTRY, entries).rowcount != len(entries):
             return None
-        conn.executemany(_UPSERT_RUN, records)
+        if records:
+            conn.executemany(_UPSERT_RUN, records)
         return outcomes
 
     async def _result(self, job: _Write) -> Appended | None:
