@@ -94,11 +94,14 @@ class RelayProcess:
     def __init__(self, kind: str, workdir: Path, name: str, store: str | None = None) -> None:
         self.kind = kind
         self.log_path = workdir / f"{name}.log"
+        self.db_path: Path | None = None
         if kind == "baseline":
             cmd = [sys.executable, str(HERE / "baseline_relay.py"), "--port", "0"]
         else:
+            if store is None and kind != "memory":
+                self.db_path = workdir / f"{name}.db"
             if store is None:
-                store = "memory://" if kind == "memory" else f"sqlite:///{workdir / name}.db"
+                store = "memory://" if self.db_path is None else f"sqlite:///{self.db_path}"
             cmd = [
                 sys.executable,
                 "-m",
@@ -156,6 +159,12 @@ class RelayProcess:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._log.close()
+        if self.db_path is not None:
+            # Deleted now, not with the run's directory: the kernel drops a deleted file's
+            # unwritten pages, so the next measurements do not share the disk with their
+            # writeback (a flat-out phase writes hundreds of megabytes).
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.db_path}{suffix}").unlink(missing_ok=True)
 
 
 STORE_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
