@@ -229,15 +229,11 @@ class Channel:
 
     async def _catch_up(self, serial: int) -> None:
         """Take in every entry up to ``serial`` now, reading the store if need be."""
-        while self.last < serial:
-            page = await self.store.read(self.session_id, after=self.last, limit=1000)
-            if not page:
-                return
-            for stored in page:
-                self._on_entry(stored)
+        while self.last < serial and await self._take_in_newer():
+            pass
 
     async def _take_in_newer(self) -> bool:
-        """Take in what the store holds beyond ``last`` now; True if there was any."""
+        """Take in a page of what the store holds beyond ``last``; True if ``last`` moved."""
         before = self.last
         page = await self.store.read(self.session_id, after=self.last, limit=1000)
         for stored in page:
