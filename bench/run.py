@@ -167,10 +167,6 @@ class RelayProcess:
                 Path(f"{self.db_path}{suffix}").unlink(missing_ok=True)
 
 
-STORE_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
-"""Query options of a ``redis://`` store URL that are runwire's, not redis-py's."""
-
-
 class RedisKeys:
     """Fresh key prefixes on one Redis for a run, and deleting their keys."""
 
@@ -185,8 +181,10 @@ class RedisKeys:
     @property
     def client_url(self) -> str:
         """The URL without the store's own options (``?linger_ms=`` ...), for redis-py."""
+        from relay.store.redis import URL_OPTIONS  # needs redis, as this class does
+
         parts = urlsplit(self.url)
-        query = [(k, v) for k, v in parse_qsl(parts.query) if k not in STORE_OPTIONS]
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k not in URL_OPTIONS]
         return urlunsplit(parts._replace(query=urlencode(query)))
 
     def ping(self) -> None:

@@ -96,7 +96,7 @@ from .base import Appended, ChannelInfo, OnEntry, OnReset, Store, StoredEntry, U
 from .redis_live import Listener, connect, stop
 from .redis_lua import SCRIPTS, SHA
 
-__all__ = ["RedisStore"]
+__all__ = ["URL_OPTIONS", "RedisStore"]
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 """Run statuses, in the order of the status sets the scripts take."""
@@ -107,7 +107,8 @@ LINGER_MS = 2.0
 LINGER_FULL = 32
 """Queued commands that end the linger at once (a batch worth sending as it is)."""
 
-_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
+URL_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
+"""Query options of a ``redis://`` URL that are the store's own, not redis-py's."""
 
 
 def _serial_of(stream_id: bytes) -> int:
@@ -174,7 +175,7 @@ class RedisStore(Store):
     ) -> None:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
-        options: dict[str, str] = {k: query.pop(k) for k in _OPTIONS if k in query}
+        options: dict[str, str] = {k: query.pop(k) for k in URL_OPTIONS if k in query}
         try:
             prefix = options.get("prefix", prefix)
             max_history = int(options.get("max_history", max_history))
