@@ -276,7 +276,8 @@ async def _greet(
             raise RunwireError(PROTOCOL_ERROR, "the first frame must be hello")
         if hello.v != 1:
             raise RunwireError(PROTOCOL_ERROR, f"protocol version {hello.v} is not supported")
-        hub.hello(peer, hello)
+        if refused is None:
+            hub.hello(peer, hello)  # once: a cluster node counts each agent connection
     except RunwireError as exc:
         peer.send_error(exc, codec.request_id(raw))
         await _flush_and_close(peer, CloseCode.PROTOCOL_ERROR, exc.message)
@@ -287,7 +288,6 @@ async def _greet(
         code = CloseCode.TOKEN_EXPIRED if expired else CloseCode.UNAUTHORIZED
         await _flush_and_close(peer, code, f"{refused.code}: {refused.message}")
         return False
-    hub.hello(peer, hello)
     peer.send_frame(
         codec.encode(
             Welcome(
