@@ -28,7 +28,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +101,7 @@ class Hub:
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Future[Channel]] = {}
         self.peers: set[Peer] = set()
+        self._present: dict[str, int] = {}  # client id -> its connections among ``peers``
         self.dispatcher: Dispatcher | RedisDispatcher
         if store.url.startswith(("redis://", "rediss://")):
             from .cluster import RedisDispatcher
@@ -155,6 +156,7 @@ class Hub:
         client_id, user_id = _stamped(peer.identity, frame.client_id or peer.connection_id)
         peer.stamp(Sender(client_id=client_id, user_id=user_id, role=frame.role))
         self.peers.add(peer)
+        self._present[client_id] = self._present.get(client_id, 0) + 1
         self.dispatcher.client_back(client_id, agent=frame.role == "agent")
 
     def sender(self, identity: Identity | None, claimed: str, session_id: str) -> Sender:
@@ -167,10 +169,16 @@ class Hub:
 
     def gone(self, peer: Peer) -> None:
         """Forget a closed connection."""
-        self.peers.discard(peer)
         owned: list[RunRecord] = []
         client_id = peer.sender.client_id
-        still_here = any(p.sender.client_id == client_id for p in self.peers)
+        if peer in self.peers:
+            self.peers.remove(peer)
+            left = self._present[client_id] - 1
+            if left:
+                self._present[client_id] = left
+            else:
+                del self._present[client_id]
+        still_here = client_id in self._present
         for session_id in list(peer.attached):
             channel = self.channels.get(session_id)
             if channel is None:
@@ -184,6 +192,33 @@ class Hub:
                 )
             self.release(channel)
         self.dispatcher.peer_gone(peer, owned)
+        if (
+            not still_here
+            and peer.sender.role == "agent"
+            and isinstance(self.dispatcher, Dispatcher)
+        ):
+            # Its Runs in sessions this connection never attached (a Redis node's sweep
+            # finds those by itself).
+            self._spawn(self._owner_left(client_id))
+
+    async def _owner_left(self, client_id: str) -> None:
+        """Time every active Run of an agent that has no connection left."""
+        try:
+            active = await self.store.runs_with_status(["active"])
+        except RunwireError as exc:
+            log.warning("cannot look up the Runs of %r, gone: %s", client_id, exc)
+            return
+        if client_id in self._present or not isinstance(self.dispatcher, Dispatcher):
+            return  # it came back meanwhile
+        for record in active:
+            if record.owner == client_id:
+                self.dispatcher.start_timer(record)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in a task that ``aclose`` cancels."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -------------------------------------------------------------- frames --
 
@@ -211,9 +246,7 @@ class Hub:
             if peer.inflight >= self.options.max_inflight:
                 raise RunwireError(RATE_LIMITED, "too many publishes waiting on this connection")
             peer.inflight += 1
-            task = asyncio.get_running_loop().create_task(self._publish(peer, frame))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._publish(peer, frame))
         elif isinstance(frame, Attach):
             if not peer.can(frame.session_id, SUBSCRIBE):
                 raise RunwireError(
@@ -403,9 +436,7 @@ class Hub:
             waiting.sort(
                 key=lambda c: c.registry.queued()[0].created_ts if c.registry.queued() else 0
             )
-            task = asyncio.get_running_loop().create_task(self._react_in_turn(waiting))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._react_in_turn(waiting))
         elif changes:
             self._react_soon(channel)
 
@@ -425,9 +456,7 @@ class Hub:
             self._again.add(session_id)
             return
         self._reacting.add(session_id)
-        task = asyncio.get_running_loop().create_task(self._react(channel))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._react(channel))
 
     async def _react(self, channel: Channel) -> None:
         """The one place the relay publishes entries as a consequence of others."""
@@ -461,7 +490,7 @@ class Hub:
             record = channel.registry.get(run_id)
             if record is None or record.status != "active":
                 return
-            if any(p.sender.client_id == record.owner for p in self.peers):
+            if record.owner in self._present:
                 return
             entry = RunEntry(
                 id=f"relay-{new_id()}",

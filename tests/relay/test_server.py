@@ -282,6 +282,28 @@ async def test_agent_that_comes_back_in_time_keeps_its_run(server: Server) -> No
     assert ack["type"] == "ack", ack
 
 
+async def test_an_agent_is_lost_only_when_its_last_connection_leaves(server: Server) -> None:
+    client = await RawPeer.open(server.url)
+    await client.attach("s")
+    run_id = new_id()
+    await client.publish("s", prompt(run_id))
+    first = await RawPeer.open(server.url, role="agent", client_id="agent-3")
+    second = await RawPeer.open(server.url, role="agent", client_id="agent-3")
+    await first.attach("s")
+    await first.publish("s", run_status(run_id, "active"))
+    first.ws.transport.abort()
+    await anyio.sleep(0.6)  # longer than the grace period: the other connection vouches
+    record = server.hub.channels["s"].registry.get(run_id)
+    assert record is not None and record.status == "active"
+    second.ws.transport.abort()
+    with anyio.fail_after(5):
+        while True:
+            [entry] = await client.entries(1)
+            if entry["kind"] == "run" and entry["status"] == "error":
+                break
+    assert entry["error"]["code"] == "AGENT_LOST"
+
+
 async def test_cancel_before_start_is_kept(server: Server) -> None:
     client = await RawPeer.open(server.url)
     await client.attach("s")
