@@ -252,7 +252,9 @@ class SQLiteStore(Store):
 
     async def open_channel(self, session_id: str) -> ChannelInfo:
         """Load or create a channel (a new one gets a random epoch, kept in the file)."""
-        info, ids = await self._read(lambda c: _load_channel(c, session_id))
+        info, ids, created = await self._read(lambda c: _load_channel(c, session_id))
+        if created:
+            self._count_commit()  # its row went into the WAL too
         if session_id not in self._recent:
             # A new (or empty) channel gets its OrderedDict with its first append.
             self._recent[session_id] = OrderedDict(ids) if ids else None
@@ -419,13 +421,17 @@ class SQLiteStore(Store):
             self._heads.update(heads)
             self.commits += 1
             self._ok = True
-            self._unchecked += 1
-            if self._unchecked >= CHECKPOINT_COMMITS and not self._checkpointing:
-                self._checkpoint()
-            elif self._checkpoint_timer is None:
-                self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
+            self._count_commit()
         for job, outcome in zip(batch, outcomes, strict=True):
             self._settle(job, outcome)
+
+    def _count_commit(self) -> None:
+        """One more commit in the WAL: checkpoint after ``CHECKPOINT_COMMITS`` or a second."""
+        self._unchecked += 1
+        if self._unchecked >= CHECKPOINT_COMMITS and not self._checkpointing:
+            self._checkpoint()
+        elif self._checkpoint_timer is None and self._loop is not None:
+            self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
 
     def _write(
         self,
@@ -567,8 +573,9 @@ class SQLiteStore(Store):
 
 def _load_channel(
     conn: sqlite3.Connection, session_id: str
-) -> tuple[ChannelInfo, list[tuple[str, int]]]:
-    """A channel (its row inserted if new) and its newest ``DEDUP_WINDOW`` ids, oldest first."""
+) -> tuple[ChannelInfo, list[tuple[str, int]], bool]:
+    """A channel (its row inserted if new), its newest ``DEDUP_WINDOW`` ids, oldest first,
+    and whether it was new."""
     select_epoch = "SELECT epoch FROM channels WHERE session_id = ?"
     conn.execute("BEGIN")
     try:
@@ -585,6 +592,7 @@ def _load_channel(
         ).fetchall()
     finally:
         conn.execute("COMMIT")
+    created = found is None
     if found is None:  # a new channel (unless another store just made it: keep its epoch)
         conn.execute(
             "INSERT INTO channels (session_id, epoch) VALUES (?, ?)"
@@ -593,7 +601,7 @@ def _load_channel(
         )
         found = conn.execute(select_epoch, (session_id,)).fetchone()
     ids = [(str(entry_id), int(serial)) for entry_id, serial in reversed(rows)]
-    return ChannelInfo(session_id, str(found[0]), int(first), int(last)), ids
+    return ChannelInfo(session_id, str(found[0]), int(first), int(last)), ids, created
 
 
 def _select_id(conn: sqlite3.Connection, session_id: str, entry_id: str) -> Appended | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sqlite3
 import subprocess
@@ -302,6 +303,27 @@ async def test_the_wal_starts_over_under_a_steady_load_and_close_folds_it_in(
     assert not path.with_name("wal.db-wal").exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT COUNT(*) FROM entries").fetchone() == (appended,)
+
+
+@pytest.mark.anyio
+async def test_new_channels_alone_get_the_wal_checkpointed(tmp_path: Path) -> None:
+    # Opening a new channel writes its row: attaches to ever new sessions with no
+    # appends (a crawler) must not grow the WAL without end either.
+    path = tmp_path / "opens.db"
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        for i in range(200):
+            await store.open_channel(f"first-{i}")
+        first = _wal_restarts(path)
+        with anyio.fail_after(10):
+            for i in itertools.count():  # the checkpoint comes a second after the first commit
+                await store.open_channel(f"then-{i}")
+                if _wal_restarts(path) > first:
+                    break
+                await anyio.sleep(0.01)
+    finally:
+        await store.aclose()
 
 
 @pytest.mark.anyio
