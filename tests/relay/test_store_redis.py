@@ -221,6 +221,30 @@ async def test_a_full_queue_ends_the_linger_at_once(prefix: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_reads_and_health_checks_do_not_linger(prefix: str) -> None:
+    """What an attach, a catch-up or a health check waits for is sent at once."""
+    async with node(REDIS_URL, prefix) as store:
+        await store.open_channel("s")
+        await store.append("s", "e1", body("e1"))
+        store.linger_ms = 1000
+        with anyio.fail_after(0.5):  # far less than the linger
+            assert (await store.open_channel("new")).last == 0
+            assert (await store.open_channel("s")).last == 1
+            assert [e.serial for e in await store.read("s", after=0)] == [1]
+            assert [e.serial for e in await store.read("s")] == [1]
+            found = await store.find("s", "e1")
+            assert found is not None and found.serial == 1
+            assert await store.runs("s") == []
+            assert (await store.head("s"))[1] == 1
+            assert [serial for serial, _ in (await store.since("s", 0, 10))[1]] == [1]
+            assert await store.healthy()
+        with anyio.move_on_after(0.5) as lingering:  # appends still linger
+            await store.append("s", "e2", body("e2"))
+        assert lingering.cancelled_caught
+        store.linger_ms = 0
+
+
+@pytest.mark.anyio
 async def test_after_losing_a_race_a_session_does_not_linger(prefix: str) -> None:
     """The node that lost a race catches up and retries at once; the others still linger."""
     async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
