@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from transport import checks, codec
 from transport.errors import CONFLICT, EPOCH_MISMATCH, RunwireError
-from transport.frames import EntryBody, MessageEntry
+from transport.frames import EntryBody, MessageEntry, ResponseAppend
 from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender
 
@@ -303,6 +303,7 @@ class Channel:
                         codec.encode_entry(stamped),
                         changes,
                         expect_last=self.last,
+                        urgent=not isinstance(stamped, ResponseAppend),
                     )
                 except RunwireError as exc:
                     self.registry.abandon(changes)

@@ -132,11 +132,14 @@ class Store(ABC):
         runs: Sequence[RunRecord] = (),
         *,
         expect_last: int | None = None,
+        urgent: bool = False,
     ) -> Appended:
         """Sequence, store and (with ``runs``) update Run records atomically.
 
         Raises ``RunwireError(CONFLICT)`` when ``expect_last`` is given and is
-        not the channel's newest serial (see the contract).
+        not the channel's newest serial (see the contract). ``urgent`` says
+        someone waits on this entry (a user's message, a cancel): a store that
+        holds small batches back for company sends it at once.
         """
 
     @abstractmethod

@@ -85,6 +85,7 @@ class MemoryStore(Store):
         runs: Sequence[RunRecord] = (),
         *,
         expect_last: int | None = None,
+        urgent: bool = False,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 

@@ -52,13 +52,14 @@ off) or until ``LINGER_FULL`` are queued, then sends. Calls of different
 sessions then share round trips (fewer for Redis to read, fewer for the node
 to send and wake for) for at most ``linger_ms`` more latency; under load the
 queue fills while the previous round trip is in flight and nothing lingers.
-Only appends and Run record writes linger: a read (``open_channel``, ``read``,
-``find``, ``runs``, ``head``, ``since``: what an attach, a catch-up or a gap
-fill waits for) and the health ``PING`` end the linger at once. A session
-whose append lost a race with another node's (``CONFLICT``) does not linger
-either: its retried append ends the linger at once, so the node that lost
-does not keep losing to a node whose publishes follow each other as fast as
-its acks come back.
+Only appends that are not ``urgent`` linger (the relay's streamed deltas:
+everything else it appends, messages, cancels, Run status, has someone
+waiting); every other call (an attach's reads, a catch-up, a gap fill, the
+health ``PING``, Run record writes, start-up) ends a linger at once. A
+session whose append lost a race with another node's (``CONFLICT``) does not
+linger either: its retried append ends the linger at once, so the node that
+lost does not keep losing to a node whose publishes follow each other as
+fast as its acks come back.
 
 Failure: any Redis or socket error fails the calls of that round trip with
 ``RunwireError(STORE_UNAVAILABLE)`` (an append that fails so may or may not
@@ -297,7 +298,7 @@ class RedisStore(Store):
         if self._closed or self._writer is None:
             return False
         try:
-            await self._call(("PING",), urgent=True)
+            await self._call(("PING",))
         except RunwireError:
             return False
         return True
@@ -307,9 +308,7 @@ class RedisStore(Store):
     async def open_channel(self, session_id: str) -> ChannelInfo:
         """Load or create a channel (a new one gets a random epoch, kept in Redis)."""
         keys = self._keys(session_id)
-        (reply,) = await self._call(
-            self._eval("open", keys, [secrets.token_hex(8), self._ttl]), urgent=True
-        )
+        (reply,) = await self._call(self._eval("open", keys, [secrets.token_hex(8), self._ttl]))
         self._check(reply)
         epoch = reply[0].decode()
         self._epochs[session_id] = epoch
@@ -323,6 +322,7 @@ class RedisStore(Store):
         runs: Sequence[RunRecord] = (),
         *,
         expect_last: int | None = None,
+        urgent: bool = False,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
@@ -353,7 +353,9 @@ class RedisStore(Store):
         if runs:
             keys = [*keys, *self._status_keys]
         contended = session_id in self._contended
-        (reply,) = await self._call(self._eval("append", keys, args), urgent=contended)
+        (reply,) = await self._call(
+            self._eval("append", keys, args), linger=not (urgent or contended)
+        )
         self._check(reply)
         code = int(reply[0])
         if code == 0:
@@ -397,7 +399,7 @@ class RedisStore(Store):
     async def find(self, session_id: str, entry_id: str) -> Appended | None:
         """The stored entry with this id, within the dedup window (``duplicate=True``), or None."""
         keys = self._keys(session_id)
-        (reply,) = await self._call(self._eval("find", [keys[2], keys[1]], [entry_id]), urgent=True)
+        (reply,) = await self._call(self._eval("find", [keys[2], keys[1]], [entry_id]))
         self._check(reply)
         return None if reply is None else Appended(int(reply[0]), bytes(reply[1]), duplicate=True)
 
@@ -421,7 +423,7 @@ class RedisStore(Store):
             command: tuple[Any, ...] = ("XRANGE", log, low, high, "COUNT", limit)
         else:
             command = ("XREVRANGE", log, high, "-", "COUNT", limit)
-        (reply,) = await self._call(command, urgent=True)
+        (reply,) = await self._call(command)
         self._check(reply)
         entries = [StoredEntry(_serial_of(stream_id), fields[1]) for stream_id, fields in reply]
         return entries if after is not None else entries[::-1]
@@ -429,9 +431,7 @@ class RedisStore(Store):
     async def runs(self, session_id: str) -> list[RunRecord]:
         """Every Run record of a session, in the order they were first written."""
         keys = self._keys(session_id)
-        order, flat = await self._call(
-            ("LRANGE", keys[4], 0, -1), ("HGETALL", keys[3]), urgent=True
-        )
+        order, flat = await self._call(("LRANGE", keys[4], 0, -1), ("HGETALL", keys[3]))
         self._check(order)
         self._check(flat)
         records = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -542,7 +542,7 @@ class RedisStore(Store):
 
     async def head(self, session_id: str) -> tuple[str | None, int]:
         """The channel's epoch (None if it does not exist) and newest serial."""
-        (reply,) = await self._call(("HMGET", self._keys(session_id)[0], "e", "s"), urgent=True)
+        (reply,) = await self._call(("HMGET", self._keys(session_id)[0], "e", "s"))
         self._check(reply)
         epoch, last = reply
         return (None if epoch is None else epoch.decode()), int(last or 0)
@@ -552,7 +552,7 @@ class RedisStore(Store):
     ) -> tuple[str | None, list[tuple[int, bytes]]]:
         """The channel's epoch and up to ``limit`` stored entries after ``after``."""
         keys = self._keys(session_id)
-        (reply,) = await self._call(self._eval("since", keys[:2], [after, limit]), urgent=True)
+        (reply,) = await self._call(self._eval("since", keys[:2], [after, limit]))
         self._check(reply)
         epoch = None if reply[0] is None else reply[0].decode()
         pairs = reply[1:]
@@ -571,10 +571,10 @@ class RedisStore(Store):
         if isinstance(reply, RunwireError):
             raise reply
 
-    async def _call(self, *commands: tuple[Any, ...], urgent: bool = False) -> list[Any]:
+    async def _call(self, *commands: tuple[Any, ...], linger: bool = False) -> list[Any]:
         """Queue ``commands`` (in call order, before yielding) and await their replies.
 
-        ``urgent`` commands end a linger at once.
+        Unless they may ``linger``, they end a linger at once.
 
         A reply that is a Redis error comes back as a ``RunwireError`` in its
         place (``_check`` raises it); a broken connection raises
@@ -583,6 +583,7 @@ class RedisStore(Store):
         self._check_open()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
+        urgent = not linger
         self._queue.append(_Op(list(commands), future, loop.time(), urgent))
         self._queued += len(commands)
         self._urgent += urgent

@@ -268,6 +268,7 @@ class SQLiteStore(Store):
         runs: Sequence[RunRecord] = (),
         *,
         expect_last: int | None = None,
+        urgent: bool = False,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
