@@ -73,13 +73,19 @@ class Metric:
     """``check(value, baseline)``: whether a runwire value meets the target."""
 
 
+def _steering(sizes: Sizes) -> tuple[str, str]:
+    """Labels of the steering measurement: who is on the SDKs, and the load meanwhile."""
+    n = sizes.sessions
+    steer_rate = sizes.rate if sizes.steer_rate is None else sizes.steer_rate
+    steering = f"{n} x {steer_rate:g} tok/s" if steer_rate else f"{n} streaming flat out"
+    return f"{min(sizes.probes, n)} on the SDKs", steering
+
+
 def metrics_of(sizes: Sizes) -> list[Metric]:
     """The rows of the table, in order, labelled for these sizes."""
     n = sizes.sessions
     at_rate = f"{n} x {sizes.rate:g} tok/s"
-    steer_rate = sizes.rate if sizes.steer_rate is None else sizes.steer_rate
-    steering = f"{n} x {steer_rate:g} tok/s" if steer_rate else f"{n} streaming flat out"
-    probes = f"{min(sizes.probes, n)} on the SDKs"
+    probes, steering = _steering(sizes)
     return [
         Metric(
             "delivered_per_s_1",
@@ -278,6 +284,7 @@ def redis_metrics_of(sizes: Sizes) -> list[RedisMetric]:
     n = sizes.sessions
     at_rate = f"{n} x {sizes.rate:g} tok/s"
     half = max(1, n // 2)
+    probes, steering = _steering(sizes)
     within = "<= 1.2x redis1"
     rt = "< 0.2"
 
@@ -331,6 +338,8 @@ def redis_metrics_of(sizes: Sizes) -> list[RedisMetric]:
             under_25,
             ("redis2",),
         ),
+        RedisMetric("steer_p50_ms", f"steer->on_steer p50, {probes}, {steering}", "ms"),
+        RedisMetric("steer_p99_ms", f"steer->on_steer p99, {probes}, {steering}", "ms"),
         RedisMetric(
             "cpu_s_per_10k_fixed",
             f"relay CPU s / 10k delivered, {at_rate}, per node",
@@ -425,6 +434,7 @@ def compute_redis_metrics(
             return value if "failed" not in value else {}
 
         many, lat, half = get("throughput_n"), get("latency"), get("latency_half", "redis1")
+        steer = get("steer")
         raw = get("latency_raw") if "latency_raw" in results else lat
         toks_n, toks_l = many.get("tokens", nan), lat.get("tokens", nan)
         out[kind] = {
@@ -442,6 +452,8 @@ def compute_redis_metrics(
             "latency_p50_ms": _pct(lat, "latency", "p50_ms"),
             "latency_p99_ms": _pct(lat, "latency", "p99_ms"),
             "latency_far_p99_ms": _pct(lat, "latency_far", "p99_ms"),
+            "steer_p50_ms": _pct(steer, "steer", "p50_ms"),
+            "steer_p99_ms": _pct(steer, "steer", "p99_ms"),
             "cpu_s_per_10k_fixed": _node_cpu_per_10k(lat),
             "cpu_s_per_10k_half": _node_cpu_per_10k(half) if kind == "redis1" else nan,
             "cpu_vs_same_load": (

@@ -79,6 +79,7 @@ REDIS_PHASES = {
     "latency": REDIS_KINDS,
     "latency_raw": REDIS_KINDS,
     "latency_half": ("redis1",),
+    "steer": REDIS_KINDS,
 }
 """What the relays on Redis are measured on (``latency_half`` is for them only)."""
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -35,6 +35,8 @@ REDIS_METRICS = {
     "latency_p50_ms",
     "latency_p99_ms",
     "latency_far_p99_ms",
+    "steer_p50_ms",
+    "steer_p99_ms",
     "cpu_s_per_10k_fixed",
     "cpu_s_per_10k_half",
     "cpu_vs_same_load",
@@ -134,6 +136,7 @@ def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: 
         for metric in ("delivered_per_s_n", "cpu_s_per_10k", "round_trips_per_token_n"):
             assert table[kind][metric] > 0, (kind, metric)
         assert table[kind]["latency_p99_ms"] > 0, kind
+        assert table[kind]["steer_p99_ms"] > 0, kind  # a steer across nodes reached the agent
     assert table["redis2"]["latency_far_p99_ms"] > 0
     # The half-load phase ran and delivered; at --quick sizes its CPU time can round to
     # zero (psutil's clock ticks every 10 ms), so its figures are checked as numbers only.
@@ -143,7 +146,7 @@ def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: 
     ratio = math.nan if ratio is None else ratio  # NaN is written as null in the JSON
     assert half_cpu >= 0
     assert math.isnan(ratio) if half_cpu == 0 else ratio > 0  # no ratio over a zero reading
-    for phase in ("throughput_n", "latency"):
+    for phase in ("throughput_n", "latency", "steer"):
         for kind in ("redis1", "redis2"):
             result = report["phases"][phase][kind]
             assert "failed" not in result, (phase, kind, result)
