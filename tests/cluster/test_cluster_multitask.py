@@ -1,0 +1,104 @@
+"""Double-texting strategies hold across relay nodes: every node decides from the same state."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+import agent_side
+import client_side
+from agent_side import AbortSignal, Run
+from transport import RunwireError, UIMessage, message_text
+
+from .conftest import Cluster
+from .test_cluster import wait_until, words
+
+pytestmark = pytest.mark.anyio
+
+
+def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[str]:
+    """ "long ..." streams until cancelled; anything else answers in a few words."""
+    text = message_text(messages[-1])
+    return words(100_000 if text.startswith("long") else 5, text.split()[0], signal, delay=0.01)
+
+
+async def test_two_devices_on_two_nodes_rejecting_at_once_exactly_one_wins(
+    cluster: Cluster,
+) -> None:
+    a, b = [await cluster.start_node() for _ in range(2)]
+    async with (
+        client_side.connect(a.url, "race") as phone,
+        client_side.connect(b.url, "race") as laptop,
+    ):
+        outcomes: list[object] = []
+
+        async def send(session: client_side.ClientSession, text: str) -> None:
+            try:
+                outcomes.append(await session.send(text, multitask="reject"))
+            except RunwireError as exc:
+                outcomes.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, phone, "long from the phone")
+            tg.start_soon(send, laptop, "long from the laptop")
+        refused = [o for o in outcomes if isinstance(o, RunwireError)]
+        assert len(outcomes) == 2 and len(refused) == 1, outcomes
+        assert refused[0].code == "THREAD_BUSY"
+
+
+async def test_enqueued_on_one_node_starts_when_the_run_on_another_ends(cluster: Cluster) -> None:
+    a, b, c = [await cluster.start_node() for _ in range(3)]
+    worker = agent_side.Agent(c.url)
+
+    @worker.on_run
+    async def handle(run: Run) -> None:
+        await agent_side.steering_loop(run, model)
+
+    async with (
+        worker,
+        client_side.connect(a.url, "queue") as phone,
+        client_side.connect(b.url, "queue") as laptop,
+    ):
+        first = await phone.send("long first")
+        await wait_until(lambda: (phone.view.run(first.run_id) or first).status == "active")
+        later = await laptop.send("short then", multitask="enqueue")
+        assert later.status == "queued"
+        await anyio.sleep(0.3)  # it waits its turn: nothing starts it meanwhile
+        run = laptop.view.run(later.run_id)
+        assert run is not None and run.status == "queued"
+        await phone.cancel(first.run_id)
+        assert (await first.result()).status == "cancelled"
+        assert (await later.result()).status == "complete"
+        # Its prompt joined the conversation after the answer before it, on both devices.
+        await wait_until(
+            lambda: (
+                [vm.message.id for vm in phone.view.messages()]
+                == [vm.message.id for vm in laptop.view.messages()]
+            )
+        )
+        order = [vm.run_id for vm in laptop.view.messages()]
+        assert order.index(first.run_id) < order.index(later.run_id)
+
+
+async def test_an_interrupt_sent_through_one_node_cancels_a_run_streaming_through_another(
+    cluster: Cluster,
+) -> None:
+    a, b, c = [await cluster.start_node() for _ in range(3)]
+    worker = agent_side.Agent(c.url)
+
+    @worker.on_run
+    async def handle(run: Run) -> None:
+        await agent_side.steering_loop(run, model)
+
+    async with (
+        worker,
+        client_side.connect(a.url, "interrupt") as phone,
+        client_side.connect(b.url, "interrupt") as laptop,
+    ):
+        first = await phone.send("long first")
+        await wait_until(lambda: (phone.view.run(first.run_id) or first).status == "active")
+        now = await laptop.send("short instead", multitask="interrupt")
+        assert (await first.result()).status == "cancelled"
+        assert (await now.result()).status == "complete"
