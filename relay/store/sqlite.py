@@ -594,7 +594,7 @@ def _load_channel(
     finally:
         conn.execute("COMMIT")
     created = found is None
-    if found is None:  # a new channel (unless another store just made it: keep its epoch)
+    if created:  # a new channel (unless another store just made it: keep its epoch)
         conn.execute(
             "INSERT INTO channels (session_id, epoch) VALUES (?, ?)"
             " ON CONFLICT (session_id) DO NOTHING",
