@@ -34,7 +34,8 @@ class Cluster:
     store: str
     nodes: list[Node] = field(default_factory=list)
 
-    async def start_node(self, grace: float = 1.0) -> Node:
+    async def start_node(self, grace: float = 1.0, *extra: str) -> Node:
+        """A relay process on the cluster's store (``extra``: more command-line options)."""
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -48,6 +49,7 @@ class Cluster:
                 str(grace),
                 "--log-level",
                 "WARNING",
+                *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
