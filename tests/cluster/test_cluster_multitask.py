@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -48,7 +49,13 @@ async def test_two_devices_on_two_nodes_rejecting_at_once_exactly_one_wins(
         assert refused[0].code == "THREAD_BUSY"
 
 
-async def test_enqueued_on_one_node_starts_when_the_run_on_another_ends(cluster: Cluster) -> None:
+@asynccontextmanager
+async def phone_laptop_and_agent(
+    cluster: Cluster, session_id: str
+) -> AsyncIterator[
+    tuple[client_side.ClientSession, client_side.ClientSession, client_side.ClientRun]
+]:
+    """Two devices on two nodes, a worker on a third, and a first Run streaming from the phone."""
     a, b, c = [await cluster.start_node() for _ in range(3)]
     worker = agent_side.Agent(c.url)
 
@@ -58,11 +65,16 @@ async def test_enqueued_on_one_node_starts_when_the_run_on_another_ends(cluster:
 
     async with (
         worker,
-        client_side.connect(a.url, "queue") as phone,
-        client_side.connect(b.url, "queue") as laptop,
+        client_side.connect(a.url, session_id) as phone,
+        client_side.connect(b.url, session_id) as laptop,
     ):
         first = await phone.send("long first")
         await wait_until(lambda: (phone.view.run(first.run_id) or first).status == "active")
+        yield phone, laptop, first
+
+
+async def test_enqueued_on_one_node_starts_when_the_run_on_another_ends(cluster: Cluster) -> None:
+    async with phone_laptop_and_agent(cluster, "queue") as (phone, laptop, first):
         later = await laptop.send("short then", multitask="enqueue")
         assert later.status == "queued"
         await anyio.sleep(0.3)  # it waits its turn: nothing starts it meanwhile
@@ -85,20 +97,7 @@ async def test_enqueued_on_one_node_starts_when_the_run_on_another_ends(cluster:
 async def test_an_interrupt_sent_through_one_node_cancels_a_run_streaming_through_another(
     cluster: Cluster,
 ) -> None:
-    a, b, c = [await cluster.start_node() for _ in range(3)]
-    worker = agent_side.Agent(c.url)
-
-    @worker.on_run
-    async def handle(run: Run) -> None:
-        await agent_side.steering_loop(run, model)
-
-    async with (
-        worker,
-        client_side.connect(a.url, "interrupt") as phone,
-        client_side.connect(b.url, "interrupt") as laptop,
-    ):
-        first = await phone.send("long first")
-        await wait_until(lambda: (phone.view.run(first.run_id) or first).status == "active")
+    async with phone_laptop_and_agent(cluster, "interrupt") as (_, laptop, first):
         now = await laptop.send("short instead", multitask="interrupt")
         assert (await first.result()).status == "cancelled"
         assert (await now.result()).status == "complete"
