@@ -147,8 +147,9 @@ async def demo_model(
 async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
     """A line-based terminal chat on ``session_id`` (see the module docstring)."""
     async with client_side.connect(url, session_id) as session, anyio.create_task_group() as tg:
-        # The terminal follows one reply at a time; a reply streaming alongside it is
-        # held back and shown, caught up, when the followed one's Run ends.
+        # The terminal follows one Run's reply at a time (its newest: after steering the
+        # Run answers again); a reply of another Run streaming alongside is held back and
+        # shown, caught up, when the followed Run ends.
         printed: dict[str, int] = {}
         texts: dict[str, tuple[str, str]] = {}  # message id -> (run id, text so far)
         follow: list[str] = []
@@ -166,9 +167,13 @@ async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
             message = event.message.message
             if message.role != "assistant":
                 return
-            texts[message.id] = (event.message.run_id or "", message_text(message))
+            run_id = event.message.run_id or ""
+            new = message.id not in texts
+            texts[message.id] = (run_id, message_text(message))
             if not follow:
                 follow.append(message.id)
+            elif new and texts[follow[0]][0] == run_id:
+                follow[0] = message.id  # the followed Run's next reply (after steering)
             if follow[0] == message.id:
                 show(message.id)
 
