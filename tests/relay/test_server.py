@@ -248,32 +248,37 @@ async def test_run_is_handed_again_when_its_worker_dies_before_starting(server: 
     assert d["run_id"] == run_id
 
 
-async def test_active_run_ends_agent_lost_after_grace(server: Server) -> None:
+async def started_by(server: Server, agent_id: str) -> tuple[RawPeer, RawPeer, str]:
+    """A client attached to "s" whose Run ``agent_id`` started: ``(client, agent, run id)``."""
     client = await RawPeer.open(server.url)
     await client.attach("s")
     run_id = new_id()
     await client.publish("s", prompt(run_id))
-    agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+    agent = await RawPeer.open(server.url, role="agent", client_id=agent_id)
     await agent.attach("s")
     await agent.publish("s", run_status(run_id, "active"))
-    agent.ws.transport.abort()
-    entries: list[dict[str, Any]] = []
+    return client, agent, run_id
+
+
+async def run_error(client: RawPeer) -> dict[str, Any]:
+    """The next entry that ends a Run with an error, as ``client`` gets it."""
     with anyio.fail_after(5):
-        while not any(e["kind"] == "run" and e["status"] == "error" for e in entries):
-            entries.extend(await client.entries(1))
-    end = entries[-1]
+        while True:
+            [entry] = await client.entries(1)
+            if entry["kind"] == "run" and entry["status"] == "error":
+                return entry
+
+
+async def test_active_run_ends_agent_lost_after_grace(server: Server) -> None:
+    client, agent, run_id = await started_by(server, "agent-1")
+    agent.ws.transport.abort()
+    end = await run_error(client)
     assert end["error"]["code"] == "AGENT_LOST"
     assert end["run_id"] == run_id
 
 
 async def test_agent_that_comes_back_in_time_keeps_its_run(server: Server) -> None:
-    client = await RawPeer.open(server.url)
-    await client.attach("s")
-    run_id = new_id()
-    await client.publish("s", prompt(run_id))
-    agent = await RawPeer.open(server.url, role="agent", client_id="agent-2")
-    await agent.attach("s")
-    await agent.publish("s", run_status(run_id, "active"))
+    _, agent, run_id = await started_by(server, "agent-2")
     agent.ws.transport.abort()
     back = await RawPeer.open(server.url, role="agent", client_id="agent-2")
     await back.attach("s")
@@ -283,25 +288,16 @@ async def test_agent_that_comes_back_in_time_keeps_its_run(server: Server) -> No
 
 
 async def test_an_agent_is_lost_only_when_its_last_connection_leaves(server: Server) -> None:
-    client = await RawPeer.open(server.url)
-    await client.attach("s")
-    run_id = new_id()
-    await client.publish("s", prompt(run_id))
-    first = await RawPeer.open(server.url, role="agent", client_id="agent-3")
+    client, first, run_id = await started_by(server, "agent-3")
     second = await RawPeer.open(server.url, role="agent", client_id="agent-3")
-    await first.attach("s")
-    await first.publish("s", run_status(run_id, "active"))
     first.ws.transport.abort()
     await anyio.sleep(0.6)  # longer than the grace period: the other connection vouches
     record = server.hub.channels["s"].registry.get(run_id)
     assert record is not None and record.status == "active"
     second.ws.transport.abort()
-    with anyio.fail_after(5):
-        while True:
-            [entry] = await client.entries(1)
-            if entry["kind"] == "run" and entry["status"] == "error":
-                break
-    assert entry["error"]["code"] == "AGENT_LOST"
+    end = await run_error(client)
+    assert end["error"]["code"] == "AGENT_LOST"
+    assert end["run_id"] == run_id
 
 
 async def test_cancel_before_start_is_kept(server: Server) -> None:
