@@ -65,7 +65,9 @@ Failure: any Redis or socket error fails the calls of that round trip with
 ``RunwireError(STORE_UNAVAILABLE)`` (an append that fails so may or may not
 have been written: read back the truth); the next call connects again. There
 are no automatic retries, so a dead Redis is reported within the socket
-timeouts (``connect_timeout`` 2 s, ``socket_timeout`` 5 s by default). Redis
+timeouts (``connect_timeout`` 2 s, ``socket_timeout`` 5 s by default; the
+latter bounds a round trip as a whole, connecting, sending and every reply,
+with one deadline rather than redis-py's timer per reply). Redis
 that lost its data (no persistence) is seen by the epoch check: ``append``
 raises ``RunwireError(EPOCH_MISMATCH)`` until the channel is opened again.
 """
@@ -223,7 +225,8 @@ class RedisStore(Store):
             )
         except ValueError as exc:
             raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
-        self._timeout = socket_timeout
+        self.socket_timeout = socket_timeout
+        """Seconds a round trip (or a connect with its handshake) may take."""
         self._ttl = "0" if history_ttl is None else str(max(1, round(history_ttl * 1000)))
         self._epochs: dict[str, str] = {}
         self._session_keys: dict[str, list[str]] = {}
@@ -394,7 +397,7 @@ class RedisStore(Store):
         if Redis loses the channel.
         """
         self._check_open()
-        return await self._listener.subscribe(session_id, fn, on_reset, self._timeout)
+        return await self._listener.subscribe(session_id, fn, on_reset, self.socket_timeout)
 
     async def find(self, session_id: str, entry_id: str) -> Appended | None:
         """The stored entry with this id, within the dedup window (``duplicate=True``), or None."""
@@ -537,8 +540,16 @@ class RedisStore(Store):
     # -- for the pub/sub listener ----------------------------------------------
 
     def new_connection(self) -> AbstractConnection:
-        """A new, unconnected connection to this store's Redis."""
-        return self._pool.connection_class(**self._pool.connection_kwargs)
+        """A new, unconnected connection to this store's Redis, without redis-py's timeouts.
+
+        The store times its round trips itself (one deadline per round trip,
+        see ``_round_trip``) and the listener watches its connection for
+        silence: redis-py's ``socket_timeout`` would instead wrap every send in
+        a task of its own (``asyncio.wait_for``) and every reply read in a
+        timer, the larger part of a round trip's cost on the relay.
+        """
+        kwargs = {**self._pool.connection_kwargs, "socket_timeout": None}
+        return self._pool.connection_class(**kwargs)
 
     async def head(self, session_id: str) -> tuple[str | None, int]:
         """The channel's epoch (None if it does not exist) and newest serial."""
@@ -662,16 +673,20 @@ class RedisStore(Store):
     async def _round_trip(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         conn = self._conn
         assert conn is not None
-        if not conn.is_connected:
-            await connect(conn)
         self.round_trips += 1
-        await conn.send_packed_command(_pack(commands), check_health=False)
         replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
+        try:
+            async with asyncio.timeout(self.socket_timeout):
+                if not conn.is_connected:
+                    await connect(conn)
+                await conn.send_packed_command(_pack(commands), check_health=False)
+                for _ in commands:
+                    try:
+                        replies.append(await conn.read_response())
+                    except ResponseError as exc:
+                        replies.append(exc)
+        except TimeoutError:
+            raise RedisError(f"no reply within {self.socket_timeout:g} s") from None
         return replies
 
     @staticmethod

@@ -7,7 +7,10 @@ the session's pub/sub channel. A node subscribes a channel on Redis only while
 some local ``subscribe`` wants it, over one connection owned by two tasks:
 
 * the *reader* connects (again and again, with backoff, while Redis is away),
-  reads replies, pings when idle and hands everything to the deliverer;
+  reads replies and hands everything to the deliverer; its reads wait
+  without a timer each, and a *watchdog* has a ping sent after ``IDLE_PING``
+  seconds of silence and drops the connection after three (the reader then
+  connects again);
 * the *deliverer* is the only task that sends on that connection and the only
   one that delivers (besides the fast paths below), one item at a time:
   (un)subscriptions, messages, starts and gap fills.
@@ -65,7 +68,7 @@ log = logging.getLogger("runwire.relay.store")
 _SERIAL = re.compile(rb'\{"serial":(\d+)')
 _PAGE = 1000
 """Entries read from the stream per round trip while filling a gap."""
-_IDLE_PING = 5.0
+IDLE_PING = 5.0
 """Seconds without a reply after which the reader pings; three of them and it reconnects."""
 _RETRY_FILL = 0.5
 """Seconds before a fill that failed (Redis briefly away) is tried again."""
@@ -119,6 +122,7 @@ class Listener:
         self._wire: dict[bytes, str] = {}  # name -> "subscribing" | "subscribed" | "unsubscribing"
         self._tasks: list[asyncio.Task[None]] = []
         self._handling = False  # the deliverer is at an item
+        self._heard = 0  # replies read on the pub/sub connection, for the watchdog
         self._closing = False
         self.filled = 0
         """Entries delivered from the stream rather than from pub/sub."""
@@ -189,20 +193,19 @@ class Listener:
         delay = 0.05
         while not self._closing:
             conn = self._store.new_connection()
+            watchdog: asyncio.Task[None] | None = None
             try:
-                await connect(conn)
+                try:
+                    async with asyncio.timeout(self._store.socket_timeout):
+                        await connect(conn)
+                except TimeoutError:
+                    raise RedisError("no reply while connecting") from None
                 self._inbox.put_nowait(("connected", conn))
                 delay = 0.05
-                idle = 0
+                watchdog = asyncio.create_task(self._watch(conn), name="runwire-redis-pubsub-watch")
                 while not self._closing:
-                    reply = await conn.read_response(timeout=_IDLE_PING)
-                    if reply is None:
-                        idle += 1
-                        if idle >= 3:
-                            raise RedisError("no reply to PING on the pub/sub connection")
-                        self._inbox.put_nowait(("ping", conn))
-                        continue
-                    idle = 0
+                    reply = await conn.read_response()
+                    self._heard += 1
                     if not self._handling and conn is self._conn and self._inbox.empty():
                         self._reply_now(reply)
                     else:
@@ -210,10 +213,31 @@ class Listener:
             except (RedisError, OSError) as exc:
                 log.warning("Redis pub/sub at %s: %s", self._store.where, exc)
             finally:
+                if watchdog is not None:
+                    watchdog.cancel()
                 self._inbox.put_nowait(("disconnected", conn))
                 await conn.disconnect(nowait=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    async def _watch(self, conn: AbstractConnection) -> None:
+        """Ping ``conn`` after ``IDLE_PING`` seconds of silence; drop it after three such.
+
+        Reads wait without a timer of their own (a timer per message was a
+        large part of a message's cost), so silence is found here instead.
+        """
+        silent, heard = 0, self._heard
+        while True:
+            await asyncio.sleep(IDLE_PING)
+            if self._heard != heard:
+                silent, heard = 0, self._heard
+                continue
+            silent += 1
+            if silent >= 3:
+                log.warning("Redis pub/sub at %s: no reply to PING", self._store.where)
+                await conn.disconnect(nowait=True)  # the reader's read fails: it reconnects
+                return
+            self._inbox.put_nowait(("ping", conn))
 
     # -- deliverer -------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import RedisError
 
-from relay.store import Store, StoredEntry, open_store
+from relay.store import Store, StoredEntry, open_store, redis_live
 from relay.store.redis import LINGER_FULL, LINGER_MS, RedisStore
 from transport.codec import splice_serial
 from transport.errors import (
@@ -461,6 +461,15 @@ class _Server:
             while not _reachable(self.url):
                 await anyio.sleep(0.02)
 
+    def pause(self) -> None:
+        """SIGSTOP the server: its connections stay open and nothing answers."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     async def kill(self, *, save: bool) -> None:
         """SIGKILL the server, first writing a snapshot it will load again if ``save``."""
         if save:
@@ -552,6 +561,70 @@ async def test_when_redis_loses_everything_subscriptions_reset_and_appends_say_s
         appended = await store.append("s", "e2", body("e2"))
         assert appended.data == splice_serial(body("e2"), 1)
         assert await fresh.until(1) == [StoredEntry(1, appended.data)]
+
+
+@pytest.mark.anyio
+async def test_a_redis_that_stops_answering_fails_round_trips_in_time_and_is_used_again(
+    server: _Server,
+) -> None:
+    async with node(server.url, "rw:", socket_timeout=0.5, connect_timeout=0.5) as store:
+        await store.open_channel("s")
+        await store.append("s", "e1", body("e1"))
+        server.pause()
+        try:
+            with anyio.fail_after(2):
+                for call in (store.append("s", "e2", body("e2")), store.head("s")):
+                    with pytest.raises(RunwireError) as caught:
+                        await call
+                    assert caught.value.code == STORE_UNAVAILABLE
+                assert not await store.healthy()
+        finally:
+            server.resume()
+        with anyio.fail_after(5):
+            appended = await store.append("s", "e3", body("e3"))
+        # e2 reached Redis's socket before it stopped, so it ran when it went on.
+        _, stored = await store.since("s", 0, 10)
+        assert [serial for serial, _ in stored] == [1, 2, 3]
+        assert stored[-1] == (appended.serial, appended.data)
+
+
+@pytest.mark.anyio
+async def test_a_silent_pubsub_connection_is_pinged_dropped_and_made_again_without_a_gap(
+    server: _Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(redis_live, "IDLE_PING", 0.2)
+    timeouts = {"socket_timeout": 0.5, "connect_timeout": 0.5}
+    async with node(server.url, "rw:", **timeouts) as a, node(server.url, "rw:", **timeouts) as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        got = Collector()
+        await a.subscribe("s", got)
+        await b.append("s", "e1", body("e1"))
+        await got.until(1)
+        pings = server_pings(server.url)
+        await anyio.sleep(0.5)  # idle, not silent: Redis answers the watchdog's pings
+        assert server_pings(server.url) > pings
+        assert "no reply to PING" not in caplog.text
+
+        server.pause()
+        try:
+            with anyio.fail_after(3):
+                while "no reply to PING" not in caplog.text:
+                    await anyio.sleep(0.05)
+        finally:
+            server.resume()
+        with anyio.fail_after(5):
+            later = [await b.append("s", f"m{i}", body(f"m{i}")) for i in range(3)]
+            entries = await got.until(4)
+        assert [e.serial for e in entries] == [1, 2, 3, 4]
+        assert entries[1:] == [StoredEntry(m.serial, m.data) for m in later]
+
+
+def server_pings(url: str) -> int:
+    """PINGs the server has answered so far."""
+    with Redis.from_url(url) as raw:
+        stats = raw.info("commandstats")
+    return int(stats.get("cmdstat_ping", {}).get("calls", 0))
 
 
 def test_connections_parse_replies_with_hiredis_when_it_is_installed() -> None:
