@@ -491,16 +491,25 @@ async def server(tmp_path: Path) -> AsyncIterator[_Server]:
         await server.kill(save=False)
 
 
-@pytest.mark.anyio
-async def test_after_a_restart_the_store_works_again_and_subscriptions_resume_without_a_gap(
-    server: _Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    timeouts = {"socket_timeout": 1.0, "connect_timeout": 1.0}
-    async with node(server.url, "rw:", **timeouts) as a, node(server.url, "rw:", **timeouts) as b:
+@asynccontextmanager
+async def watched_from_another_node(
+    url: str, timeout: float
+) -> AsyncIterator[tuple[RedisStore, RedisStore, Collector]]:
+    """Nodes ``a`` and ``b`` with short timeouts; ``a`` collects what is appended to ``s``."""
+    timeouts = {"socket_timeout": timeout, "connect_timeout": timeout}
+    async with node(url, "rw:", **timeouts) as a, node(url, "rw:", **timeouts) as b:
         await a.open_channel("s")
         await b.open_channel("s")
         got = Collector()
         await a.subscribe("s", got)
+        yield a, b, got
+
+
+@pytest.mark.anyio
+async def test_after_a_restart_the_store_works_again_and_subscriptions_resume_without_a_gap(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with watched_from_another_node(server.url, timeout=1.0) as (a, b, got):
         before = [await b.append("s", f"e{i}", body(f"e{i}")) for i in range(3)]
         await got.until(3)
 
@@ -593,12 +602,7 @@ async def test_a_silent_pubsub_connection_is_pinged_dropped_and_made_again_witho
     server: _Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(redis_live, "IDLE_PING", 0.2)
-    timeouts = {"socket_timeout": 0.5, "connect_timeout": 0.5}
-    async with node(server.url, "rw:", **timeouts) as a, node(server.url, "rw:", **timeouts) as b:
-        await a.open_channel("s")
-        await b.open_channel("s")
-        got = Collector()
-        await a.subscribe("s", got)
+    async with watched_from_another_node(server.url, timeout=0.5) as (_, b, got):
         await b.append("s", "e1", body("e1"))
         await got.until(1)
         pings = server_pings(server.url)
