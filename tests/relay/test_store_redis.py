@@ -610,10 +610,13 @@ async def test_a_silent_pubsub_connection_is_pinged_dropped_and_made_again_witho
         assert server_pings(server.url) > pings
         assert "no reply to PING" not in caplog.text
 
+        listening = subscribed_connections(server.url)
+        assert len(listening) == 1
+
         server.pause()
         try:
-            with anyio.fail_after(3):
-                while "no reply to PING" not in caplog.text:
+            with anyio.fail_after(3):  # both nodes' listeners (b's has no subscription)
+                while caplog.text.count("no reply to PING") < 2:
                     await anyio.sleep(0.05)
         finally:
             server.resume()
@@ -622,6 +625,15 @@ async def test_a_silent_pubsub_connection_is_pinged_dropped_and_made_again_witho
             entries = await got.until(4)
         assert [e.serial for e in entries] == [1, 2, 3, 4]
         assert entries[1:] == [StoredEntry(m.serial, m.data) for m in later]
+        again = subscribed_connections(server.url)
+        assert len(again) == 1 and again != listening  # a new connection listens now
+
+
+def subscribed_connections(url: str) -> set[int]:
+    """Ids of the server's connections that hold a subscription (sharded on Redis 7)."""
+    with Redis.from_url(url) as raw:
+        clients = raw.client_list()
+    return {int(c["id"]) for c in clients if int(c.get("ssub", 0)) + int(c.get("sub", 0)) > 0}
 
 
 def server_pings(url: str) -> int:
