@@ -14,11 +14,15 @@ nothing a second node would need stays in one node's memory:
   itself every second); entries of a node that died go idle and are claimed by
   the others (``XAUTOCLAIM`` after ``claim_idle`` seconds).
 * **Liveness.** Every node refreshes a presence key per connected agent client
-  id (``<prefix>presence:<client id>``, expiring after three heartbeats). Every
-  node sweeps the active Runs: one whose owner has had no presence key for
-  ``agent_grace`` seconds (the moment it was first seen absent is kept in
-  Redis too) is ended ``error`` / ``AGENT_LOST`` by whichever node gets there
-  first; the Run rules make the second attempt a no-op. A durable Run is put
+  id (``<prefix>presence:<client id>``, expiring after three heartbeats). One
+  node at a time sweeps the active Runs: the holder of a lease
+  (``<prefix>sweeper``, renewed every heartbeat, expiring after three, so
+  another node takes over within three heartbeats of its holder's end), so
+  the sweep's cost does not grow with the number of nodes. A Run whose owner
+  has had no presence key for ``agent_grace`` seconds (the moment it was
+  first seen absent is kept in Redis too) is ended ``error`` /
+  ``AGENT_LOST``; should a new holder repeat an old one's last attempt, the
+  Run rules make the second a no-op. A durable Run is put
   back to ``pending`` instead (an entry with a deterministic id, so a second
   node's attempt is a duplicate); the node that stored it puts it on the
   agent's stream (``run_created``) and ``hand_to_worker`` sends the dispatch
@@ -53,6 +57,20 @@ RunKey = tuple[str, str]
 Expire = Callable[[str, str], Coroutine[Any, Any, None]]
 GROUP = "relay"
 
+# KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
+_LEAD = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
 
 class RedisDispatcher:
     """Same interface as ``Dispatcher``; state in Redis (see the module docstring)."""
@@ -84,6 +102,7 @@ class RedisDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake: dict[str, asyncio.Event] = {}
         self._groups: set[str] = set()
+        self._lead_script: Any = self._redis.register_script(_LEAD)
 
     # ---------------------------------------------------------- lifecycle --
 
@@ -268,11 +287,18 @@ class RedisDispatcher:
             try:
                 await self._touch(list(self.agents_present))
                 await self._refresh_held()
-                await self._sweep()
+                if await self._lead():
+                    await self._sweep()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("cluster maintenance failed")
+
+    async def _lead(self) -> bool:
+        """Take or keep the sweeper's lease; True while this node holds it."""
+        lease = int(self.heartbeat * 3000)
+        held = await self._lead_script(keys=[self.store.key("sweeper")], args=[self.node_id, lease])
+        return bool(held)
 
     async def _refresh_held(self) -> None:
         by_agent: dict[str, list[str]] = {}

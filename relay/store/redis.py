@@ -673,12 +673,12 @@ class RedisStore(Store):
     async def _round_trip(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         conn = self._conn
         assert conn is not None
-        self.round_trips += 1
         replies: list[Any] = []
         try:
             async with asyncio.timeout(self.socket_timeout):
                 if not conn.is_connected:
                     await connect(conn)
+                self.round_trips += 1
                 await conn.send_packed_command(_pack(commands), check_health=False)
                 for _ in commands:
                     try:

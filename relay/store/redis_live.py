@@ -69,7 +69,7 @@ _SERIAL = re.compile(rb'\{"serial":(\d+)')
 _PAGE = 1000
 """Entries read from the stream per round trip while filling a gap."""
 IDLE_PING = 5.0
-"""Seconds without a reply after which the reader pings; three of them and it reconnects."""
+"""Seconds of silence after which the watchdog has a ping sent; after three it reconnects."""
 _RETRY_FILL = 0.5
 """Seconds before a fill that failed (Redis briefly away) is tried again."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import anyio
 import pytest
@@ -60,3 +61,38 @@ async def test_the_sweep_ends_only_runs_whose_owner_stayed_away_for_the_grace(
         assert not await client.exists(store.key("absent", "back", "r-back"))
     finally:
         await client.aclose()
+
+
+async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
+    store: RedisStore,
+) -> None:
+    expired: list[tuple[str, str]] = []
+
+    async def expire(session_id: str, run_id: str) -> None:  # as the hub: the Run ends
+        expired.append((session_id, run_id))
+        await store.put_runs([replace(active(session_id, "gone"), status="error")])
+
+    a = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
+    b = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
+    assert await a._lead()
+    assert not await b._lead()
+    await anyio.sleep(a.heartbeat * 2)
+    assert await a._lead()  # renewed: still a's after more than half its lease
+    assert not await b._lead()
+
+    await store.put_runs([active("s", "gone")])
+    a.start()
+    b.start()
+    try:
+        with anyio.fail_after(5):
+            while not expired:
+                await anyio.sleep(0.05)
+        a.close()  # a's node ends: b takes the sweep over once a's lease runs out
+        with anyio.fail_after(a.heartbeat * 3 + 2):
+            while not await b._lead():
+                await anyio.sleep(0.05)
+        assert not await a._lead()
+    finally:
+        a.close()
+        b.close()
+    assert expired == [("s", "r-s")]  # ended once, by the node that held the lease
