@@ -231,8 +231,7 @@ class RedisDispatcher:
         session_id = fields.get(b"s", b"").decode()
         run_id = fields.get(b"r", b"").decode()
         key = (session_id, run_id)
-        records = {r.run_id: r for r in await self.store.runs(session_id)}
-        record = records.get(run_id)
+        record = await self.store.run(session_id, run_id)
         if record is None or record.status != "pending":
             await self._ack(agent, entry_id)
             return

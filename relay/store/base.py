@@ -26,8 +26,8 @@ Contract
   ascending serial order: ``after`` gives the oldest ``limit`` entries newer than
   it; ``before`` (or neither) gives the newest ``limit`` entries older than it.
 * Run records are written only through ``append`` (atomically with their entry)
-  or ``put_runs`` (the relay's own bookkeeping), and read with ``runs()`` and
-  ``runs_with_status()``.
+  or ``put_runs`` (the relay's own bookkeeping), and read with ``runs()``,
+  ``run()`` (one by id) and ``runs_with_status()``.
 * ``append(..., expect_last=N)`` is optimistic concurrency for relay nodes
   that check entries against the Run rules: if the channel's newest serial is
   not ``N`` when the append's turn comes, it writes nothing and raises
@@ -166,6 +166,10 @@ class Store(ABC):
     @abstractmethod
     async def runs(self, session_id: str) -> list[RunRecord]:
         """Every Run record of a session."""
+
+    async def run(self, session_id: str, run_id: str) -> RunRecord | None:
+        """One Run record of a session, or None (stores that can should not read them all)."""
+        return next((r for r in await self.runs(session_id) if r.run_id == run_id), None)
 
     @abstractmethod
     async def runs_with_status(

@@ -440,6 +440,12 @@ class RedisStore(Store):
         records = dict(zip(flat[::2], flat[1::2], strict=True))
         return [RunRecord.from_dict(loads(records[r])) for r in order if r in records]
 
+    async def run(self, session_id: str, run_id: str) -> RunRecord | None:
+        """One Run record of a session, or None: one ``HGET``, however many Runs it has."""
+        (found,) = await self._call(("HGET", self._keys(session_id)[3], run_id))
+        self._check(found)
+        return None if found is None else RunRecord.from_dict(loads(found))
+
     async def runs_with_status(
         self, statuses: Sequence[str], *, agent: str | None = None
     ) -> list[RunRecord]:

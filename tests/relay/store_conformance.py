@@ -461,6 +461,18 @@ class StoreConformance(abc.ABC):
         assert await store.runs("s") == [run("s", "r1", "active"), run("s", "r2", "error")]
         assert await store.runs("other") == []
 
+    async def test_one_run_is_read_by_its_id(self, store: Store) -> None:
+        await store.open_channel("s")
+        assert await store.run("s", "r1") is None
+        await store.append("s", "p1", body("p1"), [run("s", "r1")])
+        await store.append("s", "p2", body("p2"), [run("s", "r2", "active")])
+        assert await store.run("s", "r1") == run("s", "r1")
+        assert await store.run("s", "r2") == run("s", "r2", "active")
+        await store.put_runs([run("s", "r1", "error")])
+        assert await store.run("s", "r1") == run("s", "r1", "error")
+        assert await store.run("s", "r3") is None
+        assert await store.run("other", "r1") is None
+
     async def test_put_runs_and_runs_with_status_across_sessions(self, store: Store) -> None:
         await store.put_runs(
             [
