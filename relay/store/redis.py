@@ -86,7 +86,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from transport.codec import dumps, loads
+from transport.codec import dumps, loads, splice_serial
 from transport.errors import (
     CONFLICT,
     EPOCH_MISMATCH,
@@ -380,9 +380,10 @@ class RedisStore(Store):
             )
         if contended:
             self._contended.discard(session_id)
-        serial, stored = int(reply[1]), bytes(reply[2])
+        serial = int(reply[1])
         if code == 1:
-            return Appended(serial, stored, duplicate=True)
+            return Appended(serial, bytes(reply[2]), duplicate=True)
+        stored = splice_serial(data, serial)
         self._listener.offer(session_id, epoch, serial, stored)
         return Appended(serial, stored)
 

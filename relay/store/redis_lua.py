@@ -42,11 +42,13 @@ end
 # ARGV: epoch, entry id, data, expect_last or '', max_history, dedup_window,
 #       ttl ms or '0', publish command, pub/sub channel, then per Run record:
 #       run id, status number (1-based), record, index member.
-# Returns {0, epoch now or ''} | {1, serial, data} (repeat) | {2, last} | {3, serial, data}.
+# Returns {0, epoch now or ''} | {1, serial, data} (repeat) | {2, last} | {3, serial}
+# (stored: the caller splices the serial into its data as this script does).
 _APPEND = (
     _COMMON
     + """
-local epoch = redis.call('HGET', KEYS[1], 'e')
+local head = redis.call('HMGET', KEYS[1], 'e', 's')
+local epoch = head[1]
 if epoch ~= ARGV[1] then return {0, epoch or ''} end
 local known = redis.call('ZSCORE', KEYS[3], ARGV[2])
 if known then
@@ -54,7 +56,7 @@ if known then
   if found[1] then return {1, tonumber(known), found[1][2][2]} end
   return {1, tonumber(known), splice(ARGV[3], known)}
 end
-local last = tonumber(redis.call('HGET', KEYS[1], 's') or '0')
+local last = tonumber(head[2] or '0')
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= last then return {2, last} end
 local serial = last + 1
 local stored = splice(ARGV[3], serial)
@@ -68,7 +70,7 @@ end
 write_runs(10)
 touch(ARGV[7])
 redis.call(ARGV[8], ARGV[9], epoch .. ' ' .. stored)
-return {3, serial, stored}
+return {3, serial}
 """
 )
 
