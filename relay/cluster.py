@@ -44,7 +44,7 @@ from redis.exceptions import RedisError, ResponseError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
-from .dispatch import hand_to_worker
+from .dispatch import discharge, enlist, hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
 from .store.redis import RedisStore
@@ -138,9 +138,7 @@ class RedisDispatcher:
     def add_worker(self, peer: Peer, agent: str, pending: list[RunRecord]) -> None:
         """Register a local worker; start reading the agent's stream on this node."""
         del pending  # the stream holds waiting Runs
-        peer.agent = agent
-        self.workers.setdefault(agent, []).append(peer)
-        self.metrics.workers.inc()
+        enlist(self.workers, peer, agent, self.metrics)
         self._wake.setdefault(agent, asyncio.Event()).set()
         if agent not in self._readers or self._readers[agent].done():
             self._readers[agent] = asyncio.get_running_loop().create_task(self._read(agent))
@@ -148,17 +146,10 @@ class RedisDispatcher:
     def peer_gone(self, peer: Peer, owned_active: list[RunRecord]) -> None:
         """Re-hand Runs a dead worker had not started; liveness covers its active Runs."""
         del owned_active  # the sweep ends them after the grace period, on whatever node
-        if peer.agent is not None:
-            workers = self.workers.get(peer.agent, [])
-            if peer in workers:
-                workers.remove(peer)
-                self.metrics.workers.dec()
-        for key, holder in list(self.assigned.items()):
-            if holder is peer:
-                del self.assigned[key]
-                record = self.records.get(key)
-                if record is not None and not self._hand_local(record):
-                    self._spawn(self._give_back(key))
+        for key in discharge(self.workers, self.assigned, peer, self.metrics):
+            record = self.records.get(key)
+            if record is not None and not self._hand_local(record):
+                self._spawn(self._give_back(key))
         client_id = peer.sender.client_id
         if peer.sender.role == "agent":
             left = self.agents_present.get(client_id, 1) - 1

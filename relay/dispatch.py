@@ -32,7 +32,7 @@ from transport.runs import AGENT, RunRecord
 from .metrics import Metrics
 from .peer import Peer
 
-__all__ = ["Dispatcher", "hand_to_worker"]
+__all__ = ["Dispatcher", "discharge", "enlist", "hand_to_worker"]
 
 log = logging.getLogger("runwire.relay")
 
@@ -57,9 +57,7 @@ class Dispatcher:
 
     def add_worker(self, peer: Peer, agent: str, pending: list[RunRecord]) -> None:
         """Register ``peer`` for ``agent`` and hand it (or share out) the waiting Runs."""
-        peer.agent = agent
-        self.workers.setdefault(agent, []).append(peer)
-        self.metrics.workers.inc()
+        enlist(self.workers, peer, agent, self.metrics)
         for record in pending:
             key = (record.session_id, record.run_id)
             if key not in self.assigned or self.assigned[key].closed:
@@ -70,17 +68,10 @@ class Dispatcher:
 
     def peer_gone(self, peer: Peer, owned_active: list[RunRecord]) -> None:
         """React to a closed connection: re-dispatch its unstarted Runs, time its active ones."""
-        if peer.agent is not None:
-            workers = self.workers.get(peer.agent, [])
-            if peer in workers:
-                workers.remove(peer)
-                self.metrics.workers.dec()
-        for key, holder in list(self.assigned.items()):
-            if holder is peer:
-                del self.assigned[key]
-                record = self.waiting.get(key)
-                if record is not None:
-                    self._hand_out(record)
+        for key in discharge(self.workers, self.assigned, peer, self.metrics):
+            record = self.waiting.get(key)
+            if record is not None:
+                self._hand_out(record)
         for record in owned_active:
             self.start_timer(record)
 
@@ -133,6 +124,28 @@ class Dispatcher:
         for _, handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
+
+
+def enlist(workers: dict[str, list[Peer]], peer: Peer, agent: str, metrics: Metrics) -> None:
+    """Count ``peer`` among the workers of ``agent``."""
+    peer.agent = agent
+    workers.setdefault(agent, []).append(peer)
+    metrics.workers.inc()
+
+
+def discharge(
+    workers: dict[str, list[Peer]], assigned: dict[RunKey, Peer], peer: Peer, metrics: Metrics
+) -> list[RunKey]:
+    """Take ``peer`` off its agent's workers; returns the Runs handed to it, now unassigned."""
+    if peer.agent is not None:
+        mine = workers.get(peer.agent, [])
+        if peer in mine:
+            mine.remove(peer)
+            metrics.workers.dec()
+    keys = [key for key, holder in assigned.items() if holder is peer]
+    for key in keys:
+        del assigned[key]
+    return keys
 
 
 def hand_to_worker(
