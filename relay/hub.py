@@ -208,7 +208,7 @@ class Hub:
         except RunwireError as exc:
             log.warning("cannot look up the Runs of %r, gone: %s", client_id, exc)
             return
-        if client_id in self._present or not isinstance(self.dispatcher, Dispatcher):
+        if client_id in self._present:
             return  # it came back meanwhile
         for record in active:
             if record.owner == client_id:
