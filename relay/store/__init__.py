@@ -57,11 +57,12 @@ def open_store(url: str) -> Store:
         try:
             from .redis import RedisStore
         except ModuleNotFoundError as exc:
-            if (exc.name or "").partition(".")[0] != "redis":
+            if (exc.name or "").partition(".")[0] not in ("redis", "hiredis"):
                 raise
             raise RunwireError(
                 VALIDATION_ERROR,
-                f"store URL {url!r} needs the redis package ({exc}): pip install 'runwire[redis]'",
+                f"store URL {url!r} needs the redis and hiredis packages ({exc}): "
+                "pip install 'runwire[redis]'",
             ) from None
         return RedisStore(url)
     raise RunwireError(VALIDATION_ERROR, f"unknown store URL scheme {scheme!r}; use {_FORMS}")

@@ -6,18 +6,20 @@ The append script publishes ``<epoch> <entry>`` (the entry with its serial) to
 the session's pub/sub channel. A node subscribes a channel on Redis only while
 some local ``subscribe`` wants it, over one connection owned by two tasks:
 
-* the *reader* connects (again and again, with backoff, while Redis is away),
-  reads replies and hands everything to the deliverer; its reads wait
-  without a timer each, and a *watchdog* has a ping sent after ``IDLE_PING``
-  seconds of silence and drops the connection after three (the reader then
-  connects again);
+* the *reader* connects (again and again, with backoff, while Redis is away)
+  and hands the connection to a ``redis_wire.Wire``, which passes every reply
+  to the deliverer as it is read (in the event loop's read callback, without
+  a task wake-up or a timer per reply); a *watchdog* has a ping sent after
+  ``IDLE_PING`` seconds of silence and drops the connection after three (the
+  reader then connects again);
 * the *deliverer* is the only task that sends on that connection and the only
   one that delivers (besides the fast paths below), one item at a time:
   (un)subscriptions, messages, starts and gap fills.
 
 Fast path for messages: while the deliverer is idle and has nothing queued,
-the reader delivers a message itself, at once (a gap it finds is queued as a
-fill): the same order, without a queue and a task switch per entry.
+a message is delivered straight from the read callback (a gap it finds is
+queued as a fill): the same order, without a queue and a task switch per
+entry.
 
 Each subscription keeps the serial it delivered last (``last``). A message
 with serial ``last + 1`` is delivered at once, an older one is a duplicate and
@@ -57,6 +59,7 @@ from redis.exceptions import RedisError
 from transport.errors import STORE_UNAVAILABLE, RunwireError
 
 from .base import OnEntry, OnReset, StoredEntry, Unsubscribe
+from .redis_wire import Wire, pack
 
 if TYPE_CHECKING:
     from .redis import RedisStore
@@ -118,8 +121,8 @@ class Listener:
         self._channels: dict[str, _Channel] = {}
         self._by_name: dict[bytes, _Channel] = {}
         self._inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-        self._conn: AbstractConnection | None = None
-        self._wire: dict[bytes, str] = {}  # name -> "subscribing" | "subscribed" | "unsubscribing"
+        self._conn: Wire | None = None  # the connection the deliverer was told of
+        self._states: dict[bytes, str] = {}  # "subscribing" | "subscribed" | "unsubscribing"
         self._tasks: list[asyncio.Task[None]] = []
         self._handling = False  # the deliverer is at an item
         self._heard = 0  # replies read on the pub/sub connection, for the watchdog
@@ -193,6 +196,7 @@ class Listener:
         delay = 0.05
         while not self._closing:
             conn = self._store.new_connection()
+            wire: Wire | None = None
             watchdog: asyncio.Task[None] | None = None
             try:
                 try:
@@ -200,28 +204,34 @@ class Listener:
                         await connect(conn)
                 except TimeoutError:
                     raise RedisError("no reply while connecting") from None
-                self._inbox.put_nowait(("connected", conn))
+                wire = Wire(self._on_read).adopt(conn)
+                self._inbox.put_nowait(("connected", wire))
                 delay = 0.05
-                watchdog = asyncio.create_task(self._watch(conn), name="runwire-redis-pubsub-watch")
-                while not self._closing:
-                    reply = await conn.read_response()
-                    self._heard += 1
-                    if not self._handling and conn is self._conn and self._inbox.empty():
-                        self._reply_now(reply)
-                    else:
-                        self._inbox.put_nowait(("reply", conn, reply))
+                watchdog = asyncio.create_task(self._watch(wire), name="runwire-redis-pubsub-watch")
+                await wire.lost
+                if not self._closing:
+                    log.warning("Redis pub/sub at %s: the connection ended", self._store.where)
             except (RedisError, OSError) as exc:
                 log.warning("Redis pub/sub at %s: %s", self._store.where, exc)
             finally:
                 if watchdog is not None:
                     watchdog.cancel()
-                self._inbox.put_nowait(("disconnected", conn))
+                if wire is not None:
+                    self._inbox.put_nowait(("disconnected", wire))
                 await conn.disconnect(nowait=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _watch(self, conn: AbstractConnection) -> None:
-        """Ping ``conn`` after ``IDLE_PING`` seconds of silence; drop it after three such.
+    def _on_read(self, wire: Wire, reply: Any) -> None:
+        """A reply read on ``wire``: delivered at once when the deliverer is idle, else queued."""
+        self._heard += 1
+        if not self._handling and wire is self._conn and self._inbox.empty():
+            self._reply_now(reply)
+        else:
+            self._inbox.put_nowait(("reply", wire, reply))
+
+    async def _watch(self, wire: Wire) -> None:
+        """Ping ``wire`` after ``IDLE_PING`` seconds of silence; drop it after three such.
 
         Reads wait without a timer of their own (a timer per message was a
         large part of a message's cost), so silence is found here instead.
@@ -235,9 +245,9 @@ class Listener:
             silent += 1
             if silent >= 3:
                 log.warning("Redis pub/sub at %s: no reply to PING", self._store.where)
-                await conn.disconnect(nowait=True)  # the reader's read fails: it reconnects
+                wire.close()  # the reader sees the connection end: it connects again
                 return
-            self._inbox.put_nowait(("ping", conn))
+            self._inbox.put_nowait(("ping", wire))
 
     # -- deliverer -------------------------------------------------------------
 
@@ -278,11 +288,11 @@ class Listener:
         elif kind == "reconcile":
             await self._reconcile()
         elif kind == "connected":
-            self._conn, self._wire = item[1], {}
+            self._conn, self._states = item[1], {}
             await self._reconcile()
         elif kind == "disconnected":
             if item[1] is self._conn:
-                self._conn, self._wire = None, {}
+                self._conn, self._states = None, {}
                 for each in self._channels.values():
                     each.confirmed.clear()
         elif kind == "ping" and item[1] is self._conn:
@@ -297,7 +307,7 @@ class Listener:
             if channel is not None:
                 await self._on_message(channel, reply[2])
         elif kind in (b"subscribe", b"ssubscribe"):
-            self._wire[name] = "subscribed"
+            self._states[name] = "subscribed"
             channel = self._by_name.get(name)
             if channel is None:
                 await self._reconcile()
@@ -305,7 +315,7 @@ class Listener:
                 channel.confirmed.set()
                 await self._fill(channel, channel.subs)  # whatever the outage missed
         elif kind in (b"unsubscribe", b"sunsubscribe"):
-            self._wire.pop(name, None)
+            self._states.pop(name, None)
             if name in self._by_name:
                 await self._reconcile()
 
@@ -316,29 +326,24 @@ class Listener:
         sharded = self._store.sharded
         add: list[bytes] = []
         for name, channel in self._by_name.items():
-            state = self._wire.get(name)
+            state = self._states.get(name)
             if state is None:
                 add.append(name)
-                self._wire[name] = "subscribing"
+                self._states[name] = "subscribing"
             elif state == "subscribed":
                 channel.confirmed.set()  # re-subscribed locally before it was dropped
-        drop = [n for n, state in self._wire.items() if state == "subscribed"]
+        drop = [n for n, state in self._states.items() if state == "subscribed"]
         drop = [name for name in drop if name not in self._by_name]
         for name in drop:
-            self._wire[name] = "unsubscribing"
+            self._states[name] = "unsubscribing"
         if add:
             await self._send("SSUBSCRIBE" if sharded else "SUBSCRIBE", *add)
         if drop:
             await self._send("SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE", *drop)
 
     async def _send(self, *command: bytes | str) -> None:
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            await conn.send_command(*command, check_health=False)
-        except (RedisError, OSError):
-            pass  # the reader sees the broken connection and reconnects
+        if self._conn is not None:
+            self._conn.write(pack([command]))  # a broken connection: the reader connects again
 
     async def _on_message(self, channel: _Channel, payload: bytes) -> None:
         behind = self._take(channel, payload)

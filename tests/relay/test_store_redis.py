@@ -381,17 +381,20 @@ def test_redis_urls_give_a_redis_store_with_the_options_they_carry() -> None:
         assert caught.value.code == VALIDATION_ERROR
 
 
-def test_without_the_redis_package_open_store_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("missing", ["redis", "hiredis"])
+def test_without_the_redis_packages_open_store_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, missing: str
 ) -> None:
     for name in list(sys.modules):
-        if name == "redis" or name.startswith(("redis.", "relay.store.redis")):
+        if name == missing or name.startswith(f"{missing}."):
             monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "relay.store.redis")
+        elif name.startswith("relay.store.redis"):
+            monkeypatch.delitem(sys.modules, name)  # imported again, without the package
     with pytest.raises(RunwireError) as caught:
         open_store("redis://127.0.0.1:6379/0")
     assert caught.value.code == VALIDATION_ERROR
     assert "pip install 'runwire[redis]'" in caught.value.message
+    assert missing in caught.value.message
 
 
 @pytest.mark.anyio
@@ -444,17 +447,22 @@ async def test_a_closed_port_is_reported_quickly() -> None:
 class _Server:
     """A throwaway ``redis-server`` on a free port, in a folder of its own."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, password: str | None = None) -> None:
         self.folder = folder
+        self.options = ("--requirepass", password) if password else ()
         self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = (
+            f"redis://:{password}@127.0.0.1:{self.port}/0"
+            if password
+            else (f"redis://127.0.0.1:{self.port}/0")
+        )
         self.process: anyio.abc.Process | None = None
 
     async def start(self) -> None:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.process = await anyio.open_process(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.folder)],
+             "--appendonly", "no", "--dir", str(self.folder), *self.options],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         with anyio.fail_after(10):
@@ -643,10 +651,28 @@ def server_pings(url: str) -> int:
     return int(stats.get("cmdstat_ping", {}).get("calls", 0))
 
 
-def test_connections_parse_replies_with_hiredis_when_it_is_installed() -> None:
-    pytest.importorskip("hiredis")
-    from redis._parsers.hiredis import _AsyncHiredisParser
-
-    store = RedisStore(REDIS_URL)
-    # The command connection and the pub/sub listener's both come from here.
-    assert isinstance(store.new_connection()._parser, _AsyncHiredisParser)
+@pytest.mark.anyio
+async def test_a_redis_with_a_password_and_another_db_serves_both_connections(
+    tmp_path: Path,
+) -> None:
+    # redis-py does the handshake (AUTH, SELECT) before the store reads its connections itself.
+    server = _Server(tmp_path, password="s3cret")
+    await server.start()
+    try:
+        url = f"redis://:s3cret@127.0.0.1:{server.port}/3"
+        async with node(url, "rw:") as a, node(url, "rw:") as b:
+            await a.open_channel("s")
+            got = Collector()
+            await b.subscribe("s", got)
+            stored = [await a.append("s", f"e{i}", body(f"e{i}")) for i in range(3)]
+            assert [e.serial for e in await got.until(3)] == [x.serial for x in stored]
+        with Redis.from_url(url) as raw:
+            assert raw.exists("rw:{s}:log")
+        with Redis.from_url(f"redis://:s3cret@127.0.0.1:{server.port}/0") as raw:
+            assert not raw.exists("rw:{s}:log")
+        with anyio.fail_after(3), pytest.raises(RunwireError) as caught:
+            async with node(f"redis://:wrong@127.0.0.1:{server.port}/3", "rw:"):
+                pass
+        assert caught.value.code == STORE_UNAVAILABLE
+    finally:
+        await server.kill(save=False)
