@@ -286,17 +286,17 @@ class Listener:
             if self._channels.get(wanted.session_id) is wanted:
                 await self._fill(wanted, wanted.subs)
         elif kind == "reconcile":
-            await self._reconcile()
+            self._reconcile()
         elif kind == "connected":
             self._conn, self._states = item[1], {}
-            await self._reconcile()
+            self._reconcile()
         elif kind == "disconnected":
             if item[1] is self._conn:
                 self._conn, self._states = None, {}
                 for each in self._channels.values():
                     each.confirmed.clear()
         elif kind == "ping" and item[1] is self._conn:
-            await self._send("PING")
+            self._send("PING")
 
     async def _on_reply(self, reply: Any) -> None:
         if not isinstance(reply, list) or len(reply) < 3:
@@ -310,16 +310,16 @@ class Listener:
             self._states[name] = "subscribed"
             channel = self._by_name.get(name)
             if channel is None:
-                await self._reconcile()
+                self._reconcile()
             else:
                 channel.confirmed.set()
                 await self._fill(channel, channel.subs)  # whatever the outage missed
         elif kind in (b"unsubscribe", b"sunsubscribe"):
             self._states.pop(name, None)
             if name in self._by_name:
-                await self._reconcile()
+                self._reconcile()
 
-    async def _reconcile(self) -> None:
+    def _reconcile(self) -> None:
         """Subscribe what local subscribers want and unsubscribe the rest."""
         if self._conn is None:
             return
@@ -337,11 +337,11 @@ class Listener:
         for name in drop:
             self._states[name] = "unsubscribing"
         if add:
-            await self._send("SSUBSCRIBE" if sharded else "SUBSCRIBE", *add)
+            self._send("SSUBSCRIBE" if sharded else "SUBSCRIBE", *add)
         if drop:
-            await self._send("SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE", *drop)
+            self._send("SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE", *drop)
 
-    async def _send(self, *command: bytes | str) -> None:
+    def _send(self, *command: bytes | str) -> None:
         if self._conn is not None:
             self._conn.write(pack([command]))  # a broken connection: the reader connects again
 
