@@ -158,3 +158,15 @@ def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: 
     assert prefix.startswith("bench")
     assert not list(client.scan_iter(match=f"{prefix}*", count=1000))
     client.close()
+
+
+def test_redis_reads_reports_both_readers() -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/redis_reads.py", "--messages", "50", "--rounds", "1",
+         "--redis-url", REDIS_URL],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["redis-py", "wire"]
+    for line in lines:
+        assert float(line.split()[1]) > 0  # CPU per message, never how much
