@@ -223,10 +223,20 @@ class Listener:
             delay = min(delay * 2, 1.0)
 
     def _on_read(self, wire: Wire, reply: Any) -> None:
-        """A reply read on ``wire``: delivered at once when the deliverer is idle, else queued."""
+        """A reply read on ``wire``: a message delivered at once while the deliverer is idle
+        (the fast path), anything else queued for the deliverer."""
         self._heard += 1
-        if not self._handling and wire is self._conn and self._inbox.empty():
-            self._reply_now(reply)
+        if (
+            not self._handling
+            and wire is self._conn
+            and self._inbox.empty()
+            and isinstance(reply, list)
+            and len(reply) >= 3
+            and reply[0] in (b"message", b"smessage")
+        ):
+            channel = self._by_name.get(reply[1])
+            if channel is not None and self._take(channel, reply[2]):
+                self._inbox.put_nowait(("fill", channel))
         else:
             self._inbox.put_nowait(("reply", wire, reply))
 
@@ -261,15 +271,6 @@ class Listener:
                 log.exception("Redis pub/sub at %s: failed on %r", self._store.where, item[0])
             finally:
                 self._handling = False
-
-    def _reply_now(self, reply: Any) -> None:
-        """The reader's fast path: a message delivered at once, anything else queued."""
-        if isinstance(reply, list) and len(reply) >= 3 and reply[0] in (b"message", b"smessage"):
-            channel = self._by_name.get(reply[1])
-            if channel is not None and self._take(channel, reply[2]):
-                self._inbox.put_nowait(("fill", channel))
-        else:
-            self._inbox.put_nowait(("reply", self._conn, reply))
 
     async def _handle(self, item: tuple[Any, ...]) -> None:
         kind = item[0]
