@@ -3,14 +3,17 @@
 Used instead of ``relay.dispatch.Dispatcher`` when the store is Redis, so that
 nothing a second node would need stays in one node's memory:
 
-* **Dispatch.** The node that stores a prompt adds the new Run to the agent's
-  Redis stream (``<prefix>agent:<name>:runs``), read by one consumer group
-  (``relay``) in which every node is a consumer. A node reads the stream only
+* **Dispatch.** The store's append script puts a Run written ``pending`` on
+  its agent's Redis stream (``<prefix>agent:<name>:runs``) in the same atomic
+  step that stores the prompt, and takes it off when the Run is written with
+  another status (``relay.store.redis``). One consumer group (``relay``) reads
+  the stream, every node a consumer of it. A node reads the stream only
   while it has a live worker of that agent name, so each Run goes to exactly
   one node and one worker there. The node acknowledges the stream entry when
   the Run leaves ``pending`` (started or cancelled). If its worker dies first,
   the node hands the Run to another local worker or puts it back on the stream
-  for any node. A node keeps its unacknowledged entries fresh (``XCLAIM`` to
+  for any node (a script that moves it to a new entry only while the Run is
+  still waiting on the old one). A node keeps its unacknowledged entries fresh (``XCLAIM`` to
   itself every second); entries of a node that died go idle and are claimed by
   the others (``XAUTOCLAIM`` after ``claim_idle`` seconds).
 * **Liveness.** Every node refreshes a presence key per connected agent client
@@ -24,8 +27,8 @@ nothing a second node would need stays in one node's memory:
   ``AGENT_LOST``; should a new holder repeat an old one's last attempt, the
   Run rules make the second a no-op. A durable Run is put
   back to ``pending`` instead (an entry with a deterministic id, so a second
-  node's attempt is a duplicate); the node that stored it puts it on the
-  agent's stream (``run_created``) and ``hand_to_worker`` sends the dispatch
+  node's attempt is a duplicate), which puts it on the agent's stream, and
+  ``hand_to_worker`` sends the dispatch
   with ``adopted`` and the Run's checkpoint, read from the stored record. A
   sweep asks after all owners in one pipelined round trip (and clears the
   absence marks of those present in one more), however many Runs are active.
@@ -71,6 +74,21 @@ end
 return 0
 """
 
+# KEYS: the session's meta hash, the agent's stream. ARGV: run id, the stream entry
+# this node holds, session id, the consumer group. Moves the Run to a new entry at the
+# stream's end if it still waits on the held one (meta ``d:<run id>``, see
+# relay.store.redis); acknowledges and deletes the held entry either way. Returns the
+# new entry's id, or false.
+_REQUEUE = """
+local field = 'd:' .. ARGV[1]
+redis.call('XACK', KEYS[2], ARGV[4], ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+if redis.call('HGET', KEYS[1], field) ~= ARGV[2] then return false end
+local id = redis.call('XADD', KEYS[2], '*', 's', ARGV[3], 'r', ARGV[1])
+redis.call('HSET', KEYS[1], field, id)
+return id
+"""
+
 
 class RedisDispatcher:
     """Same interface as ``Dispatcher``; state in Redis (see the module docstring)."""
@@ -100,9 +118,12 @@ class RedisDispatcher:
         self.agents_present: dict[str, int] = {}
         self._readers: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._arrived: set[str] = set()  # agent client ids whose presence is not written yet
+        self._toucher: asyncio.Task[None] | None = None
         self._wake: dict[str, asyncio.Event] = {}
         self._groups: set[str] = set()
         self._lead_script: Any = self._redis.register_script(_LEAD)
+        self._requeue_script: Any = self._redis.register_script(_REQUEUE)
 
     # ---------------------------------------------------------- lifecycle --
 
@@ -121,7 +142,7 @@ class RedisDispatcher:
         task.add_done_callback(self._tasks.discard)
 
     def _stream(self, agent: str) -> str:
-        return self.store.key("agent", agent, "runs")
+        return self.store.dispatch_stream(agent)
 
     async def _ensure_group(self, agent: str) -> None:
         if agent in self._groups:
@@ -163,7 +184,23 @@ class RedisDispatcher:
         if not agent:
             return
         self.agents_present[client_id] = self.agents_present.get(client_id, 0) + 1
-        self._spawn(self._touch([client_id]))
+        self._arrived.add(client_id)
+        if self._toucher is None or self._toucher.done():
+            self._toucher = asyncio.get_running_loop().create_task(self._touch_arrived())
+            self._tasks.add(self._toucher)
+            self._toucher.add_done_callback(self._tasks.discard)
+
+    async def _touch_arrived(self) -> None:
+        """Write the presence of agents that connected, all that came meanwhile at once.
+
+        One task, one pipeline at a time: a thousand agents reconnecting to a node
+        together (after a restart) cost a few round trips on one connection, not a
+        connection each.
+        """
+        while self._arrived:
+            client_ids = list(self._arrived)
+            self._arrived.clear()
+            await self._touch(client_ids)
 
     def start_timer(self, record: RunRecord) -> None:
         """Liveness is swept from Redis; nothing to time locally."""
@@ -171,11 +208,7 @@ class RedisDispatcher:
     # --------------------------------------------------------------- runs --
 
     async def run_created(self, record: RunRecord) -> None:
-        """Put a new Run on its agent's stream (only the node that stored the prompt does)."""
-        await self._ensure_group(record.agent)
-        await self._redis.xadd(
-            self._stream(record.agent), {"s": record.session_id, "r": record.run_id}
-        )
+        """Nothing to do: the append that made the Run pending put it on its agent's stream."""
 
     def run_changed(self, record: RunRecord) -> None:
         """A Run left ``pending``: acknowledge its stream entry if this node held it."""
@@ -202,9 +235,13 @@ class RedisDispatcher:
         record = self.records.pop(key, None)
         if held is None or record is None:
             return
+        agent, entry_id = held
+        meta = self.store.meta_key(record.session_id)
         try:
-            await self.run_created(record)
-            await self._ack(*held)
+            await self._requeue_script(
+                keys=[meta, self._stream(agent)],
+                args=[record.run_id, entry_id, record.session_id, GROUP],
+            )
         except RedisError as exc:
             log.warning("could not re-queue run %s: %s", key, exc)
 

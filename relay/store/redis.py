@@ -6,7 +6,8 @@ Keys live under a prefix (``rw:`` by default; ``?prefix=`` in the URL), and
 every key of a session carries the session as a hash tag, ``rw:{<session>}:``,
 so a session's keys share one Cluster slot:
 
-* ``meta``: a hash with the epoch ``e`` and the newest serial ``s``;
+* ``meta``: a hash with the epoch ``e``, the newest serial ``s`` and, for each
+  ``pending`` Run, ``d:<run id>``: its entry on its agent's dispatch stream;
 * ``log``: a stream of the entries, id ``<serial>-0``, field ``d``, trimmed
   with ``MAXLEN ~ max_history`` (default 100,000; never below the dedup window);
 * ``ids``: a sorted set entry id -> serial holding exactly the newest
@@ -18,7 +19,11 @@ so a session's keys share one Cluster slot:
 
 ``runs_with_status`` reads a global index, one set per status
 (``rw:status:<status>``, members ``["<session>","<run id>"]`` as JSON), kept
-in step by the same scripts. Those keys are outside the session's slot, so
+in step by the same scripts, and so are the agents' dispatch streams
+(``rw:agent:<name>:runs``, read by ``relay.cluster``): a Run written
+``pending`` is added to its agent's stream in the same script, and taken off it
+when written with another status, so a stored prompt cannot lose its dispatch
+and no stream entry outlives its Run's ``pending``. Those keys are outside the session's slot, so
 the store needs a standalone Redis (or a proxy that keeps everything on one
 node): Redis Cluster would refuse the scripts with ``CROSSSLOT``. Everything
 else is ready for Cluster.
@@ -78,7 +83,7 @@ import asyncio
 import secrets
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
@@ -95,18 +100,15 @@ from transport.errors import (
     VALIDATION_ERROR,
     RunwireError,
 )
-from transport.frames import RunStatus
 from transport.runs import RunRecord
 
 from .base import Appended, ChannelInfo, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 from .redis_live import Listener, connect, stop
-from .redis_lua import SCRIPTS, SHA
+from .redis_lua import SCRIPTS, SHA, STATUSES
 from .redis_wire import Wire
 
 __all__ = ["URL_OPTIONS", "RedisStore"]
 
-STATUSES: tuple[str, ...] = get_args(RunStatus)
-"""Run statuses, in the order of the status sets the scripts take."""
 _MAX_BATCH = 1000
 """Commands sent in one round trip at most."""
 LINGER_MS = 2.0
@@ -236,6 +238,10 @@ class RedisStore(Store):
 
         return Redis(connection_pool=self._pool)
 
+    def dispatch_stream(self, agent: str) -> str:
+        """The stream of an agent's Runs waiting for a worker (``<prefix>agent:<name>:runs``)."""
+        return self.key("agent", agent, "runs")
+
     def key(self, *parts: str) -> str:
         """A key under this store's prefix for node coordination (``<prefix>a:b``)."""
         return self.prefix + ":".join(parts)
@@ -338,6 +344,7 @@ class RedisStore(Store):
             self._ttl,
             "SPUBLISH" if self.sharded else "PUBLISH",
             self.live_channel(session_id),
+            session_id,
         ]
         args.extend(self._run_args(session_id, runs))
         keys = self._keys(session_id)
@@ -484,7 +491,7 @@ class RedisStore(Store):
                 self._eval(
                     "put_runs",
                     [*self._keys(session_id), *self._status_keys],
-                    [self._ttl, *self._run_args(session_id, records)],
+                    [self._ttl, session_id, *self._run_args(session_id, records)],
                 )
                 for session_id, records in by_session.items()
             ]
@@ -504,6 +511,10 @@ class RedisStore(Store):
             keys = [base + name for name in ("meta", "log", "ids", "runs", "order")]
             self._session_keys[session_id] = keys
         return keys
+
+    def meta_key(self, session_id: str) -> str:
+        """The session's ``meta`` hash (epoch, serial, dispatch entries of pending Runs)."""
+        return self._keys(session_id)[0]
 
     def _status_key(self, status: str) -> str:
         return f"{self.prefix}status:{status}"
@@ -525,6 +536,7 @@ class RedisStore(Store):
                 str(STATUSES.index(record.status) + 1),
                 dumps(record.to_dict()),
                 dumps([session_id, record.run_id]),
+                self.dispatch_stream(record.agent),
             ]
         return args
 

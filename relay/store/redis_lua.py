@@ -8,10 +8,18 @@ below 10**14.
 from __future__ import annotations
 
 import hashlib
+from typing import get_args
 
-__all__ = ["SCRIPTS", "SHA"]
+from transport.frames import RunStatus
 
-_COMMON = """
+__all__ = ["SCRIPTS", "SHA", "STATUSES"]
+
+STATUSES: tuple[str, ...] = get_args(RunStatus)
+"""Run statuses in the order the scripts number them (1-based) and the status index keys."""
+
+_COMMON = (
+    f"local PENDING = {STATUSES.index('pending') + 1}\n"
+    + """
 local function splice(data, serial)
   if data == '{}' then return '{"serial":' .. serial .. '}' end
   return '{"serial":' .. serial .. ',' .. string.sub(data, 2)
@@ -21,12 +29,13 @@ local function touch(ttl)
     for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
   end
 end
-local function write_runs(start)
-  for i = start, #ARGV, 4 do
+local function write_runs(start, session)
+  for i = start, #ARGV, 5 do
     if redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2]) == 1 then
       redis.call('RPUSH', KEYS[5], ARGV[i])
     end
-    local at = 5 + tonumber(ARGV[i + 1])
+    local status = tonumber(ARGV[i + 1])
+    local at = 5 + status
     for k = 6, #KEYS do
       if k == at then
         redis.call('SADD', KEYS[k], ARGV[i + 3])
@@ -34,14 +43,30 @@ local function write_runs(start)
         redis.call('SREM', KEYS[k], ARGV[i + 3])
       end
     end
+    local field = 'd:' .. ARGV[i]
+    local queued = redis.call('HGET', KEYS[1], field)
+    if status == PENDING then
+      if not queued then
+        local id = redis.call('XADD', ARGV[i + 4], '*', 's', session, 'r', ARGV[i])
+        redis.call('HSET', KEYS[1], field, id)
+      end
+    elseif queued then
+      redis.call('XDEL', ARGV[i + 4], queued)
+      redis.call('HDEL', KEYS[1], field)
+    end
   end
 end
 """
+)
 
 # KEYS: meta, log, ids, runs, order, then (only with Run records) one status set per STATUSES.
 # ARGV: epoch, entry id, data, expect_last or '', max_history, dedup_window,
-#       ttl ms or '0', publish command, pub/sub channel, then per Run record:
-#       run id, status number (1-based), record, index member.
+#       ttl ms or '0', publish command, pub/sub channel, session id, then per Run record:
+#       run id, status number (1-based), record, index member, its agent's dispatch stream.
+# A record written pending that is not on its agent's stream yet is added to it
+# (``XADD``; meta field ``d:<run id>`` keeps the stream entry's id); one written
+# with another status is taken off (``XDEL``). So a stored prompt's Run is on the
+# stream the moment the prompt is, and no entry outlives its Run's ``pending``.
 # Returns {0, epoch now or ''} | {1, serial, data} (repeat) | {2, last} | {3, serial}
 # (stored: the caller splices the serial into its data as this script does).
 _APPEND = (
@@ -67,18 +92,18 @@ local window = tonumber(ARGV[6])
 if serial > window then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', serial - window)
 end
-write_runs(10)
+write_runs(11, ARGV[10])
 touch(ARGV[7])
 redis.call(ARGV[8], ARGV[9], epoch .. ' ' .. stored)
 return {3, serial}
 """
 )
 
-# KEYS as _APPEND. ARGV: ttl ms or '0', then Run records as in _APPEND.
+# KEYS as _APPEND. ARGV: ttl ms or '0', session id, then Run records as in _APPEND.
 _PUT_RUNS = (
     _COMMON
     + """
-write_runs(2)
+write_runs(3, ARGV[2])
 touch(ARGV[1])
 return 1
 """

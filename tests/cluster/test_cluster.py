@@ -6,7 +6,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
+import psutil  # type: ignore[import-untyped]
 import pytest
+import redis
 
 import agent_side
 import client_side
@@ -15,7 +17,7 @@ from tests.relay.wire import RawPeer, prompt, run_status
 from transport import UIMessage, message_text
 from transport.messages import new_id
 
-from .conftest import Balancer, Cluster
+from .conftest import REDIS_URL, Balancer, Cluster, Node
 
 pytestmark = pytest.mark.anyio
 
@@ -150,7 +152,7 @@ async def test_simultaneous_sends_through_two_nodes_get_distinct_ordered_serials
 
 
 async def test_a_worker_that_dies_before_starting_hands_its_run_to_another(
-    cluster: Cluster,
+    cluster: Cluster, redis_prefix: str
 ) -> None:
     a, b = [await cluster.start_node() for _ in range(2)]
     w1 = await RawPeer.open(a.url, role="agent")
@@ -176,9 +178,35 @@ async def test_a_worker_that_dies_before_starting_hands_its_run_to_another(
     got.ws.transport.abort()
     d = await other.next("dispatch", timeout=15)
     assert d["run_id"] == run_id
-    # The second worker starts it; nobody else is handed it.
+    # The second worker starts it; nobody else is handed it, and the stream is empty.
     await other.attach("s")
     assert (await other.publish("s", run_status(run_id, "active")))["type"] == "ack"
+    assert waiting(redis_prefix) == []
+
+
+def waiting(prefix: str, agent: str = "default") -> list[str]:
+    """Run ids on an agent's dispatch stream (Runs offered to its workers), oldest first."""
+    with redis.Redis.from_url(REDIS_URL) as client:
+        return [f[b"r"].decode() for _, f in client.xrange(f"{prefix}agent:{agent}:runs")]
+
+
+async def test_runs_started_by_agents_that_are_not_workers_leave_no_dispatch_behind(
+    cluster: Cluster, redis_prefix: str
+) -> None:
+    # An agent attached to its session starts the Runs its user prompts: the stream that
+    # offers Runs to workers must not keep one entry per Run for ever.
+    a, b = [await cluster.start_node() for _ in range(2)]
+    client = await RawPeer.open(a.url)
+    await client.attach("s")
+    agent = await RawPeer.open(b.url, role="agent")
+    await agent.attach("s")
+    for _ in range(3):
+        run_id = new_id()
+        await client.publish("s", prompt(run_id))
+        assert waiting(redis_prefix) == [run_id]  # offered to workers while pending
+        assert (await agent.publish("s", run_status(run_id, "active")))["type"] == "ack"
+        assert (await agent.publish("s", run_status(run_id, "complete")))["type"] == "ack"
+    assert waiting(redis_prefix) == []
 
 
 @pytest.mark.parametrize("goes", ["its node dies", "it leaves a node that stays up"])
@@ -235,3 +263,39 @@ async def test_a_durable_run_whose_node_dies_is_adopted_by_a_worker_on_another_n
             for entry in await client.entries(1, timeout=20):
                 kinds.append((entry["kind"], entry.get("status")))
     assert ("run", "pending") in kinds and ("run", "error") not in kinds
+
+
+def redis_connections(node: Node) -> int:
+    """The node's open TCP connections to Redis."""
+    port = int(REDIS_URL.rsplit(":", 1)[1].split("/")[0])
+    conns = psutil.Process(node.proc.pid).net_connections(kind="tcp")
+    return sum(1 for c in conns if c.raddr and c.raddr.port == port)
+
+
+async def test_agents_connecting_together_do_not_each_cost_a_redis_connection(
+    cluster: Cluster, redis_prefix: str
+) -> None:
+    # Agents reconnecting to a node all at once (say after a restart): their presence
+    # is written in shared pipelines, not on a pooled connection each.
+    node = await cluster.start_node()
+    first = await RawPeer.open(node.url, role="agent", client_id="agent-first")
+    with redis.Redis.from_url(REDIS_URL) as client:
+        with anyio.fail_after(10):
+            while not client.exists(f"{redis_prefix}presence:agent-first"):
+                await anyio.sleep(0.02)
+        before = redis_connections(node)
+        peers: list[RawPeer] = [first]
+
+        async def join(i: int) -> None:
+            peers.append(await RawPeer.open(node.url, role="agent", client_id=f"agent-{i}"))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(80):
+                tg.start_soon(join, i)
+        keys = [f"{redis_prefix}presence:agent-{i}" for i in range(80)]
+        with anyio.fail_after(10):
+            while client.exists(*keys) < len(keys):
+                await anyio.sleep(0.02)
+    assert redis_connections(node) <= before + 1
+    for peer in peers:
+        await peer.close()

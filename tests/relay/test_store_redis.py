@@ -357,6 +357,45 @@ async def test_subscribing_before_the_channel_exists_delivers_its_first_entries(
         assert await got.until(3) == [StoredEntry(x.serial, x.data) for x in appended]
 
 
+# -- dispatch streams ----------------------------------------------------------
+
+
+def _waiting(store: RedisStore, agent: str) -> list[tuple[str, str]]:
+    """(session, run) of each entry on the agent's dispatch stream, oldest first."""
+    with Redis.from_url(REDIS_URL) as raw:
+        entries = raw.xrange(store.dispatch_stream(agent))
+    return [(f[b"s"].decode(), f[b"r"].decode()) for _, f in entries]
+
+
+@pytest.mark.anyio
+async def test_a_pending_run_is_on_its_agents_stream_exactly_while_it_is_pending(
+    prefix: str,
+) -> None:
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        # The prompt and the Run's dispatch are stored in one step: a node that dies
+        # right after the append cannot leave a pending Run that no worker is offered.
+        await a.append("s", "p1", body("p1"), [run("s", "r1", agent="writer")])
+        await a.append("s", "p2", body("p2"), [run("s", "r2", agent="writer")])
+        assert _waiting(a, "writer") == [("s", "r1"), ("s", "r2")]
+        # A repeat of the prompt (a retry through another node) adds nothing, nor does a
+        # rewrite of a record that is still pending.
+        assert (await b.append("s", "p1", body("p1"), [run("s", "r1", agent="writer")])).duplicate
+        await b.put_runs([run("s", "r1", agent="writer")])
+        assert _waiting(a, "writer") == [("s", "r1"), ("s", "r2")]
+        # Leaving pending takes it off the stream, whoever starts it and on whichever
+        # node: an agent that starts a prompted Run itself leaves no entry behind.
+        await b.append("s", "go", body("go"), [run("s", "r1", "active", agent="writer")])
+        await a.put_runs([run("s", "r2", "cancelled", agent="writer")])
+        assert _waiting(a, "writer") == []
+        # Back to pending (a durable Run handed on): on the stream again, once.
+        await a.append("s", "again", body("again"), [run("s", "r1", agent="writer")])
+        await b.append("s", "again2", body("again2"), [run("s", "r1", agent="writer")])
+        assert _waiting(a, "writer") == [("s", "r1")]
+        assert _waiting(a, "default") == []
+
+
 # -- options --------------------------------------------------------------------
 
 
