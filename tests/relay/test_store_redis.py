@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+import trustme
 from redis import Redis
 from redis.exceptions import RedisError
 
@@ -486,22 +487,30 @@ async def test_a_closed_port_is_reported_quickly() -> None:
 class _Server:
     """A throwaway ``redis-server`` on a free port, in a folder of its own."""
 
-    def __init__(self, folder: Path, password: str | None = None) -> None:
+    def __init__(
+        self, folder: Path, password: str | None = None, tls: tuple[Path, Path, Path] | None = None
+    ) -> None:
+        """``tls``: (certificate chain, key, CA) to listen with TLS only."""
         self.folder = folder
-        self.options = ("--requirepass", password) if password else ()
         self.port = _free_port()
-        self.url = (
-            f"redis://:{password}@127.0.0.1:{self.port}/0"
-            if password
-            else (f"redis://127.0.0.1:{self.port}/0")
-        )
+        auth = f":{password}@" if password else ""
+        self.options: tuple[str, ...] = ("--port", str(self.port))
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
+        if password:
+            self.options += ("--requirepass", password)
+        if tls:
+            cert, key, ca = (str(f) for f in tls)
+            self.options = ("--port", "0", "--tls-port", str(self.port), "--tls-cert-file", cert,
+                            "--tls-key-file", key, "--tls-ca-cert-file", ca,
+                            "--tls-auth-clients", "no")  # fmt: skip
+            self.url = f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={ca}"
         self.process: anyio.abc.Process | None = None
 
     async def start(self) -> None:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.process = await anyio.open_process(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.folder), *self.options],
+            [binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.folder), *self.options],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         with anyio.fail_after(10):
@@ -688,6 +697,40 @@ def server_pings(url: str) -> int:
     with Redis.from_url(url) as raw:
         stats = raw.info("commandstats")
     return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+
+
+@pytest.mark.anyio
+async def test_a_redis_over_tls_serves_appends_reads_and_pubsub(tmp_path: Path) -> None:
+    # rediss://: redis-py does the TLS handshake; the store then reads the TLS transport
+    # itself (the wire takes the SSL transport over, as it does a plain socket's).
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    files = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    issued.private_key_and_cert_chain_pem.write_to_path(str(files[0]))
+    issued.private_key_pem.write_to_path(str(files[1]))
+    ca.cert_pem.write_to_path(str(files[2]))
+    server = _Server(tmp_path, tls=files)
+    await server.start()
+    try:
+        async with node(server.url, "rw:") as a, node(server.url, "rw:") as b:
+            await a.open_channel("s")
+            await b.open_channel("s")
+            got = Collector()
+            await b.subscribe("s", got)
+            big = b'{"type":"message","id":"big","pad":"%s"}' % (b"x" * 300_000)
+            stored = [await a.append("s", f"e{i}", body(f"e{i}")) for i in range(3)]
+            stored.append(await a.append("s", "big", big))  # many TLS records in one reply
+            assert [e.serial for e in await got.until(4)] == [x.serial for x in stored]
+            assert [e.data for e in await b.read("s", after=0)] == [x.data for x in stored]
+            assert await b.healthy()
+        # Without the CA the handshake fails: the store says Redis is unavailable.
+        plain = server.url.split("?", 1)[0]
+        with anyio.fail_after(5), pytest.raises(RunwireError) as caught:
+            async with node(plain, "rw:"):
+                pass
+        assert caught.value.code == STORE_UNAVAILABLE
+    finally:
+        await server.kill(save=False)
 
 
 @pytest.mark.anyio
