@@ -13,9 +13,9 @@ nothing a second node would need stays in one node's memory:
   the Run leaves ``pending`` (started or cancelled). If its worker dies first,
   the node hands the Run to another local worker or puts it back on the stream
   for any node (a script that moves it to a new entry only while the Run is
-  still waiting on the old one). A node keeps its unacknowledged entries fresh (``XCLAIM`` to
-  itself every second); entries of a node that died go idle and are claimed by
-  the others (``XAUTOCLAIM`` after ``claim_idle`` seconds).
+  still waiting on the old one). A node keeps its unacknowledged entries fresh
+  (``XCLAIM`` to itself every second); entries of a node that died go idle and
+  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds).
 * **Liveness.** Every node refreshes a presence key per connected agent client
   id (``<prefix>presence:<client id>``, expiring after three heartbeats). One
   node at a time sweeps the active Runs: the holder of a lease

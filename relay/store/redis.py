@@ -23,10 +23,10 @@ in step by the same scripts, and so are the agents' dispatch streams
 (``rw:agent:<name>:runs``, read by ``relay.cluster``): a Run written
 ``pending`` is added to its agent's stream in the same script, and taken off it
 when written with another status, so a stored prompt cannot lose its dispatch
-and no stream entry outlives its Run's ``pending``. Those keys are outside the session's slot, so
-the store needs a standalone Redis (or a proxy that keeps everything on one
-node): Redis Cluster would refuse the scripts with ``CROSSSLOT``. Everything
-else is ready for Cluster.
+and no stream entry outlives its Run's ``pending``. Those keys are outside the
+session's slot, so the store needs a standalone Redis (or a proxy that keeps
+everything on one node): Redis Cluster would refuse the scripts with
+``CROSSSLOT``. Everything else is ready for Cluster.
 
 With ``history_ttl`` (seconds, ``?history_ttl=`` in the URL) every write to a
 session refreshes an expiry on all its keys, so an idle session is dropped as
