@@ -105,7 +105,7 @@ from transport.runs import RunRecord
 from .base import Appended, ChannelInfo, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 from .redis_live import Listener, connect, stop
 from .redis_lua import SCRIPTS, SHA, STATUSES
-from .redis_wire import Wire
+from .redis_wire import Wire, unsupported
 
 __all__ = ["URL_OPTIONS", "RedisStore"]
 
@@ -214,6 +214,9 @@ class RedisStore(Store):
             )
         except ValueError as exc:
             raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
+        reason = unsupported(self._pool.connection_class(**self._pool.connection_kwargs))
+        if reason is not None:
+            raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {reason}")
         self.socket_timeout = socket_timeout
         """Seconds a round trip (or a connect with its handshake) may take."""
         self._ttl = "0" if history_ttl is None else str(max(1, round(history_ttl * 1000)))

@@ -23,6 +23,11 @@ When the connection ends (Redis closed it, ``close()``, or redis-py's
 ``request`` fails with ``redis.exceptions.ConnectionError`` and redis-py's
 protocol is told, so its ``disconnect`` finishes as it would have. A reply that
 nothing waits for is a broken stream: the connection is closed.
+
+Taking the transport over reads two attributes redis-py keeps private on its
+asyncio ``Connection`` (``_writer``, ``_reader``), there from redis-py 5 to 8
+at least; ``unsupported`` says so before any connection is made, should a
+later redis-py lack them.
 """
 
 from __future__ import annotations
@@ -38,7 +43,21 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, RedisError
 
-__all__ = ["Wire", "pack"]
+__all__ = ["Wire", "pack", "unsupported"]
+
+
+def unsupported(conn: AbstractConnection) -> str | None:
+    """Why ``Wire.adopt`` could not take ``conn``'s transport over, or None if it can."""
+    missing = [name for name in ("_writer", "_reader") if not hasattr(conn, name)]
+    if not missing:
+        return None
+    import redis
+
+    version = getattr(redis, "__version__", "?")
+    return (
+        f"redis-py {version} is not supported: its asyncio connection has no "
+        f"{' or '.join(missing)}, which the store takes over (redis-py 5 to 8 have them)"
+    )
 
 
 def pack(commands: list[tuple[Any, ...]]) -> bytes:

@@ -421,6 +421,27 @@ def test_redis_urls_give_a_redis_store_with_the_options_they_carry() -> None:
         assert caught.value.code == VALIDATION_ERROR
 
 
+def test_a_redis_py_without_the_connection_internals_the_store_takes_over_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The store takes the transports of the connections redis-py opens: a redis-py that
+    # no longer keeps them where 5 to 8 do is named when the store is made, not when a
+    # connection first fails.
+    from redis.asyncio.connection import AbstractConnection
+
+    made = AbstractConnection.__init__
+
+    def without_writer(self: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        del self._writer
+
+    monkeypatch.setattr(AbstractConnection, "__init__", without_writer)
+    with pytest.raises(RunwireError) as caught:
+        open_store("redis://127.0.0.1:6379/0")
+    assert caught.value.code == VALIDATION_ERROR
+    assert "is not supported" in caught.value.message and "_writer" in caught.value.message
+
+
 @pytest.mark.parametrize("missing", ["redis", "hiredis"])
 def test_without_the_redis_packages_open_store_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, missing: str
