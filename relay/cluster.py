@@ -120,7 +120,6 @@ class RedisDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._arrived: set[str] = set()  # agent client ids whose presence is not written yet
         self._toucher: asyncio.Task[None] | None = None
-        self._wake: dict[str, asyncio.Event] = {}
         self._groups: set[str] = set()
         self._lead_script: Any = self._redis.register_script(_LEAD)
         self._requeue_script: Any = self._redis.register_script(_REQUEUE)
@@ -160,7 +159,6 @@ class RedisDispatcher:
         """Register a local worker; start reading the agent's stream on this node."""
         del pending  # the stream holds waiting Runs
         enlist(self.workers, peer, agent, self.metrics)
-        self._wake.setdefault(agent, asyncio.Event()).set()
         if agent not in self._readers or self._readers[agent].done():
             self._readers[agent] = asyncio.get_running_loop().create_task(self._read(agent))
 
