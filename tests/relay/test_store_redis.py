@@ -536,6 +536,8 @@ class _Server:
         )  # fmt: skip
         with anyio.fail_after(10):
             while not _reachable(self.url):
+                if self.process.returncode is not None:  # say, a build without TLS
+                    pytest.fail(f"{binary} {' '.join(self.options)} exited at start")
                 await anyio.sleep(0.02)
 
     def pause(self) -> None:
