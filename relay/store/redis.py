@@ -17,9 +17,11 @@ so a session's keys share one Cluster slot:
 * ``live``: the pub/sub channel entries are published on (``SPUBLISH`` on
   Redis 7 and later, ``PUBLISH`` before).
 
-``runs_with_status`` reads a global index, one set per status
-(``rw:status:<status>``, members ``["<session>","<run id>"]`` as JSON), kept
-in step by the same scripts, and so are the agents' dispatch streams
+``runs_with_status`` reads a global index, one set per status a Run leaves
+(``rw:status:<status>`` for ``queued`` to ``suspended``, members
+``["<session>","<run id>"]`` as JSON; a Run that ends leaves every set, so
+the index holds what is under way, not every Run that ever ended), kept in
+step by the same scripts, and so are the agents' dispatch streams
 (``rw:agent:<name>:runs``, read by ``relay.cluster``): a Run written
 ``pending`` is added to its agent's stream in the same script, and taken off it
 when written with another status, so a stored prompt cannot lose its dispatch
@@ -104,7 +106,7 @@ from transport.runs import RunRecord
 
 from .base import Appended, ChannelInfo, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 from .redis_live import Listener, connect, stop
-from .redis_lua import SCRIPTS, SHA, STATUSES
+from .redis_lua import INDEXED, SCRIPTS, SHA, STATUSES
 from .redis_wire import Wire, unsupported
 
 __all__ = ["URL_OPTIONS", "RedisStore"]
@@ -143,6 +145,11 @@ class _Op:
         self.future = future
         self.queued = queued
         self.urgent = urgent
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally in a ``SCAN MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 class RedisStore(Store):
@@ -222,7 +229,7 @@ class RedisStore(Store):
         self._ttl = "0" if history_ttl is None else str(max(1, round(history_ttl * 1000)))
         self._epochs: dict[str, str] = {}
         self._session_keys: dict[str, list[str]] = {}
-        self._status_keys = [self._status_key(status) for status in STATUSES]
+        self._status_keys = [self._status_key(status) for status in INDEXED]
         self._queue: deque[_Op] = deque()
         self._queued = 0  # commands in the queue
         self._urgent = 0  # urgent calls in the queue
@@ -272,6 +279,9 @@ class RedisStore(Store):
             )
             self.sharded = int(version.split(b".")[0]) >= 7
             await self._call(*[("SCRIPT", "LOAD", text) for text in SCRIPTS.values()])
+            # Index sets of ended Runs that earlier versions kept (and never read).
+            ended = [self._status_key(s) for s in STATUSES if s not in INDEXED]
+            await self._call(("UNLINK", *ended))
         except BaseException:
             await self.aclose()
             raise
@@ -448,10 +458,21 @@ class RedisStore(Store):
     async def runs_with_status(
         self, statuses: Sequence[str], *, agent: str | None = None
     ) -> list[RunRecord]:
-        """Run records of any session with one of ``statuses`` (and ``agent``, if given)."""
+        """Run records of any session with one of ``statuses`` (and ``agent``, if given).
+
+        ``queued`` to ``suspended`` are read from their index sets; the terminal
+        statuses have none (an index of every Run that ever ended would only grow),
+        so asking for them scans every session's Runs: the relay never does.
+        """
         wanted = [status for status in dict.fromkeys(statuses) if status in STATUSES]
-        if not wanted:
-            return []
+        indexed = [status for status in wanted if status in INDEXED]
+        found = await self._indexed_runs(indexed, agent) if indexed else []
+        if len(indexed) < len(wanted):
+            ended = set(wanted) - set(indexed)
+            found += [r for r in await self._all_runs(agent) if r.status in ended]
+        return found
+
+    async def _indexed_runs(self, wanted: list[str], agent: str | None) -> list[RunRecord]:
         replies = await self._call(*[("SMEMBERS", self._status_key(s)) for s in wanted])
         sessions: dict[str, list[tuple[str, bytes]]] = {}
         for reply in replies:
@@ -481,6 +502,23 @@ class RedisStore(Store):
         if stale:
             await self._call(*[("SREM", self._status_key(s), *stale) for s in wanted])
         return found
+
+    async def _all_runs(self, agent: str | None) -> list[RunRecord]:
+        """Every Run record of every session under this prefix (``SCAN`` of the runs hashes)."""
+        pattern = _glob_escape(self.prefix) + "{*}:runs"
+        found: list[RunRecord] = []
+        cursor = b"0"
+        while True:
+            (reply,) = await self._call(("SCAN", cursor, "MATCH", pattern, "COUNT", 1000))
+            self._check(reply)
+            cursor, keys = reply
+            if keys:
+                for values in await self._call(*[("HVALS", key) for key in keys]):
+                    self._check(values)
+                    records = [RunRecord.from_dict(loads(v)) for v in values]
+                    found += [r for r in records if agent is None or r.agent == agent]
+            if cursor in (b"0", 0):
+                return found
 
     async def put_runs(self, runs: Sequence[RunRecord]) -> None:
         """Write Run records without an entry (atomically per session)."""

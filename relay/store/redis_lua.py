@@ -12,10 +12,13 @@ from typing import get_args
 
 from transport.frames import RunStatus
 
-__all__ = ["SCRIPTS", "SHA", "STATUSES"]
+__all__ = ["INDEXED", "SCRIPTS", "SHA", "STATUSES"]
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 """Run statuses in the order the scripts number them (1-based) and the status index keys."""
+INDEXED: tuple[str, ...] = STATUSES[: STATUSES.index("complete")]
+"""The statuses with an index set: those a Run leaves (``queued`` to ``suspended``). A Run
+written with a later (terminal) status is taken out of every index set and stays out."""
 
 _COMMON = (
     f"local PENDING = {STATUSES.index('pending') + 1}\n"
@@ -59,7 +62,7 @@ end
 """
 )
 
-# KEYS: meta, log, ids, runs, order, then (only with Run records) one status set per STATUSES.
+# KEYS: meta, log, ids, runs, order, then (only with Run records) one status set per INDEXED.
 # ARGV: epoch, entry id, data, expect_last or '', max_history, dedup_window,
 #       ttl ms or '0', publish command, pub/sub channel, session id, then per Run record:
 #       run id, status number (1-based), record, index member, its agent's dispatch stream.

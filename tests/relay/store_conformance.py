@@ -493,6 +493,8 @@ class StoreConformance(abc.ABC):
         assert await ids(["active", "suspended", "pending"], "alpha") == ["r1", "r2"]
         assert await ids(["active"]) == []
         assert await ids(["complete"], "beta") == []
+        assert await ids(["complete"]) == ["r4"]
+        assert await ids(["complete", "cancelled", "pending"], "alpha") == ["r1", "r4"]
         assert await ids([]) == []
         assert await store.runs("s") == [
             run("s", "r1", "pending", "alpha"),

@@ -397,6 +397,35 @@ async def test_a_pending_run_is_on_its_agents_stream_exactly_while_it_is_pending
         assert _waiting(a, "default") == []
 
 
+@pytest.mark.anyio
+async def test_runs_that_ended_leave_the_status_index(prefix: str) -> None:
+    # The index holds what is under way: a Run that ended is in no status set, so the
+    # sets do not grow with every Run that ever ran. Ended Runs are still found (a scan
+    # of this prefix's sessions, globbing characters in the prefix matched literally).
+    with Redis.from_url(REDIS_URL) as raw:  # as an earlier version left it
+        raw.sadd(f"{prefix}a*b:status:complete", '["old","r0"]')
+    async with node(REDIS_URL, prefix + "a*b:") as store, node(REDIS_URL, prefix + "aXb:") as other:
+        for s in ("s", "t"):
+            await store.open_channel(s)
+            await other.open_channel(s)
+        await store.append("s", "p1", body("p1"), [run("s", "r1")])
+        await store.append("t", "p2", body("p2"), [run("t", "r2")])
+        await other.put_runs([run("s", "elsewhere", "complete")])
+        await store.append("s", "go", body("go"), [run("s", "r1", "active")])
+        await store.append("s", "end", body("end"), [run("s", "r1", "complete")])
+        await store.put_runs([run("t", "r2", "cancelled")])
+        with Redis.from_url(REDIS_URL) as raw:
+            index = [k for k in raw.scan_iter(match=f"{prefix}*status:*") if raw.scard(k)]
+        assert index == []
+        ended = await store.runs_with_status(["complete", "cancelled", "active"])
+        assert sorted((r.run_id, r.status) for r in ended) == [
+            ("r1", "complete"),
+            ("r2", "cancelled"),
+        ]
+        await store.append("s", "p3", body("p3"), [run("s", "r3")])
+        assert [r.run_id for r in await store.runs_with_status(["pending", "error"])] == ["r3"]
+
+
 # -- options --------------------------------------------------------------------
 
 
