@@ -15,7 +15,10 @@ nothing a second node would need stays in one node's memory:
   for any node (a script that moves it to a new entry only while the Run is
   still waiting on the old one). A node keeps its unacknowledged entries fresh
   (``XCLAIM`` to itself every second); entries of a node that died go idle and
-  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds).
+  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds), and
+  the sweeper (below) drops, once a minute, the consumers of gone nodes that
+  hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
+  one consumer per node start.
 * **Liveness.** Every node refreshes a presence key per connected agent client
   id (``<prefix>presence:<client id>``, expiring after three heartbeats). One
   node at a time sweeps the active Runs: the holder of a lease
@@ -50,7 +53,7 @@ from transport.runs import RunRecord
 from .dispatch import discharge, enlist, hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
-from .store.redis import RedisStore
+from .store.redis import RedisStore, glob_escape
 
 __all__ = ["RedisDispatcher"]
 
@@ -89,6 +92,25 @@ redis.call('HSET', KEYS[1], field, id)
 return id
 """
 
+# KEYS: an agent's stream. ARGV: the consumer group, idle ms. Drops the group's consumers
+# that hold nothing and have been idle that long (nodes that are gone: a live reader is
+# never idle for more than its blocking read), atomically with looking, so a consumer
+# that takes an entry meanwhile is kept. Returns how many went.
+_PRUNE = """
+local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if not ok then return 0 end
+local dropped = 0
+for _, consumer in ipairs(consumers) do
+  local f = {}
+  for i = 1, #consumer, 2 do f[consumer[i]] = consumer[i + 1] end
+  if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""
+
 
 class RedisDispatcher:
     """Same interface as ``Dispatcher``; state in Redis (see the module docstring)."""
@@ -101,12 +123,16 @@ class RedisDispatcher:
         expire: Expire,
         metrics: Metrics,
         claim_idle: float = 10.0,
+        consumer_idle: float = 600.0,
     ) -> None:
         self.store = store
         self.grace = grace
         self.metrics = metrics
         metrics.count_store_round_trips(lambda: store.round_trips)
         self.claim_idle = claim_idle
+        self.consumer_idle = consumer_idle
+        """Seconds a stream consumer holding nothing may stay idle before the sweeper drops it."""
+        self._pruned = 0.0  # when this node last pruned consumers (as the sweeper)
         self.heartbeat = max(0.2, min(grace / 3, 2.0))
         self.node_id = f"node-{new_id()[:12]}"
         self._expire = expire
@@ -123,6 +149,7 @@ class RedisDispatcher:
         self._groups: set[str] = set()
         self._lead_script: Any = self._redis.register_script(_LEAD)
         self._requeue_script: Any = self._redis.register_script(_REQUEUE)
+        self._prune_script: Any = self._redis.register_script(_PRUNE)
 
     # ---------------------------------------------------------- lifecycle --
 
@@ -314,6 +341,9 @@ class RedisDispatcher:
                 await self._refresh_held()
                 if await self._lead():
                     await self._sweep()
+                    if time.monotonic() - self._pruned >= min(60.0, self.consumer_idle):
+                        self._pruned = time.monotonic()
+                        await self._prune_consumers()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -363,6 +393,20 @@ class RedisDispatcher:
             if since is not None and now - float(since) >= self.grace:
                 await self._expire(record.session_id, record.run_id)
                 await self._redis.delete(absent_key)
+
+    async def _prune_consumers(self) -> int:
+        """Drop consumers of gone nodes from every agent stream's group; how many went.
+
+        Each node reads as a consumer of its own id, so every node that ever had a
+        worker leaves one in the group of that agent's stream; the sweeper drops
+        those idle for ``consumer_idle`` seconds that hold no entry.
+        """
+        pattern = glob_escape(self.store.key("agent")) + ":*:runs"
+        idle_ms = int(self.consumer_idle * 1000)
+        dropped = 0
+        async for stream in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
+            dropped += int(await self._prune_script(keys=[stream], args=[GROUP, idle_ms]))
+        return dropped
 
     def _absent_key(self, record: RunRecord) -> str:
         return self.store.key("absent", record.session_id, record.run_id)

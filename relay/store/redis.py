@@ -109,7 +109,7 @@ from .redis_live import Listener, connect, stop
 from .redis_lua import INDEXED, SCRIPTS, SHA, STATUSES
 from .redis_wire import Wire, unsupported
 
-__all__ = ["URL_OPTIONS", "RedisStore"]
+__all__ = ["URL_OPTIONS", "RedisStore", "glob_escape"]
 
 _MAX_BATCH = 1000
 """Commands sent in one round trip at most."""
@@ -147,7 +147,7 @@ class _Op:
         self.urgent = urgent
 
 
-def _glob_escape(text: str) -> str:
+def glob_escape(text: str) -> str:
     """``text`` matched literally in a ``SCAN MATCH`` pattern."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
@@ -505,7 +505,7 @@ class RedisStore(Store):
 
     async def _all_runs(self, agent: str | None) -> list[RunRecord]:
         """Every Run record of every session under this prefix (``SCAN`` of the runs hashes)."""
-        pattern = _glob_escape(self.prefix) + "{*}:runs"
+        pattern = glob_escape(self.prefix) + "{*}:runs"
         found: list[RunRecord] = []
         cursor = b"0"
         while True:

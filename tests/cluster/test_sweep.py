@@ -96,3 +96,46 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
         a.close()
         b.close()
     assert expired == [("s", "r-s")]  # ended once, by the node that held the lease
+
+
+async def test_the_sweeper_drops_stream_consumers_of_gone_nodes_that_hold_nothing(
+    store: RedisStore,
+) -> None:
+    async def expire(session_id: str, run_id: str) -> None:
+        raise AssertionError("nothing to expire")
+
+    node = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics(), consumer_idle=0.2)
+    client = store.client()
+    try:
+        stream = store.dispatch_stream("a")
+        await client.xgroup_create(stream, "relay", id="0", mkstream=True)
+
+        async def take(consumer: str, *, ack: bool) -> None:
+            entry_id = await client.xadd(stream, {"s": "s", "r": consumer})
+            assert await client.xreadgroup("relay", consumer, {stream: ">"}, count=1)
+            if ack:
+                await client.xack(stream, "relay", entry_id)
+
+        await take("node-gone", ack=True)  # dispatched a Run once, holds nothing now
+        await take("node-holding", ack=False)  # holds an entry (its node may be gone)
+        other = store.dispatch_stream("b")  # a stream with no group yet is passed over
+        await client.xadd(other, {"s": "s", "r": "r2"})
+
+        async def names() -> list[str]:
+            return sorted(c["name"].decode() for c in await client.xinfo_consumers(stream, "relay"))
+
+        assert await node._prune_consumers() == 0  # not idle long enough yet
+        await anyio.sleep(0.25)
+        await take("node-live", ack=True)  # a live reader: idle 0
+        assert await node._prune_consumers() == 1
+        assert await names() == ["node-holding", "node-live"]
+        # An entry held by a consumer is never lost: it stays pending for XAUTOCLAIM.
+        assert (await client.xpending(stream, "relay"))["pending"] == 1
+        # The sweeper does it by itself, as it sweeps.
+        node.start()
+        with anyio.fail_after(10):
+            while await names() != ["node-holding"]:
+                await anyio.sleep(0.05)
+    finally:
+        node.close()
+        await client.aclose()
