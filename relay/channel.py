@@ -158,10 +158,11 @@ class Channel:
             self._on_entry(stored)
 
     def close(self) -> None:
-        """Stop the store subscription."""
+        """Stop the store subscription; the store forgets the channel."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.store.close_channel(self.session_id)
         waiters, self._waiters = self._waiters, None
         for _, waiter in waiters or ():
             if not waiter.done():

@@ -123,6 +123,14 @@ class Store(ABC):
     async def open_channel(self, session_id: str) -> ChannelInfo:
         """Load or create a channel."""
 
+    def close_channel(self, session_id: str) -> None:  # noqa: B027 - optional hook
+        """The relay put the channel down: forget what is kept in memory for it.
+
+        ``open_channel`` again before the next ``append`` to it. A relay node
+        calls this when no one there watches the session any more, so a store's
+        memory follows the sessions in use, not every session since it started.
+        """
+
     @abstractmethod
     async def append(
         self,

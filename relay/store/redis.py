@@ -324,6 +324,12 @@ class RedisStore(Store):
         self._epochs[session_id] = epoch
         return ChannelInfo(session_id, epoch, int(reply[2]), int(reply[1]))
 
+    def close_channel(self, session_id: str) -> None:
+        """Forget the channel's epoch (``open_channel`` reads it again)."""
+        self._epochs.pop(session_id, None)
+        self._session_keys.pop(session_id, None)
+        self._contended.discard(session_id)
+
     async def append(
         self,
         session_id: str,

@@ -260,6 +260,11 @@ class SQLiteStore(Store):
             self._recent[session_id] = OrderedDict(ids) if ids else None
         return info
 
+    def close_channel(self, session_id: str) -> None:
+        """Forget the channel's newest ids and head (read again when next needed)."""
+        self._recent.pop(session_id, None)
+        self._heads.pop(session_id, None)
+
     async def append(
         self,
         session_id: str,

@@ -222,6 +222,18 @@ class StoreConformance(abc.ABC):
             await store.append("never-opened", "e1", body("e1"))
         assert caught.value.code == INTERNAL_ERROR
 
+    async def test_a_channel_put_down_and_opened_again_carries_on(self, store: Store) -> None:
+        await store.open_channel("s")
+        first = await store.append("s", "e1", body("e1"))
+        await store.append("s", "e2", body("e2"))
+        store.close_channel("s")
+        store.close_channel("never-opened")  # nothing to forget: no error
+        info = await store.open_channel("s")
+        assert (info.last, info.first) == (2, 1)
+        again = await store.append("s", "e1", body("e1", 9))  # dedup survives the reopen
+        assert again.duplicate and (again.serial, again.data) == (first.serial, first.data)
+        assert (await store.append("s", "e3", body("e3"), expect_last=2)).serial == 3
+
     # -- dedup ------------------------------------------------------------------
 
     async def test_repeated_entry_id_returns_the_original_and_writes_nothing(

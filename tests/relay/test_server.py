@@ -357,3 +357,27 @@ async def test_healthz_and_metrics(server: Server) -> None:
     assert b"runwire_entries_published_total 1.0" in body
     status, _ = await http_get(server.url.replace("ws://", "http://") + "/nope")
     assert status == 404
+
+
+async def test_a_node_keeps_in_memory_only_the_sessions_someone_watches(tmp_path: Any) -> None:
+    # The store's per-channel memory (SQLite: the newest ids and the head) goes when the
+    # relay puts the channel down, so a long-running relay does not hold every session it
+    # ever served; a session opened again carries on where it was.
+    async with relay.serve(port=0, store=f"sqlite:///{tmp_path}/r.db") as server:
+        store: Any = server.store
+        peer = await RawPeer.open(server.url)
+        prompts = [prompt() for _ in range(30)]
+        for i, first in enumerate(prompts):
+            await peer.attach(f"s{i}")
+            assert (await peer.publish(f"s{i}", first))["serial"] == 1
+            assert (await peer.request({"type": "detach", "session_id": f"s{i}"}))["type"]
+        with anyio.fail_after(5):
+            while server.hub.channels:
+                await anyio.sleep(0.01)
+        assert store._recent == {} and store._heads == {}
+        await peer.attach("s3")
+        repeat = await peer.publish("s3", prompts[3])  # still recognised as a repeat
+        assert repeat["type"] == "ack" and repeat["serial"] == 1
+        assert (await peer.publish("s3", prompt()))["serial"] == 2
+        assert set(store._recent) == {"s3"}
+        await peer.close()

@@ -33,6 +33,7 @@ from transport.codec import splice_serial
 from transport.errors import (
     CONFLICT,
     EPOCH_MISMATCH,
+    INTERNAL_ERROR,
     STORE_UNAVAILABLE,
     VALIDATION_ERROR,
     RunwireError,
@@ -424,6 +425,19 @@ async def test_runs_that_ended_leave_the_status_index(prefix: str) -> None:
         ]
         await store.append("s", "p3", body("p3"), [run("s", "r3")])
         assert [r.run_id for r in await store.runs_with_status(["pending", "error"])] == ["r3"]
+
+
+@pytest.mark.anyio
+async def test_a_node_forgets_the_channels_it_put_down(prefix: str) -> None:
+    async with node(REDIS_URL, prefix) as store:
+        for i in range(20):
+            await store.open_channel(f"s{i}")
+            await store.append(f"s{i}", "e1", body("e1"))
+            store.close_channel(f"s{i}")
+        assert store._epochs == {}  # a node's memory follows the sessions in use
+        with pytest.raises(RunwireError) as caught:
+            await store.append("s1", "e2", body("e2"))
+        assert caught.value.code == INTERNAL_ERROR  # open it again first
 
 
 # -- options --------------------------------------------------------------------
