@@ -47,6 +47,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from transport.errors import RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
@@ -75,21 +76,6 @@ if not holder then
   return 1
 end
 return 0
-"""
-
-# KEYS: the session's meta hash, the agent's stream. ARGV: run id, the stream entry
-# this node holds, session id, the consumer group. Moves the Run to a new entry at the
-# stream's end if it still waits on the held one (meta ``d:<run id>``, see
-# relay.store.redis); acknowledges and deletes the held entry either way. Returns the
-# new entry's id, or false.
-_REQUEUE = """
-local field = 'd:' .. ARGV[1]
-redis.call('XACK', KEYS[2], ARGV[4], ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
-if redis.call('HGET', KEYS[1], field) ~= ARGV[2] then return false end
-local id = redis.call('XADD', KEYS[2], '*', 's', ARGV[3], 'r', ARGV[1])
-redis.call('HSET', KEYS[1], field, id)
-return id
 """
 
 # KEYS: an agent's stream. ARGV: the consumer group, idle ms. Drops the group's consumers
@@ -148,7 +134,6 @@ class RedisDispatcher:
         self._toucher: asyncio.Task[None] | None = None
         self._groups: set[str] = set()
         self._lead_script: Any = self._redis.register_script(_LEAD)
-        self._requeue_script: Any = self._redis.register_script(_REQUEUE)
         self._prune_script: Any = self._redis.register_script(_PRUNE)
 
     # ---------------------------------------------------------- lifecycle --
@@ -261,13 +246,9 @@ class RedisDispatcher:
         if held is None or record is None:
             return
         agent, entry_id = held
-        meta = self.store.meta_key(record.session_id)
         try:
-            await self._requeue_script(
-                keys=[meta, self._stream(agent)],
-                args=[record.run_id, entry_id, record.session_id, GROUP],
-            )
-        except RedisError as exc:
+            await self.store.requeue(record.session_id, record.run_id, agent, entry_id, GROUP)
+        except RunwireError as exc:
             log.warning("could not re-queue run %s: %s", key, exc)
 
     def _live_workers(self, agent: str) -> list[Peer]:

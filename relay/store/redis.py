@@ -221,7 +221,7 @@ class RedisStore(Store):
             )
         except ValueError as exc:
             raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
-        reason = unsupported(self._pool.connection_class(**self._pool.connection_kwargs))
+        reason = unsupported(self.new_connection())
         if reason is not None:
             raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {reason}")
         self.socket_timeout = socket_timeout
@@ -523,7 +523,7 @@ class RedisStore(Store):
                     self._check(values)
                     records = [RunRecord.from_dict(loads(v)) for v in values]
                     found += [r for r in records if agent is None or r.agent == agent]
-            if cursor in (b"0", 0):
+            if cursor == b"0":
                 return found
 
     async def put_runs(self, runs: Sequence[RunRecord]) -> None:
@@ -546,6 +546,18 @@ class RedisStore(Store):
         for reply in replies:
             self._check(reply)
 
+    async def requeue(
+        self, session_id: str, run_id: str, agent: str, entry_id: str, group: str
+    ) -> None:
+        """Give back a dispatch a node took (``entry_id`` on the agent's stream, read by
+        ``group``): the Run gets a new entry at the stream's end if it still waits on
+        that one; the old entry is acknowledged and deleted either way."""
+        keys = [self._keys(session_id)[0], self.dispatch_stream(agent)]
+        (reply,) = await self._call(
+            self._eval("requeue", keys, [run_id, entry_id, session_id, group])
+        )
+        self._check(reply)
+
     # -- keys and arguments ----------------------------------------------------
 
     def _keys(self, session_id: str) -> list[str]:
@@ -558,10 +570,6 @@ class RedisStore(Store):
             keys = [base + name for name in ("meta", "log", "ids", "runs", "order")]
             self._session_keys[session_id] = keys
         return keys
-
-    def meta_key(self, session_id: str) -> str:
-        """The session's ``meta`` hash (epoch, serial, dispatch entries of pending Runs)."""
-        return self._keys(session_id)[0]
 
     def _status_key(self, status: str) -> str:
         return f"{self.prefix}status:{status}"

@@ -151,8 +151,22 @@ end
 return out
 """
 
+# KEYS: meta, an agent's dispatch stream. ARGV: run id, the stream entry a node holds,
+# session id, the consumer group. Moves the Run to a new entry at the stream's end if it
+# still waits on the held one (meta ``d:<run id>``, as _APPEND keeps it); acknowledges
+# and deletes the held entry either way. Returns the new entry's id, or false.
+_REQUEUE = """
+local field = 'd:' .. ARGV[1]
+redis.call('XACK', KEYS[2], ARGV[4], ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+if redis.call('HGET', KEYS[1], field) ~= ARGV[2] then return false end
+local id = redis.call('XADD', KEYS[2], '*', 's', ARGV[3], 'r', ARGV[1])
+redis.call('HSET', KEYS[1], field, id)
+return id
+"""
+
 SCRIPTS = {name: text.encode() for name, text in [
     ("append", _APPEND), ("put_runs", _PUT_RUNS), ("open", _OPEN), ("find", _FIND),
-    ("since", _SINCE),
+    ("since", _SINCE), ("requeue", _REQUEUE),
 ]}  # fmt: skip
 SHA = {name: hashlib.sha1(text).hexdigest() for name, text in SCRIPTS.items()}
