@@ -19,22 +19,25 @@ nothing a second node would need stays in one node's memory:
   the sweeper (below) drops, once a minute, the consumers of gone nodes that
   hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
   one consumer per node start.
-* **Liveness.** Every node refreshes a presence key per connected agent client
-  id (``<prefix>presence:<client id>``, expiring after three heartbeats). One
-  node at a time sweeps the active Runs: the holder of a lease
-  (``<prefix>sweeper``, renewed every heartbeat, expiring after three, so
-  another node takes over within three heartbeats of its holder's end), so
-  the sweep's cost does not grow with the number of nodes. A Run whose owner
-  has had no presence key for ``agent_grace`` seconds (the moment it was
-  first seen absent is kept in Redis too) is ended ``error`` /
-  ``AGENT_LOST``; should a new holder repeat an old one's last attempt, the
-  Run rules make the second a no-op. A durable Run is put
-  back to ``pending`` instead (an entry with a deterministic id, so a second
-  node's attempt is a duplicate), which puts it on the agent's stream, and
-  ``hand_to_worker`` sends the dispatch
-  with ``adopted`` and the Run's checkpoint, read from the stored record. A
-  sweep asks after all owners in one pipelined round trip (and clears the
-  absence marks of those present in one more), however many Runs are active.
+* **Liveness.** Every node marks the agent client ids it holds connections of
+  present, each heartbeat, in one sorted set (``<prefix>presence``: client id ->
+  deadline, three heartbeats ahead, on Redis's clock). The append script keeps,
+  per owner, the set of its active Runs (``<prefix>owns:<client id>``), and
+  puts an owner that no node has marked yet in the presence set as absent from
+  the moment its Run became active. One node at a time sweeps: the holder of a
+  lease (``<prefix>sweeper``, renewed every heartbeat, expiring after three, so
+  another node takes over within three heartbeats of its holder's end), so the
+  sweep's cost does not grow with the number of nodes; nor with the number of
+  Runs under way: one script, one round trip, returns the owners whose deadline
+  passed ``agent_grace`` seconds ago, each with the Runs it still owns, and
+  forgets the gone owners that own nothing. Each of those Runs is ended
+  ``error`` / ``AGENT_LOST``; should a new holder repeat an old one's last
+  attempt, the Run rules make the second a no-op. A durable Run is put back to
+  ``pending`` instead (an entry with a deterministic id, so a second node's
+  attempt is a duplicate), which puts it on the agent's stream, and
+  ``hand_to_worker`` sends the dispatch with ``adopted`` and the Run's
+  checkpoint, read from the stored record. A node starting indexes any active
+  Run an earlier version left out of its owner's set.
 """
 
 from __future__ import annotations
@@ -303,21 +306,18 @@ class RedisDispatcher:
         if not client_ids:
             return
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for client_id in client_ids:
-                    pipe.set(
-                        self.store.key("presence", client_id),
-                        self.node_id,
-                        px=int(self.heartbeat * 3000),
-                    )
-                await pipe.execute()
-        except RedisError as exc:
+            await self.store.mark_present(client_ids, self.heartbeat * 3)
+        except RunwireError as exc:
             log.warning("presence heartbeat failed: %s", exc)
 
     async def _maintain(self) -> None:
+        indexed = False
         while True:
             await asyncio.sleep(self.heartbeat)
             try:
+                if not indexed:
+                    await self.store.index_owners()
+                    indexed = True
                 await self._touch(list(self.agents_present))
                 await self._refresh_held()
                 if await self._lead():
@@ -344,36 +344,14 @@ class RedisDispatcher:
             await self._redis.xclaim(self._stream(agent), GROUP, self.node_id, 0, ids, justid=True)
 
     async def _sweep(self) -> None:
-        """End active Runs whose agent has been gone for ``grace`` seconds.
+        """End the active Runs of owners gone for ``grace`` seconds past their deadline.
 
-        One pipelined round trip asks after every owner, one more clears the
-        absence marks of Runs whose owner is here; only Runs whose owner is
-        gone take round trips of their own.
+        One round trip when nobody left, however many Runs are active; the Runs of
+        owners that did take one ``expire`` each.
         """
-        now = time.time()
-        active = [r for r in await self.store.runs_with_status(["active"]) if r.owner is not None]
-        if not active:
-            return
-        owners = list(dict.fromkeys(r.owner for r in active if r.owner is not None))
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for owner in owners:
-                pipe.exists(self.store.key("presence", owner))
-            present = {o for o, n in zip(owners, await pipe.execute(), strict=True) if n}
-        here = [r for r in active if r.owner in present]
-        if here:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for record in here:
-                    pipe.delete(self._absent_key(record))
-                await pipe.execute()
-        for record in active:
-            if record.owner in present:
-                continue
-            absent_key = self._absent_key(record)
-            await self._redis.set(absent_key, str(now), nx=True, px=int((self.grace + 60) * 1000))
-            since = await self._redis.get(absent_key)
-            if since is not None and now - float(since) >= self.grace:
-                await self._expire(record.session_id, record.run_id)
-                await self._redis.delete(absent_key)
+        for runs in (await self.store.gone_owners(self.grace)).values():
+            for session_id, run_id in runs:
+                await self._expire(session_id, run_id)
 
     async def _prune_consumers(self) -> int:
         """Drop consumers of gone nodes from every agent stream's group; how many went.
@@ -388,6 +366,3 @@ class RedisDispatcher:
         async for stream in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
             dropped += int(await self._prune_script(keys=[stream], args=[GROUP, idle_ms]))
         return dropped
-
-    def _absent_key(self, record: RunRecord) -> str:
-        return self.store.key("absent", record.session_id, record.run_id)

@@ -6,8 +6,9 @@ Keys live under a prefix (``rw:`` by default; ``?prefix=`` in the URL), and
 every key of a session carries the session as a hash tag, ``rw:{<session>}:``,
 so a session's keys share one Cluster slot:
 
-* ``meta``: a hash with the epoch ``e``, the newest serial ``s`` and, for each
-  ``pending`` Run, ``d:<run id>``: its entry on its agent's dispatch stream;
+* ``meta``: a hash with the epoch ``e``, the newest serial ``s``, for each
+  ``pending`` Run ``d:<run id>``: its entry on its agent's dispatch stream, and
+  for each ``active`` Run with an owner ``o:<run id>``: its owner's set (below);
 * ``log``: a stream of the entries, id ``<serial>-0``, field ``d``, trimmed
   with ``MAXLEN ~ max_history`` (default 100,000; never below the dedup window);
 * ``ids``: a sorted set entry id -> serial holding exactly the newest
@@ -25,7 +26,13 @@ step by the same scripts, and so are the agents' dispatch streams
 (``rw:agent:<name>:runs``, read by ``relay.cluster``): a Run written
 ``pending`` is added to its agent's stream in the same script, and taken off it
 when written with another status, so a stored prompt cannot lose its dispatch
-and no stream entry outlives its Run's ``pending``. Those keys are outside the
+and no stream entry outlives its Run's ``pending``. The scripts also keep each
+owner's active Runs (``rw:owns:<client id>``, members as in the status index)
+and put an owner no node has marked present yet in the agents' presence
+(``rw:presence``, a sorted set client id -> deadline in ms on Redis's clock,
+which the nodes refresh: ``mark_present``), so ``relay.cluster``'s AGENT_LOST
+sweep asks only after owners past their deadline (``gone_owners``, one script)
+instead of reading every Run under way. Those keys are outside the
 session's slot, so the store needs a standalone Redis (or a proxy that keeps
 everything on one node): Redis Cluster would refuse the scripts with
 ``CROSSSLOT``. Everything else is ready for Cluster.
@@ -229,7 +236,9 @@ class RedisStore(Store):
         self._ttl = "0" if history_ttl is None else str(max(1, round(history_ttl * 1000)))
         self._epochs: dict[str, str] = {}
         self._session_keys: dict[str, list[str]] = {}
+        # Written with Run records: the status index sets, then the agents' presence.
         self._status_keys = [self._status_key(status) for status in INDEXED]
+        self._status_keys.append(self.presence_key)
         self._queue: deque[_Op] = deque()
         self._queued = 0  # commands in the queue
         self._urgent = 0  # urgent calls in the queue
@@ -255,6 +264,15 @@ class RedisStore(Store):
     def key(self, *parts: str) -> str:
         """A key under this store's prefix for node coordination (``<prefix>a:b``)."""
         return self.prefix + ":".join(parts)
+
+    @property
+    def presence_key(self) -> str:
+        """The agents' presence: a sorted set, client id -> deadline (ms, Redis's clock)."""
+        return self.prefix + "presence"
+
+    def owner_key(self, owner: str) -> str:
+        """The set of an owner's active Runs (members as in the status index)."""
+        return self.prefix + "owns:" + owner
 
     @property
     def filled(self) -> int:
@@ -546,6 +564,53 @@ class RedisStore(Store):
         for reply in replies:
             self._check(reply)
 
+    # -- agent presence (relay.cluster's AGENT_LOST sweep) ------------------------
+
+    async def mark_present(self, client_ids: Sequence[str], ttl: float) -> None:
+        """Count the agents ``client_ids`` present until ``ttl`` seconds from now."""
+        ttl_ms = str(max(1, round(ttl * 1000)))
+        ids = list(client_ids)
+        commands = [
+            self._eval("present", [self.presence_key], [ttl_ms, *ids[i : i + 1000]])
+            for i in range(0, len(ids), 1000)
+        ]
+        for reply in await self._call(*commands) if commands else []:
+            self._check(reply)
+
+    async def gone_owners(
+        self, grace: float, *, limit: int = 1000
+    ) -> dict[str, list[tuple[str, str]]]:
+        """The owners absent for ``grace`` seconds past their presence deadline, each with
+        the Runs it still owns (session id, run id); those owning nothing are forgotten.
+
+        One round trip, whatever the number of active Runs: the work follows the
+        agents that left, not the Runs under way.
+        """
+        args = [str(max(0, round(grace * 1000))), self.owner_key(""), self.prefix, str(limit)]
+        (reply,) = await self._call(self._eval("gone", [self.presence_key], args))
+        self._check(reply)
+        gone: dict[str, list[tuple[str, str]]] = {}
+        for owner, members in zip(reply[::2], reply[1::2], strict=True):
+            runs = gone[owner.decode()] = []
+            for member in members:
+                session_id, run_id = loads(member)
+                runs.append((session_id, run_id))
+        return gone
+
+    async def index_owners(self) -> int:
+        """Put every active Run in its owner's set if it is not (Runs written by an earlier
+        version); how many were added. The append script keeps the sets after that."""
+        (members,) = await self._call(("SMEMBERS", self._status_key("active")))
+        self._check(members)
+        members = list(members)
+        added = 0
+        for i in range(0, len(members), 500):
+            args = [self.owner_key(""), self.prefix, *members[i : i + 500]]
+            (reply,) = await self._call(self._eval("own", [self.presence_key], args))
+            self._check(reply)
+            added += int(reply)
+        return added
+
     async def requeue(
         self, session_id: str, run_id: str, agent: str, entry_id: str, group: str
     ) -> None:
@@ -592,6 +657,8 @@ class RedisStore(Store):
                 dumps(record.to_dict()),
                 dumps([session_id, record.run_id]),
                 self.dispatch_stream(record.agent),
+                record.owner or "",
+                self.owner_key(record.owner or ""),
             ]
         return args
 

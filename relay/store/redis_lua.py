@@ -22,7 +22,12 @@ written with a later (terminal) status is taken out of every index set and stays
 
 _COMMON = (
     f"local PENDING = {STATUSES.index('pending') + 1}\n"
+    f"local ACTIVE = {STATUSES.index('active') + 1}\n"
     + """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function splice(data, serial)
   if data == '{}' then return '{"serial":' .. serial .. '}' end
   return '{"serial":' .. serial .. ',' .. string.sub(data, 2)
@@ -33,13 +38,13 @@ local function touch(ttl)
   end
 end
 local function write_runs(start, session)
-  for i = start, #ARGV, 5 do
+  for i = start, #ARGV, 7 do
     if redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2]) == 1 then
       redis.call('RPUSH', KEYS[5], ARGV[i])
     end
     local status = tonumber(ARGV[i + 1])
     local at = 5 + status
-    for k = 6, #KEYS do
+    for k = 6, #KEYS - 1 do
       if k == at then
         redis.call('SADD', KEYS[k], ARGV[i + 3])
       else
@@ -57,19 +62,39 @@ local function write_runs(start, session)
       redis.call('XDEL', ARGV[i + 4], queued)
       redis.call('HDEL', KEYS[1], field)
     end
+    field = 'o:' .. ARGV[i]
+    local owns = redis.call('HGET', KEYS[1], field)
+    local owner = ARGV[i + 5]
+    if status == ACTIVE and owner ~= '' then
+      if owns ~= ARGV[i + 6] then
+        if owns then redis.call('SREM', owns, ARGV[i + 3]) end
+        redis.call('SADD', ARGV[i + 6], ARGV[i + 3])
+        redis.call('HSET', KEYS[1], field, ARGV[i + 6])
+        redis.call('ZADD', KEYS[#KEYS], 'NX', now_ms(), owner)
+      end
+    elseif owns then
+      redis.call('SREM', owns, ARGV[i + 3])
+      redis.call('HDEL', KEYS[1], field)
+    end
   end
 end
 """
 )
 
-# KEYS: meta, log, ids, runs, order, then (only with Run records) one status set per INDEXED.
+# KEYS: meta, log, ids, runs, order, then (only with Run records) one status set per
+#       INDEXED and the agents' presence (sorted set: client id -> deadline, ms).
 # ARGV: epoch, entry id, data, expect_last or '', max_history, dedup_window,
 #       ttl ms or '0', publish command, pub/sub channel, session id, then per Run record:
-#       run id, status number (1-based), record, index member, its agent's dispatch stream.
+#       run id, status number (1-based), record, index member, its agent's dispatch stream,
+#       its owner or '', the owner's set of active Runs (``<prefix>owns:<owner>``).
 # A record written pending that is not on its agent's stream yet is added to it
 # (``XADD``; meta field ``d:<run id>`` keeps the stream entry's id); one written
 # with another status is taken off (``XDEL``). So a stored prompt's Run is on the
 # stream the moment the prompt is, and no entry outlives its Run's ``pending``.
+# Likewise a Run written active with an owner is in that owner's set (meta field
+# ``o:<run id>`` names the set) and in no other, and the owner is in the presence
+# set (``NX``: with the deadline "now" if no node has written it yet); a Run written
+# with any other status is in no owner's set.
 # Returns {0, epoch now or ''} | {1, serial, data} (repeat) | {2, last} | {3, serial}
 # (stored: the caller splices the serial into its data as this script does).
 _APPEND = (
@@ -165,8 +190,91 @@ redis.call('HSET', KEYS[1], field, id)
 return id
 """
 
+# Agent presence and the AGENT_LOST sweep. Deadlines are Redis's clock (``TIME``), so
+# the nodes' clocks need not agree.
+# KEYS: presence. ARGV: ttl ms, then client ids. Each present until now + ttl.
+_PRESENT = (
+    _COMMON
+    + """
+local deadline = now_ms() + tonumber(ARGV[1])
+local args = {}
+for i = 2, #ARGV do
+  args[#args + 1] = deadline
+  args[#args + 1] = ARGV[i]
+end
+if #args > 0 then redis.call('ZADD', KEYS[1], unpack(args)) end
+return #args / 2
+"""
+)
+
+# KEYS: presence. ARGV: grace ms, owners' set prefix (``<prefix>owns:``), the store's
+# prefix, at most how many owners. Owners whose deadline passed ``grace`` ago: the
+# Runs each still owns (checked against meta ``o:<run id>``: a member the Run no
+# longer backs, or of a session that expired, is dropped), as {owner, {member, ...},
+# ...}; an owner with none is forgotten (taken out of the presence set).
+_GONE = (
+    _COMMON
+    + """
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms() - tonumber(ARGV[1]),
+  'LIMIT', 0, tonumber(ARGV[4]))
+local out = {}
+for _, owner in ipairs(gone) do
+  local owns = ARGV[2] .. owner
+  local runs = {}
+  for _, member in ipairs(redis.call('SMEMBERS', owns)) do
+    local ids = cjson.decode(member)
+    if redis.call('HGET', ARGV[3] .. '{' .. ids[1] .. '}:meta', 'o:' .. ids[2]) == owns then
+      runs[#runs + 1] = member
+    else
+      redis.call('SREM', owns, member)
+    end
+  end
+  if #runs == 0 then
+    redis.call('ZREM', KEYS[1], owner)
+  else
+    out[#out + 1] = owner
+    out[#out + 1] = runs
+  end
+end
+return out
+"""
+)
+
+# KEYS: presence. ARGV: owners' set prefix, the store's prefix, then index members of
+# Runs found active. Puts each Run that is still active with an owner in its owner's
+# set, as the append script would have (for Runs an earlier version wrote). Returns
+# how many it added.
+_OWN = (
+    _COMMON
+    + """
+local added = 0
+for i = 3, #ARGV do
+  local ids = cjson.decode(ARGV[i])
+  local base = ARGV[2] .. '{' .. ids[1] .. '}:'
+  local raw = redis.call('HGET', base .. 'runs', ids[2])
+  if raw then
+    local record = cjson.decode(raw)
+    if record.status == 'active' and type(record.owner) == 'string' then
+      local owns = ARGV[1] .. record.owner
+      local field = 'o:' .. ids[2]
+      local was = redis.call('HGET', base .. 'meta', field)
+      if was ~= owns then
+        if was then redis.call('SREM', was, ARGV[i]) end
+        redis.call('SADD', owns, ARGV[i])
+        redis.call('HSET', base .. 'meta', field, owns)
+        redis.call('ZADD', KEYS[1], 'NX', now_ms(), record.owner)
+        added = added + 1
+      end
+    end
+  end
+end
+return added
+"""
+)
+
 SCRIPTS = {name: text.encode() for name, text in [
     ("append", _APPEND), ("put_runs", _PUT_RUNS), ("open", _OPEN), ("find", _FIND),
-    ("since", _SINCE), ("requeue", _REQUEUE),
+    ("since", _SINCE), ("requeue", _REQUEUE), ("present", _PRESENT), ("gone", _GONE),
+    ("own", _OWN),
 ]}  # fmt: skip
 SHA = {name: hashlib.sha1(text).hexdigest() for name, text in SCRIPTS.items()}

@@ -55,10 +55,103 @@ async def test_the_sweep_ends_only_runs_whose_owner_stayed_away_for_the_grace(
     await anyio.sleep(0.35)  # past the grace (the marks hold the time they were set)
     await node._sweep()
     assert sorted(expired) == [("s0", "r-s0"), ("s2", "r-s2"), ("s4", "r-s4")]
+
+
+async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: RedisStore) -> None:
+    # 300 Runs under way, their owners present: a sweep is one round trip and touches no
+    # Run. The work follows the agents that leave, not the Runs under way.
+    expired: list[tuple[str, str]] = []
+
+    async def expire(session_id: str, run_id: str) -> None:  # as the hub: the Run ends
+        expired.append((session_id, run_id))
+        await store.put_runs([replace(active(session_id, "x"), status="error", owner=None)])
+
+    node = RedisDispatcher(store, grace=0.2, expire=expire, metrics=Metrics())
+    here = [active(f"s{i}", f"agent-{i % 30}") for i in range(300)]
+    await store.put_runs(here)
+    await node._touch([f"agent-{i}" for i in range(30)])
     client = store.client()
     try:
-        # The owner that came back had its absence mark cleared.
-        assert not await client.exists(store.key("absent", "back", "r-back"))
+        before = await client.info("commandstats")
+        trips = store.round_trips
+        await node._sweep()
+        assert store.round_trips - trips == 1
+        after = await client.info("commandstats")
+        assert after["cmdstat_hget"]["calls"] == before.get("cmdstat_hget", {"calls": 0})["calls"]
+        assert expired == []
+
+        # One agent leaves (its node stops marking it), one that owns nothing leaves too.
+        await store.put_runs([active("t", "leaver"), active("u", "leaver")])
+        await store.mark_present(["idle"], 0.01)
+        await anyio.sleep(0.25)
+        await node._touch([f"agent-{i}" for i in range(30)])
+        await node._sweep()
+        assert sorted(expired) == [("t", "r-t"), ("u", "r-u")]
+        # Ended, its Runs left its set; the next sweep forgets it; "idle" owned nothing.
+        assert await client.zscore(store.presence_key, "idle") is None
+        assert await client.scard(store.owner_key("leaver")) == 0
+        await node._sweep()
+        assert await client.zscore(store.presence_key, "leaver") is None
+        assert await client.zcard(store.presence_key) == 30
+        assert len(expired) == 2
+    finally:
+        await client.aclose()
+
+
+async def test_a_run_is_in_its_current_owners_set_only(store: RedisStore) -> None:
+    client = store.client()
+    try:
+        await store.put_runs([active("s", "first")])
+        assert await client.smembers(store.owner_key("first")) == {b'["s","r-s"]'}
+        # Adopted: pending with no owner, then active under another agent.
+        await store.put_runs([replace(active("s", "first"), status="pending", owner=None)])
+        assert await client.scard(store.owner_key("first")) == 0
+        await store.put_runs([active("s", "second")])
+        assert await client.smembers(store.owner_key("second")) == {b'["s","r-s"]'}
+        # An owner no node has marked yet counts from the moment its Run became active.
+        assert await client.zscore(store.presence_key, "second") is not None
+        # Ended through an append (as the agent publishes it), it leaves the set.
+        await store.open_channel("s")
+        await store.append("s", "e1", b"{}", [replace(active("s", "second"), status="complete")])
+        assert await client.scard(store.owner_key("second")) == 0
+    finally:
+        await client.aclose()
+
+
+async def test_runs_an_earlier_version_left_unindexed_are_swept_after_a_start(
+    store: RedisStore,
+) -> None:
+    expired: list[tuple[str, str]] = []
+
+    async def expire(session_id: str, run_id: str) -> None:  # as the hub: the Run ends
+        expired.append((session_id, run_id))
+        await store.put_runs([replace(active(session_id, "x"), status="error", owner=None)])
+
+    await store.put_runs([active("old", "gone"), active("kept", "here")])
+    client = store.client()
+    try:
+        # What an earlier version stored: the Runs, no owner sets, no presence.
+        meta = f"{store.prefix}{{old}}:meta"
+        await client.hdel(meta, "o:r-old")
+        await client.delete(store.owner_key("gone"), store.presence_key)
+        node = RedisDispatcher(store, grace=0.1, expire=expire, metrics=Metrics())
+        node.client_back("here")
+        node.start()
+        try:
+            with anyio.fail_after(5):
+                while not expired:
+                    await anyio.sleep(0.05)
+        finally:
+            node.close()
+        assert expired == [("old", "r-old")]
+        assert await store.index_owners() == 0  # nothing left to add
+        # A session that expired under an owner's Run (history_ttl) is dropped quietly.
+        await store.put_runs([active("lapsed", "away")])
+        await client.delete(f"{store.prefix}{{lapsed}}:meta", f"{store.prefix}{{lapsed}}:runs")
+        await anyio.sleep(0.15)
+        assert await store.gone_owners(0.1) == {}
+        assert await client.scard(store.owner_key("away")) == 0
+        assert await client.zscore(store.presence_key, "away") is None
     finally:
         await client.aclose()
 
