@@ -57,7 +57,7 @@ from transport.runs import RunRecord
 from .dispatch import discharge, enlist, hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
-from .store.redis import RedisStore, glob_escape
+from .store.redis import RedisStore
 
 __all__ = ["RedisDispatcher"]
 
@@ -360,9 +360,9 @@ class RedisDispatcher:
         worker leaves one in the group of that agent's stream; the sweeper drops
         those idle for ``consumer_idle`` seconds that hold no entry.
         """
-        pattern = glob_escape(self.store.key("agent")) + ":*:runs"
         idle_ms = int(self.consumer_idle * 1000)
         dropped = 0
+        pattern = self.store.dispatch_streams
         async for stream in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
             dropped += int(await self._prune_script(keys=[stream], args=[GROUP, idle_ms]))
         return dropped

@@ -261,6 +261,11 @@ class RedisStore(Store):
         """The stream of an agent's Runs waiting for a worker (``<prefix>agent:<name>:runs``)."""
         return self.key("agent", agent, "runs")
 
+    @property
+    def dispatch_streams(self) -> str:
+        """A ``SCAN MATCH`` pattern for every agent's dispatch stream (and nothing else)."""
+        return glob_escape(self.key("agent", "")) + "*:runs"
+
     def key(self, *parts: str) -> str:
         """A key under this store's prefix for node coordination (``<prefix>a:b``)."""
         return self.prefix + ":".join(parts)
