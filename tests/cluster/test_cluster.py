@@ -234,6 +234,34 @@ async def test_an_agent_that_goes_away_has_its_run_ended_agent_lost(
     assert entry["error"]["code"] == "AGENT_LOST"
 
 
+async def test_an_agent_that_comes_back_through_another_node_in_time_keeps_its_run(
+    cluster: Cluster,
+) -> None:
+    # The network drops; the agent reconnects through another node within the grace:
+    # no node may end its Run, however long it then keeps streaming.
+    a, b, c = [await cluster.start_node(grace=1.5) for _ in range(3)]
+    client = await RawPeer.open(a.url)
+    await client.attach("s")
+    run_id = new_id()
+    await client.publish("s", prompt(run_id))
+    agent = await RawPeer.open(b.url, role="agent", client_id="agent-x")
+    await agent.attach("s")
+    assert (await agent.publish("s", run_status(run_id, "active")))["type"] == "ack"
+    agent.ws.transport.abort()
+    await anyio.sleep(0.5)
+    back = await RawPeer.open(c.url, role="agent", client_id="agent-x")
+    await back.attach("s")
+    await anyio.sleep(3.5)  # the grace, twice over, and sweeps on every heartbeat
+    assert (await back.publish("s", run_status(run_id, "complete")))["type"] == "ack"
+    statuses: list[str] = []
+    with anyio.fail_after(20):
+        while "complete" not in statuses:
+            for entry in await client.entries(1, timeout=20):
+                if entry["kind"] == "run":
+                    statuses.append(entry["status"])
+    assert statuses == ["active", "complete"]  # never "error" (AGENT_LOST)
+
+
 async def test_a_durable_run_whose_node_dies_is_adopted_by_a_worker_on_another_node(
     cluster: Cluster,
 ) -> None:
