@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
@@ -54,7 +54,7 @@ from transport.errors import RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
-from .dispatch import discharge, enlist, hand_to_worker
+from .dispatch import Expire, RunKey, discharge, enlist, hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
 from .store.redis import RedisStore
@@ -63,8 +63,6 @@ __all__ = ["RedisDispatcher"]
 
 log = logging.getLogger("runwire.relay")
 
-RunKey = tuple[str, str]
-Expire = Callable[[str, str], Coroutine[Any, Any, None]]
 GROUP = "relay"
 
 # KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.

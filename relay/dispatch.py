@@ -32,12 +32,14 @@ from transport.runs import AGENT, RunRecord
 from .metrics import Metrics
 from .peer import Peer
 
-__all__ = ["Dispatcher", "discharge", "enlist", "hand_to_worker"]
+__all__ = ["Dispatcher", "Expire", "RunKey", "discharge", "enlist", "hand_to_worker"]
 
 log = logging.getLogger("runwire.relay")
 
 RunKey = tuple[str, str]
+"""A Run by (session id, run id)."""
 Expire = Callable[[str, str], Coroutine[Any, Any, None]]
+"""Ends a Run whose agent did not come back in time (``Hub._agent_lost``)."""
 
 
 class Dispatcher:

@@ -209,19 +209,28 @@ async def test_runs_started_by_agents_that_are_not_workers_leave_no_dispatch_beh
     assert waiting(redis_prefix) == []
 
 
+async def an_active_run(
+    client_node: Node, agent_node: Node, **status: Any
+) -> tuple[RawPeer, RawPeer, str]:
+    """A client on one node prompts session ``s``; agent ``agent-x`` on another starts
+    the Run (``status``: more fields of its ``active`` entry). Returns both and the id."""
+    client = await RawPeer.open(client_node.url)
+    await client.attach("s")
+    run_id = new_id()
+    await client.publish("s", prompt(run_id))
+    agent = await RawPeer.open(agent_node.url, role="agent", client_id="agent-x")
+    await agent.attach("s")
+    assert (await agent.publish("s", {**run_status(run_id, "active"), **status}))["type"] == "ack"
+    return client, agent, run_id
+
+
 @pytest.mark.parametrize("goes", ["its node dies", "it leaves a node that stays up"])
 async def test_an_agent_that_goes_away_has_its_run_ended_agent_lost(
     cluster: Cluster, goes: str
 ) -> None:
     # A node that stays up must stop vouching for it: each connection counted once.
     a, b = [await cluster.start_node(grace=1.0) for _ in range(2)]
-    client = await RawPeer.open(a.url)
-    await client.attach("s")
-    run_id = new_id()
-    await client.publish("s", prompt(run_id))
-    agent = await RawPeer.open(b.url, role="agent", client_id="agent-x")
-    await agent.attach("s")
-    assert (await agent.publish("s", run_status(run_id, "active")))["type"] == "ack"
+    client, agent, _ = await an_active_run(a, b)
     if goes == "its node dies":
         b.kill()
     else:
@@ -240,13 +249,7 @@ async def test_an_agent_that_comes_back_through_another_node_in_time_keeps_its_r
     # The network drops; the agent reconnects through another node within the grace:
     # no node may end its Run, however long it then keeps streaming.
     a, b, c = [await cluster.start_node(grace=1.5) for _ in range(3)]
-    client = await RawPeer.open(a.url)
-    await client.attach("s")
-    run_id = new_id()
-    await client.publish("s", prompt(run_id))
-    agent = await RawPeer.open(b.url, role="agent", client_id="agent-x")
-    await agent.attach("s")
-    assert (await agent.publish("s", run_status(run_id, "active")))["type"] == "ack"
+    client, agent, run_id = await an_active_run(a, b)
     agent.ws.transport.abort()
     await anyio.sleep(0.5)
     back = await RawPeer.open(c.url, role="agent", client_id="agent-x")
@@ -266,14 +269,7 @@ async def test_a_durable_run_whose_node_dies_is_adopted_by_a_worker_on_another_n
     cluster: Cluster,
 ) -> None:
     a, b, c = [await cluster.start_node(grace=1.0) for _ in range(3)]
-    client = await RawPeer.open(a.url)
-    await client.attach("s")
-    run_id = new_id()
-    await client.publish("s", prompt(run_id))
-    first = await RawPeer.open(b.url, role="agent", client_id="agent-x")
-    await first.attach("s")
-    active = {**run_status(run_id, "active"), "durable": True}
-    assert (await first.publish("s", active))["type"] == "ack"
+    client, first, run_id = await an_active_run(a, b, durable=True)
     checkpoint = {"kind": "checkpoint", "id": new_id(), "run_id": run_id, "step": 2, "turn": 1}
     assert (await first.publish("s", {**checkpoint, "state": {"k": 1}}))["type"] == "ack"
     second = await RawPeer.open(c.url, role="agent", client_id="agent-y")

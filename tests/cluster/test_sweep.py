@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from relay.cluster import RedisDispatcher
+from relay.dispatch import Expire
 from relay.metrics import Metrics
 from relay.store.redis import RedisStore
 from transport.runs import RunRecord
@@ -32,6 +33,16 @@ def active(session_id: str, owner: str) -> RunRecord:
     return RunRecord(
         session_id=session_id, run_id=f"r-{session_id}", agent="a", status="active", owner=owner
     )
+
+
+def ending(store: RedisStore, expired: list[tuple[str, str]]) -> Expire:
+    """An ``expire`` that ends the Run, as the hub does, and notes it in ``expired``."""
+
+    async def expire(session_id: str, run_id: str) -> None:
+        expired.append((session_id, run_id))
+        await store.put_runs([replace(active(session_id, "x"), status="error", owner=None)])
+
+    return expire
 
 
 async def test_the_sweep_ends_only_runs_whose_owner_stayed_away_for_the_grace(
@@ -61,10 +72,7 @@ async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: Redis
     # 300 Runs under way, their owners present: a sweep is one round trip and touches no
     # Run. The work follows the agents that leave, not the Runs under way.
     expired: list[tuple[str, str]] = []
-
-    async def expire(session_id: str, run_id: str) -> None:  # as the hub: the Run ends
-        expired.append((session_id, run_id))
-        await store.put_runs([replace(active(session_id, "x"), status="error", owner=None)])
+    expire = ending(store, expired)
 
     node = RedisDispatcher(store, grace=0.2, expire=expire, metrics=Metrics())
     here = [active(f"s{i}", f"agent-{i % 30}") for i in range(300)]
@@ -122,10 +130,7 @@ async def test_runs_an_earlier_version_left_unindexed_are_swept_after_a_start(
     store: RedisStore,
 ) -> None:
     expired: list[tuple[str, str]] = []
-
-    async def expire(session_id: str, run_id: str) -> None:  # as the hub: the Run ends
-        expired.append((session_id, run_id))
-        await store.put_runs([replace(active(session_id, "x"), status="error", owner=None)])
+    expire = ending(store, expired)
 
     await store.put_runs([active("old", "gone"), active("kept", "here")])
     client = store.client()
@@ -160,10 +165,7 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
     store: RedisStore,
 ) -> None:
     expired: list[tuple[str, str]] = []
-
-    async def expire(session_id: str, run_id: str) -> None:  # as the hub: the Run ends
-        expired.append((session_id, run_id))
-        await store.put_runs([replace(active(session_id, "gone"), status="error")])
+    expire = ending(store, expired)
 
     a = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
     b = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
