@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from relay.cluster import RedisDispatcher
 from relay.dispatch import Expire
@@ -233,4 +235,41 @@ async def test_the_sweeper_drops_stream_consumers_of_gone_nodes_that_hold_nothin
                 await anyio.sleep(0.05)
     finally:
         node.close()
+        await client.aclose()
+
+
+_IDS = st.text(min_size=1, max_size=40).filter(lambda t: "\x00" not in t)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+)
+@given(runs=st.lists(st.tuples(_IDS, st.sampled_from(["s1", "s.2", "a:b-c"]), _IDS), max_size=8))
+async def test_any_run_and_agent_ids_make_the_round_trip_through_the_sweep(
+    store: RedisStore, anyio_backend: str, runs: list[tuple[str, str, str]]
+) -> None:
+    # Run ids and client ids are any text (quotes, backslashes, braces, emoji...): the
+    # sweep's script decodes what the append script stored and finds every Run.
+    records = {
+        (session_id, run_id): RunRecord(
+            session_id=session_id, run_id=run_id, agent="a", status="active", owner=owner
+        )
+        for run_id, session_id, owner in runs
+    }
+    await store.put_runs(list(records.values()))
+    expected: dict[str, set[tuple[str, str]]] = {}
+    for record in records.values():
+        assert record.owner is not None
+        expected.setdefault(record.owner, set()).add((record.session_id, record.run_id))
+    await anyio.sleep(0.002)
+    gone = await store.gone_owners(0)
+    assert {owner: set(found) for owner, found in gone.items()} == expected
+    await store.put_runs([replace(r, status="complete") for r in records.values()])
+    assert await store.gone_owners(0) == {}  # each owner forgotten, owning nothing
+    client = store.client()
+    try:
+        assert await client.zcard(store.presence_key) == 0
+    finally:
         await client.aclose()
