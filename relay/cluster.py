@@ -18,7 +18,13 @@ nothing a second node would need stays in one node's memory:
   are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds), and
   the sweeper (below) drops, once a minute, the consumers of gone nodes that
   hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
-  one consumer per node start.
+  one consumer per node start. One task per node reads the streams of every
+  agent name it has live workers of, in one blocking ``XREADGROUP`` (and one
+  pipelined ``XAUTOCLAIM`` a second): a node holds one Redis connection for
+  dispatch however many agent names it serves. A worker of a name the read in
+  progress does not cover interrupts it, so that name's Runs are read at once;
+  an interrupted read may have been served, so the next read first takes back
+  this node's own unacknowledged entries (``XREADGROUP ... 0``).
 * **Liveness.** Every node marks the agent client ids it holds connections of
   present, each heartbeat, in one sorted set (``<prefix>presence``: client id ->
   deadline, three heartbeats ahead, on Redis's clock). The append script keeps,
@@ -46,6 +52,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
+from contextlib import suppress
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
@@ -64,6 +71,7 @@ __all__ = ["RedisDispatcher"]
 log = logging.getLogger("runwire.relay")
 
 GROUP = "relay"
+_WIDENED = object()
 
 # KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
 _LEAD = """
@@ -129,7 +137,11 @@ class RedisDispatcher:
         self.held: dict[RunKey, tuple[str, str]] = {}  # run -> (agent, stream entry id)
         self.records: dict[RunKey, RunRecord] = {}
         self.agents_present: dict[str, int] = {}
-        self._readers: dict[str, asyncio.Task[None]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._reading: frozenset[str] = frozenset()  # agent names the read in progress covers
+        self._widen = asyncio.Event()  # a worker of a name it does not cover arrived
+        self.read_block = 0.5
+        """Seconds a dispatch read waits for a Run before it checks the workers again."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._arrived: set[str] = set()  # agent client ids whose presence is not written yet
         self._toucher: asyncio.Task[None] | None = None
@@ -145,8 +157,9 @@ class RedisDispatcher:
 
     def close(self) -> None:
         """Stop every loop (held stream entries go idle and other nodes claim them)."""
-        for task in [*self._tasks, *self._readers.values()]:
-            task.cancel()
+        for task in [*self._tasks, self._reader]:
+            if task is not None:
+                task.cancel()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -172,8 +185,10 @@ class RedisDispatcher:
         """Register a local worker; start reading the agent's stream on this node."""
         del pending  # the stream holds waiting Runs
         enlist(self.workers, peer, agent, self.metrics)
-        if agent not in self._readers or self._readers[agent].done():
-            self._readers[agent] = asyncio.get_running_loop().create_task(self._read(agent))
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.get_running_loop().create_task(self._read())
+        elif agent not in self._reading:
+            self._widen.set()
 
     def peer_gone(self, peer: Peer, owned_active: list[RunRecord]) -> None:
         """Re-hand Runs a dead worker had not started; liveness covers its active Runs."""
@@ -275,30 +290,87 @@ class RedisDispatcher:
             self.records[key] = record
             await self._give_back(key)
 
-    async def _read(self, agent: str) -> None:
-        """Read the agent's stream while this node has a worker of it."""
-        stream = self._stream(agent)
-        while self._live_workers(agent):
+    async def _read(self) -> None:
+        """Read the streams of every agent name this node has live workers of."""
+        own = True  # first take back what this node holds unacknowledged
+        claimed_at = 0.0
+        while True:
+            # No await from here to ``_reading``: a worker of a name not in it, from
+            # now on, sets ``_widen`` and cuts the coming read short.
+            self._widen.clear()
+            agents = [agent for agent in list(self.workers) if self._live_workers(agent)]
+            self._reading = frozenset(agents)
+            if not agents:
+                return
             try:
-                await self._ensure_group(agent)
-                reply = await self._redis.xreadgroup(
-                    GROUP, self.node_id, {stream: ">"}, count=10, block=500
-                )
-                for _, items in reply or []:
-                    for entry_id, fields in items:
-                        await self._take(agent, entry_id.decode(), fields)
-                claimed = await self._redis.xautoclaim(
-                    stream, GROUP, self.node_id, int(self.claim_idle * 1000), "0-0", count=10
-                )
-                for entry_id, fields in claimed[1] if claimed else []:
-                    if fields:
-                        await self._take(agent, entry_id.decode(), fields)
+                for agent in agents:
+                    await self._ensure_group(agent)
+                streams = {self._stream(agent): agent for agent in agents}
+                if own:
+                    reply = await self._redis.xreadgroup(
+                        GROUP, self.node_id, dict.fromkeys(streams, "0"), count=100
+                    )
+                    own = False
+                else:
+                    reply = await self._interruptible(
+                        self._redis.xreadgroup(
+                            GROUP,
+                            self.node_id,
+                            dict.fromkeys(streams, ">"),
+                            count=10,
+                            block=max(1, int(self.read_block * 1000)),
+                        )
+                    )
+                    if reply is _WIDENED:
+                        own = True  # Redis may have handed it entries all the same
+                        continue
+                held = {entry_id for _, entry_id in self.held.values()}
+                for stream, items in reply or []:
+                    agent = streams[stream.decode()]
+                    for raw_id, fields in items:
+                        entry_id = raw_id.decode()
+                        if entry_id in held:
+                            continue  # taken already (read again with this node's own)
+                        if not fields:  # deleted while this node held it
+                            await self._ack(agent, entry_id)
+                            continue
+                        await self._take(agent, entry_id, fields)
+                if time.monotonic() - claimed_at >= min(1.0, self.claim_idle / 2):
+                    claimed_at = time.monotonic()
+                    await self._claim_idle(streams)
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
-                log.warning("dispatch reader for %s: %s", agent, exc)
-                self._groups.discard(agent)
+                log.warning("dispatch reader: %s", exc)
+                self._groups.clear()
+                own = True
                 await asyncio.sleep(0.5)
+
+    async def _interruptible(self, read: Coroutine[Any, Any, Any]) -> Any:
+        """``read``'s reply, or ``_WIDENED`` if a worker of another agent name came first."""
+        reading = asyncio.ensure_future(read)
+        widened = asyncio.ensure_future(self._widen.wait())
+        try:
+            await asyncio.wait({reading, widened}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            widened.cancel()
+            if not reading.done():
+                reading.cancel()
+                with suppress(asyncio.CancelledError, RedisError, OSError):
+                    await reading
+        return _WIDENED if reading.cancelled() else reading.result()
+
+    async def _claim_idle(self, streams: dict[str, str]) -> None:
+        """Take over entries other nodes left unacknowledged for ``claim_idle`` seconds."""
+        idle_ms = int(self.claim_idle * 1000)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.xautoclaim(stream, GROUP, self.node_id, idle_ms, "0-0", count=10)
+            replies = await pipe.execute()
+        for agent, claimed in zip(streams.values(), replies, strict=True):
+            for entry_id, fields in claimed[1] if claimed else []:
+                if fields:
+                    await self._take(agent, entry_id.decode(), fields)
 
     async def _touch(self, client_ids: list[str]) -> None:
         if not client_ids:

@@ -323,3 +323,29 @@ async def test_agents_connecting_together_do_not_each_cost_a_redis_connection(
     assert redis_connections(node) <= before + 1
     for peer in peers:
         await peer.close()
+
+
+async def test_one_node_reads_every_agent_names_runs_on_one_redis_connection(
+    cluster: Cluster,
+) -> None:
+    # Workers of 20 agent names on one node: one read covers all their streams, so the
+    # node's Redis connections do not grow with the names it serves; each name's Run
+    # goes to that name's worker.
+    node = await cluster.start_node()
+    client = await RawPeer.open(node.url)
+    await client.attach("s")
+    first = await RawPeer.open(node.url, role="agent", client_id="w-first")
+    await first.request({"type": "worker", "agent": "first"})
+    await client.publish("s", prompt(agent="first"))
+    await first.next("dispatch", timeout=10)
+    before = redis_connections(node)
+    workers: dict[str, RawPeer] = {}
+    for i in range(20):
+        workers[f"name-{i}"] = await RawPeer.open(node.url, role="agent", client_id=f"w-{i}")
+        await workers[f"name-{i}"].request({"type": "worker", "agent": f"name-{i}"})
+    runs = {name: new_id() for name in workers}
+    for name, run_id in runs.items():
+        await client.publish("s", prompt(run_id, agent=name))
+    for name, worker in workers.items():
+        assert (await worker.next("dispatch", timeout=10))["run_id"] == runs[name]
+    assert redis_connections(node) <= before + 1

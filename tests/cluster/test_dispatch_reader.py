@@ -1,0 +1,87 @@
+"""A node's one dispatch reader, in process against a real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+import relay
+from relay import Server
+from relay.cluster import RedisDispatcher
+from relay.store.redis import RedisStore
+from transport.messages import new_id
+
+from ..relay.wire import RawPeer, prompt
+from .conftest import REDIS_URL
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def node(redis_prefix: str) -> AsyncIterator[Server]:
+    async with relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as server:
+        yield server
+
+
+def dispatcher(server: Server) -> RedisDispatcher:
+    found = server.hub.dispatcher
+    assert isinstance(found, RedisDispatcher)
+    return found
+
+
+async def test_a_worker_of_a_new_agent_name_is_served_without_waiting_out_the_read(
+    node: Server,
+) -> None:
+    # The reader blocks for up to 4 s on the streams it knows; a worker of another name
+    # interrupts it, so that name's Run is dispatched at once, not after the block.
+    dispatcher(node).read_block = 4.0
+    client = await RawPeer.open(node.url)
+    await client.attach("s")
+    first = await RawPeer.open(node.url, role="agent", client_id="w-a")
+    await first.request({"type": "worker", "agent": "a"})
+    await anyio.sleep(0.3)  # the reader is blocked on stream "a" alone
+    second = await RawPeer.open(node.url, role="agent", client_id="w-b")
+    await second.request({"type": "worker", "agent": "b"})
+    run_id = new_id()
+    await client.publish("s", prompt(run_id, agent="b"))
+    with anyio.fail_after(2):
+        assert (await second.next("dispatch", timeout=2))["run_id"] == run_id
+    # The interrupted read lost nothing: a Run for "a" still reaches its worker.
+    run_a = new_id()
+    await client.publish("s", prompt(run_a, agent="a"))
+    assert (await first.next("dispatch", timeout=5))["run_id"] == run_a
+
+
+async def test_entries_a_cut_short_read_was_handed_are_taken_back(node: Server) -> None:
+    # Redis may serve a read the node then cancels (a worker of a new name cut it
+    # short): the entry is then this node's, unacknowledged, and no worker was given
+    # it. Every (re)start of the reader first reads this node's own pending entries.
+    server = dispatcher(node)
+    client = await RawPeer.open(node.url)
+    await client.attach("s")
+    redis_client = server.store.client()
+    try:
+        stream = server.store.dispatch_stream("a")
+        await redis_client.xgroup_create(stream, "relay", id="0", mkstream=True)
+        run_id = new_id()
+        await client.publish("s", prompt(run_id, agent="a"))  # on the stream; no reader
+        # The served read whose reply the node never saw.
+        [[_, served]] = await redis_client.xreadgroup(
+            "relay", server.node_id, {stream: ">"}, count=1
+        )
+        assert len(served) == 1
+        assert (await redis_client.xpending(stream, "relay"))["pending"] == 1
+        worker = await RawPeer.open(node.url, role="agent", client_id="w-a")
+        await worker.request({"type": "worker", "agent": "a"})
+        # Well before claim_idle (10 s), after which any node would claim it.
+        got = await worker.next("dispatch", timeout=3)
+        assert got["run_id"] == run_id
+        # Handed once: reading its own entries again does not hand it a second time.
+        await anyio.sleep(0.3)  # the reader is blocked again
+        server._widen.set()
+        with pytest.raises(TimeoutError):
+            await worker.next("dispatch", timeout=1)
+    finally:
+        await redis_client.aclose()
