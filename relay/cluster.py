@@ -324,12 +324,12 @@ class RedisDispatcher:
                     if reply is _WIDENED:
                         own = True  # Redis may have handed it entries all the same
                         continue
-                held = {entry_id for _, entry_id in self.held.values()}
+                held = set(self.held.values())  # (agent, entry id): ids repeat across streams
                 for stream, items in reply or []:
                     agent = streams[stream.decode()]
                     for raw_id, fields in items:
                         entry_id = raw_id.decode()
-                        if entry_id in held:
+                        if (agent, entry_id) in held:
                             continue  # taken already (read again with this node's own)
                         if not fields:  # deleted while this node held it
                             await self._ack(agent, entry_id)
