@@ -62,10 +62,10 @@ async def test_the_sweep_ends_only_runs_whose_owner_stayed_away_for_the_grace(
     node.client_back("here")
     await node._touch(["here"])
     await node._sweep()
-    assert expired == []  # the absent are marked, not yet ended
+    assert expired == []  # the others absent since their Runs started: not past the grace
     node.client_back("returns")
     await node._touch(["returns"])
-    await anyio.sleep(0.35)  # past the grace (the marks hold the time they were set)
+    await anyio.sleep(0.35)  # past the grace for those never marked present
     await node._sweep()
     assert sorted(expired) == [("s0", "r-s0"), ("s2", "r-s2"), ("s4", "r-s4")]
 
