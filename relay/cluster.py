@@ -110,6 +110,9 @@ return dropped
 class RedisDispatcher:
     """Same interface as ``Dispatcher``; state in Redis (see the module docstring)."""
 
+    needs_pending = False
+    """The agents' streams hold the waiting Runs: a worker costs no read of the index."""
+
     def __init__(
         self,
         store: RedisStore,
@@ -128,6 +131,8 @@ class RedisDispatcher:
         self.consumer_idle = consumer_idle
         """Seconds a stream consumer holding nothing may stay idle before the sweeper drops it."""
         self._pruned = 0.0  # when this node last pruned consumers (as the sweeper)
+        self.indexed = False
+        """The active Runs an earlier version left out of their owners' sets are in them."""
         self.heartbeat = max(0.2, min(grace / 3, 2.0))
         self.node_id = f"node-{new_id()[:12]}"
         self._expire = expire
@@ -183,7 +188,7 @@ class RedisDispatcher:
 
     def add_worker(self, peer: Peer, agent: str, pending: list[RunRecord]) -> None:
         """Register a local worker; start reading the agent's stream on this node."""
-        del pending  # the stream holds waiting Runs
+        del pending  # empty (``needs_pending``): the stream holds waiting Runs
         enlist(self.workers, peer, agent, self.metrics)
         if self._reader is None or self._reader.done():
             self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -381,13 +386,12 @@ class RedisDispatcher:
             log.warning("presence heartbeat failed: %s", exc)
 
     async def _maintain(self) -> None:
-        indexed = False
         while True:
             await asyncio.sleep(self.heartbeat)
             try:
-                if not indexed:
+                if not self.indexed:
                     await self.store.index_owners()
-                    indexed = True
+                    self.indexed = True
                 await self._touch(list(self.agents_present))
                 await self._refresh_held()
                 if await self._lead():

@@ -45,6 +45,9 @@ Expire = Callable[[str, str], Coroutine[Any, Any, None]]
 class Dispatcher:
     """Workers by agent name, Runs handed out, and grace timers."""
 
+    needs_pending = True
+    """``add_worker`` wants the stored Runs waiting for a worker (read from the store)."""
+
     def __init__(self, *, grace: float, expire: Expire, metrics: Metrics) -> None:
         self.grace = grace
         self.metrics = metrics

@@ -290,7 +290,11 @@ class Hub:
                 raise RunwireError(
                     UNAUTHORIZED, "the token grants 'agent' in no session", details={"needs": AGENT}
                 )
-            pending = await self.store.runs_with_status(["pending"], agent=frame.agent)
+            pending = (
+                await self.store.runs_with_status(["pending"], agent=frame.agent)
+                if self.dispatcher.needs_pending
+                else []
+            )
             peer.send_frame(codec.encode(Ack(req=frame.req)))
             self.dispatcher.add_worker(peer, frame.agent, pending)
         elif isinstance(frame, Hello):

@@ -85,3 +85,34 @@ async def test_entries_a_cut_short_read_was_handed_are_taken_back(node: Server) 
             await worker.next("dispatch", timeout=1)
     finally:
         await redis_client.aclose()
+
+
+async def test_a_worker_registering_reads_nothing_of_the_cluster_wide_index(
+    node: Server,
+) -> None:
+    # Workers reconnecting to a node after a restart: each registration reads its
+    # agent's stream, not every pending Run of the cluster (the status index).
+    server = dispatcher(node)
+    client = await RawPeer.open(node.url)
+    await client.attach("s")
+    for _ in range(5):
+        await client.publish("s", prompt(agent="elsewhere"))  # pending, in the index
+    redis_client = server.store.client()
+    try:
+
+        async def index_reads() -> int:
+            stats = await redis_client.info("commandstats")
+            return int(stats.get("cmdstat_smembers", {"calls": 0})["calls"])
+
+        with anyio.fail_after(10):  # the node's one read of the index at start is done
+            while not server.indexed:
+                await anyio.sleep(0.05)
+        before = await index_reads()
+        workers = [
+            await RawPeer.open(node.url, role="agent", client_id=f"w-{i}") for i in range(10)
+        ]
+        for worker in workers:
+            assert (await worker.request({"type": "worker", "agent": "a"}))["type"] == "ack"
+        assert await index_reads() == before
+    finally:
+        await redis_client.aclose()
