@@ -126,11 +126,18 @@ class Hub:
 
     async def start(self) -> None:
         """Time the Runs that were active when the relay last stopped; give queued Runs
-        whose turn came their turn."""
-        self.slots.sync(await self.store.runs_with_status(["pending", "active"]))
+        whose turn came their turn.
+
+        A single relay also holds ``max_concurrent_runs`` slots for the Runs still going
+        on. A node of several does not: it counts the Runs of the sessions it loads
+        (``SlotBook.replace_session``), and would never see another node's Runs end.
+        """
         if isinstance(self.dispatcher, Dispatcher):
-            for record in await self.store.runs_with_status(["active"]):
-                self.dispatcher.start_timer(record)
+            going_on = await self.store.runs_with_status(["pending", "active"])
+            self.slots.sync(going_on)
+            for record in going_on:
+                if record.status == "active":
+                    self.dispatcher.start_timer(record)
         else:
             self.dispatcher.start()
         queued = await self.store.runs_with_status(["queued"])

@@ -11,7 +11,9 @@ import pytest
 import agent_side
 import client_side
 from agent_side import AbortSignal, Run
+from tests.relay.wire import RawPeer, prompt, run_status
 from transport import RunwireError, UIMessage, message_text
+from transport.messages import new_id
 
 from .conftest import Cluster
 from .test_cluster import wait_until, words
@@ -101,3 +103,24 @@ async def test_an_interrupt_sent_through_one_node_cancels_a_run_streaming_throug
         now = await laptop.send("short instead", multitask="interrupt")
         assert (await first.result()).status == "cancelled"
         assert (await now.result()).status == "complete"
+
+
+async def test_a_node_started_later_holds_no_slot_for_runs_of_sessions_it_never_loaded(
+    cluster: Cluster,
+) -> None:
+    # max_concurrent_runs counts per node the Runs of the sessions it has loaded. A
+    # node starting while another node's Run goes on must not hold a slot for it: it
+    # would never see it end, and its own sessions would wait for ever.
+    a = await cluster.start_node()
+    client = await RawPeer.open(a.url)
+    await client.attach("elsewhere")
+    run_id = new_id()
+    await client.publish("elsewhere", prompt(run_id))
+    agent = await RawPeer.open(a.url, role="agent", client_id="agent-a")
+    await agent.attach("elsewhere")
+    assert (await agent.publish("elsewhere", run_status(run_id, "active")))["type"] == "ack"
+    b = await cluster.start_node(1.0, "--max-concurrent-runs", "1")
+    assert (await agent.publish("elsewhere", run_status(run_id, "complete")))["type"] == "ack"
+    async with client_side.connect(b.url, "here") as session:
+        run = await session.send("hello")
+        assert run.status == "pending"  # the one slot is free
