@@ -401,7 +401,10 @@ class Hub:
         """Forget a channel nobody on this node watches (its store subscription ends).
 
         A channel with queued Runs stays: a slot freed in another session gives them
-        their turn only while it is loaded.
+        their turn only while it is loaded. A node of several also gives back the
+        ``max_concurrent_runs`` slots of the session's Runs (it counts the Runs of the
+        sessions it has loaded and would not see these end); a single relay keeps
+        them, since every Run goes through it.
         """
         if (
             channel.subscribers
@@ -415,6 +418,8 @@ class Hub:
         if self.channels.get(channel.session_id) is channel:
             del self.channels[channel.session_id]
             channel.close()
+            if not isinstance(self.dispatcher, Dispatcher):
+                self.slots.replace_session(channel.session_id, [])
             self.metrics.channels.set(len(self.channels))
 
     async def _published(self, entry: EntryBody, changes: list[RunRecord]) -> None:

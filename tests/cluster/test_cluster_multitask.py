@@ -124,3 +124,26 @@ async def test_a_node_started_later_holds_no_slot_for_runs_of_sessions_it_never_
     async with client_side.connect(b.url, "here") as session:
         run = await session.send("hello")
         assert run.status == "pending"  # the one slot is free
+
+
+async def test_a_node_that_puts_a_session_down_gives_back_the_slots_of_its_runs(
+    cluster: Cluster,
+) -> None:
+    # The client on node B leaves while its Run goes on through the agent's node A:
+    # B forgets the session and must forget its slot too, since the Run's end would
+    # never reach it.
+    a = await cluster.start_node()
+    b = await cluster.start_node(1.0, "--max-concurrent-runs", "1")
+    agent = await RawPeer.open(a.url, role="agent", client_id="agent-a")
+    await agent.attach("first")
+    client = await RawPeer.open(b.url)
+    await client.attach("first")
+    run_id = new_id()
+    assert (await client.publish("first", prompt(run_id)))["type"] == "ack"
+    assert (await agent.publish("first", run_status(run_id, "active")))["type"] == "ack"
+    await client.close()  # B puts "first" down: nobody there watches it
+    await anyio.sleep(0.5)
+    assert (await agent.publish("first", run_status(run_id, "complete")))["type"] == "ack"
+    async with client_side.connect(b.url, "second") as session:
+        run = await session.send("hello")
+        assert run.status == "pending"  # the one slot is free
