@@ -499,41 +499,44 @@ class Hub:
         """End a Run whose agent did not come back within the grace period.
 
         A durable Run is not ended: it goes back to ``pending`` and the
-        dispatcher hands it to another worker, which adopts it.
+        dispatcher hands it to another worker, which adopts it. The session is
+        held only for this: a node that sweeps (on Redis, any node) does not keep
+        a session none of its clients watch.
         """
         try:
-            channel = await self.channel(session_id)
-            record = channel.registry.get(run_id)
-            if record is None or record.status != "active":
-                return
-            if record.owner in self._present:
-                return
-            entry = RunEntry(
-                id=f"relay-{new_id()}",
-                run_id=run_id,
-                status="error",
-                error=ErrorBody(
-                    code=AGENT_LOST,
-                    message="the agent went away and did not come back in time",
-                    details={"grace_seconds": self.options.agent_grace},
-                ),
-            )
-            if record.durable:
-                # Not ended: handed to another worker, which adopts it. The id is the
-                # same on every node, so a second sweep of the same loss is a duplicate.
-                entry = RunEntry(
-                    id=relay_entry_id(run_id, "adopt", str(record.adoptions + 1)),
-                    run_id=run_id,
-                    status="pending",
-                )
-                _, duplicate, changes = await channel.publish(entry, RELAY, now_ms())
-                if not duplicate:
-                    await self._published(entry, changes)
-                return
-            await channel.publish(entry, RELAY, now_ms())
-            self.metrics.agent_lost.inc()
+            async with self.hold(session_id) as channel:
+                await self._end_lost(channel, run_id)
         except RunwireError as exc:
             log.warning("could not end run %s/%s: %s", session_id, run_id, exc)
+
+    async def _end_lost(self, channel: Channel, run_id: str) -> None:
+        record = channel.registry.get(run_id)
+        if record is None or record.status != "active" or record.owner in self._present:
+            return
+        if record.durable:
+            # Not ended: handed to another worker, which adopts it. The id is the
+            # same on every node, so a second sweep of the same loss is a duplicate.
+            entry = RunEntry(
+                id=relay_entry_id(run_id, "adopt", str(record.adoptions + 1)),
+                run_id=run_id,
+                status="pending",
+            )
+            _, duplicate, changes = await channel.publish(entry, RELAY, now_ms())
+            if not duplicate:
+                await self._published(entry, changes)
+            return
+        lost = RunEntry(
+            id=f"relay-{new_id()}",
+            run_id=run_id,
+            status="error",
+            error=ErrorBody(
+                code=AGENT_LOST,
+                message="the agent went away and did not come back in time",
+                details={"grace_seconds": self.options.agent_grace},
+            ),
+        )
+        await channel.publish(lost, RELAY, now_ms())
+        self.metrics.agent_lost.inc()
 
     def stats(self) -> dict[str, Any]:
         """Numbers for ``/healthz``."""

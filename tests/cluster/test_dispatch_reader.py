@@ -116,3 +116,20 @@ async def test_a_worker_registering_reads_nothing_of_the_cluster_wide_index(
         assert await index_reads() == before
     finally:
         await redis_client.aclose()
+
+
+async def test_a_sweep_that_finds_nothing_to_end_leaves_no_session_loaded(node: Server) -> None:
+    # The sweeper's node loads a session to end a Run; when the Run has ended already
+    # (another holder got there first) it must not keep the session, and its pub/sub,
+    # for a session none of its clients watch.
+    client = await RawPeer.open(node.url)
+    await client.attach("s")
+    run_id = new_id()
+    await client.publish("s", prompt(run_id))
+    await client.close()
+    with anyio.fail_after(5):
+        while "s" in node.hub.channels:
+            await anyio.sleep(0.02)
+    await node.hub._agent_lost("s", run_id)  # pending, not active: nothing to end
+    await node.hub._agent_lost("s", "no-such-run")
+    assert "s" not in node.hub.channels
