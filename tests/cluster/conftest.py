@@ -27,6 +27,8 @@ class Node:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()  # else the garbage collector warns of it, in any later test
 
 
 @dataclass
