@@ -36,7 +36,10 @@ nothing a second node would need stays in one node's memory:
   sweep's cost does not grow with the number of nodes; nor with the number of
   Runs under way: one script, one round trip, returns the owners whose deadline
   passed ``agent_grace`` seconds ago, each with the Runs it still owns, and
-  forgets the gone owners that own nothing. Each of those Runs is ended
+  forgets the gone owners that own nothing. A node that has just taken the
+  lease, or takes up the sweep again after its maintenance failed (Redis away),
+  first moves deadlines that have passed to "now": while no node could write
+  presence, absence does not count. Each of those Runs is ended
   ``error`` / ``AGENT_LOST``; should a new holder repeat an old one's last
   attempt, the Run rules make the second a no-op. A durable Run is put back to
   ``pending`` instead (an entry with a deterministic id, so a second node's
@@ -74,6 +77,7 @@ GROUP = "relay"
 _WIDENED = object()
 
 # KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
+# 2 if it has just taken it (it was free).
 _LEAD = """
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -82,7 +86,7 @@ if holder == ARGV[1] then
 end
 if not holder then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+  return 2
 end
 return 0
 """
@@ -386,6 +390,7 @@ class RedisDispatcher:
             log.warning("presence heartbeat failed: %s", exc)
 
     async def _maintain(self) -> None:
+        lapsed = True  # no sweep yet, or maintenance failed (Redis away) since the last one
         while True:
             await asyncio.sleep(self.heartbeat)
             try:
@@ -394,7 +399,14 @@ class RedisDispatcher:
                     self.indexed = True
                 await self._touch(list(self.agents_present))
                 await self._refresh_held()
-                if await self._lead():
+                held = await self._lead()
+                if held:
+                    if held == 2 or lapsed:
+                        # Deadlines that passed while no node could write presence (Redis
+                        # away, or no sweeper) do not count: absence starts now, so every
+                        # node marks its agents again before any Run is ended.
+                        await self.store.absent_from_now()
+                        lapsed = False
                     await self._sweep()
                     if time.monotonic() - self._pruned >= min(60.0, self.consumer_idle):
                         self._pruned = time.monotonic()
@@ -402,13 +414,15 @@ class RedisDispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                lapsed = True
                 log.exception("cluster maintenance failed")
 
-    async def _lead(self) -> bool:
-        """Take or keep the sweeper's lease; True while this node holds it."""
+    async def _lead(self) -> int:
+        """Take or keep the sweeper's lease: 0 if another node holds it, 1 if this node
+        kept it, 2 if it has just taken it."""
         lease = int(self.heartbeat * 3000)
         held = await self._lead_script(keys=[self.store.key("sweeper")], args=[self.node_id, lease])
-        return bool(held)
+        return int(held)
 
     async def _refresh_held(self) -> None:
         by_agent: dict[str, list[str]] = {}

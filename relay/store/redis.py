@@ -602,6 +602,13 @@ class RedisStore(Store):
                 runs.append((session_id, run_id))
         return gone
 
+    async def absent_from_now(self) -> int:
+        """Restart the absence of owners whose deadline has passed: from now, as if they
+        had just been marked for the last time. How many there were."""
+        (reply,) = await self._call(self._eval("absent_from_now", [self.presence_key], []))
+        self._check(reply)
+        return int(reply)
+
     async def index_owners(self) -> int:
         """Put every active Run in its owner's set if it is not (Runs written by an earlier
         version); how many were added. The append script keeps the sets after that."""

@@ -240,6 +240,18 @@ return out
 """
 )
 
+# KEYS: presence. Deadlines already passed become now: absence counts from now (a sweeper
+# that has just taken over, or is back after losing Redis). Returns how many moved.
+_ABSENT_FROM_NOW = (
+    _COMMON
+    + """
+local now = now_ms()
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, owner in ipairs(lapsed) do redis.call('ZADD', KEYS[1], now, owner) end
+return #lapsed
+"""
+)
+
 # KEYS: presence. ARGV: owners' set prefix, the store's prefix, then index members of
 # Runs found active. Puts each Run that is still active with an owner in its owner's
 # set, as the append script would have (for Runs an earlier version wrote). Returns
@@ -275,6 +287,6 @@ return added
 SCRIPTS = {name: text.encode() for name, text in [
     ("append", _APPEND), ("put_runs", _PUT_RUNS), ("open", _OPEN), ("find", _FIND),
     ("since", _SINCE), ("requeue", _REQUEUE), ("present", _PRESENT), ("gone", _GONE),
-    ("own", _OWN),
+    ("own", _OWN), ("absent_from_now", _ABSENT_FROM_NOW),
 ]}  # fmt: skip
 SHA = {name: hashlib.sha1(text).hexdigest() for name, text in SCRIPTS.items()}

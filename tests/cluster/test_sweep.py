@@ -163,6 +163,34 @@ async def test_runs_an_earlier_version_left_unindexed_are_swept_after_a_start(
         await client.aclose()
 
 
+async def test_after_redis_was_away_absence_counts_from_its_return(store: RedisStore) -> None:
+    # While Redis is away no node can mark its agents; the deadlines that lapsed then
+    # must not end Runs the moment it returns, before the nodes mark them again: the
+    # sweeper restarts the absence of lapsed owners when it (re)takes the sweep.
+    expired: list[tuple[str, str]] = []
+    node = RedisDispatcher(store, grace=1.0, expire=ending(store, expired), metrics=Metrics())
+    await store.put_runs([active("kept", "elsewhere"), active("lost", "for-good")])
+    await store.mark_present(["elsewhere", "for-good"], 0.05)  # the last marks before
+    await anyio.sleep(1.3)  # Redis away for longer than the grace
+    client = store.client()
+    try:
+        lapsed = await client.zscore(store.presence_key, "elsewhere")
+        node.start()
+        with anyio.fail_after(5):  # the sweeper's first round restarts their absence
+            while await client.zscore(store.presence_key, "elsewhere") == lapsed:
+                await anyio.sleep(0.02)
+        assert expired == []
+        await store.mark_present(["elsewhere"], 30)  # its node marks it again
+        with anyio.fail_after(5):
+            while not expired:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)
+    finally:
+        node.close()
+        await client.aclose()
+    assert expired == [("lost", "r-lost")]  # only the one whose agent did not come back
+
+
 async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
     store: RedisStore,
 ) -> None:
