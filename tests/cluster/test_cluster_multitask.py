@@ -16,7 +16,7 @@ from transport import RunwireError, UIMessage, message_text
 from transport.messages import new_id
 
 from .conftest import Cluster
-from .test_cluster import wait_until, words
+from .test_cluster import an_active_run, wait_until, words
 
 pytestmark = pytest.mark.anyio
 
@@ -112,15 +112,9 @@ async def test_a_node_started_later_holds_no_slot_for_runs_of_sessions_it_never_
     # node starting while another node's Run goes on must not hold a slot for it: it
     # would never see it end, and its own sessions would wait for ever.
     a = await cluster.start_node()
-    client = await RawPeer.open(a.url)
-    await client.attach("elsewhere")
-    run_id = new_id()
-    await client.publish("elsewhere", prompt(run_id))
-    agent = await RawPeer.open(a.url, role="agent", client_id="agent-a")
-    await agent.attach("elsewhere")
-    assert (await agent.publish("elsewhere", run_status(run_id, "active")))["type"] == "ack"
+    _, agent, run_id = await an_active_run(a, a)  # session "s", all on node A
     b = await cluster.start_node(1.0, "--max-concurrent-runs", "1")
-    assert (await agent.publish("elsewhere", run_status(run_id, "complete")))["type"] == "ack"
+    assert (await agent.publish("s", run_status(run_id, "complete")))["type"] == "ack"
     async with client_side.connect(b.url, "here") as session:
         run = await session.send("hello")
         assert run.status == "pending"  # the one slot is free
