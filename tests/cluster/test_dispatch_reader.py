@@ -1,4 +1,4 @@
-"""A node's one dispatch reader, in process against a real Redis."""
+"""A relay node on Redis, in process: its one dispatch reader, and what it reads and keeps."""
 
 from __future__ import annotations
 
