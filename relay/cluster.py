@@ -170,10 +170,11 @@ class RedisDispatcher:
             if task is not None:
                 task.cancel()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _stream(self, agent: str) -> str:
         return self.store.dispatch_stream(agent)
@@ -221,9 +222,7 @@ class RedisDispatcher:
         self.agents_present[client_id] = self.agents_present.get(client_id, 0) + 1
         self._arrived.add(client_id)
         if self._toucher is None or self._toucher.done():
-            self._toucher = asyncio.get_running_loop().create_task(self._touch_arrived())
-            self._tasks.add(self._toucher)
-            self._toucher.add_done_callback(self._tasks.discard)
+            self._toucher = self._spawn(self._touch_arrived())
 
     async def _touch_arrived(self) -> None:
         """Write the presence of agents that connected, all that came meanwhile at once.
