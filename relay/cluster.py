@@ -259,8 +259,10 @@ class RedisDispatcher:
 
     async def _ack(self, agent: str, entry_id: str) -> None:
         try:
-            await self._redis.xack(self._stream(agent), GROUP, entry_id)
-            await self._redis.xdel(self._stream(agent), entry_id)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xack(self._stream(agent), GROUP, entry_id)
+                pipe.xdel(self._stream(agent), entry_id)
+                await pipe.execute()
         except RedisError as exc:
             log.warning("could not acknowledge dispatch %s: %s", entry_id, exc)
 
