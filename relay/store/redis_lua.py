@@ -37,6 +37,19 @@ local function touch(ttl)
     for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
   end
 end
+-- Puts the Run (meta hash, run id, index member) in the set ``owns`` of ``owner``, out of
+-- the one it was in (meta ``o:<run id>``), and an owner no node has marked yet in the
+-- presence set as of now. True if it moved.
+local function own(meta, run_id, member, owner, owns, presence)
+  local field = 'o:' .. run_id
+  local was = redis.call('HGET', meta, field)
+  if was == owns then return false end
+  if was then redis.call('SREM', was, member) end
+  redis.call('SADD', owns, member)
+  redis.call('HSET', meta, field, owns)
+  redis.call('ZADD', presence, 'NX', now_ms(), owner)
+  return true
+end
 local function write_runs(start, session)
   for i = start, #ARGV, 7 do
     if redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2]) == 1 then
@@ -62,19 +75,15 @@ local function write_runs(start, session)
       redis.call('XDEL', ARGV[i + 4], queued)
       redis.call('HDEL', KEYS[1], field)
     end
-    field = 'o:' .. ARGV[i]
-    local owns = redis.call('HGET', KEYS[1], field)
-    local owner = ARGV[i + 5]
-    if status == ACTIVE and owner ~= '' then
-      if owns ~= ARGV[i + 6] then
-        if owns then redis.call('SREM', owns, ARGV[i + 3]) end
-        redis.call('SADD', ARGV[i + 6], ARGV[i + 3])
-        redis.call('HSET', KEYS[1], field, ARGV[i + 6])
-        redis.call('ZADD', KEYS[#KEYS], 'NX', now_ms(), owner)
+    if status == ACTIVE and ARGV[i + 5] ~= '' then
+      own(KEYS[1], ARGV[i], ARGV[i + 3], ARGV[i + 5], ARGV[i + 6], KEYS[#KEYS])
+    else
+      field = 'o:' .. ARGV[i]
+      local owns = redis.call('HGET', KEYS[1], field)
+      if owns then
+        redis.call('SREM', owns, ARGV[i + 3])
+        redis.call('HDEL', KEYS[1], field)
       end
-    elseif owns then
-      redis.call('SREM', owns, ARGV[i + 3])
-      redis.call('HDEL', KEYS[1], field)
     end
   end
 end
@@ -266,17 +275,10 @@ for i = 3, #ARGV do
   local raw = redis.call('HGET', base .. 'runs', ids[2])
   if raw then
     local record = cjson.decode(raw)
-    if record.status == 'active' and type(record.owner) == 'string' then
-      local owns = ARGV[1] .. record.owner
-      local field = 'o:' .. ids[2]
-      local was = redis.call('HGET', base .. 'meta', field)
-      if was ~= owns then
-        if was then redis.call('SREM', was, ARGV[i]) end
-        redis.call('SADD', owns, ARGV[i])
-        redis.call('HSET', base .. 'meta', field, owns)
-        redis.call('ZADD', KEYS[1], 'NX', now_ms(), record.owner)
-        added = added + 1
-      end
+    if record.status == 'active' and type(record.owner) == 'string'
+      and own(base .. 'meta', ids[2], ARGV[i], record.owner, ARGV[1] .. record.owner, KEYS[1])
+    then
+      added = added + 1
     end
   end
 end
