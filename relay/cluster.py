@@ -37,9 +37,12 @@ nothing a second node would need stays in one node's memory:
   Runs under way: one script, one round trip, returns the owners whose deadline
   passed ``agent_grace`` seconds ago, each with the Runs it still owns, and
   forgets the gone owners that own nothing. A node that has just taken the
-  lease, or takes up the sweep again after its maintenance failed (Redis away),
-  first moves deadlines that have passed to "now": while no node could write
-  presence, absence does not count. Each of those Runs is ended
+  lease, or takes up the sweep again after its maintenance failed (Redis away,
+  or refusing writes: out of memory, a read-only replica), first moves deadlines
+  that have passed to "now": while no node could write presence, absence does
+  not count. The lease is renewed with ``SET``, which a Redis out of memory
+  refuses (``PEXPIRE`` it would take), so the sweeper notices that nobody could
+  write presence even when it has no agents of its own to mark. Each of those Runs is ended
   ``error`` / ``AGENT_LOST``; should a new holder repeat an old one's last
   attempt, the Run rules make the second a no-op. A durable Run is put back to
   ``pending`` instead (an entry with a deterministic id, so a second node's
@@ -77,11 +80,12 @@ GROUP = "relay"
 _WIDENED = object()
 
 # KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
-# 2 if it has just taken it (it was free).
+# 2 if it has just taken it (it was free). Renewed with SET, not PEXPIRE: a Redis out of
+# memory refuses SET, so a sweeper that cannot write presence cannot keep sweeping either.
 _LEAD = """
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
 if not holder then
@@ -382,13 +386,16 @@ class RedisDispatcher:
                 if fields:
                     await self._take(agent, entry_id.decode(), fields)
 
-    async def _touch(self, client_ids: list[str]) -> None:
+    async def _touch(self, client_ids: list[str]) -> bool:
+        """Mark ``client_ids`` present; False if Redis did not take it."""
         if not client_ids:
-            return
+            return True
         try:
             await self.store.mark_present(client_ids, self.heartbeat * 3)
         except RunwireError as exc:
             log.warning("presence heartbeat failed: %s", exc)
+            return False
+        return True
 
     async def _maintain(self) -> None:
         lapsed = True  # no sweep yet, or maintenance failed (Redis away) since the last one
@@ -398,7 +405,8 @@ class RedisDispatcher:
                 if not self.indexed:
                     await self.store.index_owners()
                     self.indexed = True
-                await self._touch(list(self.agents_present))
+                if not await self._touch(list(self.agents_present)):
+                    lapsed = True  # this node's agents may have lapsed meanwhile
                 await self._refresh_held()
                 held = await self._lead()
                 if held:

@@ -81,7 +81,11 @@ have been written: read back the truth); the next call connects again. There
 are no automatic retries, so a dead Redis is reported within the socket
 timeouts (``connect_timeout`` 2 s, ``socket_timeout`` 5 s by default; the
 latter bounds a round trip as a whole, connecting, sending and every reply,
-with one deadline rather than redis-py's timer per reply). Redis
+with one deadline rather than redis-py's timer per reply). An error reply
+(Redis out of memory, a read-only replica, one still loading its data) fails
+just its call, ``STORE_UNAVAILABLE`` with Redis's code in ``details["redis"]``;
+a script refused so wrote nothing (Redis refuses a script at its first write).
+``start()`` reads ``maxmemory-policy`` and warns of any but ``noeviction``. Redis
 that lost its data (no persistence) is seen by the epoch check: ``append``
 raises ``RunwireError(EPOCH_MISMATCH)`` until the channel is opened again.
 """
@@ -89,6 +93,7 @@ raises ``RunwireError(EPOCH_MISMATCH)`` until the channel is opened again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections import deque
 from collections.abc import Sequence
@@ -98,7 +103,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import (
+    BusyLoadingError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+)
 
 from transport.codec import dumps, loads, splice_serial
 from transport.errors import (
@@ -117,6 +128,8 @@ from .redis_lua import INDEXED, SCRIPTS, SHA, STATUSES
 from .redis_wire import Wire, unsupported
 
 __all__ = ["URL_OPTIONS", "RedisStore", "glob_escape"]
+
+log = logging.getLogger("runwire.relay.store")
 
 _MAX_BATCH = 1000
 """Commands sent in one round trip at most."""
@@ -157,6 +170,40 @@ class _Op:
 def glob_escape(text: str) -> str:
     """``text`` matched literally in a ``SCAN MATCH`` pattern."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _info(section: Any, field: bytes) -> str | None:
+    """A field of an ``INFO`` reply (``field:value`` lines), or None."""
+    if not isinstance(section, bytes):
+        return None
+    for line in section.splitlines():
+        name, _, value = line.partition(b":")
+        if name == field:
+            return value.strip().decode(errors="replace")
+    return None
+
+
+_REFUSALS: tuple[tuple[type[RedisError], str, str], ...] = (
+    (OutOfMemoryError, "OOM", "is out of memory (maxmemory reached) and wrote nothing"),
+    (ReadOnlyError, "READONLY", "is a read-only replica"),
+    (BusyLoadingError, "LOADING", "is still loading its data set"),
+)
+"""Refusals of a Redis that is there but cannot take writes: its error code and what it means."""
+
+
+def _refused(where: str, reply: RedisError) -> RunwireError:
+    """``STORE_UNAVAILABLE`` for an error reply, saying why when Redis said so.
+
+    redis-py strips the error code (``OOM``, ``READONLY``, ...) from the message and
+    turns it into the exception's class (not always a ``ResponseError``: ``LOADING``
+    is a ``ConnectionError``); ``details["redis"]`` gives the code back.
+    """
+    for kind, code, meaning in _REFUSALS:
+        if isinstance(reply, kind):
+            return RunwireError(
+                STORE_UNAVAILABLE, f"Redis at {where} {meaning}: {reply}", details={"redis": code}
+            )
+    return RunwireError(STORE_UNAVAILABLE, f"Redis at {where}: {reply}")
 
 
 class RedisStore(Store):
@@ -213,6 +260,8 @@ class RedisStore(Store):
         self.linger_ms = linger_ms
         self.round_trips = 0
         self.sharded = True  # SPUBLISH/SSUBSCRIBE; set from the server's version at start
+        self.maxmemory_policy: str | None = None
+        """Redis's ``maxmemory-policy``, read at start (a warning names any but ``noeviction``)."""
         self.where = parts.hostname or "localhost"
         if parts.port:
             self.where += f":{parts.port}"
@@ -295,12 +344,19 @@ class RedisStore(Store):
         self._conn = self.new_connection()
         self._writer = asyncio.create_task(self._write(), name="runwire-redis-commands")
         try:
-            (info,) = await self._call(("INFO", "server"))
-            version = next(
-                (line.split(b":", 1)[1] for line in info.split() if line.startswith(b"redis_v")),
-                b"7",
-            )
-            self.sharded = int(version.split(b".")[0]) >= 7
+            server, memory = await self._call(("INFO", "server"), ("INFO", "memory"))
+            version = _info(server, b"redis_version") or "7"
+            self.sharded = int(version.split(".")[0]) >= 7
+            self.maxmemory_policy = _info(memory, b"maxmemory_policy")
+            if self.maxmemory_policy not in (None, "noeviction"):
+                log.warning(
+                    "Redis at %s may evict keys when it runs short of memory "
+                    "(maxmemory-policy %s): a session's serial counter, de-dup window or Run "
+                    "records could then go on their own; set maxmemory-policy noeviction, "
+                    "under which a full Redis refuses writes instead (STORE_UNAVAILABLE)",
+                    self.where,
+                    self.maxmemory_policy,
+                )
             await self._call(*[("SCRIPT", "LOAD", text) for text in SCRIPTS.values()])
             # Index sets of ended Runs that earlier versions kept (and never read).
             ended = [self._status_key(s) for s in STATUSES if s not in INDEXED]
@@ -804,9 +860,7 @@ class RedisStore(Store):
             if not op.future.done():
                 op.future.set_result(
                     [
-                        RunwireError(STORE_UNAVAILABLE, f"Redis at {self.where}: {reply}")
-                        if isinstance(reply, ResponseError)
-                        else reply
+                        _refused(self.where, reply) if isinstance(reply, RedisError) else reply
                         for reply in mine
                     ]
                 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import urllib.error
@@ -13,10 +14,12 @@ from pathlib import Path
 import anyio
 import orjson
 import pytest
+import redis
 
 from tests.relay.wire import RawPeer, prompt
 
 from .conftest import Cluster
+from .test_cluster import an_active_run
 
 pytestmark = pytest.mark.anyio
 
@@ -132,3 +135,79 @@ async def test_losing_redis_refuses_publishes_and_recovers(throwaway: ThrowawayR
         assert [e["serial"] for e in resumed["entries"]] == [2]
     finally:
         node.kill()
+
+
+async def test_a_redis_out_of_memory_refuses_publishes_saying_so_and_takes_their_repeat_later(
+    throwaway: ThrowawayRedis,
+) -> None:
+    cluster = Cluster(store=f"redis://127.0.0.1:{throwaway.port}/0")
+    node = await cluster.start_node()
+    raw = redis.Redis(port=throwaway.port)
+    try:
+        peer = await RawPeer.open(node.url)
+        first = await peer.attach("s")
+        assert (await peer.publish("s", prompt()))["serial"] == 1
+        watcher = await RawPeer.open(node.url)
+        await watcher.attach("s", from_serial=1, epoch=first["epoch"])
+
+        raw.config_set("maxmemory", 1)  # every write is over the limit now
+        refused = prompt()
+        reply = await peer.publish("s", refused, timeout=15)
+        assert reply["type"] == "error"
+        assert reply["error"]["code"] == "STORE_UNAVAILABLE"
+        assert reply["error"]["details"] == {"redis": "OOM"}
+        assert "out of memory" in reply["error"]["message"]
+        # Redis still answers: reads go on, and so does the health check.
+        reader = await RawPeer.open(node.url)
+        assert [e["serial"] for e in (await reader.attach("s"))["entries"]] == [1]
+        assert (await healthz(node.url))[0] == 200
+
+        raw.config_set("maxmemory", 0)
+        reply = await peer.publish("s", refused, timeout=15)
+        assert reply["type"] == "ack" and reply["serial"] == 2
+        again = await peer.publish("s", refused, timeout=15)
+        assert again["type"] == "ack" and again["serial"] == 2 and again["duplicate"] is True
+        delivered = await watcher.entries(1)
+        assert [(e["serial"], e["id"]) for e in delivered] == [(2, refused["id"])]
+        with pytest.raises(TimeoutError):
+            await watcher.recv(timeout=0.5)  # the repeat is not delivered again
+    finally:
+        raw.close()
+        node.kill()
+
+
+async def test_a_redis_out_of_memory_for_longer_than_the_grace_ends_no_run_of_an_agent_that_stayed(
+    throwaway: ThrowawayRedis,
+) -> None:
+    # While Redis refuses writes no node can mark its agents present, so their
+    # deadlines lapse; absence must count from when Redis takes writes again.
+    cluster = Cluster(store=f"redis://127.0.0.1:{throwaway.port}/0")
+    raw = redis.Redis(port=throwaway.port)
+    try:
+        sweeper = await cluster.start_node(grace=1.0)
+        with anyio.fail_after(10):
+            while raw.get("rw:sweeper") is None:  # the first node holds the lease
+                await anyio.sleep(0.05)
+        other = await cluster.start_node(grace=1.0)
+        _client, _agent, run_id = await an_active_run(sweeper, other)
+
+        raw.config_set("maxmemory", 1)
+        await anyio.sleep(3.0)  # deadlines (one grace ahead) and a grace after them pass
+        other.proc.send_signal(signal.SIGSTOP)  # it cannot mark its agent again at once
+        try:
+            raw.config_set("maxmemory", 0)
+            await anyio.sleep(0.7)  # the sweeper sweeps meanwhile (every grace / 3)
+        finally:
+            other.proc.send_signal(signal.SIGCONT)
+        await anyio.sleep(2.0)
+
+        watcher = await RawPeer.open(sweeper.url)
+        runs = [
+            e for e in (await watcher.attach("s"))["entries"]
+            if e["kind"] == "run" and e["run_id"] == run_id
+        ]  # fmt: skip
+        assert [e["status"] for e in runs] == ["active"]
+    finally:
+        raw.close()
+        for node in cluster.nodes:
+            node.kill()

@@ -25,7 +25,7 @@ import anyio.abc
 import pytest
 import trustme
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError
 
 from relay.store import Store, StoredEntry, open_store, redis_live
 from relay.store.redis import LINGER_FULL, LINGER_MS, RedisStore
@@ -824,3 +824,104 @@ async def test_a_redis_with_a_password_and_another_db_serves_both_connections(
         assert caught.value.code == STORE_UNAVAILABLE
     finally:
         await server.kill(save=False)
+
+
+# -- a Redis short of memory -----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_redis_that_may_evict_keys_is_named_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Under an eviction policy Redis may drop any key when memory runs short: a
+    # session's serial counter, its de-dup window or its Run records, on their own.
+    server = _Server(tmp_path)
+    server.options += ("--maxmemory-policy", "allkeys-lru")
+    await server.start()
+    try:
+        with caplog.at_level("WARNING", logger="runwire.relay.store"):
+            async with node(server.url, "rw:") as store:
+                assert store.maxmemory_policy == "allkeys-lru"
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("allkeys-lru" in m and "noeviction" in m for m in warned), warned
+
+        caplog.clear()
+        with Redis.from_url(server.url) as raw:
+            raw.config_set("maxmemory-policy", "noeviction")
+        with caplog.at_level("WARNING", logger="runwire.relay.store"):
+            async with node(server.url, "rw:") as store:
+                assert store.maxmemory_policy == "noeviction"
+        assert not [r for r in caplog.records if "maxmemory" in r.getMessage()]
+    finally:
+        await server.kill(save=False)
+
+
+@pytest.mark.anyio
+async def test_a_redis_out_of_memory_refuses_appends_whole_and_takes_them_once_it_has_room(
+    server: _Server,
+) -> None:
+    async with node(server.url, "rw:") as a, node(server.url, "rw:") as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        got = Collector()
+        await b.subscribe("s", got)
+        first = await a.append("s", "p1", body("p1"), [run("s", "r1")])
+        await got.until(1)
+        with Redis.from_url(server.url) as raw:
+            raw.config_set("maxmemory", 1)  # every write is now over the limit
+            keys_before = {k: raw.dump(k) for k in raw.keys("rw:*")}
+
+            with anyio.fail_after(3):
+                with pytest.raises(RunwireError) as caught:
+                    await a.append("s", "p2", body("p2"), [run("s", "r2")])
+                assert caught.value.code == STORE_UNAVAILABLE
+                assert caught.value.details == {"redis": "OOM"}
+                assert "out of memory" in caught.value.message
+                # Nothing of it was written: not the entry, nor its id, nor its Run.
+                assert {k: raw.dump(k) for k in raw.keys("rw:*")} == keys_before
+                # Reading goes on: history, Runs and the health check.
+                assert [serial for serial, _ in (await b.since("s", 0, 10))[1]] == [1]
+                assert [r.run_id for r in await b.runs("s")] == ["r1"]
+                assert await a.healthy()
+
+            raw.config_set("maxmemory", 0)
+        with anyio.fail_after(3):
+            again = await a.append("s", "p2", body("p2"), [run("s", "r2")])
+            repeat = await b.append("s", "p2", body("p2"), [run("s", "r2")])
+        assert again.serial == first.serial + 1 and not again.duplicate
+        assert repeat.duplicate and repeat.serial == again.serial
+        assert [e.serial for e in await got.until(2)] == [1, 2]
+        assert [r.run_id for r in await a.runs("s")] == ["r1", "r2"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (BusyLoadingError("Redis is loading the dataset in memory"), "LOADING"),
+        (ReadOnlyError("You can't write against a read only replica."), "READONLY"),
+        (RedisError("some reply redis-py has no class for"), None),
+    ],
+)
+async def test_every_error_reply_is_store_unavailable_with_redis_s_reason(
+    prefix: str, monkeypatch: pytest.MonkeyPatch, error: RedisError, code: str | None
+) -> None:
+    # A replica resyncing answers LOADING on connections it already has; redis-py
+    # makes that a ConnectionError, not a ResponseError, and it is a reply all the same.
+    async with node(REDIS_URL, prefix) as store:
+        info = await store.open_channel("s")
+        wire = store._wire
+        assert wire is not None
+
+        async def refusing(commands: list[tuple[Any, ...]]) -> list[Any]:
+            return [error for _ in commands]
+
+        monkeypatch.setattr(wire, "request", refusing)
+        for call in (store.head("s"), store.append("s", "e1", body("e1"))):
+            with anyio.fail_after(3), pytest.raises(RunwireError) as caught:
+                await call
+            assert caught.value.code == STORE_UNAVAILABLE
+            assert caught.value.details == ({"redis": code} if code else {})
+            assert str(error) in caught.value.message
+        monkeypatch.undo()
+        assert await store.head("s") == (info.epoch, 0)
