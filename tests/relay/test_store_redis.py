@@ -695,6 +695,37 @@ async def test_when_redis_loses_everything_subscriptions_reset_and_appends_say_s
 
 
 @pytest.mark.anyio
+async def test_a_node_whose_pubsub_redis_drops_for_falling_behind_misses_nothing(
+    server: _Server,
+) -> None:
+    # Redis closes a pub/sub connection whose output buffer passes
+    # client-output-buffer-limit (a node too busy to read): the node connects again
+    # and fills from the stream.
+    async with node(server.url, "rw:") as a, node(server.url, "rw:") as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        got = Collector()
+        await a.subscribe("s", got)
+        wire = a._listener._conn
+        assert wire is not None and wire._transport is not None
+        with Redis.from_url(server.url) as raw:
+            raw.config_set("client-output-buffer-limit", "pubsub 64kb 32kb 1")
+            wire._transport.pause_reading()  # a stands for a node too busy to read
+            pad = b"x" * 20_000
+            with anyio.fail_after(20):
+                stored = [
+                    await b.append("s", f"e{i}", body(f"e{i}")[:-1] + b',"pad":"%s"}' % pad)
+                    for i in range(300)
+                ]  # 6 MB: more than the kernel's socket buffers and Redis's limit
+                wire._transport.resume_reading()
+                entries = list(await got.until(300))
+        assert [(e.serial, e.data) for e in entries] == [(x.serial, x.data) for x in stored]
+        assert a.filled > 0  # the connection was dropped: the rest came from the stream
+        last = await settled(b, "s", got)
+        assert got.entries == [*entries, last]
+
+
+@pytest.mark.anyio
 async def test_a_redis_that_stops_answering_fails_round_trips_in_time_and_is_used_again(
     server: _Server,
 ) -> None:
