@@ -15,7 +15,9 @@ nothing a second node would need stays in one node's memory:
   for any node (a script that moves it to a new entry only while the Run is
   still waiting on the old one). A node keeps its unacknowledged entries fresh
   (``XCLAIM`` to itself every second); entries of a node that died go idle and
-  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds), and
+  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds; a reader
+  that lost Redis claims nothing until ``claim_idle`` seconds after it got it back,
+  since Redis counts an outage as idle time, and live holders refresh meanwhile), and
   the sweeper (below) drops, once a minute, the consumers of gone nodes that
   hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
   one consumer per node start. One task per node reads the streams of every
@@ -308,6 +310,7 @@ class RedisDispatcher:
         """Read the streams of every agent name this node has live workers of."""
         own = True  # first take back what this node holds unacknowledged
         claimed_at = 0.0
+        back_at: float | None = -self.claim_idle  # when this reader last got Redis back
         while True:
             # No await from here to ``_reading``: a worker of a name not in it, from
             # now on, sets ``_widen`` and cuts the coming read short.
@@ -349,8 +352,15 @@ class RedisDispatcher:
                             await self._ack(agent, entry_id)
                             continue
                         await self._take(agent, entry_id, fields)
-                if time.monotonic() - claimed_at >= min(1.0, self.claim_idle / 2):
-                    claimed_at = time.monotonic()
+                now = time.monotonic()
+                if back_at is None:
+                    back_at = now
+                # Entries idle on Redis's clock through an outage are not abandoned: their
+                # holders get claim_idle seconds of Redis back to refresh them first.
+                if now - back_at >= self.claim_idle and now - claimed_at >= min(
+                    1.0, self.claim_idle / 2
+                ):
+                    claimed_at = now
                     await self._claim_idle(streams)
             except asyncio.CancelledError:
                 raise
@@ -358,6 +368,7 @@ class RedisDispatcher:
                 log.warning("dispatch reader: %s", exc)
                 self._groups.clear()
                 own = True
+                back_at = None
                 await asyncio.sleep(0.5)
 
     async def _interruptible(self, read: Coroutine[Any, Any, Any]) -> Any:

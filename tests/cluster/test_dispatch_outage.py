@@ -1,0 +1,90 @@
+"""Dispatch of new Runs when Redis goes away: a Run handed out once stays handed out once."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import anyio
+import pytest
+
+import relay
+from relay.cluster import RedisDispatcher
+from relay.store.redis import RedisStore
+from transport.messages import new_id
+
+from ..relay.wire import RawPeer, prompt
+from .conftest import Cluster
+from .test_redis_outage import ThrowawayRedis, throwaway
+
+__all__ = ["throwaway"]  # the fixture, used by name
+
+pytestmark = pytest.mark.anyio
+
+
+def dispatcher(server: relay.Server) -> RedisDispatcher:
+    found = server.hub.dispatcher
+    assert isinstance(found, RedisDispatcher)
+    return found
+
+
+async def dispatches(peer: RawPeer, seconds: float) -> list[str]:
+    """The run ids of the dispatches ``peer`` was sent, waiting ``seconds`` for more."""
+    found = [f["run_id"] for f in peer.inbox if f["type"] == "dispatch"]
+    peer.inbox = [f for f in peer.inbox if f["type"] != "dispatch"]
+    with anyio.move_on_after(seconds):
+        while True:
+            frame: dict[str, Any] = await peer.recv(timeout=seconds + 1)
+            if frame["type"] == "dispatch":
+                found.append(frame["run_id"])
+    return found
+
+
+async def test_a_run_held_by_a_live_node_goes_to_no_second_worker_after_redis_was_away_a_while(
+    throwaway: ThrowawayRedis,
+) -> None:
+    # Redis counts a held entry's idle time on its own clock, outage included, so every
+    # entry comes back from an outage longer than claim_idle looking abandoned. The
+    # node whose reader reaches Redis first (each retries every 0.5 s: which one is
+    # chance) must not take the others' entries before they could refresh them: a Run
+    # already handed to a live worker would be handed to a second one. Here the holder
+    # comes back a moment after the other node (stopped just that long, far less than
+    # claim_idle), as it does by chance about half the time.
+    url = f"redis://127.0.0.1:{throwaway.port}/0"
+    holder = await Cluster(store=url).start_node(grace=1.0)
+    try:
+        async with relay.serve(port=0, store=RedisStore(url), agent_grace=1.0) as other:
+            server = dispatcher(other)
+            server.claim_idle = 2.5  # (10 s by default) the holder refreshes every 0.33 s
+            client = await RawPeer.open(other.url)
+            await client.attach("s")
+            first = await RawPeer.open(holder.url, role="agent", client_id="w-1")
+            await first.request({"type": "worker", "agent": "default"})
+            run_id = new_id()
+            await client.publish("s", prompt(run_id))
+            assert (await first.next("dispatch"))["run_id"] == run_id  # not started yet
+            second = await RawPeer.open(other.url, role="agent", client_id="w-2")
+            await second.request({"type": "worker", "agent": "default"})
+
+            throwaway.save_and_kill()
+            holder.proc.send_signal(signal.SIGSTOP)
+            try:
+                await anyio.sleep(server.claim_idle + 0.5)
+                throwaway.start()
+                # The other node's reader is back once it dispatches a new Run (it
+                # claims idle entries before it reads new ones).
+                later = prompt()
+                with anyio.fail_after(20):
+                    while (await client.publish("s", later, timeout=10))["type"] != "ack":
+                        await anyio.sleep(0.2)
+                    handed = await dispatches(second, 0.0)
+                    while later["run_id"] not in handed:
+                        handed += await dispatches(second, 0.1)
+            finally:
+                holder.proc.send_signal(signal.SIGCONT)
+            # Past claim_idle after Redis came back, with a margin: the holder refreshed.
+            handed += await dispatches(second, server.claim_idle + 1.0)
+            assert handed == [later["run_id"]]
+            assert await dispatches(first, 0.0) == []  # and it was not handed it twice
+    finally:
+        holder.kill()
