@@ -364,7 +364,7 @@ class RedisDispatcher:
                     await self._claim_idle(streams)
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except (RedisError, OSError, RunwireError) as exc:  # the store's: STORE_UNAVAILABLE
                 log.warning("dispatch reader: %s", exc)
                 self._groups.clear()
                 own = True

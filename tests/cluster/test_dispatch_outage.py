@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+import redis
 
 import relay
 from relay.cluster import RedisDispatcher
@@ -88,3 +89,42 @@ async def test_a_run_held_by_a_live_node_goes_to_no_second_worker_after_redis_wa
             assert await dispatches(first, 0.0) == []  # and it was not handed it twice
     finally:
         holder.kill()
+
+
+async def test_a_node_whose_store_fails_a_dispatch_read_goes_on_dispatching(
+    throwaway: ThrowawayRedis,
+) -> None:
+    # The reader reads a Run off the stream, then reads its record through the store's
+    # connection; if that one fails (here Redis, at its client limit, refuses the
+    # store's new connection after its old one was killed), the reader must retry
+    # once Redis takes it again, not end and leave the node's workers without Runs.
+    url = f"redis://127.0.0.1:{throwaway.port}/0"
+    raw = redis.Redis(port=throwaway.port)
+    try:
+        async with (
+            relay.serve(port=0, store=RedisStore(url)) as node,
+            relay.serve(port=0, store=RedisStore(url)) as front,
+        ):
+            store = dispatcher(node).store
+            worker = await RawPeer.open(node.url, role="agent", client_id="w-1")
+            await worker.request({"type": "worker", "agent": "default"})
+            client = await RawPeer.open(front.url)
+            await client.attach("s")
+            [conn_id] = await store._call(("CLIENT", "ID"))
+            raw.config_set("maxclients", 1)
+            raw.client_kill_filter(_id=conn_id)
+            run_id = new_id()
+            await client.publish("s", prompt(run_id))
+            stream = store.dispatch_stream("default")
+            with anyio.fail_after(10):  # the node's reader has it
+                while raw.xpending(stream, "relay")["pending"] == 0:
+                    await anyio.sleep(0.02)
+            await anyio.sleep(0.2)
+            assert not await store.healthy()  # the read of its record failed as well
+            raw.config_set("maxclients", 10000)
+            assert (await worker.next("dispatch", timeout=5))["run_id"] == run_id
+            later = new_id()
+            await client.publish("s", prompt(later))
+            assert (await worker.next("dispatch", timeout=5))["run_id"] == later
+    finally:
+        raw.close()
