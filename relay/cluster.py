@@ -14,7 +14,9 @@ nothing a second node would need stays in one node's memory:
   the node hands the Run to another local worker or puts it back on the stream
   for any node (a script that moves it to a new entry only while the Run is
   still waiting on the old one). A node keeps its unacknowledged entries fresh
-  (``XCLAIM`` to itself every second); entries of a node that died go idle and
+  (``XCLAIM`` to itself every heartbeat, which also tells it of the entries gone
+  because their Run left ``pending`` in a session it has not loaded: it forgets
+  them, and its worker's count of Runs not started); entries of a node that died go idle and
   are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds; a reader
   that lost Redis claims nothing until ``claim_idle`` seconds after it got it back,
   since Redis counts an outage as idle time, and live holders refresh meanwhile), and
@@ -445,11 +447,25 @@ class RedisDispatcher:
         return int(held)
 
     async def _refresh_held(self) -> None:
+        """Keep this node's held entries fresh; forget those gone from the stream.
+
+        An entry is gone when its Run left ``pending`` (the append script deletes it,
+        and ``XCLAIM`` drops a deleted entry from the group's pending list) on a node
+        that had the session loaded; this node, without it, was not told.
+        """
         by_agent: dict[str, list[str]] = {}
         for agent, entry_id in self.held.values():
             by_agent.setdefault(agent, []).append(entry_id)
         for agent, ids in by_agent.items():
-            await self._redis.xclaim(self._stream(agent), GROUP, self.node_id, 0, ids, justid=True)
+            kept = await self._redis.xclaim(
+                self._stream(agent), GROUP, self.node_id, 0, ids, justid=True
+            )
+            gone = set(ids) - {entry_id.decode() for entry_id in kept}
+            for key, held in list(self.held.items()):
+                if held[0] == agent and held[1] in gone:
+                    del self.held[key]
+                    self.assigned.pop(key, None)
+                    self.records.pop(key, None)
 
     async def _sweep(self) -> None:
         """End the active Runs of owners gone for ``grace`` seconds past their deadline.

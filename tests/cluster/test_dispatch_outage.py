@@ -1,4 +1,5 @@
-"""Dispatch of new Runs when Redis goes away: a Run handed out once stays handed out once."""
+"""Dispatch of new Runs across nodes when things fail or change elsewhere: each Run is
+handed to one worker, every node goes on dispatching and shares its Runs fairly."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from relay.store.redis import RedisStore
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt
-from .conftest import Cluster
+from .conftest import REDIS_URL, Cluster
 from .test_redis_outage import ThrowawayRedis, throwaway
 
 __all__ = ["throwaway"]  # the fixture, used by name
@@ -128,3 +129,39 @@ async def test_a_node_whose_store_fails_a_dispatch_read_goes_on_dispatching(
             assert (await worker.next("dispatch", timeout=5))["run_id"] == later
     finally:
         raw.close()
+
+
+async def test_runs_cancelled_before_their_worker_started_them_leave_its_node_sharing_fairly(
+    redis_prefix: str,
+) -> None:
+    # A Run leaves its worker's count of Runs handed out and not started when it leaves
+    # pending, also when that happens on another node in a session this node has not
+    # loaded (an interrupt sent there cancels it before its worker attached): else the
+    # node counts it for ever, hands that worker fewer Runs, and keeps its entry.
+    def serve() -> Any:
+        store = RedisStore(REDIS_URL, prefix=redis_prefix)
+        return relay.serve(port=0, store=store, agent_grace=1.0)  # a heartbeat every 0.33 s
+
+    async with serve() as node, serve() as front:
+        client = await RawPeer.open(front.url)
+        await client.attach("s")
+        first = await RawPeer.open(node.url, role="agent", client_id="w-1")
+        await first.request({"type": "worker", "agent": "default"})
+        for _ in range(3):  # each interrupts (cancels) the one before, not started yet
+            run_id = new_id()
+            await client.publish("s", {**prompt(run_id), "multitask": "interrupt"})
+            assert (await first.next("dispatch"))["run_id"] == run_id
+        with anyio.move_on_after(3):  # a few heartbeats: the node looks at what it holds
+            while len(dispatcher(node).held) > 1:
+                await anyio.sleep(0.02)
+        second = await RawPeer.open(node.url, role="agent", client_id="w-2")
+        await second.request({"type": "worker", "agent": "default"})
+        await client.attach("t")
+        for _ in range(4):  # each to the worker with the fewest Runs not started
+            await client.publish("t", prompt())
+        handed = await dispatches(first, 0.0), await dispatches(second, 0.0)
+        with anyio.fail_after(5):
+            while len(handed[0]) + len(handed[1]) < 4:
+                handed[0].extend(await dispatches(first, 0.1))
+                handed[1].extend(await dispatches(second, 0.1))
+        assert (len(handed[0]), len(handed[1])) == (2, 2)  # the first had one already
