@@ -345,8 +345,18 @@ class Channel:
         With ``from_serial`` of this epoch the frame carries everything after it;
         otherwise (or when more than ``backlog_max`` were missed, or the history
         it needs was trimmed) the newest page, and ``reset`` tells a resuming
-        client to rebuild rather than leave a silent gap.
+        client to rebuild rather than leave a silent gap. A ``from_serial`` beyond
+        what this node has taken in (the client saw it through another node) is
+        caught up from the store first, so it resumes rather than resets.
         """
+        if (
+            from_serial is not None
+            and (epoch is None or epoch == self.epoch)
+            and from_serial > self.last
+        ):
+            # The client saw entries this node has not taken in yet (stored through
+            # another node, pub/sub still on its way): take them in from the store first.
+            await self._catch_up(from_serial)
         head = self.last
         resume = from_serial is not None and (epoch is None or epoch == self.epoch)
         if resume and from_serial is not None:
