@@ -223,8 +223,15 @@ class Channel:
         return stop
 
     def _on_reset(self) -> None:
+        """The store lost the channel's history: close its clients (they attach again and
+        rebuild) and stop its subscription; the hub loads the channel afresh when next asked."""
+        if self.reset:
+            return
         log.warning("channel %s: the store lost its history; clients will reset", self.session_id)
         self.reset = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         for peer in list(self.subscribers):
             peer.close(4009, "EPOCH_MISMATCH: history lost, attach again")
 
@@ -308,6 +315,10 @@ class Channel:
                     )
                 except RunwireError as exc:
                     self.registry.abandon(changes)
+                    if exc.code == EPOCH_MISMATCH:
+                        # The store lost the session under this node (Redis without
+                        # persistence, or ``history_ttl``): this channel's state is stale.
+                        self._on_reset()
                     if exc.code != CONFLICT:
                         raise
                     # Plan again as of the newest serial. Had another node stored this very

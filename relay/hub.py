@@ -348,7 +348,11 @@ class Hub:
         """The loaded channel of a session (loading it once, however many ask at once)."""
         channel = self.channels.get(session_id)
         if channel is not None:
-            return channel
+            if not channel.reset:
+                return channel
+            # The store lost its history: whoever still uses this one finishes with it,
+            # everyone from now on gets the session as the store has it now.
+            self._forget(channel)
         loading = self._loading.get(session_id)
         if loading is not None:
             return await asyncio.shield(loading)
@@ -415,6 +419,10 @@ class Hub:
             or channel.registry.queued()
         ):
             return
+        self._forget(channel)
+
+    def _forget(self, channel: Channel) -> None:
+        """Unload ``channel`` if it is the session's loaded one."""
         if self.channels.get(channel.session_id) is channel:
             del self.channels[channel.session_id]
             channel.close()

@@ -10,13 +10,17 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import pytest
+from redis import Redis
+from websockets.exceptions import ConnectionClosed
 
 import relay
 from relay import Server
 from relay.store.redis import RedisStore
 from relay.store.redis_live import Listener, _Channel, _Sub
 
+from ..relay.test_http_api import call
 from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
 
@@ -46,6 +50,24 @@ def pubsub_lost(server: Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     with monkeypatch.context() as patch:
         patch.setattr(Listener, "_take", lossy)
         yield
+
+
+async def close_code(peer: RawPeer, timeout: float = 5.0) -> int | None:
+    """The code the relay closes ``peer`` with (frames received meanwhile are kept)."""
+    with anyio.fail_after(timeout):
+        try:
+            while True:
+                peer.inbox.append(await peer.recv(timeout))
+        except ConnectionClosed:
+            pass
+    return peer.ws.close_code
+
+
+async def expired(key: str) -> None:
+    """Until Redis dropped ``key`` (its own expiry: nothing to wait on but the clock)."""
+    with Redis.from_url(REDIS_URL) as raw, anyio.fail_after(10):
+        while raw.exists(key):
+            await anyio.sleep(0.05)
 
 
 def serials(entries: list[dict[str, Any]]) -> list[int]:
@@ -79,3 +101,76 @@ async def test_a_client_resumes_on_a_node_that_has_not_yet_seen_its_last_entry(
     assert (await other.publish("s", prompt()))["serial"] == 3
     assert serials(await again.entries(1)) == [3]
     assert serials(await watcher.entries(2)) == [2, 3]
+
+
+@pytest.fixture
+async def expiring(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
+    """Two nodes whose sessions Redis drops after 0.5 s without a write."""
+    ttl: dict[str, Any] = {"prefix": redis_prefix, "history_ttl": 0.5}
+    async with (
+        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as a,
+        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as b,
+    ):
+        yield a, b
+
+
+async def test_clients_of_a_session_redis_dropped_while_they_watched_it_rebuild_and_go_on(
+    expiring: tuple[Server, Server], redis_prefix: str
+) -> None:
+    a, b = expiring
+    client = await RawPeer.open(a.url)
+    first = await client.attach("s")
+    watcher = await RawPeer.open(b.url)
+    await watcher.attach("s")
+    assert (await client.publish("s", prompt()))["serial"] == 1
+    assert serials(await watcher.entries(1)) == [1]
+    await expired(f"{redis_prefix}{{s}}:meta")  # idle for longer than history_ttl
+
+    # The session's history is gone: the publish that finds out is not stored, and its
+    # client is closed to rebuild, like every client of a history Redis lost (before,
+    # it stayed attached and every publish was refused EPOCH_MISMATCH).
+    entry = prompt()
+    await client.send({"type": "publish", "req": 99, "session_id": "s", "entry": entry})
+    assert await close_code(client) == 4009
+    assert all(frame.get("type") != "ack" for frame in client.inbox)
+    client = await RawPeer.open(a.url)
+    rebuilt = await client.attach("s", from_serial=1, epoch=first["epoch"])
+    assert rebuilt["reset"] is True and rebuilt["epoch"] != first["epoch"]
+    assert (await client.publish("s", entry))["serial"] == 1  # its retry is stored
+
+    # The watcher on the other node is reset too, and sees the new history from there.
+    assert await close_code(watcher) == 4009
+    watcher = await RawPeer.open(b.url)
+    again = await watcher.attach("s", from_serial=1, epoch=first["epoch"])
+    assert again["reset"] is True and again["epoch"] == rebuilt["epoch"]
+    assert serials(again["entries"]) == [1]
+    assert (await client.publish("s", prompt()))["serial"] == 2
+    assert serials(await watcher.entries(1)) == [2]
+
+
+async def test_a_client_attaching_to_a_reset_session_an_event_stream_still_holds_gets_it_live(
+    expiring: tuple[Server, Server], redis_prefix: str
+) -> None:
+    a, b = expiring
+    watcher = await RawPeer.open(b.url)
+    first = await watcher.attach("s")
+    assert (await watcher.publish("s", prompt()))["serial"] == 1
+    await expired(f"{redis_prefix}{{s}}:meta")
+    async with anyio.create_task_group() as tg:
+        # An HTTP client waits on B's event stream of the session (it holds the channel).
+        tg.start_soon(call, b, "GET", "/v1/sessions/s/events?from=1&wait=2")
+        with anyio.fail_after(5):
+            while not b.hub.channels["s"].listeners:
+                await anyio.sleep(0.01)
+        # Through node A the session starts over; node B's clients are told to rebuild.
+        writer = await RawPeer.open(a.url)
+        fresh = await writer.attach("s")
+        assert fresh["epoch"] != first["epoch"]
+        assert (await writer.publish("s", prompt()))["serial"] == 1
+        assert await close_code(watcher) == 4009
+        watcher = await RawPeer.open(b.url)
+        again = await watcher.attach("s", from_serial=1, epoch=first["epoch"])
+        assert again["reset"] is True and again["epoch"] == fresh["epoch"], again
+        assert serials(again["entries"]) == [1]
+        assert (await writer.publish("s", prompt()))["serial"] == 2
+        assert serials(await watcher.entries(1)) == [2]
