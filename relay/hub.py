@@ -308,6 +308,7 @@ class Hub:
             raise RunwireError(PROTOCOL_ERROR, "hello was already received")
 
     async def _publish(self, peer: Peer, frame: Publish) -> None:
+        channel: Channel | None = None
         try:
             channel = self._attached(peer, frame.session_id)
             sender = peer.sender_for(frame.session_id)
@@ -322,6 +323,10 @@ class Hub:
             )
         finally:
             peer.inflight -= 1
+            if channel is not None:
+                # The peer may have detached or gone meanwhile: the publish (``busy``)
+                # kept the channel loaded then, so let go of it now if nobody else is here.
+                self.release(channel)
 
     async def publish(self, channel: Channel, entry: EntryBody, sender: Sender) -> tuple[int, bool]:
         """Store one entry under the Run rules as ``sender`` and hand out the Runs it made

@@ -174,3 +174,40 @@ async def test_a_client_attaching_to_a_reset_session_an_event_stream_still_holds
         assert serials(again["entries"]) == [1]
         assert (await writer.publish("s", prompt()))["serial"] == 2
         assert serials(await watcher.entries(1)) == [2]
+
+
+async def test_a_client_that_leaves_while_its_publish_is_stored_leaves_no_subscription_behind(
+    nodes: tuple[Server, Server], redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _ = nodes
+    store = a.store
+    assert isinstance(store, RedisStore)
+    inner = store.append
+    called, go_on = anyio.Event(), anyio.Event()
+
+    async def slow_append(*args: Any, **kwargs: Any) -> Any:
+        called.set()
+        await go_on.wait()  # a round trip to Redis that takes a while
+        return await inner(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append", slow_append)
+    client = await RawPeer.open(a.url)
+    await client.attach("s")
+    await client.send({"type": "publish", "req": 1, "session_id": "s", "entry": prompt()})
+    with anyio.fail_after(5):
+        await called.wait()
+    await client.close()  # the client goes while its entry is being stored
+    with anyio.fail_after(5):
+        while a.hub.peers:
+            await anyio.sleep(0.01)
+    go_on.set()
+    with anyio.fail_after(5):
+        while a.hub._tasks:  # the publish, and what the relay publishes after it
+            await anyio.sleep(0.01)
+    assert (await store.head("s"))[1] == 1  # stored
+    # Nobody on node A watches the session any more: the node let go of it, and of its
+    # pub/sub subscription, rather than keep both for as long as it runs.
+    assert "s" not in a.hub.channels
+    with Redis.from_url(REDIS_URL) as raw, anyio.fail_after(5):
+        while raw.execute_command("PUBSUB", "SHARDNUMSUB", store.live_channel("s"))[1]:
+            await anyio.sleep(0.01)
