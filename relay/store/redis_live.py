@@ -28,8 +28,9 @@ deliverer reads the missing entries from the stream (``XRANGE``) and delivers
 them first. After a reconnect every channel is subscribed again and, once
 Redis confirms it, filled from the stream in the same way, so nothing appended
 while the connection was down is lost. Entries trimmed from the stream before
-they could be read are skipped (with a warning): ``max_history`` bounds how
-long an outage can be bridged.
+they could be read end the subscription like a lost history (``on_reset``,
+with a warning), so its clients rebuild rather than silently miss them:
+``max_history`` bounds how long an outage can be bridged.
 
 ``subscribe`` waits for the channel's subscription to be confirmed, then reads
 the channel's head serial: the subscription delivers everything after it. The
@@ -405,6 +406,8 @@ class Listener:
                             serial - 1,
                             channel.session_id,
                         )
+                        self._reset(channel, sub)  # a gap it cannot fill: rebuild, not skip
+                        continue
                     self.filled += 1
                     self._call(channel, sub, serial, data)
             if len(entries) < _PAGE:

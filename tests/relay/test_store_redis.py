@@ -294,6 +294,32 @@ async def test_an_entry_pubsub_lost_is_filled_from_the_stream(
 
 
 @pytest.mark.anyio
+async def test_entries_trimmed_before_a_lagging_node_could_fill_them_reset_it_not_skip(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A node that falls further behind than max_history cannot fill the gap from the
+    # stream: its subscribers are reset (they rebuild) instead of silently missing entries.
+    small = {"max_history": 100, "dedup_window": 50}
+    async with node(REDIS_URL, prefix, **small) as a, node(REDIS_URL, prefix, **small) as b:
+        await a.open_channel("s")
+        await b.open_channel("s")
+        got = Collector()
+        reset = anyio.Event()
+        await a.subscribe("s", got, on_reset=reset.set)
+        await b.append("s", "e0", body("e0"))
+        await got.until(1)
+        with monkeypatch.context() as patch:  # b publishes these where nobody listens
+            patch.setattr(b, "live_channel", lambda session_id: b"nowhere")
+            for i in range(1, 400):
+                await b.append("s", f"e{i}", body(f"e{i}"))
+        assert (await b.open_channel("s")).first > 2  # trimmed
+        await b.append("s", "after", body("after"))
+        with anyio.fail_after(5):
+            await reset.wait()
+        assert got.serials == [1]
+
+
+@pytest.mark.anyio
 async def test_a_message_published_twice_is_delivered_once(prefix: str) -> None:
     async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
         info = await a.open_channel("s")
