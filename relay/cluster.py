@@ -163,6 +163,9 @@ class RedisDispatcher:
         self._arrived: set[str] = set()  # agent client ids whose presence is not written yet
         self._toucher: asyncio.Task[None] | None = None
         self._groups: set[str] = set()
+        # Where each stream's next XAUTOCLAIM goes on (it looks at 100 pending entries a
+        # call, so starting from the first every time would never get past 100 held ones).
+        self._claim_from: dict[str, str] = {}
         self._lead_script: Any = self._redis.register_script(_LEAD)
         self._prune_script: Any = self._redis.register_script(_PRUNE)
 
@@ -388,13 +391,23 @@ class RedisDispatcher:
         return _WIDENED if reading.cancelled() else reading.result()
 
     async def _claim_idle(self, streams: dict[str, str]) -> None:
-        """Take over entries other nodes left unacknowledged for ``claim_idle`` seconds."""
+        """Take over entries other nodes left unacknowledged for ``claim_idle`` seconds.
+
+        Each call goes on through a stream's pending entries where the last one
+        stopped (Redis's cursor), back to the first once it has been through them all.
+        """
         idle_ms = int(self.claim_idle * 1000)
         async with self._redis.pipeline(transaction=False) as pipe:
             for stream in streams:
-                pipe.xautoclaim(stream, GROUP, self.node_id, idle_ms, "0-0", count=10)
+                start = self._claim_from.get(stream, "0-0")
+                pipe.xautoclaim(stream, GROUP, self.node_id, idle_ms, start, count=10)
             replies = await pipe.execute()
-        for agent, claimed in zip(streams.values(), replies, strict=True):
+        for (stream, agent), claimed in zip(streams.items(), replies, strict=True):
+            if claimed:
+                cursor = claimed[0]
+                self._claim_from[stream] = (
+                    cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+                )
             for entry_id, fields in claimed[1] if claimed else []:
                 if fields:
                     await self._take(agent, entry_id.decode(), fields)

@@ -133,3 +133,40 @@ async def test_a_sweep_that_finds_nothing_to_end_leaves_no_session_loaded(node: 
     await node.hub._agent_lost("s", run_id)  # pending, not active: nothing to end
     await node.hub._agent_lost("s", "no-such-run")
     assert "s" not in node.hub.channels
+
+
+async def test_a_run_abandoned_behind_many_entries_live_nodes_hold_is_claimed(
+    node: Server,
+) -> None:
+    # XAUTOCLAIM looks at a hundred pending entries per call: a node that always
+    # started from the first would never reach an abandoned entry behind more
+    # entries than that held (and kept fresh) by live nodes.
+    server = dispatcher(node)
+    server.claim_idle = 1.0
+    redis_client = server.store.client()
+    client = await RawPeer.open(node.url)
+    stream = server.store.dispatch_stream("a")
+    await redis_client.xgroup_create(stream, "relay", id="0", mkstream=True)
+    run_ids = [new_id() for _ in range(121)]
+    for i, run_id in enumerate(run_ids):
+        await client.attach(f"s{i}")
+        await client.publish(f"s{i}", prompt(run_id, agent="a"))
+    [[_, alive]] = await redis_client.xreadgroup("relay", "alive", {stream: ">"}, count=120)
+    [[_, dead]] = await redis_client.xreadgroup("relay", "dead", {stream: ">"}, count=1)
+    assert len(alive) == 120 and len(dead) == 1
+    held = [entry_id for entry_id, _ in alive]
+
+    async def keep_fresh() -> None:  # a live node refreshes what it holds
+        while True:
+            await redis_client.xclaim(stream, "relay", "alive", 0, held, justid=True)
+            await anyio.sleep(0.2)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(keep_fresh)
+        await anyio.sleep(1.2)  # the dead node's entry is past claim_idle
+        worker = await RawPeer.open(node.url, role="agent", client_id="w-a")
+        await worker.request({"type": "worker", "agent": "a"})
+        got = await worker.next("dispatch", timeout=8)
+        assert got["run_id"] == run_ids[-1]
+        tg.cancel_scope.cancel()
+    await redis_client.aclose()
