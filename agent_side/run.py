@@ -24,8 +24,9 @@ offered to ``on_cancel(request)`` (default: accept); once accepted,
 ``abort_signal`` fires. A refusal (``on_cancel`` returns ``False``) publishes
 a ``cancel_denied`` entry naming the cancel, so the asker gets
 ``CANCEL_DENIED`` and every device sees the Run go on; a later cancel is
-offered again. A cancel that folded in before ``start()`` is applied right
-after it. A terminal lifecycle entry that this Run did not publish (the relay
+offered again. Cancels that folded in before ``start()`` (several devices may
+have asked) are offered right after it, each on its own, oldest first, until
+one is accepted. A terminal lifecycle entry that this Run did not publish (the relay
 ending it ``AGENT_LOST``), or the relay handing the Run to another worker,
 marks it ended and fires ``abort_signal`` too.
 
@@ -301,8 +302,8 @@ class Run(RunSteps):
 
         The first start checks the prompt with the input checks: a refused
         prompt is published as ``refused`` and the Run ends ``error`` with the
-        check's error (``start()`` returns; the Run has ended). A cancel of
-        this Run already in the view is applied at once. Raises
+        check's error (``start()`` returns; the Run has ended). Cancels of
+        this Run already in the view are offered at once. Raises
         ``RunwireError`` (``RUN_NOT_ACTIVE`` once ended, or the relay's refusal).
         """
         if self.ended:
@@ -326,9 +327,8 @@ class Run(RunSteps):
         if self._to_close:
             self._to_close = []
             await self._checkpoint()
-        request = self._session._cancel_of(self.run_id)
-        if request is not None:
-            self._offer_cancel(request)
+        for request in self._session._cancels_of(self.run_id):
+            self._offer_cancel(request)  # each asker gets its answer (none once one is taken)
 
     async def suspend(self) -> None:
         """Publish ``run: suspended``; ``start()`` resumes.

@@ -11,8 +11,8 @@ Runs it started.
 
 An ``AgentSession`` folds every delivered entry into a ``ConversationTree``
 (in serial order, each serial once; the tree answers which steering each Run
-has and which its responses stamped as seen), keeps each Run's latest cancel
-request, and tells the live ``Run`` of that run id (``on_steer`` when a steer
+has and which its responses stamped as seen), keeps each Run's cancel
+requests, and tells the live ``Run`` of that run id (``on_steer`` when a steer
 message is added, ``on_cancel``, an end it did not publish itself). Deliveries that arrive while an
 attach is in flight wait until its backlog has been folded.
 """
@@ -190,7 +190,7 @@ class AgentSession:
         self._buffer: list[list[dict[str, Any]]] | None = None
         self._attach_error: RunwireError | None = None
         self._runs: dict[str, Run] = {}
-        self._cancels: dict[str, CancelRequest] = {}
+        self._cancels: dict[str, dict[str, CancelRequest]] = {}  # run id -> entry id -> it
         self._started: set[str] = set()  # Runs seen going active (an adopter knows by it)
         self._own: set[str] = set()
         self._listeners: dict[str, list[EventCallback]] = {}
@@ -352,10 +352,14 @@ class AgentSession:
             raise RunwireError("PROTOCOL_ERROR", f"expected page, got {reply.type}")
         entries = [e for e in reply.entries if isinstance(e.get("serial"), int)]
         events = self.tree.fold_older(entries)
+        older: dict[str, dict[str, CancelRequest]] = {}
         for data in entries:
             self._oldest = min(self._oldest, data["serial"])
             if data.get("kind") == "cancel" and isinstance(data.get("run_id"), str):
-                self._cancels.setdefault(data["run_id"], _cancel_request(data))
+                request = _cancel_request(data)
+                older.setdefault(request.run_id, {})[str(request.cancel_id)] = request
+        for run_id, requests in older.items():  # before the newer ones, oldest first
+            self._cancels[run_id] = {**requests, **self._cancels.get(run_id, {})}
         self._has_older = reply.has_older
         self._emit(events)
         return len(entries)
@@ -374,7 +378,7 @@ class AgentSession:
         run = self._runs.get(run_id)
         if kind == "cancel":
             request = _cancel_request(data)
-            self._cancels[run_id] = request
+            self._cancels.setdefault(run_id, {})[str(request.cancel_id)] = request
             if run is not None:
                 run._cancel_folded(request)
         elif kind == "run":
@@ -401,11 +405,21 @@ class AgentSession:
                 except Exception:
                     log.exception("view listener failed")
 
-    def _cancel_of(self, run_id: str) -> CancelRequest | None:
-        """The Run's standing cancel request (none once the agent refused it)."""
+    def _cancels_of(self, run_id: str) -> list[CancelRequest]:
+        """The Run's standing cancel requests, oldest first (none once the agent refused).
+
+        Several devices may have cancelled the Run before its agent started it: each
+        is a request of its own (who asked, why), refused or accepted on its own.
+        """
         if not self.tree.cancel_requested(run_id):
-            return None
-        return self._cancels.get(run_id) or CancelRequest(run_id=run_id)
+            return []
+        tree = self.tree
+        standing = [
+            request
+            for request in self._cancels.get(run_id, {}).values()
+            if request.cancel_id is None or tree.cancel_denial(request.cancel_id) is None
+        ]
+        return standing or [CancelRequest(run_id=run_id)]
 
     def paused_run(self) -> PausedRun | None:
         """The oldest Run of the session that waits on questions, with them; None if none."""
