@@ -603,10 +603,15 @@ class HttpApi:
             if after is None:
                 after = channel.last
             elif after > channel.last or after < channel.first - 1:
-                info = await self.store.open_channel(session_id)  # the channel may lag
-                if after > info.last or after < info.first - 1:
-                    after = max(info.first - 1, 0)
-                    reset = {"epoch": info.epoch, "head": info.last, "first": info.first}
+                # The channel may lag: ask the store. Not ``open_channel``, which would
+                # make a session the store lost anew under the loaded channel (and its
+                # publishes then expect that new epoch, at serials it never took in).
+                epoch, last = await self.store.head(session_id)
+                oldest = await self.store.read(session_id, after=0, limit=1)
+                first = oldest[0].serial if oldest else 0
+                if after > last or after < first - 1:
+                    after = max(first - 1, 0)
+                    reset = {"epoch": epoch, "head": last, "first": first}
                     blocks.append(
                         b"id: %d\nevent: reset\ndata: %s\n\n" % (after, codec.dumps(reset))
                     )

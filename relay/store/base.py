@@ -44,6 +44,10 @@ Contract
   stop the subscription. ``on_reset`` is called (and the subscription ends)
   if the channel's history is lost underneath it (its epoch changes, which
   only a store whose backend can forget, like Redis without persistence, does).
+* ``head(session_id)`` returns the channel's epoch (None if the store has no
+  such channel) and newest serial as the store holds them now, without
+  opening or creating it: a relay node checks a channel it has loaded against
+  it, which a store whose backend can forget (Redis) may have lost meanwhile.
 * A store that cannot write raises ``RunwireError(STORE_UNAVAILABLE)``. A
   store whose backend can forget a channel raises
   ``RunwireError(EPOCH_MISMATCH)`` from ``append`` once the channel's epoch is
@@ -188,6 +192,17 @@ class Store(ABC):
     @abstractmethod
     async def put_runs(self, runs: Sequence[RunRecord]) -> None:
         """Write Run records without an entry."""
+
+    async def head(self, session_id: str) -> tuple[str | None, int]:
+        """The channel's epoch (None if there is none) and newest serial, as stored now.
+
+        Never opens or creates the channel in a store whose backend can forget one:
+        ``open_channel`` there also decides which epoch ``append`` expects. The
+        default asks ``open_channel``, which is the same in a store that never
+        forgets a channel it holds (memory, SQLite).
+        """
+        info = await self.open_channel(session_id)
+        return info.epoch, info.last
 
     async def healthy(self) -> bool:
         """True while the store can take writes."""

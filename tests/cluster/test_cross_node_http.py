@@ -16,6 +16,7 @@ import relay
 from relay import Server
 from relay.store.redis import RedisStore
 
+from ..relay.test_http_api import events
 from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
 from .test_cross_node_live import close_code, expired, serials
@@ -53,6 +54,33 @@ async def test_a_node_that_opened_a_session_which_expired_empty_resets_when_anot
     watcher = await RawPeer.open(b.url)
     again = await watcher.attach("s", from_serial=0, epoch=first["epoch"])
     assert again["epoch"] == fresh["epoch"] and serials(again["entries"]) == [1]
+
+
+async def test_an_event_stream_resuming_past_a_lost_history_leaves_the_node_able_to_publish(
+    expiring: tuple[Server, Server], redis_prefix: str
+) -> None:
+    """A stream that resumes beyond the head of a session Redis dropped is reset; the
+    node's WebSocket clients of that session are then reset too and publish again (the
+    stream's request used to open the session anew under the node's loaded channel,
+    after which every publish there failed CONFLICT, 'too busy', for good)."""
+    _, b = expiring
+    client = await RawPeer.open(b.url)
+    first = await client.attach("s")
+    for n in (1, 2, 3):
+        assert (await client.publish("s", prompt()))["serial"] == n
+    await expired(f"{redis_prefix}{{s}}:meta")
+    # A stream that read further than this node's channel got (through another node, or
+    # in an earlier history) resumes here.
+    _, found, _ = await events(b, "s", "wait=0", last_id="5")
+    assert [e.event for e in found] == ["reset"]
+
+    entry = prompt()
+    await client.send({"type": "publish", "req": 7, "session_id": "s", "entry": entry})
+    assert await close_code(client) == 4009, client.inbox
+    client = await RawPeer.open(b.url)
+    rebuilt = await client.attach("s", from_serial=3, epoch=first["epoch"])
+    assert rebuilt["reset"] is True and rebuilt["epoch"] != first["epoch"]
+    assert (await client.publish("s", entry))["serial"] == 1
 
 
 def entry_serials(found: list[Any]) -> list[int]:
