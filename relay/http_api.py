@@ -52,14 +52,20 @@ reconnects: each response carries every entry after the position (the
 only new entries), at most ``limit`` (100) of them, as ``id: <serial>`` /
 ``event: entry`` / ``data: <entry JSON>``; when there are none yet it waits up
 to ``wait`` seconds (15, at most ``MAX_WAIT``) for one, then ends. It starts
-with ``retry: 25`` and ``id: <position>``, so a browser reconnects 25 ms later
-with ``Last-Event-ID`` set to the last serial it got (or the position it was
-at): no gap and no duplicate. A position the channel cannot continue from (a
-serial beyond its head, from a lost history; or one its store trimmed) gets
-``event: reset`` (data ``{"epoch", "head", "first"}``) and the stream starts
-over from the oldest entry stored. A waiting request listens on the channel
-(``Channel.listen``) under ``Hub.hold``, which releases the channel when the
-request ends, so waiting pins no session.
+with ``retry: 25`` and ``id: <position>`` and ends with ``id:
+<serial>@<epoch>`` (no data: it sets the last event id and fires no event),
+so a browser reconnects 25 ms later with ``Last-Event-ID`` set to the last
+serial it got (or the position it was at) and the epoch of that history: no
+gap, no duplicate, no mix of two histories. A bare serial (ids had no epoch
+before) is taken unchecked. A position the channel cannot continue from (of
+another epoch, as after the store lost the history; a serial beyond its head;
+or one its store trimmed) gets ``event: reset`` (data ``{"epoch", "head",
+"first"}``) and the stream starts over from the oldest entry stored. Where the
+store can lose a loaded channel (``Store.loses_channels``: Redis), the epoch
+is read from the store after the entries, so a node whose channel has not yet
+noticed never labels another history's entries with the old epoch. A waiting
+request listens on the channel (``Channel.listen``) under ``Hub.hold``, which
+releases the channel when the request ends, so waiting pins no session.
 
 How a body is read. websockets parses each connection's opening request
 itself (``ServerProtocol.parse`` runs ``Request.parse(reader.read_line)``),
@@ -591,10 +597,13 @@ class HttpApi:
         limit = min(_int(query, "limit", 100, 1, 1000), self.options.history_page_max)
         wait = _float(query, "wait", 15.0, 0.0, MAX_WAIT)
         header = request.headers.get("Last-Event-ID")
+        after: int | None
+        epoch: str | None
         if header is not None and header.strip():
-            after: int | None = _parse_int("Last-Event-ID", header.strip(), 0, None)
+            after, epoch = _position("Last-Event-ID", header.strip())
         else:
-            after = _opt_int(query, "from")
+            text = _param(query, "from")
+            after, epoch = _position("from", text) if text else (None, None)
         reader = _reader(conn)
         if reader is not None:  # stay inside websockets' handshake timeout
             wait = min(wait, OPEN_TIMEOUT - 2.0 - (time.monotonic() - reader.opened_at))
@@ -602,24 +611,40 @@ class HttpApi:
         async with self.hub.hold(session_id) as channel:
             if after is None:
                 after = channel.last
-            elif after > channel.last or after < channel.first - 1:
-                # The channel may lag: ask the store. Not ``open_channel``, which would
-                # make a session the store lost anew under the loaded channel (and its
-                # publishes then expect that new epoch, at serials it never took in).
-                epoch, last = await self.store.head(session_id)
-                oldest = await self.store.read(session_id, after=0, limit=1)
-                first = oldest[0].serial if oldest else 0
-                if after > last or after < first - 1:
-                    after = max(first - 1, 0)
-                    reset = {"epoch": epoch, "head": last, "first": first}
-                    blocks.append(
-                        b"id: %d\nevent: reset\ndata: %s\n\n" % (after, codec.dumps(reset))
-                    )
-            if not blocks and channel.last <= after and wait > 0:
+            expected = channel.epoch if epoch is None else epoch
+            # A position the channel cannot simply continue from: ask the store below.
+            odd = expected != channel.epoch or not channel.first - 1 <= after <= channel.last
+            if not odd and channel.last <= after and wait > 0:
                 await self._wait(conn, channel, wait)
             entries = await self.store.read(session_id, after=after, limit=limit)
+            now: str | None = channel.epoch
+            head = channel.last
+            if odd or self.store.loses_channels:
+                # Read after the entries: they are of the epoch expected if the store
+                # still has it (an epoch, once lost, never comes back). Not
+                # ``open_channel``, which would make a session the store lost anew under
+                # the loaded channel (its publishes would then expect that new epoch, at
+                # serials it never took in).
+                now, head = await self.store.head(session_id)
+            if (
+                (now != expected and (after or now is not None))
+                or after > head
+                or (entries and entries[0].serial != after + 1)
+            ):
+                # Not the history the position is in (the store lost it), beyond its
+                # head, or trimmed since: start over from the oldest entry stored.
+                entries = await self.store.read(session_id, after=0, limit=limit)
+                first = entries[0].serial if entries else 0
+                after = max(first - 1, 0)
+                reset = {"epoch": now, "head": head, "first": first}
+                blocks.append(b"id: %d\nevent: reset\ndata: %s\n\n" % (after, codec.dumps(reset)))
         blocks.insert(0, b"retry: %d\nid: %d\n\n" % (RETRY_MS, after))
         blocks.extend(b"id: %d\nevent: entry\ndata: %s\n\n" % (e.serial, e.data) for e in entries)
+        if now is not None:
+            # The position to resume from, with its epoch: an id without data sets the
+            # last event id EventSource sends back, and fires no event.
+            last = entries[-1].serial if entries else after
+            blocks.append(b"id: %d@%s\n\n" % (last, now.encode()))
         response = _response(200, b"".join(blocks), "text/event-stream; charset=utf-8")
         response.headers["Cache-Control"] = "no-cache"
         return response
@@ -716,6 +741,22 @@ def _parse_int(name: str, text: str, low: int, high: int | None) -> int:
             VALIDATION_ERROR, f"{name}: an integer {bounds}", details={"param": name}
         )
     return value
+
+
+_POSITION = re.compile(r"(\d{1,15})(?:@([A-Za-z0-9]{1,64}))?")
+
+
+def _position(name: str, text: str) -> tuple[int, str | None]:
+    """An event stream's position: ``<serial>`` (without an epoch: the form ids had before
+    they carried one) or ``<serial>@<epoch>``."""
+    match = _POSITION.fullmatch(text)
+    if match is None:
+        raise RunwireError(
+            VALIDATION_ERROR,
+            f"{name}: a serial, or <serial>@<epoch> (an id: line of the stream)",
+            details={"param": name},
+        )
+    return int(match[1]), match[2]
 
 
 def _int(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:

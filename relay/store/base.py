@@ -116,6 +116,10 @@ class Store(ABC):
     """Durable channels and Run records (see the module docstring for the contract)."""
 
     url: str = ""
+    loses_channels: bool = False
+    """True if the backend can forget a channel under a relay node that has it loaded (Redis
+    without persistence, or with ``history_ttl``): the node then asks ``head`` where its
+    loaded channel could mislead it."""
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections and files."""

@@ -217,6 +217,8 @@ class RedisStore(Store):
     any time; it applies from the next batch.
     """
 
+    loses_channels = True
+
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",

@@ -16,7 +16,7 @@ import relay
 from relay import Server
 from relay.store.redis import RedisStore
 
-from ..relay.test_http_api import events
+from ..relay.test_http_api import events, post
 from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
 from .test_cross_node_live import close_code, expired, serials
@@ -85,3 +85,28 @@ async def test_an_event_stream_resuming_past_a_lost_history_leaves_the_node_able
 
 def entry_serials(found: list[Any]) -> list[int]:
     return [json.loads(e.data)["serial"] for e in found if e.event == "entry"]
+
+
+async def test_an_event_stream_resuming_after_redis_lost_the_history_is_reset_not_continued(
+    expiring: tuple[Server, Server], redis_prefix: str
+) -> None:
+    """A stream that read serials 1-3 of a history Redis then dropped, resuming (on the other
+    node) from 3 once the session's new history has more than 3 entries, is told to rebuild
+    (``event: reset``) and gets the new history from its start: never 4 and 5 of the new
+    history appended to 1-3 of the old one."""
+    a, b = expiring
+    for n in range(3):
+        assert (await post(a, "s", {"message": f"old-{n}"})).status == 201
+    _, found, left = await events(b, "s", "from=0&wait=0")
+    assert entry_serials(found) == [1, 2, 3] and left is not None
+    await expired(f"{redis_prefix}{{s}}:meta")
+    for n in range(5):
+        assert (await post(a, "s", {"message": f"new-{n}"})).json()["serial"] == n + 1
+    _, found, again = await events(b, "s", "from=0&wait=0", last_id=left)
+    assert [e.event for e in found] == ["reset"] + ["entry"] * 5, found
+    texts = [json.loads(e.data)["message"]["parts"][0]["text"] for e in found[1:]]
+    assert texts == [f"new-{n}" for n in range(5)]
+    # From there it goes on in the new history, on either node.
+    assert (await post(b, "s", {"message": "next"})).json()["serial"] == 6
+    _, found, _ = await events(a, "s", "wait=0", last_id=again)
+    assert entry_serials(found) == [6]

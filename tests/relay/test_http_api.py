@@ -152,6 +152,15 @@ async def events(
     return reply, found, left
 
 
+def at(last_id: str | None) -> int:
+    """The serial of a stream's last event id (``<serial>@<epoch>``; checks the epoch is
+    the session's)."""
+    assert last_id is not None
+    serial, at_sign, epoch = last_id.partition("@")
+    assert at_sign and len(epoch) == 16, last_id
+    return int(serial)
+
+
 def serials(found: list[Event]) -> list[int]:
     assert all(e.event == "entry" for e in found)
     out = [json.loads(e.data)["serial"] for e in found]
@@ -358,10 +367,10 @@ async def test_events_resume_by_last_event_id_with_no_gap_and_no_duplicate(
     for i in range(5):
         await post(server, "trip-1", {"message": f"m{i}"})
     _, found, left = await events(server, "trip-1", "from=0&limit=3")
-    assert serials(found) == [1, 2, 3] and left == "3"
+    assert serials(found) == [1, 2, 3] and at(left) == 3
     # The header wins over the URL's from=, as when EventSource reconnects.
     _, found, left = await events(server, "trip-1", "from=0&limit=3", last_id=left)
-    assert serials(found) == [4, 5] and left == "5"
+    assert serials(found) == [4, 5] and at(left) == 5
 
     async with anyio.create_task_group() as tg:
         result: list[tuple[list[Event], str | None, float]] = []
@@ -376,7 +385,7 @@ async def test_events_resume_by_last_event_id_with_no_gap_and_no_duplicate(
         assert not result
         await post(server, "trip-1", {"message": "m5"})
     [(got, last, took)] = result
-    assert serials(got) == [6] and last == "6" and took < 5
+    assert serials(got) == [6] and at(last) == 6 and took < 5
 
     # A reader that reconnects with each response's last id while entries keep coming
     # sees every serial once, in order.
@@ -403,7 +412,7 @@ async def test_events_without_a_position_start_at_the_head(server: Server) -> No
     await post(server, "trip-1", {"message": "older"})
     started = time.monotonic()
     _, found, left = await events(server, "trip-1", "wait=0.3")
-    assert found == [] and left == "2" and time.monotonic() - started >= 0.25
+    assert found == [] and at(left) == 2 and time.monotonic() - started >= 0.25
     await post(server, "trip-1", {"message": "new"})
     _, found, _ = await events(server, "trip-1", "wait=0", last_id=left)
     assert serials(found) == [3]
@@ -415,7 +424,30 @@ async def test_a_position_the_channel_cannot_continue_from_gets_a_reset(server: 
     _, found, left = await events(server, "trip-1", "wait=0", last_id="41")
     assert found[0].event == "reset"
     assert json.loads(found[0].data)["head"] == 2
-    assert serials(found[1:]) == [1, 2] and left == "2"
+    assert serials(found[1:]) == [1, 2] and at(left) == 2
+
+
+async def test_a_position_in_a_history_the_relay_lost_gets_a_reset_even_below_the_head() -> None:
+    """The stream's ids carry the history's epoch: a relay that lost it (here a relay on the
+    memory store, restarted) resets a stream resuming from it, even from a serial its new
+    history also has, instead of going on with entries of another history."""
+    async with relay.serve(port=0, store="memory://") as before:
+        for n in range(3):
+            await post(before, "trip-1", {"message": f"old-{n}"})
+        _, found, left = await events(before, "trip-1", "from=0&wait=0")
+        assert serials(found) == [1, 2, 3] and at(left) == 3
+    async with relay.serve(port=0, store="memory://") as after:
+        for n in range(5):
+            await post(after, "trip-1", {"message": f"new-{n}"})
+        for query, last_id in (("wait=0", left), (f"from={left}&wait=0", None)):
+            _, found, again = await events(after, "trip-1", query, last_id=last_id)
+            assert found[0].event == "reset", query
+            assert serials(found[1:]) == [1, 2, 3, 4, 5] and at(again) == 5
+        # The old form, a bare serial, is still taken (without a check of the history).
+        _, found, _ = await events(after, "trip-1", "wait=0", last_id="3")
+        assert serials(found) == [4, 5]
+        _, found, _ = await events(after, "trip-1", "wait=0", last_id=again)
+        assert found == []
 
 
 async def test_waiting_for_events_pins_no_session(server: Server) -> None:
