@@ -110,3 +110,29 @@ async def test_an_event_stream_resuming_after_redis_lost_the_history_is_reset_no
     assert (await post(b, "s", {"message": "next"})).json()["serial"] == 6
     _, found, _ = await events(a, "s", "wait=0", last_id=again)
     assert entry_serials(found) == [6]
+
+
+async def test_an_event_stream_resuming_from_entries_redis_trimmed_is_reset_not_skipped(
+    redis_prefix: str,
+) -> None:
+    """A stream resuming (on a node that keeps the session loaded for a WebSocket client)
+    from a serial whose successors Redis trimmed (``max_history``) is reset, rather than
+    handed the entries after the gap as if they came next."""
+    small: dict[str, Any] = {"prefix": redis_prefix, "max_history": 10, "dedup_window": 10}
+    async with (
+        relay.serve(port=0, store=RedisStore(REDIS_URL, **small)) as a,
+        relay.serve(port=0, store=RedisStore(REDIS_URL, **small)) as b,
+    ):
+        watcher = await RawPeer.open(b.url)
+        await watcher.attach("s")  # node B loads the session while it still starts at 1
+        writer = await RawPeer.open(a.url)
+        await writer.attach("s")
+        for _ in range(300):
+            await writer.publish("s", prompt())
+        assert serials(await watcher.entries(300))[-1] == 300
+        oldest = await b.store.read("s", after=0, limit=1)
+        assert oldest[0].serial > 6  # Redis trimmed whole stream nodes (MAXLEN ~)
+        _, found, _ = await events(b, "s", "wait=0&limit=1000", last_id="5")
+        assert found[0].event == "reset", found[:2]
+        assert json.loads(found[0].data)["first"] == oldest[0].serial
+        assert entry_serials(found) == list(range(oldest[0].serial, 301))
