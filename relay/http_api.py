@@ -131,6 +131,7 @@ from transport.errors import (
 )
 from transport.frames import (
     CancelEntry,
+    EntryBody,
     Intent,
     InterruptEntry,
     MessageEntry,
@@ -138,7 +139,7 @@ from transport.frames import (
     ThreadAccess,
 )
 from transport.messages import UIMessage, new_id, user_message
-from transport.runs import SUBSCRIBE
+from transport.runs import SUBSCRIBE, Sender
 
 from .auth import Identity, TokenVerifier, token_from_request
 from .channel import Channel
@@ -518,8 +519,7 @@ class HttpApi:
             thread_access=body.thread_access,
         )
         sender = self.hub.sender(identity, body.client_id or DEFAULT_CLIENT_ID, session_id)
-        async with self.hub.hold(session_id) as channel:
-            serial, duplicate = await self.hub.publish(channel, entry, sender)
+        serial, duplicate = await self._publish(session_id, entry, sender)
         if duplicate:
             run_id = await self._stored_run_id(session_id, entry.id) or run_id
         return _json(
@@ -533,8 +533,7 @@ class HttpApi:
         body = self._body(conn, PostCancel)
         entry = CancelEntry(id=body.id or new_id(), run_id=run_id, reason=body.reason)
         sender = self.hub.sender(identity, body.client_id or DEFAULT_CLIENT_ID, session_id)
-        async with self.hub.hold(session_id) as channel:
-            serial, duplicate = await self.hub.publish(channel, entry, sender)
+        serial, duplicate = await self._publish(session_id, entry, sender)
         if duplicate:
             run_id = await self._stored_run_id(session_id, entry.id) or run_id
         return _json(202, {"serial": serial, "run_id": run_id, "duplicate": duplicate})
@@ -551,9 +550,22 @@ class HttpApi:
             reason=body.reason,
         )
         sender = self.hub.sender(identity, body.client_id or DEFAULT_CLIENT_ID, session_id)
-        async with self.hub.hold(session_id) as channel:
-            serial, duplicate = await self.hub.publish(channel, entry, sender)
+        serial, duplicate = await self._publish(session_id, entry, sender)
         return _json(202, {"serial": serial, "run_id": run_id, "duplicate": duplicate})
+
+    async def _publish(self, session_id: str, entry: EntryBody, sender: Sender) -> tuple[int, bool]:
+        """Publish as ``hub.publish`` does, on a channel loaded again if the store lost the
+        one this node had (``EPOCH_MISMATCH``: nothing was stored, and the channel's
+        clients were told to rebuild). A request has no history to rebuild, so its
+        entry goes into the session as the store has it now, as if it came first."""
+        try:
+            async with self.hub.hold(session_id) as channel:
+                return await self.hub.publish(channel, entry, sender)
+        except RunwireError as exc:
+            if exc.code != EPOCH_MISMATCH:
+                raise
+        async with self.hub.hold(session_id) as channel:
+            return await self.hub.publish(channel, entry, sender)
 
     async def _stored_run_id(self, session_id: str, entry_id: str) -> str | None:
         """The Run of the entry already stored under ``entry_id`` (a retry names the first)."""

@@ -136,3 +136,25 @@ async def test_an_event_stream_resuming_from_entries_redis_trimmed_is_reset_not_
         assert found[0].event == "reset", found[:2]
         assert json.loads(found[0].data)["first"] == oldest[0].serial
         assert entry_serials(found) == list(range(oldest[0].serial, 301))
+
+
+async def test_an_http_publish_to_a_session_redis_dropped_under_a_watching_node_is_stored(
+    expiring: tuple[Server, Server], redis_prefix: str
+) -> None:
+    """A back end posting to a session whose history Redis dropped, through a node where a
+    WebSocket client keeps it loaded, has its message stored in the new history (it has no
+    epoch to rebuild, unlike a WebSocket client); the watcher is reset."""
+    a, b = expiring
+    watcher = await RawPeer.open(b.url)
+    first = await watcher.attach("s")
+    assert (await post(a, "s", {"message": "old"})).json()["serial"] == 1
+    assert serials(await watcher.entries(1)) == [1]
+    await expired(f"{redis_prefix}{{s}}:meta")
+    reply = await post(b, "s", {"message": "new", "message_id": "m-new"})
+    assert reply.status == 201, reply.body
+    assert reply.json()["serial"] == 1 and reply.json()["duplicate"] is False
+    assert await close_code(watcher) == 4009
+    watcher = await RawPeer.open(b.url)
+    again = await watcher.attach("s", from_serial=1, epoch=first["epoch"])
+    assert again["reset"] is True
+    assert [e["message"]["parts"][0]["text"] for e in again["entries"]] == ["new"]
