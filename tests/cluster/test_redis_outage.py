@@ -16,6 +16,9 @@ import orjson
 import pytest
 import redis
 
+import relay
+from relay.store.redis import RedisStore
+from tests.relay.test_http_api import post
 from tests.relay.wire import RawPeer, prompt
 
 from .conftest import Cluster
@@ -211,3 +214,25 @@ async def test_a_redis_out_of_memory_for_longer_than_the_grace_ends_no_run_of_an
         raw.close()
         for node in cluster.nodes:
             node.kill()
+
+
+async def test_an_http_publish_redis_refuses_is_503_with_its_reason_then_stored_once(
+    throwaway: ThrowawayRedis,
+) -> None:
+    raw = redis.Redis(port=throwaway.port)
+    store = RedisStore(f"redis://127.0.0.1:{throwaway.port}/0")
+    try:
+        async with relay.serve(port=0, store=store) as server:
+            body = {"message": "Plan a 3-day trip to Lisbon.", "message_id": "m1"}
+            raw.config_set("maxmemory", 1)
+            refused = await post(server, "s", body)
+            assert refused.status == 503
+            assert refused.json()["error"]["code"] == "STORE_UNAVAILABLE"
+            assert refused.json()["error"]["details"] == {"redis": "OOM"}
+            raw.config_set("maxmemory", 0)
+            stored = await post(server, "s", body)
+            again = await post(server, "s", body)
+            assert stored.status == 201 and stored.json()["serial"] == 1
+            assert again.json()["serial"] == 1 and again.json()["duplicate"] is True
+    finally:
+        raw.close()
