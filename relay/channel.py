@@ -69,6 +69,8 @@ MakeRegistry = Callable[[str, list[RunRecord]], RunRegistry]
 
 _APPEND_KIND = b'"kind":"response_append"'
 _RETRIES = 20
+_LOAD_ATTEMPTS = 10
+"""Reads of a channel's head and Run records at load before taking them as they are."""
 
 
 class Channel:
@@ -145,13 +147,30 @@ class Channel:
         return self._lock is not None and self._lock.locked()
 
     async def load(self) -> None:
-        """Subscribe, then read the channel's head and Run records."""
+        """Subscribe, then read the channel's head and Run records.
+
+        The two are separate reads: an entry another node stores between them is in
+        the records, and replaying it on top of them would apply it twice (a hand-over
+        counted twice). So the head is read again after the records, and both are
+        read again until it has not moved.
+        """
         self._unsubscribe = await self.store.subscribe(
             self.session_id, self._on_entry, on_reset=self._on_reset
         )
-        info = await self.store.open_channel(self.session_id)
+        for attempt in range(_LOAD_ATTEMPTS):
+            info = await self.store.open_channel(self.session_id)
+            records = await self.store.runs(self.session_id)
+            if await self.store.head(self.session_id) == (info.epoch, info.last):
+                break
+            if attempt == _LOAD_ATTEMPTS - 1:
+                log.warning(
+                    "channel %s: appended to throughout %d loads; its Run records may be "
+                    "ahead of its head",
+                    self.session_id,
+                    _LOAD_ATTEMPTS,
+                )
         self.epoch, self.first, self.last = info.epoch, info.first, info.last
-        self.registry = self._make_registry(self.session_id, await self.store.runs(self.session_id))
+        self.registry = self._make_registry(self.session_id, records)
         self._loaded = True
         early, self._early = self._early, None
         for stored in early or ():
