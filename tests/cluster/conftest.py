@@ -9,11 +9,15 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import pytest
 import redis
 
+import relay
+from relay import Server
+from relay.store.redis import RedisStore
 from transport.messages import new_id
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -93,6 +97,27 @@ async def cluster(redis_prefix: str) -> AsyncIterator[Cluster]:
         for node in c.nodes:
             with suppress(Exception):
                 node.kill()
+
+
+@pytest.fixture
+async def nodes(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
+    """Two relay nodes in this process on one Redis."""
+    async with (
+        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as a,
+        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as b,
+    ):
+        yield a, b
+
+
+@pytest.fixture
+async def expiring(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
+    """Two nodes whose sessions Redis drops after 0.5 s without a write."""
+    ttl: dict[str, Any] = {"prefix": redis_prefix, "history_ttl": 0.5}
+    async with (
+        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as a,
+        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as b,
+    ):
+        yield a, b
 
 
 class Balancer:

@@ -7,7 +7,6 @@ Two ``relay.serve`` nodes in this process share a Redis; sessions expire after
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,17 +21,6 @@ from .conftest import REDIS_URL
 from .test_cross_node_live import close_code, expired, serials
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def expiring(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
-    """Two nodes whose sessions Redis drops after 0.5 s without a write."""
-    ttl: dict[str, Any] = {"prefix": redis_prefix, "history_ttl": 0.5}
-    async with (
-        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as a,
-        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as b,
-    ):
-        yield a, b
 
 
 async def test_a_node_that_opened_a_session_which_expired_empty_resets_when_another_recreates_it(

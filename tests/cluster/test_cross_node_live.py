@@ -6,7 +6,7 @@ node A stored (pub/sub is at-most-once, and a node's deliverer can be busy).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,7 +15,6 @@ import pytest
 from redis import Redis
 from websockets.exceptions import ConnectionClosed
 
-import relay
 from relay import Server
 from relay.store.redis import RedisStore
 from relay.store.redis_live import Listener, _Channel, _Sub
@@ -25,15 +24,6 @@ from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def nodes(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
-    async with (
-        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as a,
-        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as b,
-    ):
-        yield a, b
 
 
 @contextmanager
@@ -101,17 +91,6 @@ async def test_a_client_resumes_on_a_node_that_has_not_yet_seen_its_last_entry(
     assert (await other.publish("s", prompt()))["serial"] == 3
     assert serials(await again.entries(1)) == [3]
     assert serials(await watcher.entries(2)) == [2, 3]
-
-
-@pytest.fixture
-async def expiring(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
-    """Two nodes whose sessions Redis drops after 0.5 s without a write."""
-    ttl: dict[str, Any] = {"prefix": redis_prefix, "history_ttl": 0.5}
-    async with (
-        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as a,
-        relay.serve(port=0, store=RedisStore(REDIS_URL, **ttl)) as b,
-    ):
-        yield a, b
 
 
 async def test_clients_of_a_session_redis_dropped_while_they_watched_it_rebuild_and_go_on(

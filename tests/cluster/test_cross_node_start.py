@@ -6,31 +6,18 @@ that the agent's ``run: active`` reaches A before the prompt does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
 
-import relay
 from relay import Server
-from relay.store.redis import RedisStore
 from relay.store.redis_live import Listener
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt, run_status
-from .conftest import REDIS_URL
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def nodes(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
-    async with (
-        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as a,
-        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as b,
-    ):
-        yield a, b
 
 
 async def test_a_run_started_before_its_prompt_reached_the_node_is_accepted(

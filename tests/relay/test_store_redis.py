@@ -727,11 +727,7 @@ async def test_a_node_whose_pubsub_redis_drops_for_falling_behind_misses_nothing
     # Redis closes a pub/sub connection whose output buffer passes
     # client-output-buffer-limit (a node too busy to read): the node connects again
     # and fills from the stream.
-    async with node(server.url, "rw:") as a, node(server.url, "rw:") as b:
-        await a.open_channel("s")
-        await b.open_channel("s")
-        got = Collector()
-        await a.subscribe("s", got)
+    async with watched_from_another_node(server.url, timeout=5.0) as (a, b, got):
         wire = a._listener._conn
         assert wire is not None and wire._transport is not None
         with Redis.from_url(server.url) as raw:
@@ -917,11 +913,7 @@ async def test_a_redis_that_may_evict_keys_is_named_at_start(
 async def test_a_redis_out_of_memory_refuses_appends_whole_and_takes_them_once_it_has_room(
     server: _Server,
 ) -> None:
-    async with node(server.url, "rw:") as a, node(server.url, "rw:") as b:
-        await a.open_channel("s")
-        await b.open_channel("s")
-        got = Collector()
-        await b.subscribe("s", got)
+    async with watched_from_another_node(server.url, timeout=5.0) as (b, a, got):
         first = await a.append("s", "p1", body("p1"), [run("s", "r1")])
         await got.until(1)
         with Redis.from_url(server.url) as raw:
