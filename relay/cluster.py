@@ -404,10 +404,7 @@ class RedisDispatcher:
             replies = await pipe.execute()
         for (stream, agent), claimed in zip(streams.items(), replies, strict=True):
             if claimed:
-                cursor = claimed[0]
-                self._claim_from[stream] = (
-                    cursor.decode() if isinstance(cursor, bytes) else str(cursor)
-                )
+                self._claim_from[stream] = claimed[0].decode()
             for entry_id, fields in claimed[1] if claimed else []:
                 if fields:
                     await self._take(agent, entry_id.decode(), fields)

@@ -9,6 +9,7 @@ accept the owner's and refuse the other, and each asker learns the answer to its
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -17,6 +18,7 @@ import agent_side
 import client_side
 import relay
 from agent_side import CancelRequest
+from client_side import ClientRun
 from relay import Server
 from relay.store.redis import RedisStore
 from tests.integration.conductor import CLIENT_CAPS, SECRET, token
@@ -37,16 +39,27 @@ async def nodes(redis_prefix: str) -> AsyncIterator[tuple[Server, Server]]:
         yield a, b
 
 
-async def test_the_owners_cancel_is_heard_though_an_admin_cancelled_after_it_on_another_node(
+@asynccontextmanager
+async def owner_and_admin(
     nodes: tuple[Server, Server],
-) -> None:
+) -> AsyncIterator[tuple[client_side.ClientSession, client_side.ClientSession, ClientRun]]:
+    """Alice on node A sends a prompt no worker takes yet (the Run stays pending);
+    Dan, an admin with ``cancel-any``, watches the session on node B."""
     a, b = nodes
     async with (
         client_side.connect(a.url, "trip", token=token("alice")) as alice,
         client_side.connect(b.url, "trip", token=token("dan", [*CLIENT_CAPS, "cancel-any"])) as dan,
     ):
-        run = await alice.send("long answer")  # no worker yet: the Run stays pending
+        run = await alice.send("long answer")
         await wait_until(lambda: dan.view.run(run.run_id) is not None)
+        yield alice, dan, run
+
+
+async def test_the_owners_cancel_is_heard_though_an_admin_cancelled_after_it_on_another_node(
+    nodes: tuple[Server, Server],
+) -> None:
+    _, b = nodes
+    async with owner_and_admin(nodes) as (alice, dan, run):
         await alice.cancel(run.run_id, reason="mine, stop it")
         await dan.cancel(run.run_id, reason="admin says stop")
         asked: list[str | None] = []
@@ -69,13 +82,8 @@ async def test_the_owners_cancel_is_heard_though_an_admin_cancelled_after_it_on_
 async def test_every_asker_hears_its_cancel_refused_when_the_agent_starts(
     nodes: tuple[Server, Server],
 ) -> None:
-    a, b = nodes
-    async with (
-        client_side.connect(a.url, "trip", token=token("alice")) as alice,
-        client_side.connect(b.url, "trip", token=token("dan", [*CLIENT_CAPS, "cancel-any"])) as dan,
-    ):
-        run = await alice.send("long answer")  # no worker yet: the Run stays pending
-        await wait_until(lambda: dan.view.run(run.run_id) is not None)
+    _, b = nodes
+    async with owner_and_admin(nodes) as (alice, dan, run):
         answers: dict[str, str] = {}
 
         async def cancel(name: str, session: client_side.ClientSession) -> None:
