@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 from transport import codec
 from transport.errors import (
     AGENT_LOST,
+    CONFLICT,
     INTERNAL_ERROR,
     NOT_ATTACHED,
     PROTOCOL_ERROR,
     RATE_LIMITED,
+    STORE_UNAVAILABLE,
     UNAUTHORIZED,
     VALIDATION_ERROR,
     RunwireError,
@@ -488,18 +490,38 @@ class Hub:
         self._spawn(self._react(channel))
 
     async def _react(self, channel: Channel) -> None:
-        """The one place the relay publishes entries as a consequence of others."""
+        """The one place the relay publishes entries as a consequence of others.
+
+        An entry the rules refuse is no longer due and is dropped. One the store did
+        not take (Redis away or out of memory, a session too busy) is still owed: the
+        channel stays loaded and the round is tried again, backing off from
+        ``REACT_RETRY`` to ``REACT_RETRY_MAX`` seconds, until the store takes it or the
+        rules say it is no longer due (another node published it, the store lost the
+        session).
+        """
         session_id = channel.session_id
+        delay = REACT_RETRY
+        rounds = 0
         try:
-            for _ in range(1000):
+            while rounds < 1000:
                 self._again.discard(session_id)
+                owed = False
                 for entry, sender in channel.registry.due():
                     try:
                         _, duplicate, changes = await channel.publish(entry, sender, now_ms())
                         if not duplicate:
                             await self._published(entry, changes)
-                    except RunwireError as exc:  # no longer due, or the store failed
+                    except RunwireError as exc:
+                        owed = owed or exc.code in _STORE_FAILURES
                         log.debug("relay entry %s not published: %s", entry.id, exc)
+                if owed and not channel.reset and self.channels.get(session_id) is channel:
+                    log.info(
+                        "relay entries of %s still owed; trying again in %.1fs", session_id, delay
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, REACT_RETRY_MAX)
+                    continue
+                rounds += 1
                 if session_id not in self._again:
                     return
         except Exception:
@@ -558,6 +580,14 @@ class Hub:
             "channels": len(self.channels),
             "workers": sum(len(w) for w in self.dispatcher.workers.values()),
         }
+
+
+REACT_RETRY = 0.1
+"""Seconds before the relay tries again to publish entries it owes that the store did not take."""
+REACT_RETRY_MAX = 5.0
+"""The longest wait between two such tries (the wait doubles from ``REACT_RETRY``)."""
+_STORE_FAILURES = frozenset({STORE_UNAVAILABLE, CONFLICT})
+"""Codes that say the store did not take an entry, not that the rules refused it."""
 
 
 def _scoped(user_id: str, claimed: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -11,6 +13,7 @@ import relay
 from client_side import ClientRun, ClientSession
 from transport import RunwireError
 from transport.asyncio.abort import AbortController
+from transport.errors import STORE_UNAVAILABLE
 
 from .conductor import SECRET, Conductor, stack, status, texts, token, until
 
@@ -330,3 +333,57 @@ async def test_a_worker_whose_dispatched_run_is_interrupted_before_it_started_le
             assert (await second.result()).status == "complete"
     assert outcomes == {second.run_id: "complete"}
     assert not [r for r in caplog.records if "handler of run" in r.getMessage()]
+
+
+def refuse_relay_entries(
+    monkeypatch: pytest.MonkeyPatch, server: relay.Server, times: int
+) -> list[str]:
+    """Make the store refuse the relay's own entries ``times`` times, as a Redis that is
+    away or out of memory would; the ids it refused, in order."""
+    store = server.store
+    append = store.append
+    refused: list[str] = []
+
+    async def flaky(session_id: str, entry_id: str, data: bytes, runs: Any = (), **kw: Any) -> Any:
+        if entry_id.startswith("relay:") and len(refused) < times:
+            refused.append(entry_id)
+            raise RunwireError(STORE_UNAVAILABLE, "the store is away")
+        return await append(session_id, entry_id, data, runs, **kw)
+
+    monkeypatch.setattr(store, "append", flaky)
+    return refused
+
+
+async def test_a_queued_runs_turn_the_store_refused_is_given_once_the_store_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent = Conductor()
+    async with stack(agent) as server, client_side.connect(server.url, "s") as session:
+        first = await session.send("first")
+        waiting = await session.send("next", multitask="enqueue")
+        assert waiting.status == "queued"
+        refused = refuse_relay_entries(monkeypatch, server, times=3)
+        agent.release(first.run_id)
+        await agent.wait(lambda: len(agent.started) == 2)
+        assert agent.started == [first.run_id, waiting.run_id]
+        assert refused == [f"relay:{waiting.run_id}:pending"] * 3
+        agent.release(waiting.run_id)
+        assert (await waiting.result()).status == "complete"
+
+
+async def test_an_interrupts_cancel_the_store_refused_is_sent_once_the_store_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent = Conductor()
+    async with stack(agent) as server, client_side.connect(server.url, "s") as session:
+        first = await session.send("first")
+        await until(session, lambda: texts(session)[-1:] == ["first: started"])
+        refused = refuse_relay_entries(monkeypatch, server, times=2)
+        new = await session.send("instead", multitask="interrupt")
+        with anyio.fail_after(10):
+            assert (await first.result()).status == "cancelled"
+        await agent.wait(lambda: agent.started == [first.run_id, new.run_id])
+        assert len(refused) == 2 and all("interrupt" in r for r in refused)
+        assert {r.interrupted_by for r in agent.requests} == {new.run_id}
+        agent.release(new.run_id)
+        assert (await new.result()).status == "complete"
