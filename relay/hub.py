@@ -20,6 +20,8 @@ turn), in one place: ``_react``, right after the commit. Those entries have
 deterministic ids and go through the rules again, so a repeat (on this node
 or another) is a duplicate and a stale one is refused. When a Run leaves a
 slot of ``max_concurrent_runs``, every session with queued Runs is looked at.
+What the store did not take is tried again with backoff, and a session that
+loads owing entries (its node stopped in between) has them published then.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ class Hub:
             self.dispatcher.start()
         queued = await self.store.runs_with_status(["queued"])
         for session_id in dict.fromkeys(r.session_id for r in queued):
-            self._react_soon(await self.channel(session_id))
+            await self.channel(session_id)  # loading it publishes what it owes
 
     def close(self) -> None:
         """Stop timers and background tasks."""
@@ -352,7 +354,11 @@ class Hub:
     # ------------------------------------------------------------ channels --
 
     async def channel(self, session_id: str) -> Channel:
-        """The loaded channel of a session (loading it once, however many ask at once)."""
+        """The loaded channel of a session (loading it once, however many ask at once).
+
+        A session that loads owing entries (its node stopped between storing an entry
+        and publishing what the entry called for) has them published now.
+        """
         channel = self.channels.get(session_id)
         if channel is not None:
             if not channel.reset:
@@ -380,6 +386,10 @@ class Hub:
                 raise
             self.channels[session_id] = channel
             self.metrics.channels.set(len(self.channels))
+            if channel.registry.due():
+                # Owed by a node that stored the entry and stopped before it published
+                # what that entry called for (a resume, a queued Run's turn): owed still.
+                self._react_soon(channel)
             future.set_result(channel)
             return channel
         except BaseException as exc:

@@ -82,3 +82,30 @@ async def test_a_pause_outlives_a_relay_restart(tmp_path: Path) -> None:
                     while status(laptop, run.run_id) != "complete":
                         await laptop._wait_change()
             assert final_text(laptop, run.run_id) == "api deployed to us"
+
+
+async def test_an_answer_stored_just_before_its_relay_died_resumes_the_run_on_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is stored, the relay dies before it publishes the resume it owes: whichever
+    relay loads the session next publishes it."""
+    from tests.agent_side.test_interrupts import final_text, worker
+
+    store = f"sqlite:///{tmp_path / 'relay.db'}"
+    calls = [("c1", "deploy", {"service": "api"})]
+    async with relay.serve(port=0, store=store) as first:
+        async with worker(first.url, calls), client_side.connect(first.url, "died") as phone:
+            run = await phone.send("Deploy the api")
+            with anyio.fail_after(10):
+                paused = await run.result()
+            assert [q.id for q in paused.interrupts] == ["c1#0"]
+            # The relay takes the answer in and dies before reacting to it.
+            monkeypatch.setattr(first.hub, "_react_soon", lambda channel: None)
+            await phone.resume(run.run_id, {"c1#0": {"region": "us"}})
+            assert status(phone, run.run_id) == "suspended"
+    async with relay.serve(port=0, store=store) as second:
+        async with worker(second.url, calls), client_side.connect(second.url, "died") as laptop:
+            with anyio.fail_after(10):
+                while status(laptop, run.run_id) != "complete":
+                    await laptop._wait_change()
+            assert final_text(laptop, run.run_id) == "api deployed to us"
