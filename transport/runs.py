@@ -29,6 +29,10 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   (``AGENT_LOST``); a queued Run is moved by the relay only;
 * a cancel on a pending Run is kept (``cancel_requested``) so that the agent
   applies it when it starts the Run; a ``cancel_denied`` clears it;
+* the relay's cancel for an ``interrupt`` (``interrupted_by``) needs the
+  interrupting Run still queued, uncancelled, and naming the target
+  (``RUN_NOT_ACTIVE``: a cancel worked out before the interrupting prompt was
+  cancelled is stale);
 * ``refused`` and ``checkpoint`` entries need a live Run and come from its
   agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
   clients); a checkpoint becomes the record's ``checkpoint``;
@@ -615,6 +619,8 @@ class RunRegistry:
 
     def _plan_cancel(self, entry: CancelEntry, sender: Sender, now_ms: int) -> list[RunRecord]:
         record = self._live(entry.run_id)
+        if sender.role == "relay" and entry.interrupted_by:
+            self._still_interrupting(record, entry.interrupted_by)
         self._need_cancel(sender, record)
         new = record
         if not record.cancel_requested:
@@ -630,6 +636,29 @@ class RunRegistry:
         if new == record:
             return []
         return [replace(new, updated_ts=now_ms)]
+
+    def _still_interrupting(self, target: RunRecord, interrupting_id: str) -> None:
+        """An interrupt's cancel is owed only while its Run waits for its turn, uncancelled.
+
+        ``due()`` works it out, and another device may cancel the interrupting prompt
+        (through any node) before the relay's cancel is stored: that cancel is stale.
+        """
+        interrupting = self.runs.get(interrupting_id)
+        if (
+            interrupting is None
+            or interrupting.status != "queued"
+            or interrupting.cancel_requested
+            or target.run_id not in interrupting.interrupts
+        ):
+            raise RunwireError(
+                RUN_NOT_ACTIVE,
+                f"run {interrupting_id!r} no longer interrupts run {target.run_id!r}",
+                details={
+                    "run_id": target.run_id,
+                    "interrupted_by": interrupting_id,
+                    "status": interrupting.status if interrupting else None,
+                },
+            )
 
     def _plan_status(self, entry: RunEntry, sender: Sender, now_ms: int) -> list[RunRecord]:
         record = self._require(entry.run_id)

@@ -323,6 +323,33 @@ def test_a_refused_interrupt_cancel_is_not_sent_again_and_the_run_waits() -> Non
     assert drain(reg) == [("i", "pending", "relay")]
 
 
+def test_an_interrupts_cancel_is_refused_once_its_interrupting_run_was_cancelled() -> None:
+    """The relay worked out the cancel, then the user cancelled the interrupting prompt
+    (on another node, say) before the cancel was stored: it is stale, and refused."""
+    reg = session(("a", ALICE))
+    publish(reg, prompt("i", "interrupt"), ALICE_LAPTOP)
+    [(stale, asker)] = reg.due()
+    publish(reg, cancel("i"), ALICE_LAPTOP)  # i is queued: its cancel is the relay's to apply
+    with pytest.raises(RunwireError) as info:
+        reg.plan(stale, asker, 1)
+    assert info.value.code == "RUN_NOT_ACTIVE"
+    assert info.value.details == {"run_id": "a", "interrupted_by": "i", "status": "queued"}
+    assert drain(reg) == [("i", "cancelled", "relay")]
+    with pytest.raises(RunwireError):
+        reg.plan(stale, asker, 2)  # and after i ended, too
+    assert reg.get("a").cancel_requested is False  # type: ignore[union-attr]
+    assert state(reg) == {"a": "active", "i": "cancelled"}
+
+
+def test_an_interrupts_cancel_stored_again_on_another_node_is_still_taken() -> None:
+    """While the interrupting Run waits, its cancel is valid however often it is planned."""
+    reg = session(("a", ALICE))
+    publish(reg, prompt("i", "interrupt"), ALICE_LAPTOP)
+    [(owed, asker)] = reg.due()
+    assert reg.plan(owed, asker, 1)  # a second node plans the same cancel: allowed
+    assert drain(reg) == [("a", "cancel", "alice")]
+
+
 def test_a_queued_run_its_sender_cancels_stops_waiting() -> None:
     reg = session(("a", ALICE))
     publish(reg, prompt("b", "enqueue"), ALICE)
