@@ -56,7 +56,9 @@ Runs. A Run appears with the first entry naming it: a prompt makes it
 ``pending`` with those ``None``, or takes the run entry's status. Run entries
 set status, ``error`` and ``end_reason``; a terminal status is final.
 ``cancel`` sets ``cancel_requested``; ``cancel_denied`` (the agent refused)
-clears it and is kept as a ``CancelDenial`` (``cancel_denial(cancel_id)``).
+answers the cancel it names (all of them when it names none), clears the flag
+once no cancel stands (two devices' cancels are refused one by one), and is
+kept as a ``CancelDenial`` (``cancel_denial(cancel_id)``).
 Steer, follow-up and inject messages go to ``transport.outcomes``; each
 resolution is a ``DeliveryEvent``. A run entry's ``seen`` (injects saved at
 the end) consumes those messages before its status applies. ``checkpoint``
@@ -169,6 +171,7 @@ class _Node:
 class _Run:
     info: RunInfo
     cancel_requested: bool = False
+    cancels: dict[str, None] = field(default_factory=dict)  # ids of cancels not refused
     inputs: list[str] = field(default_factory=list)
     seen: dict[str, None] = field(default_factory=dict)
     prompt_id: str | None = None
@@ -271,9 +274,14 @@ class _Fold:
                 run.inputs.append(mid)
                 events.extend(DeliveryEvent(r) for r in self.book.track(mid, e.run_id))
         elif isinstance(e, CancelEntry):
+            run.cancels[e.id] = None
             run.cancel_requested = True
         elif isinstance(e, CancelDenied):
-            run.cancel_requested = False
+            if e.cancel_id is None:
+                run.cancels.clear()  # a refusal that names no cancel refuses them all
+            else:
+                run.cancels.pop(e.cancel_id, None)
+            run.cancel_requested = bool(run.cancels)
             denial = CancelDenial(
                 run_id=e.run_id,
                 cancel_id=e.cancel_id,
@@ -627,7 +635,7 @@ class ConversationTree:
         return run.info if run is not None else None
 
     def cancel_requested(self, run_id: str) -> bool:
-        """True once a cancel entry for the Run was folded (and no refusal came after it)."""
+        """True while a cancel entry folded for the Run has not been refused."""
         run = self._state.runs.get(run_id)
         return run is not None and run.cancel_requested
 

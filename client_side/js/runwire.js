@@ -540,7 +540,7 @@ export class OutcomeBook {
 /**
  * `held` is a queued prompt (added when its turn comes), `heldInputs` the steering aimed at it.
  * `responses` maps each response id to its `seen`; `checkpoint` is the latest checkpoint entry.
- * @typedef {{info: RunInfo, cancelRequested: boolean, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[], responses: Map<string, string[]>, checkpoint: Entry | null, questions: any[], answers: Map<string, unknown>, declined: boolean}} TreeRun
+ * @typedef {{info: RunInfo, cancelRequested: boolean, cancels: Set<string>, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[], responses: Map<string, string[]>, checkpoint: Entry | null, questions: any[], answers: Map<string, unknown>, declined: boolean}} TreeRun
  */
 
 /** @param {ViewMessage} view @returns {ViewMessage} */
@@ -638,9 +638,14 @@ class Fold {
         for (const r of this.book.track(mid, e.run_id)) events.push({ kind: "delivery", outcome: r });
       }
     } else if (e.kind === "cancel") {
+      run.cancels.add(e.id);
       run.cancelRequested = true;
     } else if (e.kind === "cancel_denied") {
-      run.cancelRequested = false;
+      // Answers the cancel it names (all of them when it names none): another device's
+      // cancel may still stand.
+      if (e.cancel_id == null) run.cancels.clear();
+      else run.cancels.delete(e.cancel_id);
+      run.cancelRequested = run.cancels.size > 0;
       /** @type {CancelDenial} */
       const denial = Object.freeze({
         runId: e.run_id,
@@ -742,6 +747,7 @@ class Fold {
     const run = {
       info: freezeRun(info),
       cancelRequested: false,
+      cancels: new Set(),
       inputs: [],
       seen: new Set(),
       promptId: null,

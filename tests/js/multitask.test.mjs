@@ -144,6 +144,21 @@ test("a rollback that names its own branch keeps it", () => {
   assert.deepEqual(path(tree), [["p1", null], ["a1", "p1"], ["p2", "a1"]]);
 });
 
+test("a refused cancel leaves another device's cancel standing", () => {
+  const tree = new ConversationTree();
+  tree.fold(prompt(1, "p1", "r1"));
+  tree.fold(run(2, "r1", "active"));
+  tree.fold({ serial: 3, id: "phone", run_id: "r1", kind: "cancel", client_id: "d1" });
+  tree.fold({ serial: 4, id: "laptop", run_id: "r1", kind: "cancel", client_id: "d2" });
+  tree.fold({ serial: 5, id: "x1", run_id: "r1", kind: "cancel_denied", cancel_id: "phone", client_id: "agent" });
+  assert.equal(tree.cancelRequested("r1"), true, "the laptop's cancel is unanswered");
+  tree.fold({ serial: 6, id: "x2", run_id: "r1", kind: "cancel_denied", cancel_id: "laptop", client_id: "agent" });
+  assert.equal(tree.cancelRequested("r1"), false);
+  tree.fold({ serial: 7, id: "again", run_id: "r1", kind: "cancel", client_id: "d1" });
+  tree.fold({ serial: 8, id: "x3", run_id: "r1", kind: "cancel_denied", client_id: "agent" });
+  assert.equal(tree.cancelRequested("r1"), false, "a refusal that names no cancel refuses them all");
+});
+
 test("a refused cancel clears the request and is kept", () => {
   const tree = new ConversationTree();
   tree.fold(prompt(1, "p1", "r1"));

@@ -10,6 +10,7 @@ import pytest
 
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
+    CancelDenied,
     CancelEntry,
     CheckpointEntry,
     ErrorBody,
@@ -553,3 +554,21 @@ def test_reopening_a_closed_response_changes_nothing() -> None:
     )
     assert tree.fold(open_(4, "r1", "a1")) == []
     assert [vm.message.text() for vm in tree.messages()] == ["q", "final answer"]
+
+
+def test_a_refused_cancel_leaves_another_devices_cancel_standing() -> None:
+    """Two devices cancel; the agent refuses one: the Run still has a cancel to answer."""
+    tree = ConversationTree()
+    fold_all(
+        tree, [prompt(1, "m1", "r1"), RunEntry(serial=2, id="e2", run_id="r1", status="active")]
+    )
+    tree.fold(CancelEntry(serial=3, id="phone", run_id="r1"))
+    tree.fold(CancelEntry(serial=4, id="laptop", run_id="r1"))
+    tree.fold(CancelDenied(serial=5, id="d1", run_id="r1", cancel_id="phone"))
+    assert tree.cancel_requested("r1"), "the laptop's cancel is unanswered"
+    tree.fold(CancelDenied(serial=6, id="d2", run_id="r1", cancel_id="laptop"))
+    assert not tree.cancel_requested("r1")
+    tree.fold(CancelEntry(serial=7, id="again", run_id="r1"))
+    tree.fold(CancelDenied(serial=8, id="d3", run_id="r1"))  # names none: refuses them all
+    assert not tree.cancel_requested("r1")
+    assert [d.cancel_id for d in tree.cancel_denials("r1")] == ["phone", "laptop", None]
