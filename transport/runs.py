@@ -32,7 +32,9 @@ Rules (each refusal is a ``RunwireError`` with the code named):
 * the relay's cancel for an ``interrupt`` (``interrupted_by``) needs the
   interrupting Run still queued, uncancelled, and naming the target
   (``RUN_NOT_ACTIVE``: a cancel worked out before the interrupting prompt was
-  cancelled is stale);
+  cancelled is stale); likewise the relay's ``run: cancelled`` for a pending
+  Run needs a waiting interrupt that names it, and for a queued Run a standing
+  cancel (``VALIDATION_ERROR``);
 * ``refused`` and ``checkpoint`` entries need a live Run and come from its
   agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
   clients); a checkpoint becomes the record's ``checkpoint``;
@@ -637,6 +639,32 @@ class RunRegistry:
             return []
         return [replace(new, updated_ts=now_ms)]
 
+    def _relay_may_end(self, record: RunRecord) -> None:
+        """The relay ends only Runs no agent started, and only while that is owed: a queued
+        Run whose cancel stands, or a pending one that a waiting ``interrupt`` names."""
+        if record.status not in ("queued", "pending"):
+            # A started one gets a cancel entry instead.
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"run {record.run_id!r} has started; the relay cancels it with a cancel entry",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+        if record.status == "queued" and not record.cancel_requested:
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"run {record.run_id!r} waits its turn and nobody cancelled it",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+        if record.status == "pending" and not any(
+            r.status == "queued" and not r.cancel_requested and record.run_id in r.interrupts
+            for r in self.runs.values()
+        ):
+            raise RunwireError(
+                RUN_NOT_ACTIVE,
+                f"no waiting interrupt names run {record.run_id!r} any more",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+
     def _still_interrupting(self, target: RunRecord, interrupting_id: str) -> None:
         """An interrupt's cancel is owed only while its Run waits for its turn, uncancelled.
 
@@ -693,13 +721,8 @@ class RunRegistry:
                     f"run {record.run_id!r} is not next in line",
                     details={"run_id": record.run_id},
                 )
-        elif entry.status == "cancelled" and record.status not in ("queued", "pending"):
-            # The relay ends only Runs no agent started; a started one gets a cancel.
-            raise RunwireError(
-                VALIDATION_ERROR,
-                f"run {record.run_id!r} has started; the relay cancels it with a cancel entry",
-                details={"run_id": record.run_id, "status": record.status},
-            )
+        elif entry.status == "cancelled":
+            self._relay_may_end(record)
         self._check_owner(record, sender)
         owner = record.owner
         if sender.role == "agent" and owner is None:

@@ -341,6 +341,30 @@ def test_an_interrupts_cancel_is_refused_once_its_interrupting_run_was_cancelled
     assert state(reg) == {"a": "active", "i": "cancelled"}
 
 
+def test_an_interrupts_end_of_a_run_no_agent_started_is_refused_once_it_was_taken_back() -> None:
+    reg = RunRegistry("s")
+    publish(reg, prompt("p"), ALICE)  # pending: no agent started it
+    publish(reg, prompt("i", "interrupt"), ALICE_LAPTOP)
+    [(stale, asker)] = reg.due()
+    assert isinstance(stale, RunEntry) and stale.status == "cancelled"
+    publish(reg, cancel("i"), ALICE_LAPTOP)
+    with pytest.raises(RunwireError) as info:
+        reg.plan(stale, asker, 1)
+    assert info.value.code == "RUN_NOT_ACTIVE"
+    assert drain(reg) == [("i", "cancelled", "relay")]
+    assert state(reg) == {"p": "pending", "i": "cancelled"}
+
+
+def test_the_relay_ends_a_queued_run_only_while_its_cancel_stands() -> None:
+    reg = session(("a", ALICE))
+    publish(reg, prompt("b", "enqueue"), ALICE)
+    with pytest.raises(RunwireError) as info:
+        reg.plan(status("b", "cancelled"), RELAY, 1)
+    assert info.value.code == "VALIDATION_ERROR"
+    publish(reg, cancel("b"), ALICE)
+    assert drain(reg) == [("b", "cancelled", "relay")]
+
+
 def test_an_interrupts_cancel_stored_again_on_another_node_is_still_taken() -> None:
     """While the interrupting Run waits, its cancel is valid however often it is planned."""
     reg = session(("a", ALICE))
