@@ -34,6 +34,15 @@ get its ack), and before the input checks, which never see a repeat.
 Attaching reads the backlog (or the newest page) up to ``last`` and joins the
 subscribers with no await in between, so nothing is missed or sent twice.
 
+Where the store can lose a loaded channel's history (``Store.loses_channels``:
+Redis without persistence, or ``history_ttl``) and another node may already
+have made the session anew, every read of entries into the channel or for an
+attach (``_read_after``) comes with the epoch the entries are of. Another
+epoch than the channel's resets it (``_on_reset``), exactly as an append that
+gets ``EPOCH_MISMATCH`` does: its clients are closed to rebuild and the
+read raises ``EPOCH_MISMATCH``, never taking one history's entries into
+another.
+
 Besides connections, a channel has *listeners* (``listen``): plain callbacks
 told of each entry it takes in (the HTTP API's event stream waits on one), and
 *holds* (``Hub.hold``) that keep it loaded while someone uses it without
@@ -255,17 +264,40 @@ class Channel:
             peer.close(4009, "EPOCH_MISMATCH: history lost, attach again")
 
     async def _catch_up(self, serial: int) -> None:
-        """Take in every entry up to ``serial`` now, reading the store if need be."""
+        """Take in every entry up to ``serial`` now, reading the store if need be (raises
+        ``EPOCH_MISMATCH`` as ``_read_after`` does)."""
         while self.last < serial and await self._take_in_newer():
             pass
 
     async def _take_in_newer(self) -> bool:
-        """Take in a page of what the store holds beyond ``last``; True if ``last`` moved."""
+        """Take in a page of what the store holds beyond ``last``; True if ``last`` moved
+        (raises ``EPOCH_MISMATCH`` as ``_read_after`` does)."""
         before = self.last
-        page = await self.store.read(self.session_id, after=self.last, limit=1000)
-        for stored in page:
+        for stored in await self._read_after(self.last, 1000):
             self._on_entry(stored)
         return self.last > before
+
+    async def _read_after(self, after: int, limit: int) -> list[StoredEntry]:
+        """Up to ``limit`` stored entries after ``after``, of this channel's history.
+
+        Where the store can lose a loaded channel (``Store.loses_channels``: Redis), they
+        are read with the epoch they are of (``Store.since``). Another epoch than the
+        channel's means the store lost this history (and maybe made the session anew, with
+        serials this channel also has): the channel resets (``_on_reset``: its clients
+        rebuild) and ``RunwireError(EPOCH_MISMATCH)`` is raised, as when an append finds
+        out, rather than mix that history's entries into this one.
+        """
+        if not self.store.loses_channels:
+            return await self.store.read(self.session_id, after=after, limit=limit)
+        epoch, page = await self.store.since(self.session_id, after, limit)
+        if epoch != self.epoch:
+            self._on_reset()
+            raise RunwireError(
+                EPOCH_MISMATCH,
+                f"the store lost the history of {self.session_id!r} (epoch {self.epoch})",
+                details={"epoch": epoch},
+            )
+        return page
 
     async def _applied(self, serial: int) -> None:
         if self.last >= serial:
@@ -378,6 +410,10 @@ class Channel:
         client to rebuild rather than leave a silent gap. A ``from_serial`` beyond
         what this node has taken in (the client saw it through another node) is
         caught up from the store first, so it resumes rather than resets.
+
+        Raises ``RunwireError(EPOCH_MISMATCH)``, subscribing nobody, when the channel
+        reset meanwhile: the store lost its history, which its reads (``_read_after``)
+        or its subscription found out. Attach to the session loaded again then.
         """
         if (
             from_serial is not None
@@ -399,19 +435,22 @@ class Channel:
         if resume and from_serial is not None:
             covered = from_serial
         elif head:
-            page = await self.store.read(self.session_id, before=head + 1, limit=limit)
+            # The newest page: serials are dense from the oldest stored on.
+            page = await self._read_after(max(head - limit, 0), limit)
             entries = [e for e in page if e.serial <= head]
             covered = entries[-1].serial if entries else head
         else:
             covered = 0
         # Read until nothing new arrived during the last read; then join with no await.
         while covered < self.last:
-            page = await self.store.read(self.session_id, after=covered, limit=1000)
+            page = await self._read_after(covered, 1000)
             page = [e for e in page if e.serial <= self.last]
             if not page:
                 break
             entries.extend(page)
             covered = page[-1].serial
+        if self.reset:
+            raise RunwireError(EPOCH_MISMATCH, f"the store lost the history of {self.session_id!r}")
         if resume:
             has_older = bool(from_serial and from_serial >= self.first > 0)
         else:

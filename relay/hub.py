@@ -38,6 +38,7 @@ from transport import codec
 from transport.errors import (
     AGENT_LOST,
     CONFLICT,
+    EPOCH_MISMATCH,
     INTERNAL_ERROR,
     NOT_ATTACHED,
     PROTOCOL_ERROR,
@@ -265,15 +266,14 @@ class Hub:
                     f"the token does not grant 'subscribe' in {frame.session_id!r}",
                     details={"session_id": frame.session_id, "needs": SUBSCRIBE},
                 )
-            async with self.hold(frame.session_id) as channel:
-                await channel.attach(
-                    peer,
-                    frame.req,
-                    from_serial=frame.from_serial,
-                    epoch=frame.epoch,
-                    limit=min(frame.limit, self.options.history_page_max),
-                    backlog_max=self.options.backlog_max,
-                )
+            try:
+                await self._attach(peer, frame)
+            except RunwireError as exc:
+                if exc.code != EPOCH_MISMATCH:
+                    raise
+                # The channel found that the store lost its history and reset: attach to
+                # the session as the store has it now (a resume then gets ``reset``).
+                await self._attach(peer, frame)
         elif isinstance(frame, Detach):
             channel = self._attached(peer, frame.session_id)
             channel.detach(peer)
@@ -310,6 +310,19 @@ class Hub:
             self.dispatcher.add_worker(peer, frame.agent, pending)
         elif isinstance(frame, Hello):
             raise RunwireError(PROTOCOL_ERROR, "hello was already received")
+
+    async def _attach(self, peer: Peer, frame: Attach) -> None:
+        """Attach ``peer`` to the session's channel (``Channel.attach``: raises
+        ``EPOCH_MISMATCH`` if the channel reset meanwhile, the next one is loaded afresh)."""
+        async with self.hold(frame.session_id) as channel:
+            await channel.attach(
+                peer,
+                frame.req,
+                from_serial=frame.from_serial,
+                epoch=frame.epoch,
+                limit=min(frame.limit, self.options.history_page_max),
+                backlog_max=self.options.backlog_max,
+            )
 
     async def _publish(self, peer: Peer, frame: Publish) -> None:
         channel: Channel | None = None

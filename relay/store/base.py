@@ -48,6 +48,9 @@ Contract
   such channel) and newest serial as the store holds them now, without
   opening or creating it: a relay node checks a channel it has loaded against
   it, which a store whose backend can forget (Redis) may have lost meanwhile.
+* ``since(session_id, after, limit)`` is ``read(after=, limit=)`` with the epoch
+  the entries are of (None if the store has no such channel), so a node never
+  takes another history's entries into a channel it has loaded.
 * A store that cannot write raises ``RunwireError(STORE_UNAVAILABLE)``. A
   store whose backend can forget a channel raises
   ``RunwireError(EPOCH_MISMATCH)`` from ``append`` once the channel's epoch is
@@ -207,6 +210,22 @@ class Store(ABC):
         """
         info = await self.open_channel(session_id)
         return info.epoch, info.last
+
+    async def since(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[str | None, list[StoredEntry]]:
+        """The channel's epoch (None if there is none) and up to ``limit`` stored entries
+        after ``after``, of that epoch.
+
+        A relay node reads so what it takes into a channel it has loaded, where the store
+        may have lost the channel's history and made the session anew (``loses_channels``).
+        The default reads the entries, then ``head``: an epoch, once lost, never comes
+        back, so entries read before ``head`` showed an epoch are of that epoch. A store
+        that can read both at once (Redis, in one script) does.
+        """
+        entries = await self.read(session_id, after=after, limit=limit)
+        epoch, _ = await self.head(session_id)
+        return epoch, entries
 
     async def healthy(self) -> bool:
         """True while the store can take writes."""

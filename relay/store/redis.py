@@ -759,14 +759,17 @@ class RedisStore(Store):
 
     async def since(
         self, session_id: str, after: int, limit: int
-    ) -> tuple[str | None, list[tuple[int, bytes]]]:
-        """The channel's epoch and up to ``limit`` stored entries after ``after``."""
+    ) -> tuple[str | None, list[StoredEntry]]:
+        """The channel's epoch and up to ``limit`` stored entries after ``after``, read
+        together (one script)."""
         keys = self._keys(session_id)
         (reply,) = await self._call(self._eval("since", keys[:2], [after, limit]))
         self._check(reply)
         epoch = None if reply[0] is None else reply[0].decode()
         pairs = reply[1:]
-        return epoch, [(_serial_of(i), d) for i, d in zip(pairs[::2], pairs[1::2], strict=True)]
+        return epoch, [
+            StoredEntry(_serial_of(i), d) for i, d in zip(pairs[::2], pairs[1::2], strict=True)
+        ]
 
     # -- the command line ------------------------------------------------------
 

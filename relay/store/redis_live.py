@@ -394,7 +394,8 @@ class Listener:
                     sub.epoch = epoch
                 if sub.epoch != epoch:
                     self._reset(channel, sub)
-            for serial, data in entries:
+            for stored in entries:
+                serial = stored.serial
                 for sub in subs:
                     if not sub.active or sub.last is None or serial <= sub.last:
                         continue
@@ -409,7 +410,7 @@ class Listener:
                         self._reset(channel, sub)  # a gap it cannot fill: rebuild, not skip
                         continue
                     self.filled += 1
-                    self._call(channel, sub, serial, data)
+                    self._call(channel, sub, serial, stored.data)
             if len(entries) < _PAGE:
                 return
 

@@ -19,7 +19,7 @@ from relay import Server
 from relay.store.redis import RedisStore
 from relay.store.redis_live import Listener, _Channel, _Sub
 
-from ..relay.test_http_api import call
+from ..relay.test_http_api import call, post
 from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
 
@@ -91,6 +91,80 @@ async def test_a_client_resumes_on_a_node_that_has_not_yet_seen_its_last_entry(
     assert (await other.publish("s", prompt()))["serial"] == 3
     assert serials(await again.entries(1)) == [3]
     assert serials(await watcher.entries(2)) == [2, 3]
+
+
+async def frames_until_closed(peer: RawPeer, timeout: float = 5.0) -> int | None:
+    """Keep what ``peer`` receives in its inbox until the relay closes it; its close code,
+    or None if it was still open after ``timeout`` seconds."""
+    with anyio.move_on_after(timeout):
+        try:
+            while True:
+                peer.inbox.append(await peer.recv(timeout + 1))
+        except ConnectionClosed:
+            return peer.ws.close_code
+    return None
+
+
+def delivered(peer: RawPeer) -> list[int]:
+    """The serials of the entries ``peer`` was delivered (from its inbox)."""
+    return [e["serial"] for f in peer.inbox if f["type"] == "deliver" for e in f["entries"]]
+
+
+async def test_a_resume_from_a_history_redis_lost_under_a_lagging_node_is_reset_not_mixed(
+    expiring: tuple[Server, Server], redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that saw serial 4 through node A resumes on node B, which took in 1-3 and
+    has not yet heard that Redis dropped the session and node A made it anew (serials
+    1-6 of a new epoch). B catches up from the store before it answers: it must see the
+    new epoch there and reset, never take the new history's 4-6 into the old one (its
+    watcher delivered them, the client resumed with them as if they came after 4)."""
+    a, b = expiring
+    watcher = await RawPeer.open(b.url)  # keeps the session loaded on node B
+    first = await watcher.attach("s")
+    for n in range(3):
+        assert (await post(a, "s", {"message": f"old-{n}"})).json()["serial"] == n + 1
+    assert serials(await watcher.entries(3)) == [1, 2, 3]
+    with pubsub_lost(b, monkeypatch):  # node B hears nothing more of the session
+        assert (await post(a, "s", {"message": "old-3"})).json()["serial"] == 4
+        await expired(f"{redis_prefix}{{s}}:meta")
+        for n in range(6):
+            assert (await post(a, "s", {"message": f"new-{n}"})).json()["serial"] == n + 1
+        client = await RawPeer.open(b.url)
+        resumed = await client.attach("s", from_serial=4, epoch=first["epoch"])
+        code = await frames_until_closed(watcher)
+    assert resumed["reset"] is True and resumed["epoch"] != first["epoch"], (
+        f"node B resumed the client in the old history with the new one's entries: {resumed}"
+    )
+    texts = [e["message"]["parts"][0]["text"] for e in resumed["entries"]]
+    assert texts == [f"new-{n}" for n in range(6)]
+    assert delivered(watcher) == [], "node B delivered the new history's entries as the old's"
+    assert code == 4009
+
+
+async def test_a_publish_that_looks_ahead_past_a_history_redis_lost_resets_the_node(
+    expiring: tuple[Server, Server], redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steer published through node B for a Run B has not heard of makes B read what the
+    store holds beyond its last serial (the prompt may have come through another node).
+    When Redis dropped the session and node A made it anew, what B reads there is of the
+    new epoch: B resets (its clients rebuild) instead of delivering it as the old history's,
+    and the steer goes into the new history."""
+    a, b = expiring
+    watcher = await RawPeer.open(b.url)
+    await watcher.attach("s")
+    for n in range(3):
+        assert (await post(a, "s", {"message": f"old-{n}"})).json()["serial"] == n + 1
+    assert serials(await watcher.entries(3)) == [1, 2, 3]
+    with pubsub_lost(b, monkeypatch):
+        await expired(f"{redis_prefix}{{s}}:meta")
+        for n in range(4):
+            body = {"message": f"new-{n}", "run_id": f"r{n}"}
+            assert (await post(a, "s", body)).json()["serial"] == n + 1
+        steered = await post(b, "s", {"message": "faster", "intent": "steer", "run_id": "r3"})
+        code = await frames_until_closed(watcher)
+    assert delivered(watcher) == [], "node B delivered the new history's entries as the old's"
+    assert code == 4009
+    assert steered.status == 201 and steered.json()["serial"] == 5, steered.body
 
 
 async def test_clients_of_a_session_redis_dropped_while_they_watched_it_rebuild_and_go_on(

@@ -453,6 +453,18 @@ class StoreConformance(abc.ABC):
         assert await serials() == list(range(1, 11))
         assert await store.read("unknown") == []
 
+    async def test_since_reads_after_a_serial_with_the_epoch_of_the_entries(
+        self, store: Store
+    ) -> None:
+        info = await store.open_channel("s")
+        for i in range(1, 6):
+            await store.append("s", f"e{i}", body(f"e{i}"))
+        epoch, page = await store.since("s", 2, 2)
+        assert epoch == info.epoch
+        assert page == await store.read("s", after=2, limit=2)
+        assert [e.serial for e in page] == [3, 4]
+        assert await store.since("s", 5, 10) == (info.epoch, [])
+
     async def test_read_refuses_a_limit_below_one(self, store: Store) -> None:
         await store.open_channel("s")
         with pytest.raises(RunwireError) as caught:

@@ -238,7 +238,7 @@ async def test_reads_and_health_checks_do_not_linger(prefix: str) -> None:
             assert found is not None and found.serial == 1
             assert await store.runs("s") == []
             assert (await store.head("s"))[1] == 1
-            assert [serial for serial, _ in (await store.since("s", 0, 10))[1]] == [1]
+            assert [e.serial for e in (await store.since("s", 0, 10))[1]] == [1]
             assert await store.healthy()
         with anyio.move_on_after(0.5) as lingering:  # appends still linger
             await store.append("s", "e2", body("e2"))
@@ -768,8 +768,8 @@ async def test_a_redis_that_stops_answering_fails_round_trips_in_time_and_is_use
             appended = await store.append("s", "e3", body("e3"))
         # e2 reached Redis's socket before it stopped, so it ran when it went on.
         _, stored = await store.since("s", 0, 10)
-        assert [serial for serial, _ in stored] == [1, 2, 3]
-        assert stored[-1] == (appended.serial, appended.data)
+        assert [e.serial for e in stored] == [1, 2, 3]
+        assert stored[-1] == StoredEntry(appended.serial, appended.data)
 
 
 @pytest.mark.anyio
@@ -929,7 +929,7 @@ async def test_a_redis_out_of_memory_refuses_appends_whole_and_takes_them_once_i
                 # Nothing of it was written: not the entry, nor its id, nor its Run.
                 assert {k: raw.dump(k) for k in raw.keys("rw:*")} == keys_before
                 # Reading goes on: history, Runs and the health check.
-                assert [serial for serial, _ in (await b.since("s", 0, 10))[1]] == [1]
+                assert [e.serial for e in (await b.since("s", 0, 10))[1]] == [1]
                 assert [r.run_id for r in await b.runs("s")] == ["r1"]
                 assert await a.healthy()
 
