@@ -39,12 +39,13 @@ Redis without persistence, or ``history_ttl``) and another node may already
 have made the session anew, every read of entries into the channel or for an
 attach (``_read_after``) comes with the epoch the entries are of. Another
 epoch than the channel's resets it (``_on_reset``), exactly as an append that
-gets ``EPOCH_MISMATCH`` does: its clients are closed to rebuild and the
-read raises ``EPOCH_MISMATCH``, never taking one history's entries into
-another.
+gets ``EPOCH_MISMATCH`` does: its clients are closed to rebuild, its
+listeners told, and the read raises ``EPOCH_MISMATCH``, never taking one
+history's entries into another.
 
 Besides connections, a channel has *listeners* (``listen``): plain callbacks
-told of each entry it takes in (the HTTP API's event stream waits on one), and
+told of each entry it takes in, and of its reset (the HTTP API's event stream
+waits on one), and
 *holds* (``Hub.hold``) that keep it loaded while someone uses it without
 subscribing. The hub forgets a channel only when it has neither.
 """
@@ -62,7 +63,7 @@ from transport.frames import EntryBody, MessageEntry, ResponseAppend
 from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender
 
-from .store.base import OnEntry, Store, StoredEntry, Unsubscribe
+from .store.base import OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 
 if TYPE_CHECKING:
     from .peer import Peer
@@ -128,7 +129,7 @@ class Channel:
         self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
         self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
-        self._listeners: list[OnEntry] | None = None
+        self._listeners: list[tuple[OnEntry, OnReset | None]] | None = None
         self.holds = 0
         """Users that keep the channel loaded without subscribing (see ``Hub.hold``)."""
         self._lock: asyncio.Lock | None = None
@@ -141,8 +142,8 @@ class Channel:
 
     @property
     def listeners(self) -> list[OnEntry]:
-        """The callbacks ``listen`` added (a copy)."""
-        return list(self._listeners or ())
+        """The entry callbacks ``listen`` added (a copy)."""
+        return [fn for fn, _ in self._listeners or ()]
 
     @property
     def lock(self) -> asyncio.Lock:
@@ -221,7 +222,7 @@ class Channel:
                 )
         for peer in self.subscribers:
             peer.send_entry(self.session_id, stored.data)
-        for listener in list(self._listeners or ()):
+        for listener, _ in list(self._listeners or ()):
             try:
                 listener(stored)
             except Exception:
@@ -235,16 +236,18 @@ class Channel:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    def listen(self, fn: OnEntry) -> Unsubscribe:
-        """Call ``fn`` with each entry this channel takes in from now on, in serial order;
-        returns the function that stops it (idempotent)."""
+    def listen(self, fn: OnEntry, on_reset: OnReset | None = None) -> Unsubscribe:
+        """Call ``fn`` with each entry this channel takes in from now on, in serial order,
+        and ``on_reset`` once if it resets (``_on_reset``: it takes in nothing more);
+        returns the function that stops both (idempotent)."""
         if self._listeners is None:
             self._listeners = []
-        self._listeners.append(fn)
+        listener = (fn, on_reset)
+        self._listeners.append(listener)
 
         def stop() -> None:
-            if self._listeners is not None and fn in self._listeners:
-                self._listeners.remove(fn)
+            if self._listeners is not None and listener in self._listeners:
+                self._listeners.remove(listener)
                 if not self._listeners:
                     self._listeners = None
 
@@ -252,7 +255,8 @@ class Channel:
 
     def _on_reset(self) -> None:
         """The store lost the channel's history: close its clients (they attach again and
-        rebuild) and stop its subscription; the hub loads the channel afresh when next asked."""
+        rebuild), tell its listeners and stop its subscription; the hub loads the channel
+        afresh when next asked."""
         if self.reset:
             return
         log.warning("channel %s: the store lost its history; clients will reset", self.session_id)
@@ -262,6 +266,13 @@ class Channel:
             self._unsubscribe = None
         for peer in list(self.subscribers):
             peer.close(4009, "EPOCH_MISMATCH: history lost, attach again")
+        for _, on_reset in list(self._listeners or ()):
+            if on_reset is None:
+                continue
+            try:
+                on_reset()
+            except Exception:
+                log.exception("channel %s: a listener failed on reset", self.session_id)
 
     async def _catch_up(self, serial: int) -> None:
         """Take in every entry up to ``serial`` now, reading the store if need be (raises

@@ -65,7 +65,9 @@ store can lose a loaded channel (``Store.loses_channels``: Redis), the epoch
 is read from the store after the entries, so a node whose channel has not yet
 noticed never labels another history's entries with the old epoch. A waiting
 request listens on the channel (``Channel.listen``) under ``Hub.hold``, which
-releases the channel when the request ends, so waiting pins no session.
+releases the channel when the request ends, so waiting pins no session; it
+ends as soon as the channel takes in an entry or resets (the store lost its
+history: it answers ``event: reset`` then, not once ``wait`` ran out).
 
 How a body is read. websockets parses each connection's opening request
 itself (``ServerProtocol.parse`` runs ``Request.parse(reader.read_line)``),
@@ -662,12 +664,12 @@ class HttpApi:
         return response
 
     async def _wait(self, conn: ServerConnection, channel: Channel, timeout: float) -> None:
-        """Until the channel takes in an entry, the client hangs up, the relay stops, or
-        ``timeout`` seconds pass."""
-        if self.closing:
+        """Until the channel takes in an entry or resets (the store lost its history), the
+        client hangs up, the relay stops, or ``timeout`` seconds pass."""
+        if self.closing or channel.reset:
             return
         woke = asyncio.Event()
-        stop = channel.listen(lambda _stored: woke.set())
+        stop = channel.listen(lambda _stored: woke.set(), on_reset=woke.set)
         self._wakers.add(woke)
         lost: asyncio.Future[None] | None = getattr(conn, "connection_lost_waiter", None)
 

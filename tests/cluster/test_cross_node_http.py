@@ -7,15 +7,17 @@ Two ``relay.serve`` nodes in this process share a Redis; sessions expire after
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+import anyio
 import pytest
 
 import relay
 from relay import Server
 from relay.store.redis import RedisStore
 
-from ..relay.test_http_api import events, post
+from ..relay.test_http_api import Event, events, post
 from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
 from .test_cross_node_live import close_code, expired, serials
@@ -98,6 +100,39 @@ async def test_an_event_stream_resuming_after_redis_lost_the_history_is_reset_no
     assert (await post(b, "s", {"message": "next"})).json()["serial"] == 6
     _, found, _ = await events(a, "s", "wait=0", last_id=again)
     assert entry_serials(found) == [6]
+
+
+async def test_a_waiting_event_stream_answers_reset_as_soon_as_its_session_is_reset(
+    expiring: tuple[Server, Server], redis_prefix: str
+) -> None:
+    """A stream waiting on node B for the next entry of a history Redis then dropped is
+    answered ``event: reset`` (and the new history) as soon as B's channel resets, when
+    node A makes the session anew: not only once its ``wait`` runs out."""
+    a, b = expiring
+    assert (await post(b, "s", {"message": "old"})).json()["serial"] == 1
+    _, _, left = await events(b, "s", "from=0&wait=0")
+    answer: list[tuple[list[Event], float]] = []
+
+    async def wait_on_b() -> None:
+        _, found, _ = await events(b, "s", "wait=12", last_id=left)
+        answer.append((found, time.monotonic()))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_on_b)
+            while "s" not in b.hub.channels or not b.hub.channels["s"].listeners:
+                await anyio.sleep(0.01)
+            channel = b.hub.channels["s"]
+            await expired(f"{redis_prefix}{{s}}:meta")
+            assert (await post(a, "s", {"message": "new"})).json()["serial"] == 1
+            while not channel.reset:  # node B hears of the new epoch
+                await anyio.sleep(0.01)
+            reset_at = time.monotonic()
+    found, answered_at = answer[0]
+    took = answered_at - reset_at
+    assert took < 3.0, f"the stream answered {took:.1f}s after its session reset, not at once"
+    assert [e.event for e in found] == ["reset", "entry"], found
+    assert json.loads(found[1].data)["message"]["parts"][0]["text"] == "new"
 
 
 async def test_an_event_stream_resuming_from_entries_redis_trimmed_is_reset_not_skipped(
