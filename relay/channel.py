@@ -301,6 +301,11 @@ class Channel:
         if not self.store.loses_channels:
             return await self.store.read(self.session_id, after=after, limit=limit)
         epoch, page = await self.store.since(self.session_id, after, limit)
+        self._same_history(epoch)
+        return page
+
+    def _same_history(self, epoch: str | None) -> None:
+        """Reset the channel and raise ``EPOCH_MISMATCH`` if ``epoch`` is not its own."""
         if epoch != self.epoch:
             self._on_reset()
             raise RunwireError(
@@ -308,7 +313,6 @@ class Channel:
                 f"the store lost the history of {self.session_id!r} (epoch {self.epoch})",
                 details={"epoch": epoch},
             )
-        return page
 
     async def _applied(self, serial: int) -> None:
         if self.last >= serial:
@@ -487,7 +491,15 @@ class Channel:
         peer.attached.discard(self.session_id)
 
     async def history(self, before: int, limit: int) -> tuple[list[StoredEntry], bool]:
-        """Entries older than ``before`` and whether there are more."""
+        """Entries older than ``before`` and whether there are more.
+
+        Where the store can lose a loaded channel, the page is checked against the epoch
+        read after it (an epoch, once lost, never comes back): a page of another history
+        resets the channel and raises ``EPOCH_MISMATCH``, as ``_read_after`` does.
+        """
         page = await self.store.read(self.session_id, before=before, limit=limit)
+        if self.store.loses_channels:
+            epoch, _ = await self.store.head(self.session_id)
+            self._same_history(epoch)
         has_older = bool(page) and page[0].serial > self.first
         return page, has_older

@@ -585,11 +585,19 @@ class HttpApi:
     async def _history(self, session_id: str, query: dict[str, list[str]]) -> Response:
         limit = min(_int(query, "limit", 50, 1, 1000), self.options.history_page_max)
         before = _opt_int(query, "before")
-        async with self.hub.hold(session_id) as channel:
-            page, has_older = await channel.history(
-                channel.last + 1 if before is None else before, limit
-            )
-            head, epoch = channel.last, channel.epoch
+        for attempt in range(2):
+            try:
+                async with self.hub.hold(session_id) as channel:
+                    page, has_older = await channel.history(
+                        channel.last + 1 if before is None else before, limit
+                    )
+                    head, epoch = channel.last, channel.epoch
+                break
+            except RunwireError as exc:
+                # The node's channel was of a history the store lost: read the session
+                # as the store has it now.
+                if exc.code != EPOCH_MISMATCH or attempt:
+                    raise
         body = (
             b'{"entries":['
             + b",".join(e.data for e in page)

@@ -17,10 +17,10 @@ import relay
 from relay import Server
 from relay.store.redis import RedisStore
 
-from ..relay.test_http_api import Event, events, post
+from ..relay.test_http_api import Event, call, events, post
 from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
-from .test_cross_node_live import close_code, expired, serials
+from .test_cross_node_live import close_code, expired, pubsub_lost, serials
 
 pytestmark = pytest.mark.anyio
 
@@ -181,3 +181,32 @@ async def test_an_http_publish_to_a_session_redis_dropped_under_a_watching_node_
     again = await watcher.attach("s", from_serial=1, epoch=first["epoch"])
     assert again["reset"] is True
     assert [e["message"]["parts"][0]["text"] for e in again["entries"]] == ["new"]
+
+
+async def test_a_history_page_of_a_history_redis_lost_is_never_labelled_with_the_old_epoch(
+    expiring: tuple[Server, Server], redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node B took in 1-3 and has not heard that Redis dropped the session and node A made
+    it anew: a history page read through B holds the new history's entries, so B must
+    answer with the new epoch (its channel resets), not the old one."""
+    a, b = expiring
+    watcher = await RawPeer.open(b.url)  # keeps the session loaded on node B
+    first = await watcher.attach("s")
+    for n in range(3):
+        assert (await post(a, "s", {"message": f"old-{n}"})).json()["serial"] == n + 1
+    assert serials(await watcher.entries(3)) == [1, 2, 3]
+    with pubsub_lost(b, monkeypatch):
+        await expired(f"{redis_prefix}{{s}}:meta")
+        for n in range(2):
+            assert (await post(a, "s", {"message": f"new-{n}"})).json()["serial"] == n + 1
+        # A WebSocket client paging back through the stale channel is closed to rebuild,
+        # and given no page of the new history as the old one's.
+        await watcher.send({"type": "history", "req": 9, "session_id": "s", "before": 3})
+        code = await close_code(watcher)
+        page = await call(b, "GET", "/v1/sessions/s/history")
+    assert code == 4009
+    assert [f for f in watcher.inbox if f["type"] == "page"] == []
+    assert page.status == 200, page.body
+    texts = [e["message"]["parts"][0]["text"] for e in page.json()["entries"]]
+    assert page.json()["epoch"] != first["epoch"], f"new entries under the old epoch: {texts}"
+    assert texts == ["new-0", "new-1"] and page.json()["head"] == 2
