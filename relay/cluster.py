@@ -17,9 +17,11 @@ nothing a second node would need stays in one node's memory:
   (``XCLAIM`` to itself every heartbeat, which also tells it of the entries gone
   because their Run left ``pending`` in a session it has not loaded: it forgets
   them, and its worker's count of Runs not started); entries of a node that died go idle and
-  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds; a reader
-  that lost Redis claims nothing until ``claim_idle`` seconds after it got it back,
-  since Redis counts an outage as idle time, and live holders refresh meanwhile), and
+  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds; a node
+  claims nothing until it has had Redis for ``claim_idle`` seconds with no failure of
+  its heartbeat or its reader, since it started or got Redis back, since Redis counts
+  an outage as idle time, and live holders refresh meanwhile: this holds whether its
+  reader saw the outage or started after it), and
   the sweeper (below) drops, once a minute, the consumers of gone nodes that
   hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
   one consumer per node start. One task per node reads the streams of every
@@ -160,6 +162,10 @@ class RedisDispatcher:
         self.read_block = 0.5
         """Seconds a dispatch read waits for a Run before it checks the workers again."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._steady_since: float | None = None
+        """Since when (monotonic) this node has had Redis without a failure, or None: not yet
+        (its maintenance has not gone through once) or its maintenance or reader failed
+        since (see ``_claim_due``)."""
         self._arrived: set[str] = set()  # agent client ids whose presence is not written yet
         self._toucher: asyncio.Task[None] | None = None
         self._groups: set[str] = set()
@@ -315,7 +321,6 @@ class RedisDispatcher:
         """Read the streams of every agent name this node has live workers of."""
         own = True  # first take back what this node holds unacknowledged
         claimed_at = 0.0
-        back_at: float | None = -self.claim_idle  # when this reader last got Redis back
         while True:
             # No await from here to ``_reading``: a worker of a name not in it, from
             # now on, sets ``_widen`` and cuts the coming read short.
@@ -358,13 +363,7 @@ class RedisDispatcher:
                             continue
                         await self._take(agent, entry_id, fields)
                 now = time.monotonic()
-                if back_at is None:
-                    back_at = now
-                # Entries idle on Redis's clock through an outage are not abandoned: their
-                # holders get claim_idle seconds of Redis back to refresh them first.
-                if now - back_at >= self.claim_idle and now - claimed_at >= min(
-                    1.0, self.claim_idle / 2
-                ):
+                if self._claim_due(now) and now - claimed_at >= min(1.0, self.claim_idle / 2):
                     claimed_at = now
                     await self._claim_idle(streams)
             except asyncio.CancelledError:
@@ -372,8 +371,8 @@ class RedisDispatcher:
             except (RedisError, OSError, RunwireError) as exc:  # the store's: STORE_UNAVAILABLE
                 log.warning("dispatch reader: %s", exc)
                 self._groups.clear()
+                self._steady_since = None
                 own = True
-                back_at = None
                 await asyncio.sleep(0.5)
 
     async def _interruptible(self, read: Coroutine[Any, Any, Any]) -> Any:
@@ -389,6 +388,22 @@ class RedisDispatcher:
                 with suppress(asyncio.CancelledError, RedisError, OSError):
                     await reading
         return _WIDENED if reading.cancelled() else reading.result()
+
+    def _claim_due(self, now: float) -> bool:
+        """Whether entries idle for ``claim_idle`` seconds may be taken as abandoned now.
+
+        Only once this node has had Redis, without a failure, for ``claim_idle`` seconds:
+        Redis counts the time it was away (or paused, or out of reach) as idle time, so
+        right after an outage every held entry looks abandoned, those of live nodes too,
+        whose heartbeat refreshes them once they have Redis back. This holds for a reader
+        that saw the outage and for one that starts just after it (a node's first worker
+        registering then): the node's maintenance, every heartbeat, saw it either way.
+        A node that has just started waits as long, so a dead node's entries go to a
+        worker at most ``claim_idle`` seconds (and a heartbeat) after the later of its
+        death and the claimer's start.
+        """
+        since = self._steady_since
+        return since is not None and now - since >= self.claim_idle
 
     async def _claim_idle(self, streams: dict[str, str]) -> None:
         """Take over entries other nodes left unacknowledged for ``claim_idle`` seconds.
@@ -430,6 +445,7 @@ class RedisDispatcher:
                     self.indexed = True
                 if not await self._touch(list(self.agents_present)):
                     lapsed = True  # this node's agents may have lapsed meanwhile
+                    self._steady_since = None
                 await self._refresh_held()
                 held = await self._lead()
                 if held:
@@ -443,10 +459,13 @@ class RedisDispatcher:
                     if time.monotonic() - self._pruned >= min(60.0, self.consumer_idle):
                         self._pruned = time.monotonic()
                         await self._prune_consumers()
+                if self._steady_since is None:
+                    self._steady_since = time.monotonic()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 lapsed = True
+                self._steady_since = None
                 log.exception("cluster maintenance failed")
 
     async def _lead(self) -> int:

@@ -92,6 +92,52 @@ async def test_a_run_held_by_a_live_node_goes_to_no_second_worker_after_redis_wa
         holder.kill()
 
 
+async def test_a_reader_that_starts_after_redis_came_back_claims_nothing_held_by_live_nodes(
+    throwaway: ThrowawayRedis,
+) -> None:
+    # The same outage, seen by a node that had no worker then: its reader starts only when
+    # its first worker registers, just after Redis came back, so it never saw the outage.
+    # It must not take the held entries at once either: Redis counts the outage as idle
+    # time for them too, and the holder (back a moment later) would refresh them.
+    url = f"redis://127.0.0.1:{throwaway.port}/0"
+    holder = await Cluster(store=url).start_node(grace=1.0)
+    try:
+        async with relay.serve(port=0, store=RedisStore(url), agent_grace=1.0) as other:
+            server = dispatcher(other)
+            server.claim_idle = 2.5
+            client = await RawPeer.open(other.url)
+            await client.attach("s")
+            first = await RawPeer.open(holder.url, role="agent", client_id="w-1")
+            await first.request({"type": "worker", "agent": "default"})
+            run_id = new_id()
+            await client.publish("s", prompt(run_id))
+            assert (await first.next("dispatch"))["run_id"] == run_id  # not started yet
+            assert server._reader is None  # no worker on this node yet
+
+            throwaway.save_and_kill()
+            holder.proc.send_signal(signal.SIGSTOP)
+            try:
+                await anyio.sleep(server.claim_idle + 0.5)
+                throwaway.start()
+                later = prompt()
+                with anyio.fail_after(20):
+                    while (await client.publish("s", later, timeout=10))["type"] != "ack":
+                        await anyio.sleep(0.2)
+                second = await RawPeer.open(other.url, role="agent", client_id="w-2")
+                await second.request({"type": "worker", "agent": "default"})
+                with anyio.fail_after(10):
+                    handed = await dispatches(second, 0.0)
+                    while later["run_id"] not in handed:
+                        handed += await dispatches(second, 0.1)
+            finally:
+                holder.proc.send_signal(signal.SIGCONT)
+            handed += await dispatches(second, server.claim_idle + 1.0)
+            assert handed == [later["run_id"]]
+            assert await dispatches(first, 0.0) == []
+    finally:
+        holder.kill()
+
+
 async def test_a_node_whose_store_fails_a_dispatch_read_goes_on_dispatching(
     throwaway: ThrowawayRedis,
 ) -> None:
