@@ -211,3 +211,40 @@ async def test_runs_cancelled_before_their_worker_started_them_leave_its_node_sh
                 handed[0].extend(await dispatches(first, 0.1))
                 handed[1].extend(await dispatches(second, 0.1))
         assert (len(handed[0]), len(handed[1])) == (2, 2)  # the first had one already
+
+
+async def test_a_node_forgets_the_runs_it_held_when_redis_lost_its_data(
+    throwaway: ThrowawayRedis,
+) -> None:
+    # Redis restarted without persistence: the Runs a node held (handed to a worker, not
+    # started) no longer exist, nor do their stream entries or the consumer group. The
+    # node must forget them (held, assigned, records), so its worker's count of Runs not
+    # started is right again: a worker that looks busy with Runs that are gone gets
+    # fewer new ones. (It does: the refresh fails once with NOGROUP, the reader, whose
+    # read failed too, makes the group again, and the next refresh's XCLAIM of entries
+    # the new group does not hold returns none of them, so the node forgets them all.)
+    url = f"redis://127.0.0.1:{throwaway.port}/0"
+    async with relay.serve(port=0, store=RedisStore(url), agent_grace=1.0) as node:
+        server = dispatcher(node)
+        client = await RawPeer.open(node.url)
+        await client.attach("s")
+        worker = await RawPeer.open(node.url, role="agent", client_id="w-1")
+        await worker.request({"type": "worker", "agent": "default"})
+        run_id = new_id()
+        await client.publish("s", prompt(run_id))
+        assert (await worker.next("dispatch"))["run_id"] == run_id  # not started
+        assert list(server.held) == [("s", run_id)]
+
+        assert throwaway.proc is not None
+        throwaway.proc.kill()  # no save: it comes back empty
+        throwaway.proc.wait()
+        throwaway.start()
+        with anyio.fail_after(10):
+            while server.held or server.assigned or server.records:
+                await anyio.sleep(0.05)
+        # And it goes on dispatching, on the group its reader made again.
+        again = await RawPeer.open(node.url)
+        await again.attach("t")
+        later = new_id()
+        assert (await again.publish("t", prompt(later)))["type"] == "ack"
+        assert (await worker.next("dispatch", timeout=10))["run_id"] == later
