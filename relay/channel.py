@@ -63,7 +63,7 @@ from transport.frames import EntryBody, MessageEntry, ResponseAppend
 from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender
 
-from .store.base import OnEntry, OnReset, Store, StoredEntry, Unsubscribe
+from .store.base import Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 
 if TYPE_CHECKING:
     from .peer import Peer
@@ -329,14 +329,17 @@ class Channel:
     # ------------------------------------------------------------ publish --
 
     async def publish(
-        self, entry: EntryBody, sender: Sender, now_ms: int
+        self, entry: EntryBody, sender: Sender, now_ms: int, *, gone: Gone | None = None
     ) -> tuple[int, bool, list[RunRecord]]:
         """Store one entry (it reaches subscribers through the subscription).
 
         Returns ``(serial, duplicate, changed Run records)``. Raises
         ``RunwireError`` when an input check or the Run rules refuse the entry
         or the store fails; a refused queued message raises its refusal after
-        the ``refused`` entry that replaces it was stored.
+        the ``refused`` entry that replaces it was stored. ``gone``: the entry ends
+        a Run for that agent's absence, and is stored only if it is still absent
+        (``Store.append``); if not, ``RunwireError(CONFLICT)`` with
+        ``details["present"]``, not retried.
         """
         async with self.lock:
             refusal: RunwireError | None = None
@@ -378,6 +381,7 @@ class Channel:
                         changes,
                         expect_last=self.last,
                         urgent=not isinstance(stamped, ResponseAppend),
+                        gone=gone,
                     )
                 except RunwireError as exc:
                     self.registry.abandon(changes)
@@ -385,8 +389,8 @@ class Channel:
                         # The store lost the session under this node (Redis without
                         # persistence, or ``history_ttl``): this channel's state is stale.
                         self._on_reset()
-                    if exc.code != CONFLICT:
-                        raise
+                    if exc.code != CONFLICT or "present" in exc.details:
+                        raise  # (an absent agent that came back: no retry changes that)
                     # Plan again as of the newest serial. Had another node stored this very
                     # entry meanwhile, the rules or the store's dedup would now say so.
                     await self._catch_up(int(exc.details.get("last", self.last + 1)))

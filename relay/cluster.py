@@ -49,8 +49,11 @@ nothing a second node would need stays in one node's memory:
   not count. The lease is renewed with ``SET``, which a Redis out of memory
   refuses (``PEXPIRE`` it would take), so the sweeper notices that nobody could
   write presence even when it has no agents of its own to mark. Each of those Runs is ended
-  ``error`` / ``AGENT_LOST``; should a new holder repeat an old one's last
-  attempt, the Run rules make the second a no-op. A durable Run is put back to
+  ``error`` / ``AGENT_LOST`` if its owner is still gone when the end is stored: the
+  script that stores it tests the owner's deadline again (``Gone``), so an agent that
+  came back through another node between the sweep and the end (the sweeping node
+  knows only its own connections) keeps its Run. Should a new holder repeat an old
+  one's last attempt, the Run rules make the second a no-op. A durable Run is put back to
   ``pending`` instead (an entry with a deterministic id, so a second node's
   attempt is a duplicate), which puts it on the agent's stream, and
   ``hand_to_worker`` sends the dispatch with ``adopted`` and the Run's

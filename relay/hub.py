@@ -80,7 +80,7 @@ from .dispatch import Dispatcher
 from .metrics import Metrics
 from .options import RelayOptions
 from .peer import Peer
-from .store.base import Store
+from .store.base import Gone, Store
 
 if TYPE_CHECKING:
     from .auth import Identity
@@ -568,24 +568,51 @@ class Hub:
             log.warning("could not end run %s/%s: %s", session_id, run_id, exc)
 
     async def _end_lost(self, channel: Channel, run_id: str) -> None:
+        """End (or hand on, if durable) an active Run whose owner is not connected here,
+        if the store still finds it gone when the end's turn comes.
+
+        The sweep that found the owner gone and this end are apart (a session to load,
+        a lock to wait for): an agent that came back meanwhile through another node is
+        marked present in the store, which then stores nothing (``Gone``), in the same
+        step that would store the end; the Run goes on.
+        """
         record = channel.registry.get(run_id)
         if record is None or record.status != "active" or record.owner in self._present:
             return
-        if record.durable:
-            # Not ended: handed to another worker, which adopts it. The id is the
-            # same on every node, so a second sweep of the same loss is a duplicate.
-            entry = RunEntry(
-                id=relay_entry_id(run_id, "adopt", str(record.adoptions + 1)),
-                run_id=run_id,
-                status="pending",
+        gone = None if record.owner is None else Gone(record.owner, self.options.agent_grace)
+        try:
+            if record.durable:
+                await self._hand_on(channel, record, gone)
+            else:
+                await self._lose(channel, record, gone)
+        except RunwireError as exc:
+            if exc.code != CONFLICT or "present" not in exc.details:
+                raise
+            log.info(
+                "run %s/%s goes on: its agent %r came back",
+                channel.session_id,
+                run_id,
+                record.owner,
             )
-            _, duplicate, changes = await channel.publish(entry, RELAY, now_ms())
-            if not duplicate:
-                await self._published(entry, changes)
-            return
+
+    async def _hand_on(self, channel: Channel, record: RunRecord, gone: Gone | None) -> None:
+        """Put a durable Run back to ``pending`` (not ended): another worker adopts it. The
+        entry's id is the same on every node, so a second sweep of the same loss is a
+        duplicate."""
+        entry = RunEntry(
+            id=relay_entry_id(record.run_id, "adopt", str(record.adoptions + 1)),
+            run_id=record.run_id,
+            status="pending",
+        )
+        _, duplicate, changes = await channel.publish(entry, RELAY, now_ms(), gone=gone)
+        if not duplicate:
+            await self._published(entry, changes)
+
+    async def _lose(self, channel: Channel, record: RunRecord, gone: Gone | None) -> None:
+        """End a Run ``error`` / ``AGENT_LOST``."""
         lost = RunEntry(
             id=f"relay-{new_id()}",
-            run_id=run_id,
+            run_id=record.run_id,
             status="error",
             error=ErrorBody(
                 code=AGENT_LOST,
@@ -593,7 +620,7 @@ class Hub:
                 details={"grace_seconds": self.options.agent_grace},
             ),
         )
-        await channel.publish(lost, RELAY, now_ms())
+        await channel.publish(lost, RELAY, now_ms(), gone=gone)
         self.metrics.agent_lost.inc()
 
     def stats(self) -> dict[str, Any]:

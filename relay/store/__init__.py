@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from transport.errors import VALIDATION_ERROR, RunwireError
 
-from .base import Appended, ChannelInfo, Store, StoredEntry
+from .base import Appended, ChannelInfo, Gone, Store, StoredEntry
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 __all__ = [
     "Appended",
     "ChannelInfo",
+    "Gone",
     "MemoryStore",
     "SQLiteStore",
     "Store",

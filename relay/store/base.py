@@ -33,6 +33,14 @@ Contract
   not ``N`` when the append's turn comes, it writes nothing and raises
   ``RunwireError(CONFLICT, details={"last": newest})``. A repeated ``entry_id``
   still returns the original (``duplicate=True``) whatever ``expect_last`` says.
+* ``append(..., gone=Gone(client_id, grace))`` stores an entry that ends a Run for
+  its agent's absence (``AGENT_LOST``, or a durable Run handed on) only if that agent
+  is still gone when the append's turn comes: a store that shares agent presence
+  between relay nodes (Redis) writes nothing if a node has marked ``client_id``
+  present since its deadline passed ``grace`` seconds ago (it came back, through any
+  node) and raises ``RunwireError(CONFLICT, details={"present": client_id})``, which
+  no retry changes. A store of one relay (memory, SQLite) takes no notice: that
+  relay knows its own connections.
 * ``subscribe(session_id, fn)`` is live fan-out. Once it returns, ``fn`` (a
   plain callable, run on the event loop) gets a ``StoredEntry`` for every entry
   of that channel appended through the same backing store (memory and SQLite:
@@ -69,6 +77,7 @@ from transport.runs import RunRecord
 __all__ = [
     "Appended",
     "ChannelInfo",
+    "Gone",
     "OnEntry",
     "OnReset",
     "Store",
@@ -105,6 +114,16 @@ class Appended:
     serial: int
     data: bytes
     duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Gone:
+    """What an append that ends a Run for its agent's absence requires (``append``'s
+    ``gone``): the agent ``client_id`` still absent ``grace`` seconds past its presence
+    deadline, as the AGENT_LOST sweep found it, when the append's turn comes."""
+
+    client_id: str
+    grace: float
 
 
 OnEntry = Callable[[StoredEntry], None]
@@ -152,13 +171,15 @@ class Store(ABC):
         *,
         expect_last: int | None = None,
         urgent: bool = False,
+        gone: Gone | None = None,
     ) -> Appended:
         """Sequence, store and (with ``runs``) update Run records atomically.
 
         Raises ``RunwireError(CONFLICT)`` when ``expect_last`` is given and is
         not the channel's newest serial (see the contract). ``urgent`` says
         someone waits on this entry (a user's message, a cancel): a store that
-        holds small batches back for company sends it at once.
+        holds small batches back for company sends it at once. ``gone``: only if
+        that agent is still absent (see the contract).
         """
 
     @abstractmethod

@@ -29,6 +29,7 @@ from transport.runs import RunRecord
 from .base import (
     Appended,
     ChannelInfo,
+    Gone,
     OnEntry,
     OnReset,
     Store,
@@ -86,12 +87,14 @@ class MemoryStore(Store):
         *,
         expect_last: int | None = None,
         urgent: bool = False,
+        gone: Gone | None = None,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
         Raises ``RunwireError(CONFLICT)`` if ``expect_last`` is given and is not
         the newest serial, ``RunwireError(INTERNAL_ERROR)`` if ``open_channel``
-        was not called first.
+        was not called first. ``gone`` is not looked at: one relay uses this store,
+        and it knows its agents' connections.
         """
         self._check_open()
         channel = self._channels.get(session_id)

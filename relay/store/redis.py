@@ -32,7 +32,9 @@ and put an owner no node has marked present yet in the agents' presence
 (``rw:presence``, a sorted set client id -> deadline in ms on Redis's clock,
 which the nodes refresh: ``mark_present``), so ``relay.cluster``'s AGENT_LOST
 sweep asks only after owners past their deadline (``gone_owners``, one script)
-instead of reading every Run under way. Those keys are outside the
+instead of reading every Run under way; the append that then ends such an owner's
+Run tests its deadline again in the same script (``append(..., gone=)``), so an
+owner marked present meanwhile keeps its Run. Those keys are outside the
 session's slot, so the store needs a standalone Redis (or a proxy that keeps
 everything on one node): Redis Cluster would refuse the scripts with
 ``CROSSSLOT``. Everything else is ready for Cluster.
@@ -122,7 +124,16 @@ from transport.errors import (
 )
 from transport.runs import RunRecord
 
-from .base import Appended, ChannelInfo, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
+from .base import (
+    Appended,
+    ChannelInfo,
+    Gone,
+    OnEntry,
+    OnReset,
+    Store,
+    StoredEntry,
+    Unsubscribe,
+)
 from .redis_live import Listener, connect, stop
 from .redis_lua import INDEXED, SCRIPTS, SHA, STATUSES
 from .redis_wire import Wire, unsupported
@@ -420,11 +431,15 @@ class RedisStore(Store):
         *,
         expect_last: int | None = None,
         urgent: bool = False,
+        gone: Gone | None = None,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
         One script, one round trip. Raises ``RunwireError(CONFLICT)`` if
-        ``expect_last`` is given and is not the newest serial,
+        ``expect_last`` is given and is not the newest serial, or if ``gone`` is
+        given and that agent's presence deadline (``rw:presence``) is no longer
+        ``gone.grace`` seconds past (a node marked it present: it came back;
+        ``details["present"]`` names it),
         ``RunwireError(EPOCH_MISMATCH)`` if Redis lost the channel since
         ``open_channel``, ``RunwireError(INTERNAL_ERROR)`` if ``open_channel``
         was not called first, ``RunwireError(VALIDATION_ERROR)`` for a Run
@@ -445,11 +460,13 @@ class RedisStore(Store):
             "SPUBLISH" if self.sharded else "PUBLISH",
             self.live_channel(session_id),
             session_id,
+            "" if gone is None else gone.client_id,
+            "0" if gone is None else str(max(0, round(gone.grace * 1000))),
         ]
         args.extend(self._run_args(session_id, runs))
         keys = self._keys(session_id)
-        if runs:
-            keys = [*keys, *self._status_keys]
+        if runs or gone is not None:
+            keys = [*keys, *self._status_keys]  # the presence last
         contended = session_id in self._contended
         (reply,) = await self._call(
             self._eval("append", keys, args), linger=not (urgent or contended)
@@ -472,6 +489,13 @@ class RedisStore(Store):
                 CONFLICT,
                 f"{session_id!r} is at serial {last}, not {expect_last}",
                 details={"last": last},
+            )
+        if code == 4:
+            assert gone is not None
+            raise RunwireError(
+                CONFLICT,
+                f"agent {gone.client_id!r} is present again: {entry_id!r} not stored",
+                details={"present": gone.client_id},
             )
         if contended:
             self._contended.discard(session_id)

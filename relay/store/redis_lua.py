@@ -90,10 +90,12 @@ end
 """
 )
 
-# KEYS: meta, log, ids, runs, order, then (only with Run records) one status set per
-#       INDEXED and the agents' presence (sorted set: client id -> deadline, ms).
+# KEYS: meta, log, ids, runs, order, then (only with Run records or a gone agent) one
+#       status set per INDEXED and the agents' presence (sorted set: client id ->
+#       deadline, ms).
 # ARGV: epoch, entry id, data, expect_last or '', max_history, dedup_window,
-#       ttl ms or '0', publish command, pub/sub channel, session id, then per Run record:
+#       ttl ms or '0', publish command, pub/sub channel, session id, a gone agent's
+#       client id or '', its grace ms, then per Run record:
 #       run id, status number (1-based), record, index member, its agent's dispatch stream,
 #       its owner or '', the owner's set of active Runs (``<prefix>owns:<owner>``).
 # A record written pending that is not on its agent's stream yet is added to it
@@ -103,9 +105,13 @@ end
 # Likewise a Run written active with an owner is in that owner's set (meta field
 # ``o:<run id>`` names the set) and in no other, and the owner is in the presence
 # set (``NX``: with the deadline "now" if no node has written it yet); a Run written
-# with any other status is in no owner's set.
+# with any other status is in no owner's set. With a gone agent (an end for its absence,
+# by the AGENT_LOST sweep) it stores nothing unless that agent's deadline passed its
+# grace ago, the sweep's own test: not if a node marked it present since (it came back
+# through any node) nor if its absence was restarted (``_ABSENT_FROM_NOW``).
 # Returns {0, epoch now or ''} | {1, serial, data} (repeat) | {2, last} | {3, serial}
-# (stored: the caller splices the serial into its data as this script does).
+# (stored: the caller splices the serial into its data as this script does) | {4} (the
+# gone agent is not gone).
 _APPEND = (
     _COMMON
     + """
@@ -120,6 +126,10 @@ if known then
 end
 local last = tonumber(head[2] or '0')
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= last then return {2, last} end
+if ARGV[11] ~= '' then
+  local deadline = redis.call('ZSCORE', KEYS[#KEYS], ARGV[11])
+  if deadline and tonumber(deadline) > now_ms() - tonumber(ARGV[12]) then return {4} end
+end
 local serial = last + 1
 local stored = splice(ARGV[3], serial)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], serial .. '-0', 'd', stored)
@@ -129,7 +139,7 @@ local window = tonumber(ARGV[6])
 if serial > window then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', serial - window)
 end
-write_runs(11, ARGV[10])
+write_runs(13, ARGV[10])
 touch(ARGV[7])
 redis.call(ARGV[8], ARGV[9], epoch .. ' ' .. stored)
 return {3, serial}

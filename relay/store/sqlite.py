@@ -68,6 +68,7 @@ from transport.runs import RunRecord
 from .base import (
     Appended,
     ChannelInfo,
+    Gone,
     OnEntry,
     OnReset,
     Store,
@@ -274,10 +275,12 @@ class SQLiteStore(Store):
         *,
         expect_last: int | None = None,
         urgent: bool = False,
+        gone: Gone | None = None,
     ) -> Appended:
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
-        Returns once committed. Raises ``RunwireError(STORE_UNAVAILABLE)`` if the
+        ``gone`` is not looked at: one relay uses this store, and it knows its agents'
+        connections. Returns once committed. Raises ``RunwireError(STORE_UNAVAILABLE)`` if the
         batch it was committed in failed, ``RunwireError(CONFLICT)`` if
         ``expect_last`` is given and is not the newest serial,
         ``RunwireError(INTERNAL_ERROR)`` if ``open_channel`` was not called first.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
 import anyio
@@ -10,12 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import relay
 from relay.cluster import RedisDispatcher
 from relay.dispatch import Expire
 from relay.metrics import Metrics
+from relay.store.base import Gone
 from relay.store.redis import RedisStore
+from transport.errors import CONFLICT, RunwireError
+from transport.messages import new_id
 from transport.runs import RunRecord
 
+from ..relay.wire import RawPeer, prompt, run_status
 from .conftest import REDIS_URL
 
 pytestmark = pytest.mark.anyio
@@ -264,6 +270,102 @@ async def test_the_sweeper_drops_stream_consumers_of_gone_nodes_that_hold_nothin
     finally:
         node.close()
         await client.aclose()
+
+
+async def test_an_end_for_an_agents_absence_is_stored_only_while_it_is_still_absent(
+    store: RedisStore,
+) -> None:
+    # The check is in the script that stores the end: no node can mark the agent present
+    # between the check and the write.
+    await store.open_channel("s")
+    run = active("s", "agent-x")
+    ended = replace(run, status="error", owner=None)
+    gone = Gone("agent-x", 0.05)
+    await store.put_runs([run])
+    await store.mark_present(["agent-x"], 30)  # back, through some node
+    with pytest.raises(RunwireError) as refused:
+        await store.append("s", "end", b"{}", [ended], gone=gone)
+    assert refused.value.code == CONFLICT
+    assert refused.value.details == {"present": "agent-x"}
+    assert await store.read("s", after=0) == []
+    assert await store.run("s", "r-s") == run
+    await store.mark_present(["agent-x"], 0.001)  # gone again, for longer than the grace
+    await anyio.sleep(0.1)
+    assert not (await store.append("s", "end", b"{}", [ended], gone=gone)).duplicate
+    assert await store.run("s", "r-s") == ended
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_run_is_not_ended_agent_lost_when_its_agent_came_back_through_another_node(
+    redis_prefix: str, durable: bool
+) -> None:
+    # The sweep found the agent gone (past its deadline by the grace) and is about to end
+    # its Run (or hand it on, if durable) when the agent reconnects through another node,
+    # which marks it present: the end must not happen. The sweeper's node does not have
+    # the agent's connection, so only Redis knows it is back; here the sweep is held
+    # between the two.
+    def serve() -> AbstractAsyncContextManager[relay.Server]:
+        store = RedisStore(REDIS_URL, prefix=redis_prefix)
+        return relay.serve(port=0, store=store, agent_grace=1.0)  # a heartbeat every 0.33 s
+
+    async with serve() as a, serve() as b:
+        nodes = {a: dispatcher_of(a), b: dispatcher_of(b)}
+        decided, go, ended = anyio.Event(), anyio.Event(), anyio.Event()
+        sweepers: list[relay.Server] = []
+
+        def held_back(server: relay.Server, expire: Expire) -> Expire:
+            async def expire_later(session_id: str, run_id: str) -> None:
+                if not sweepers:  # the first end the sweep asks for waits for the test
+                    sweepers.append(server)
+                    decided.set()
+                    await go.wait()
+                    try:
+                        await expire(session_id, run_id)
+                    finally:
+                        ended.set()
+                else:
+                    await expire(session_id, run_id)
+
+            return expire_later
+
+        for server, node in nodes.items():
+            node._expire = held_back(server, node._expire)
+        client = await RawPeer.open(a.url)
+        await client.attach("s")
+        run_id = new_id()
+        await client.publish("s", prompt(run_id))
+        agent = await RawPeer.open(b.url, role="agent", client_id="agent-x")
+        await agent.attach("s")
+        started = {**run_status(run_id, "active"), "durable": durable}
+        assert (await agent.publish("s", started))["type"] == "ack"
+        await agent.close()
+        with anyio.fail_after(10):
+            await decided.wait()
+        [sweeper] = sweepers
+        other = b if sweeper is a else a
+        store = nodes[a].store
+        redis_client = store.client()
+        try:
+            lapsed = await redis_client.zscore(store.presence_key, "agent-x")
+            back = await RawPeer.open(other.url, role="agent", client_id="agent-x")
+            with anyio.fail_after(5):  # its node marked it present
+                while await redis_client.zscore(store.presence_key, "agent-x") == lapsed:
+                    await anyio.sleep(0.01)
+            go.set()
+            with anyio.fail_after(10):
+                await ended.wait()
+            await anyio.sleep(1.0)  # later sweeps leave it alone too: it is present
+            record = await store.run("s", run_id)
+            assert record is not None and record.status == "active"
+            await back.close()
+        finally:
+            await redis_client.aclose()
+
+
+def dispatcher_of(server: relay.Server) -> RedisDispatcher:
+    found = server.hub.dispatcher
+    assert isinstance(found, RedisDispatcher)
+    return found
 
 
 _IDS = st.text(min_size=1, max_size=40).filter(lambda t: "\x00" not in t)
