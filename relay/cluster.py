@@ -18,10 +18,10 @@ nothing a second node would need stays in one node's memory:
   because their Run left ``pending`` in a session it has not loaded: it forgets
   them, and its worker's count of Runs not started); entries of a node that died go idle and
   are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds; a node
-  claims nothing until it has had Redis for ``claim_idle`` seconds with no failure of
-  its heartbeat or its reader, since it started or got Redis back, since Redis counts
-  an outage as idle time, and live holders refresh meanwhile: this holds whether its
-  reader saw the outage or started after it), and
+  claims nothing until it has had Redis, with no failure of its heartbeat or its
+  reader, for ``claim_idle`` seconds, counted from its start or from Redis's return:
+  Redis counts an outage as idle time, and live holders refresh meanwhile; this holds
+  whether its reader saw the outage or started after it), and
   the sweeper (below) drops, once a minute, the consumers of gone nodes that
   hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
   one consumer per node start. One task per node reads the streams of every
