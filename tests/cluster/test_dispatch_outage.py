@@ -4,6 +4,9 @@ handed to one worker, every node goes on dispatching and shares its Runs fairly.
 from __future__ import annotations
 
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -16,7 +19,7 @@ from relay.store.redis import RedisStore
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt
-from .conftest import REDIS_URL, Cluster
+from .conftest import REDIS_URL, Cluster, Node
 from .test_redis_outage import ThrowawayRedis, throwaway
 
 __all__ = ["throwaway"]  # the fixture, used by name
@@ -42,16 +45,20 @@ async def dispatches(peer: RawPeer, seconds: float) -> list[str]:
     return found
 
 
-async def test_a_run_held_by_a_live_node_goes_to_no_second_worker_after_redis_was_away_a_while(
-    throwaway: ThrowawayRedis,
-) -> None:
-    # Redis counts a held entry's idle time on its own clock, outage included, so every
-    # entry comes back from an outage longer than claim_idle looking abandoned. The
-    # node whose reader reaches Redis first (each retries every 0.5 s: which one is
-    # chance) must not take the others' entries before they could refresh them: a Run
-    # already handed to a live worker would be handed to a second one. Here the holder
-    # comes back a moment after the other node (stopped just that long, far less than
-    # claim_idle), as it does by chance about half the time.
+@dataclass
+class HeldRun:
+    """A Run a worker on the holder node (a process) was handed and has not started; the
+    other node (in this process, ``server`` its dispatcher) watches the session."""
+
+    holder: Node
+    other: relay.Server
+    server: RedisDispatcher
+    client: RawPeer
+    first: RawPeer
+
+
+@asynccontextmanager
+async def a_run_held_on_a_node(throwaway: ThrowawayRedis) -> AsyncIterator[HeldRun]:
     url = f"redis://127.0.0.1:{throwaway.port}/0"
     holder = await Cluster(store=url).start_node(grace=1.0)
     try:
@@ -65,31 +72,67 @@ async def test_a_run_held_by_a_live_node_goes_to_no_second_worker_after_redis_wa
             run_id = new_id()
             await client.publish("s", prompt(run_id))
             assert (await first.next("dispatch"))["run_id"] == run_id  # not started yet
-            second = await RawPeer.open(other.url, role="agent", client_id="w-2")
-            await second.request({"type": "worker", "agent": "default"})
-
-            throwaway.save_and_kill()
-            holder.proc.send_signal(signal.SIGSTOP)
-            try:
-                await anyio.sleep(server.claim_idle + 0.5)
-                throwaway.start()
-                # The other node's reader is back once it dispatches a new Run (it
-                # claims idle entries before it reads new ones).
-                later = prompt()
-                with anyio.fail_after(20):
-                    while (await client.publish("s", later, timeout=10))["type"] != "ack":
-                        await anyio.sleep(0.2)
-                    handed = await dispatches(second, 0.0)
-                    while later["run_id"] not in handed:
-                        handed += await dispatches(second, 0.1)
-            finally:
-                holder.proc.send_signal(signal.SIGCONT)
-            # Past claim_idle after Redis came back, with a margin: the holder refreshed.
-            handed += await dispatches(second, server.claim_idle + 1.0)
-            assert handed == [later["run_id"]]
-            assert await dispatches(first, 0.0) == []  # and it was not handed it twice
+            yield HeldRun(holder, other, server, client, first)
     finally:
         holder.kill()
+
+
+@asynccontextmanager
+async def away_longer_than_claim_idle(
+    throwaway: ThrowawayRedis, held: HeldRun
+) -> AsyncIterator[dict[str, Any]]:
+    """Redis away for longer than ``claim_idle``, the holder stopped meanwhile and until
+    the block ends (it comes back a moment after the other node); yields a new Run's
+    prompt, acknowledged by the other node once it has Redis back."""
+    throwaway.save_and_kill()
+    held.holder.proc.send_signal(signal.SIGSTOP)
+    try:
+        await anyio.sleep(held.server.claim_idle + 0.5)
+        throwaway.start()
+        later = prompt()
+        with anyio.fail_after(20):
+            while (await held.client.publish("s", later, timeout=10))["type"] != "ack":
+                await anyio.sleep(0.2)
+        yield later
+    finally:
+        held.holder.proc.send_signal(signal.SIGCONT)
+
+
+async def handed(second: RawPeer, run_id: str) -> list[str]:
+    """What ``second`` is handed until ``run_id`` is among it."""
+    with anyio.fail_after(10):
+        found = await dispatches(second, 0.0)
+        while run_id not in found:
+            found += await dispatches(second, 0.1)
+    return found
+
+
+async def handed_nothing_else(second: RawPeer, held: HeldRun, so_far: list[str]) -> None:
+    """Past ``claim_idle`` with a margin, the holder running again (it refreshed its entry
+    meanwhile): ``second`` got only the new Run, and the holder's worker nothing more."""
+    so_far += await dispatches(second, held.server.claim_idle + 1.0)
+    assert len(so_far) == 1, so_far
+    assert await dispatches(held.first, 0.0) == []  # and it was not handed it twice
+
+
+async def test_a_run_held_by_a_live_node_goes_to_no_second_worker_after_redis_was_away_a_while(
+    throwaway: ThrowawayRedis,
+) -> None:
+    # Redis counts a held entry's idle time on its own clock, outage included, so every
+    # entry comes back from an outage longer than claim_idle looking abandoned. The
+    # node whose reader reaches Redis first (each retries every 0.5 s: which one is
+    # chance) must not take the others' entries before they could refresh them: a Run
+    # already handed to a live worker would be handed to a second one. Here the holder
+    # comes back a moment after the other node (stopped just that long, far less than
+    # claim_idle), as it does by chance about half the time.
+    async with a_run_held_on_a_node(throwaway) as held:
+        second = await RawPeer.open(held.other.url, role="agent", client_id="w-2")
+        await second.request({"type": "worker", "agent": "default"})
+        async with away_longer_than_claim_idle(throwaway, held) as later:
+            # The other node's reader is back once it dispatches the new Run (it claims
+            # idle entries before it reads new ones).
+            so_far = await handed(second, later["run_id"])
+        await handed_nothing_else(second, held, so_far)
 
 
 async def test_a_reader_that_starts_after_redis_came_back_claims_nothing_held_by_live_nodes(
@@ -99,43 +142,13 @@ async def test_a_reader_that_starts_after_redis_came_back_claims_nothing_held_by
     # its first worker registers, just after Redis came back, so it never saw the outage.
     # It must not take the held entries at once either: Redis counts the outage as idle
     # time for them too, and the holder (back a moment later) would refresh them.
-    url = f"redis://127.0.0.1:{throwaway.port}/0"
-    holder = await Cluster(store=url).start_node(grace=1.0)
-    try:
-        async with relay.serve(port=0, store=RedisStore(url), agent_grace=1.0) as other:
-            server = dispatcher(other)
-            server.claim_idle = 2.5
-            client = await RawPeer.open(other.url)
-            await client.attach("s")
-            first = await RawPeer.open(holder.url, role="agent", client_id="w-1")
-            await first.request({"type": "worker", "agent": "default"})
-            run_id = new_id()
-            await client.publish("s", prompt(run_id))
-            assert (await first.next("dispatch"))["run_id"] == run_id  # not started yet
-            assert server._reader is None  # no worker on this node yet
-
-            throwaway.save_and_kill()
-            holder.proc.send_signal(signal.SIGSTOP)
-            try:
-                await anyio.sleep(server.claim_idle + 0.5)
-                throwaway.start()
-                later = prompt()
-                with anyio.fail_after(20):
-                    while (await client.publish("s", later, timeout=10))["type"] != "ack":
-                        await anyio.sleep(0.2)
-                second = await RawPeer.open(other.url, role="agent", client_id="w-2")
-                await second.request({"type": "worker", "agent": "default"})
-                with anyio.fail_after(10):
-                    handed = await dispatches(second, 0.0)
-                    while later["run_id"] not in handed:
-                        handed += await dispatches(second, 0.1)
-            finally:
-                holder.proc.send_signal(signal.SIGCONT)
-            handed += await dispatches(second, server.claim_idle + 1.0)
-            assert handed == [later["run_id"]]
-            assert await dispatches(first, 0.0) == []
-    finally:
-        holder.kill()
+    async with a_run_held_on_a_node(throwaway) as held:
+        assert held.server._reader is None  # no worker on this node yet
+        async with away_longer_than_claim_idle(throwaway, held) as later:
+            second = await RawPeer.open(held.other.url, role="agent", client_id="w-2")
+            await second.request({"type": "worker", "agent": "default"})
+            so_far = await handed(second, later["run_id"])
+        await handed_nothing_else(second, held, so_far)
 
 
 async def test_a_node_whose_store_fails_a_dispatch_read_goes_on_dispatching(
