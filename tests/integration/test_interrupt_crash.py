@@ -57,31 +57,44 @@ async def test_a_pause_survives_a_sigkill_and_a_fresh_worker_finishes_the_run() 
         assert phone.paused_run() is None
 
 
+CALLS = [("c1", "deploy", {"service": "api"})]
+"""The tool call the interrupt worker asks about (``tests.agent_side.test_interrupts``)."""
+
+
+async def paused_deploy(phone: client_side.ClientSession) -> str:
+    """Send the deploy prompt; the id of its Run, once paused on question ``c1#0``."""
+    run = await phone.send("Deploy the api")
+    with anyio.fail_after(10):
+        paused = await run.result()
+    assert [q.id for q in paused.interrupts] == ["c1#0"]
+    return run.run_id
+
+
+async def completes(session: client_side.ClientSession, run_id: str) -> None:
+    with anyio.fail_after(10):
+        while status(session, run_id) != "complete":
+            await session._wait_change()
+
+
 async def test_a_pause_outlives_a_relay_restart(tmp_path: Path) -> None:
     """The pause is on the Run's record in the store: a restarted relay knows what it waits on."""
     from tests.agent_side.test_interrupts import final_text, worker
 
     store = f"sqlite:///{tmp_path / 'relay.db'}"
-    calls = [("c1", "deploy", {"service": "api"})]
     async with relay.serve(port=0, store=store) as first:
-        async with worker(first.url, calls), client_side.connect(first.url, "restart") as phone:
-            run = await phone.send("Deploy the api")
-            with anyio.fail_after(10):
-                paused = await run.result()
-            assert [q.id for q in paused.interrupts] == ["c1#0"]
+        async with worker(first.url, CALLS), client_side.connect(first.url, "restart") as phone:
+            run_id = await paused_deploy(phone)
     async with relay.serve(port=0, store=store) as second:
         async with client_side.connect(second.url, "restart") as laptop:
             waiting = laptop.paused_run()
-            assert waiting is not None and waiting.run_id == run.run_id
+            assert waiting is not None and waiting.run_id == run_id
             with pytest.raises(RunwireError) as info:
-                await laptop.resume(run.run_id, {"c1#0": {"region": "mars"}})
+                await laptop.resume(run_id, {"c1#0": {"region": "mars"}})
             assert info.value.code == "INTERRUPT_ANSWER_INVALID"
-            await laptop.resume(run.run_id, {"c1#0": {"region": "us"}})
-            async with worker(second.url, calls):
-                with anyio.fail_after(10):
-                    while status(laptop, run.run_id) != "complete":
-                        await laptop._wait_change()
-            assert final_text(laptop, run.run_id) == "api deployed to us"
+            await laptop.resume(run_id, {"c1#0": {"region": "us"}})
+            async with worker(second.url, CALLS):
+                await completes(laptop, run_id)
+            assert final_text(laptop, run_id) == "api deployed to us"
 
 
 async def test_an_answer_stored_just_before_its_relay_died_resumes_the_run_on_the_next(
@@ -92,20 +105,14 @@ async def test_an_answer_stored_just_before_its_relay_died_resumes_the_run_on_th
     from tests.agent_side.test_interrupts import final_text, worker
 
     store = f"sqlite:///{tmp_path / 'relay.db'}"
-    calls = [("c1", "deploy", {"service": "api"})]
     async with relay.serve(port=0, store=store) as first:
-        async with worker(first.url, calls), client_side.connect(first.url, "died") as phone:
-            run = await phone.send("Deploy the api")
-            with anyio.fail_after(10):
-                paused = await run.result()
-            assert [q.id for q in paused.interrupts] == ["c1#0"]
+        async with worker(first.url, CALLS), client_side.connect(first.url, "died") as phone:
+            run_id = await paused_deploy(phone)
             # The relay takes the answer in and dies before reacting to it.
             monkeypatch.setattr(first.hub, "_react_soon", lambda channel: None)
-            await phone.resume(run.run_id, {"c1#0": {"region": "us"}})
-            assert status(phone, run.run_id) == "suspended"
+            await phone.resume(run_id, {"c1#0": {"region": "us"}})
+            assert status(phone, run_id) == "suspended"
     async with relay.serve(port=0, store=store) as second:
-        async with worker(second.url, calls), client_side.connect(second.url, "died") as laptop:
-            with anyio.fail_after(10):
-                while status(laptop, run.run_id) != "complete":
-                    await laptop._wait_change()
-            assert final_text(laptop, run.run_id) == "api deployed to us"
+        async with worker(second.url, CALLS), client_side.connect(second.url, "died") as laptop:
+            await completes(laptop, run_id)
+            assert final_text(laptop, run_id) == "api deployed to us"
