@@ -20,7 +20,7 @@ from relay.store.redis import RedisStore
 from ..relay.test_http_api import Event, call, events, post
 from ..relay.wire import RawPeer, prompt
 from .conftest import REDIS_URL
-from .test_cross_node_live import close_code, expired, pubsub_lost, serials
+from .test_cross_node_live import close_code, expired, pubsub_lost, serials, watched_on_b
 
 pytestmark = pytest.mark.anyio
 
@@ -190,11 +190,7 @@ async def test_a_history_page_of_a_history_redis_lost_is_never_labelled_with_the
     it anew: a history page read through B holds the new history's entries, so B must
     answer with the new epoch (its channel resets), not the old one."""
     a, b = expiring
-    watcher = await RawPeer.open(b.url)  # keeps the session loaded on node B
-    first = await watcher.attach("s")
-    for n in range(3):
-        assert (await post(a, "s", {"message": f"old-{n}"})).json()["serial"] == n + 1
-    assert serials(await watcher.entries(3)) == [1, 2, 3]
+    watcher, first = await watched_on_b(a, b)
     with pubsub_lost(b, monkeypatch):
         await expired(f"{redis_prefix}{{s}}:meta")
         for n in range(2):

@@ -110,6 +110,17 @@ def delivered(peer: RawPeer) -> list[int]:
     return [e["serial"] for f in peer.inbox if f["type"] == "deliver" for e in f["entries"]]
 
 
+async def watched_on_b(a: Server, b: Server) -> tuple[RawPeer, dict[str, Any]]:
+    """A watcher on node B (it keeps session ``s`` loaded there) and its attach reply,
+    once it was delivered serials 1-3, published through node A."""
+    watcher = await RawPeer.open(b.url)
+    attached = await watcher.attach("s")
+    for n in range(3):
+        assert (await post(a, "s", {"message": f"old-{n}"})).json()["serial"] == n + 1
+    assert serials(await watcher.entries(3)) == [1, 2, 3]
+    return watcher, attached
+
+
 async def test_a_resume_from_a_history_redis_lost_under_a_lagging_node_is_reset_not_mixed(
     expiring: tuple[Server, Server], redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,11 +130,7 @@ async def test_a_resume_from_a_history_redis_lost_under_a_lagging_node_is_reset_
     new epoch there and reset, never take the new history's 4-6 into the old one (its
     watcher delivered them, the client resumed with them as if they came after 4)."""
     a, b = expiring
-    watcher = await RawPeer.open(b.url)  # keeps the session loaded on node B
-    first = await watcher.attach("s")
-    for n in range(3):
-        assert (await post(a, "s", {"message": f"old-{n}"})).json()["serial"] == n + 1
-    assert serials(await watcher.entries(3)) == [1, 2, 3]
+    watcher, first = await watched_on_b(a, b)
     with pubsub_lost(b, monkeypatch):  # node B hears nothing more of the session
         assert (await post(a, "s", {"message": "old-3"})).json()["serial"] == 4
         await expired(f"{redis_prefix}{{s}}:meta")
@@ -150,11 +157,7 @@ async def test_a_publish_that_looks_ahead_past_a_history_redis_lost_resets_the_n
     new epoch: B resets (its clients rebuild) instead of delivering it as the old history's,
     and the steer goes into the new history."""
     a, b = expiring
-    watcher = await RawPeer.open(b.url)
-    await watcher.attach("s")
-    for n in range(3):
-        assert (await post(a, "s", {"message": f"old-{n}"})).json()["serial"] == n + 1
-    assert serials(await watcher.entries(3)) == [1, 2, 3]
+    watcher, _ = await watched_on_b(a, b)
     with pubsub_lost(b, monkeypatch):
         await expired(f"{redis_prefix}{{s}}:meta")
         for n in range(4):
