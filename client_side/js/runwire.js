@@ -1786,7 +1786,11 @@ export class Session {
     if (threadAccess !== undefined && threadAccess !== null) entry.thread_access = threadAccess;
     const ack = await this._publish(entry);
     if (ack.duplicate && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
-    if (signal) signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
+    if (signal) {
+      // Aborted while the prompt was being published: no "abort" event comes any more.
+      if (signal.aborted) this._cancelSoon(runId);
+      else signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
+    }
     return new ClientRun(this, runId, msg);
   }
 
