@@ -304,7 +304,10 @@ export interface SendOptions {
 
 export interface CancelOptions {
   reason?: string | null;
-  /** Wait until the Run ends (default false); rejects with CANCEL_DENIED if the agent refuses. */
+  /**
+   * Wait until the Run ends (default false); rejects with CANCEL_DENIED if the agent refuses,
+   * CONNECTION_CLOSED if the session closes first.
+   */
   wait?: boolean;
   /** Ms to wait with `wait` (default 30000; null: no limit). */
   timeout?: number | null;

@@ -1798,8 +1798,9 @@ export class Session {
    * Ask the agent of `runId` to stop; resolves once the relay acknowledged it. Cancelling a Run
    * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
    * (up to `timeout` ms; null: no limit) until the Run ends, and rejects with
-   * RunwireError(CANCEL_DENIED) if its agent refuses this cancel. Rejects with the relay's
-   * RunwireError (RUN_NOT_FOUND, UNAUTHORIZED without the right, ...) when it refuses the cancel.
+   * RunwireError(CANCEL_DENIED) if its agent refuses this cancel, CONNECTION_CLOSED if the
+   * session closes first. Rejects with the relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED
+   * without the right, ...) when it refuses the cancel.
    * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<void>}
    */
@@ -1848,8 +1849,8 @@ export class Session {
   }
 
   /**
-   * Wait until the Run ends (or `timeout` ms pass, or the session closes); reject with
-   * CANCEL_DENIED if the cancel `cancelId` is refused.
+   * Wait until the Run ends or `timeout` ms pass; reject with CANCEL_DENIED if the cancel
+   * `cancelId` is refused, with CONNECTION_CLOSED if the session closes first.
    * @param {string} runId @param {string} cancelId @param {number | null} timeout
    */
   async _settled(runId, cancelId, timeout) {
@@ -1866,7 +1867,7 @@ export class Session {
       if (timeout !== null && timeout !== undefined && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
     });
     try {
-      const result = await Promise.race([settled.catch(() => null), late]);
+      const result = await Promise.race([settled, late]);
       if (result && result.denial) throw denied(result.denial);
     } finally {
       clearTimeout(timer);

@@ -31,3 +31,22 @@ test("a signal aborted while the prompt is being published cancels its Run (Abor
   await until(() => cancels(relay).some((f) => f.entry.run_id === run.runId));
   await session.close();
 });
+
+test("cancel with wait rejects with CONNECTION_CLOSED when the session closes first (ClientSession._settled)", async () => {
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket }));
+  const run = await withTimeout(session.send("work"));
+  relay.publish({ kind: "run", id: "act", run_id: run.runId, status: "active" });
+  await until(() => run.status === "active");
+  let settled = false;
+  const cancelling = session.cancel(run.runId, { wait: true, timeout: null }).then(
+    () => "resolved",
+    (e) => e.code,
+  );
+  cancelling.then(() => (settled = true));
+  await until(() => session.view.tree.cancelRequested(run.runId));
+  await new Promise((r) => setTimeout(r, 20)); // the ack came: now it waits for the end
+  assert.equal(settled, false);
+  await session.close();
+  assert.equal(await withTimeout(cancelling), "CONNECTION_CLOSED");
+});
