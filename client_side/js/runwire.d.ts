@@ -252,10 +252,29 @@ export interface RunResult {
   interrupts: Interrupt[];
 }
 
-/** What `run.steer()` returns. Both promises reject at once when the Run has ended. */
+/** The kinds of message a Run takes while it works. */
+export type QueuedIntent = "steer" | "follow_up" | "inject";
+
+/**
+ * A queued message an input check refused, and the error; `message` is null on a device that
+ * never had its content (the relay refused it, so only the sender holds it).
+ */
+export interface Refused {
+  readonly messageId: string;
+  readonly runId: string;
+  readonly intent: Intent;
+  readonly error: RunwireError;
+  readonly message: UIMessage | null;
+}
+
+/**
+ * What `run.steer()`, `followUp()` and `inject()` return. Both promises reject at once when the
+ * Run has ended; `outcome` resolves with `refused` set when an input check refused the message.
+ */
 export class Delivery {
   readonly message: UIMessage;
   readonly runId: string;
+  readonly intent: QueuedIntent;
   readonly published: Promise<Published>;
   readonly outcome: Promise<Outcome>;
 }
@@ -264,10 +283,22 @@ export class ClientRun {
   readonly runId: string;
   readonly prompt: UIMessage | null;
   readonly status: RunStatus;
+  /** Messages sent through this handle that wait (kept when the Run ends "error"). */
   readonly queued: UIMessage[];
+  /** Queued messages of this Run an input check refused, oldest first. */
+  readonly refused: Refused[];
+  /** Joins the Run's current turn at its next model call. */
   steer(message: string | UIMessage): Delivery;
+  /** Starts a new turn of the Run once its current answer is finished. */
+  followUp(message: string | UIMessage): Delivery;
+  /** Joins the conversation at the next model call without causing one. */
+  inject(message: string | UIMessage): Delivery;
+  /** `undelivered`: what the Run did not take (none at an "error" end: they stay queued). */
   result(): Promise<RunResult>;
-  /** `wait` defaults to true; rejects with CANCEL_DENIED if the agent refuses the cancel. */
+  /**
+   * `wait` defaults to true; rejects with CANCEL_DENIED if the agent refuses the cancel.
+   * Resolves to the messages sent through this handle that the Run never took.
+   */
   cancel(options?: { reason?: string; wait?: boolean; timeout?: number | null }): Promise<UIMessage[]>;
 }
 

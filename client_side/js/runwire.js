@@ -1468,6 +1468,12 @@ export class View {
  * @typedef {{id: string, kind: "input" | "approval" | "plan", reason: string, message: string, response_schema: Record<string, unknown> | null, expires_at: number | null, tool_call_id: string | null, tool_name: string | null, details: Record<string, unknown> | null, response: unknown}} Interrupt
  */
 /** @typedef {{status: RunStatus, endReason: RunEndReason | null, undelivered: UIMessage[], interrupts: Interrupt[]}} RunResult */
+/** @typedef {"steer" | "follow_up" | "inject"} QueuedIntent */
+/**
+ * A queued message an input check refused, and the error; `message` is null on a device that
+ * never had its content (the relay refused it, so only the sender holds it).
+ * @typedef {{messageId: string, runId: string, intent: Intent, error: RunwireError, message: UIMessage | null}} Refused
+ */
 
 /** @template T */
 class Deferred {
@@ -1497,12 +1503,14 @@ class Deferred {
   }
 }
 
-/** What `run.steer()` returns: the message and its two promises, `published` and `outcome`. */
+/** What `run.steer()`, `followUp()` and `inject()` return: the message and two promises. */
 export class Delivery {
-  /** @param {UIMessage} message @param {string} runId */
-  constructor(message, runId) {
+  /** @param {UIMessage} message @param {string} runId @param {QueuedIntent} [intent] */
+  constructor(message, runId, intent = "steer") {
     this.message = message;
     this.runId = runId;
+    /** @type {QueuedIntent} */
+    this.intent = intent;
     /** @type {Deferred<Published>} */ this._published = new Deferred();
     /** @type {Deferred<Outcome>} */ this._outcome = new Deferred();
     /** Resolves to `{serial}` once the relay sequenced the message. @type {Promise<Published>} */
@@ -1520,7 +1528,7 @@ export class Delivery {
 
 /**
  * A handle on one Run of a Session (made by `session.send` or `session.run`). `queued` and the
- * results count only steering sent through this handle.
+ * results count only messages sent through this handle; `refused` lists every refusal of the Run.
  */
 export class ClientRun {
   /** @param {Session} session @param {string} runId @param {UIMessage | null} prompt */
@@ -1539,20 +1547,59 @@ export class ClientRun {
     return this._session.view.run(this.runId)?.status ?? "pending";
   }
 
-  /** Messages steered through this handle whose outcome has not resolved. @returns {UIMessage[]} */
+  /**
+   * Messages sent through this handle that wait: not taken in, not refused, the Run not ended (one
+   * still being published waits too). A Run that ends "error" leaves its untaken messages here.
+   * @returns {UIMessage[]}
+   */
   get queued() {
-    return this._deliveries.filter((d) => !d._outcome.settled).map((d) => d.message);
+    return this._untaken()
+      .filter((d) => !d._outcome.settled || d._outcome.value?.runTerminalReason === "error")
+      .map((d) => d.message);
+  }
+
+  /** Queued messages of this Run an input check refused, oldest first, with the error. @returns {Refused[]} */
+  get refused() {
+    return this._session.view.tree.refusals(this.runId).map((r) => this._session._refused(r));
   }
 
   /**
-   * Send a steering message to this Run; returns `{published, outcome}` at once. When the view
-   * shows the Run ended, both reject with RUN_NOT_ACTIVE at once and nothing is published.
+   * Steer this Run: the message joins its current turn at the next model call. Returns
+   * `{published, outcome}` at once; when the view shows the Run ended, both reject with
+   * RUN_NOT_ACTIVE at once and nothing is published.
    * @param {string | UIMessage} message @returns {Delivery}
    */
   steer(message) {
+    return this._queue("steer", message);
+  }
+
+  /**
+   * Queue a follow-up: once the current answer is finished it starts a new turn of the Run (with
+   * the iteration budget afresh). Returns at once, like `steer`.
+   * @param {string | UIMessage} message @returns {Delivery}
+   */
+  followUp(message) {
+    return this._queue("follow_up", message);
+  }
+
+  /**
+   * Inject context: it joins the conversation at the next model call without causing one (saved
+   * at the Run's end if no call was left). Returns at once, like `steer`.
+   * @param {string | UIMessage} message @returns {Delivery}
+   */
+  inject(message) {
+    return this._queue("inject", message);
+  }
+
+  /**
+   * Publish a queued message (`metadata.queued` set to its kind) in the background.
+   * @param {QueuedIntent} intent @param {string | UIMessage} message @returns {Delivery}
+   */
+  _queue(intent, message) {
     const session = this._session;
-    const msg = asMessage(message);
-    const delivery = new Delivery(msg, this.runId);
+    let msg = asMessage(message);
+    if (msg.metadata.queued !== intent) msg = { ...msg, metadata: { ...msg.metadata, queued: intent } };
+    const delivery = new Delivery(msg, this.runId, intent);
     this._deliveries.push(delivery);
     const info = session.view.run(this.runId);
     if (info !== null && TERMINAL.includes(info.status)) {
@@ -1564,36 +1611,53 @@ export class ClientRun {
       );
       return delivery;
     }
-    session._startDelivery(delivery, { kind: "message", id: msg.id, run_id: this.runId, intent: "steer", message: msg });
+    session._startDelivery(delivery, { kind: "message", id: msg.id, run_id: this.runId, intent, message: msg });
     return delivery;
   }
 
-  /** Wait until the Run ends or suspends. @returns {Promise<RunResult>} */
+  /** Deliveries that went out (or are going out), were not refused and not taken in. @returns {Delivery[]} */
+  _untaken() {
+    const book = this._session.view.tree.outcomes;
+    return this._deliveries.filter((d) => {
+      const outcome = d._outcome;
+      if (outcome.settled && (outcome.error !== undefined || outcome.value?.refused)) return false;
+      return !book.consumed(d.message.id) && !book.refused(d.message.id);
+    });
+  }
+
+  /**
+   * Wait until the Run ends or suspends. `undelivered` lists the messages sent through this
+   * handle that the Run did not take (none when it ended "error": they stay in `queued`); at a
+   * suspend they are listed and stay queued, outcomes pending, for the resumed Run.
+   * @returns {Promise<RunResult>}
+   */
   async result() {
     const info = await this._session.view._until(() => {
       const i = this._session.view.run(this.runId);
       return i !== null && (TERMINAL.includes(i.status) || i.status === "suspended") ? i : null;
     });
-    const undelivered = this._deliveries
-      .filter((d) => d._outcome.settled && d._outcome.error === undefined && !d._outcome.value?.consumed)
-      .map((d) => d.message);
+    const undelivered =
+      info.status === "error"
+        ? []
+        : this._untaken()
+            .filter((d) => d._outcome.settled || info.status === "suspended")
+            .map((d) => d.message);
     return { status: info.status, endReason: info.endReason, undelivered, interrupts: this._session.view.tree.interrupts(this.runId) };
   }
 
   /**
-   * Cancel this Run; resolves to the steering messages it never took. With `wait` (the
-   * default) it waits until the Run ends or `timeout` ms pass, and rejects with
-   * RunwireError(CANCEL_DENIED) if the agent refuses the cancel (the Run goes on).
-   * RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already ended is left as it is.
+   * Cancel this Run; resolves to the messages sent through this handle that it never took in
+   * (and that no check refused). With `wait` (the default) it waits until the Run ends or
+   * `timeout` ms pass, and rejects with RunwireError(CANCEL_DENIED) if the agent refuses the
+   * cancel (the Run goes on). RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
+   * ended is left as it is.
    * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<UIMessage[]>}
    */
   async cancel(options = {}) {
     const { reason, wait = true, timeout = 30000 } = options;
     await this._session.cancel(this.runId, { reason, wait, timeout });
-    return this._deliveries
-      .filter((d) => !d._outcome.settled || (d._outcome.error === undefined && !d._outcome.value?.consumed))
-      .map((d) => d.message);
+    return this._untaken().map((d) => d.message);
   }
 }
 
@@ -1690,6 +1754,7 @@ export class Session {
     this._nextReq = 0;
     /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
     /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
+    /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
     /** @type {Set<(state: ConnectionState) => void>} */ this._stateCallbacks = new Set();
     /** @type {ReturnType<typeof setTimeout> | null} */ this._retryTimer = null;
     /** @type {number | null} */ this._attachReq = null;
@@ -2179,7 +2244,7 @@ export class Session {
     this._publish(entry).then(
       (ack) => {
         if (ack.duplicate) {
-          if (!this._isOwn(id, delivery.runId, "steer")) {
+          if (!this._isOwn(id, delivery.runId, delivery.intent)) {
             delivery._fail(reused(id, ack.serial));
             this._forget(delivery);
             return;
@@ -2214,12 +2279,26 @@ export class Session {
 
   /** @param {Delivery} delivery @param {OutcomeRecord} record */
   _settle(delivery, record) {
+    if (record.refused) this._refusedMessages.set(delivery.message.id, delivery.message);
     delivery._outcome.resolve({
       consumed: record.consumed,
       runTerminalReason: record.runTerminalReason,
       refused: record.refused ? RunwireError.fromWire(record.refused) : null,
     });
     this._forget(delivery);
+  }
+
+  /** The client's record of a refusal, with the message if this device has it. @param {Refusal} refusal @returns {Refused} */
+  _refused(refusal) {
+    const vm = this.view.tree.message(refusal.messageId);
+    const message = this._refusedMessages.get(refusal.messageId) ?? (vm !== null ? vm.message : null);
+    return Object.freeze({
+      messageId: refusal.messageId,
+      runId: refusal.runId,
+      intent: refusal.intent,
+      error: RunwireError.fromWire(refusal.error),
+      message,
+    });
   }
 
   /** @param {TreeEvent} event */

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { connect } from "../../client_side/js/runwire.js";
+import { connect, messageText } from "../../client_side/js/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
 
 /** Resolve when `predicate()` holds; fail after `ms`. */
@@ -49,4 +49,113 @@ test("cancel with wait rejects with CONNECTION_CLOSED when the session closes fi
   assert.equal(settled, false);
   await session.close();
   assert.equal(await withTimeout(cancelling), "CONNECTION_CLOSED");
+});
+
+const words = (messages) => messages.map((m) => messageText(m));
+
+/** A session with one Run the agent started. */
+async function activeRun(relay) {
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket }));
+  const run = await withTimeout(session.send("work"));
+  relay.publish({ kind: "run", id: "act", run_id: run.runId, status: "active" });
+  await until(() => run.status === "active");
+  return { session, run };
+}
+
+test("a Run that ends error leaves its untaken steering in queued and returns none as undelivered (ClientRun.queued, result)", async () => {
+  const relay = new FakeRelay();
+  const { session, run } = await activeRun(relay);
+  const steer = run.steer("shorter");
+  await withTimeout(steer.published);
+  relay.publish({ kind: "run", id: "boom", run_id: run.runId, status: "error", error: { code: "AGENT_LOST", message: "gone", details: {} } });
+  const result = await withTimeout(run.result());
+  assert.equal(result.status, "error");
+  assert.deepEqual(words(result.undelivered), []);
+  assert.deepEqual(words(run.queued), ["shorter"]);
+  assert.deepEqual(await steer.outcome, { consumed: false, runTerminalReason: "error", refused: null });
+  await session.close();
+});
+
+test("a suspended Run returns its untaken steering as undelivered and keeps it queued, outcome pending (ClientRun.result)", async () => {
+  const relay = new FakeRelay();
+  const { session, run } = await activeRun(relay);
+  const steer = run.steer("aisle seat");
+  await withTimeout(steer.published);
+  relay.publish({ kind: "run", id: "pause", run_id: run.runId, status: "suspended" });
+  const result = await withTimeout(run.result());
+  assert.equal(result.status, "suspended");
+  assert.deepEqual(words(result.undelivered), ["aisle seat"]);
+  assert.deepEqual(words(run.queued), ["aisle seat"]);
+  await session.close();
+});
+
+test("a refused message is neither queued nor undelivered nor returned by cancel; run.refused lists it (ClientRun.refused)", async () => {
+  const relay = new FakeRelay();
+  const { session, run } = await activeRun(relay);
+  const steer = run.steer("my card is 4111 1111 1111 1111");
+  const kept = run.steer("keep it short");
+  await withTimeout(Promise.all([steer.published, kept.published]));
+  const error = { code: "PII_DETECTED", message: "no cards", details: { types: ["card"] } };
+  relay.publish({ kind: "refused", id: "ref1", run_id: run.runId, message_id: steer.message.id, intent: "steer", error });
+  const outcome = await withTimeout(steer.outcome);
+  assert.equal(outcome.consumed, false);
+  assert.equal(outcome.refused.code, "PII_DETECTED");
+  assert.deepEqual(words(run.queued), ["keep it short"]);
+  assert.equal(run.refused.length, 1);
+  const [refused] = run.refused;
+  assert.equal(refused.messageId, steer.message.id);
+  assert.equal(refused.runId, run.runId);
+  assert.equal(refused.intent, "steer");
+  assert.equal(refused.error.code, "PII_DETECTED");
+  assert.deepEqual(refused.error.details, { types: ["card"] });
+  assert.equal(messageText(refused.message), "my card is 4111 1111 1111 1111");
+  const never = run.cancel({ wait: false });
+  relay.publish({ kind: "run", id: "end", run_id: run.runId, status: "cancelled" });
+  assert.deepEqual(words(await withTimeout(never)), ["keep it short"]);
+  const result = await withTimeout(run.result());
+  assert.deepEqual(words(result.undelivered), ["keep it short"]);
+  await session.close();
+});
+
+test("cancel returns only what the Run never took: a message a response had seen is not returned (ClientRun.cancel)", async () => {
+  const relay = new FakeRelay();
+  const { session, run } = await activeRun(relay);
+  const seen = run.steer("five days");
+  const unseen = run.steer("vegan");
+  await withTimeout(Promise.all([seen.published, unseen.published]));
+  relay.publish({ kind: "response_open", id: "o1", run_id: run.runId, message_id: "a1", seen: [seen.message.id], metadata: {} });
+  await until(() => session.view.tree.outcomes.consumed(seen.message.id));
+  assert.deepEqual(words(run.queued), ["vegan"]);
+  assert.deepEqual(words(await withTimeout(run.cancel({ wait: false }))), ["vegan"]);
+  await session.close();
+});
+
+test("followUp and inject publish their intent; every queued message carries metadata.queued (ClientRun.follow_up, inject)", async () => {
+  const relay = new FakeRelay();
+  const { session, run } = await activeRun(relay);
+  const deliveries = [run.steer("steer it"), run.followUp("then this"), run.inject("context")];
+  await withTimeout(Promise.all(deliveries.map((d) => d.published)));
+  assert.deepEqual(
+    deliveries.map((d) => d.intent),
+    ["steer", "follow_up", "inject"],
+  );
+  const sent = relay.frames("publish").slice(-3).map((f) => f.entry);
+  assert.deepEqual(
+    sent.map((e) => [e.intent, e.message.metadata.queued]),
+    [
+      ["steer", "steer"],
+      ["follow_up", "follow_up"],
+      ["inject", "inject"],
+    ],
+  );
+  assert.deepEqual(
+    session.view.tree.inputs(run.runId).map((vm) => vm.intent),
+    ["steer", "follow_up", "inject"],
+  );
+  assert.deepEqual(words(run.queued), ["steer it", "then this", "context"]);
+  relay.publish({ kind: "run", id: "done", run_id: run.runId, status: "complete", seen: [deliveries[2].message.id] });
+  const result = await withTimeout(run.result());
+  assert.deepEqual(words(result.undelivered), ["steer it", "then this"]);
+  assert.deepEqual(await deliveries[2].outcome, { consumed: true, runTerminalReason: "complete", refused: null });
+  await session.close();
 });
