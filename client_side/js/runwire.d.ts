@@ -309,6 +309,12 @@ export interface ConnectOptions {
   agent?: string;
   /** Sent as the `token` query parameter. */
   token?: string;
+  /**
+   * Asked for a fresh token before every connect but a first one that has `token`, so a token
+   * the relay expires (close 4003, TOKEN_EXPIRED) is replaced and the session resumes. Failing,
+   * or four expired tokens in a row, ends the session (UNAUTHORIZED / TOKEN_EXPIRED).
+   */
+  tokenProvider?: () => string | Promise<string>;
   /** The size of the first page (1 to 1000, default 100). */
   historyLimit?: number;
   /** First reconnect delay cap in ms (default 50). */

@@ -74,6 +74,7 @@ const RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE";
 const RUN_NOT_FOUND = "RUN_NOT_FOUND";
 const UNAUTHORIZED = "UNAUTHORIZED";
 const CANCEL_DENIED = "CANCEL_DENIED";
+const TOKEN_EXPIRED = "TOKEN_EXPIRED";
 const ABORTED = "ABORTED";
 /** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
 export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
@@ -1697,6 +1698,9 @@ function reused(messageId, serial) {
  * @property {string} [clientId] The client id the relay stamps on this client's entries.
  * @property {string} [agent] The agent that Runs started by `send` go to ("default").
  * @property {string} [token] Sent as the `token` query parameter (browsers cannot set headers).
+ * @property {() => string | Promise<string>} [tokenProvider] Asked for a fresh token before every
+ *   connect but a first one that has `token`, so a token the relay expires (close 4003) is
+ *   replaced and the session resumes.
  * @property {number} [historyLimit] The size of the first page (1 to 1000, default 100).
  * @property {number} [backoffInitial] First reconnect delay cap in ms (default 50).
  * @property {number} [backoffMax] Largest reconnect delay cap in ms (default 5000).
@@ -1734,6 +1738,10 @@ export class Session {
     /** @type {string | null} The client id the relay stamps on this client's entries (known once connected). */
     this.clientId = options.clientId || null;
     this._token = options.token || null;
+    this._tokenProvider = options.tokenProvider || null;
+    this._tries = 0; // connects begun (a token is asked for before each but a first with one)
+    this._expired = 0; // tokens refused as expired since the last welcome
+    /** @type {RunwireError | null} The error frame a refused hello got. */ this._refusal = null;
     this._backoffInitial = options.backoffInitial ?? 50;
     this._backoffMax = options.backoffMax ?? 5000;
     this._openTimeout = options.openTimeout ?? 10000;
@@ -2021,7 +2029,37 @@ export class Session {
     }
   }
 
+  /** Open the next socket, with a fresh token first when there is a provider. */
   _open() {
+    if (this._closed) return;
+    const fresh = this._tokenProvider !== null && (this._tries > 0 || this._token === null);
+    this._tries += 1;
+    if (!fresh) {
+      this._openSocket();
+      return;
+    }
+    this._freshToken().then(
+      () => this._openSocket(),
+      (error) => {
+        if (!this._closed) this._fatalError(error);
+      },
+    );
+  }
+
+  /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. */
+  async _freshToken() {
+    const provider = /** @type {() => string | Promise<string>} */ (this._tokenProvider);
+    let token;
+    try {
+      token = await provider();
+    } catch (err) {
+      throw new RunwireError(UNAUTHORIZED, `the token provider failed: ${err}`);
+    }
+    if (typeof token !== "string" || !token) throw new RunwireError(UNAUTHORIZED, "the token provider returned no token");
+    this._token = token;
+  }
+
+  _openSocket() {
     if (this._closed) return;
     let url = this.url;
     if (this._token) url += (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(this._token);
@@ -2056,7 +2094,7 @@ export class Session {
       if (!isObject(frame) || typeof frame.type !== "string") return;
       if (!welcomed) {
         if (frame.type === "error") {
-          this._fatalError(RunwireError.fromWire(frame.error));
+          this._refusal = RunwireError.fromWire(frame.error); // the close decides: retry or stop
           ws.close();
           return;
         }
@@ -2065,6 +2103,7 @@ export class Session {
           return;
         }
         welcomed = true;
+        this._expired = 0;
         this.clientId = frame.client_id;
         this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
         this._connects += 1;
@@ -2155,13 +2194,16 @@ export class Session {
     // An attach belongs to its socket: the next connect attaches afresh.
     if (this._attachReq !== null) this._pending.delete(this._attachReq);
     this._attachReq = null;
+    const refused = this._credentialsError(ev);
     if (this._closed) return;
-    const code = ev ? ev.code : 0;
-    if (code === 4001 || code === 4003) {
-      this._fatalError(new RunwireError(CLOSE_CODES[code], (ev && ev.reason) || "the relay refused the credentials"));
-      return;
-    }
-    if (!this._first.settled) {
+    if (refused !== null) {
+      const retry = refused.code === TOKEN_EXPIRED && this._tokenProvider !== null && ++this._expired <= 3;
+      if (!retry) {
+        this._fatalError(refused);
+        return;
+      }
+    } else if (!this._first.settled) {
+      const code = ev ? ev.code : 0;
       const reason = err ? String(err) : `closed with code ${code}`;
       this._fatalError(new RunwireError(CONNECTION_CLOSED, `cannot connect to ${this.url}: ${reason}`));
       return;
@@ -2174,6 +2216,20 @@ export class Session {
       this._retryTimer = null;
       this._open();
     }, delay);
+  }
+
+  /**
+   * The credentials error a close stands for (a refused hello's error frame, or close 4001 /
+   * 4003); null for any other close. Takes the refused hello's error.
+   * @param {CloseEvent | null} ev @returns {RunwireError | null}
+   */
+  _credentialsError(ev) {
+    const refusal = this._refusal;
+    this._refusal = null;
+    if (refusal !== null) return refusal;
+    const code = ev ? ev.code : 0;
+    if (code !== 4001 && code !== 4003) return null;
+    return new RunwireError(CLOSE_CODES[code], (ev && ev.reason) || "the relay refused the credentials");
   }
 
   /** @param {RunwireError} error */
@@ -2314,8 +2370,9 @@ export class Session {
 /**
  * Connect to the relay at `url` (ws:// or wss://) and attach to `sessionId`. Resolves to the
  * Session once attached; rejects with RunwireError (CONNECTION_CLOSED when the relay cannot be
- * reached, UNAUTHORIZED, ...). Afterwards the session reconnects by itself (exponential backoff
- * with full jitter) and resumes from the last serial it saw.
+ * reached, UNAUTHORIZED, TOKEN_EXPIRED, ...). Afterwards the session reconnects by itself
+ * (exponential backoff with full jitter, a fresh token from `tokenProvider` if given) and resumes
+ * from the last serial it saw.
  * @param {string} url @param {string} sessionId @param {ConnectOptions} [options]
  * @returns {Promise<Session>}
  */

@@ -11,6 +11,7 @@ export class FakeRelay {
     this.url = "ws://fake-relay";
     this.refuse = false; // the next connections fail to open
     this.closeCodeOnHello = null; // close code to answer hello with (4001: unauthorized)
+    this.tokens = null; // a Set of the tokens it accepts (null: anonymous); others are expired
     const relay = this;
     this.WebSocket = class extends FakeWebSocket {
       constructor(url) {
@@ -45,8 +46,8 @@ export class FakeRelay {
     return this.received.filter((f) => f.type === type);
   }
 
-  dropAll() {
-    for (const ws of [...this.sockets]) ws._drop(1006);
+  dropAll(code = 1006, reason = "") {
+    for (const ws of [...this.sockets]) ws._drop(code, reason);
   }
 
   _handle(ws, frame) {
@@ -54,6 +55,12 @@ export class FakeRelay {
     if (frame.type === "hello") {
       if (this.closeCodeOnHello !== null) {
         ws._drop(this.closeCodeOnHello);
+        return;
+      }
+      const token = new URL(ws.url).searchParams.get("token");
+      if (this.tokens !== null && !this.tokens.has(token)) {
+        const error = { code: "TOKEN_EXPIRED", message: "the token has expired", details: {} };
+        ws._refuse({ type: "error", req: frame.req, error }, 4003, "TOKEN_EXPIRED: the token has expired");
         return;
       }
       ws._clientId = frame.client_id || `conn-${Math.floor(Math.random() * 1e9)}`;
@@ -134,6 +141,17 @@ class FakeWebSocket {
     const data = JSON.stringify(frame);
     setTimeout(() => {
       if (this.readyState === 1) this._emit("message", { data });
+    }, 0);
+  }
+
+  /** Send one last frame, then close with `code` (the relay's answer to a refused hello). */
+  _refuse(frame, code, reason) {
+    const data = JSON.stringify(frame);
+    this.readyState = 3;
+    this._relay.sockets.delete(this);
+    setTimeout(() => {
+      this._emit("message", { data });
+      this._emit("close", { code, reason });
     }, 0);
   }
 

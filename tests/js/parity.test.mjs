@@ -159,3 +159,79 @@ test("followUp and inject publish their intent; every queued message carries met
   assert.deepEqual(await deliveries[2].outcome, { consumed: true, runTerminalReason: "complete", refused: null });
   await session.close();
 });
+
+// ------------------------------------------------------------------------------ tokens ---
+
+const tokenOf = (url) => new URL(url).searchParams.get("token");
+
+test("a tokenProvider replaces a token the relay expires (4003) and the session resumes (Connection token_provider)", async () => {
+  const relay = new FakeRelay();
+  relay.tokens = new Set(["t1"]);
+  const urls = [];
+  const Spy = class extends relay.WebSocket {
+    constructor(url) {
+      super(url);
+      urls.push(url);
+    }
+  };
+  let asked = 0;
+  const tokenProvider = async () => `t${++asked + 1}`;
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: Spy, token: "t1", tokenProvider, backoffInitial: 5, backoffMax: 20 }));
+  assert.equal(asked, 0, "a first connect that has a token asks for none");
+  const states = [];
+  session.on("state", (s) => states.push(s));
+  const run = await withTimeout(session.send("hello"));
+  relay.tokens = new Set(["t2"]);
+  relay.dropAll(4003, "TOKEN_EXPIRED: the token expired; reconnect with a fresh one");
+  const steer = run.steer("still here");
+  await withTimeout(steer.published);
+  assert.equal(session.closed, false);
+  assert.equal(asked, 1);
+  assert.deepEqual(urls.map(tokenOf), ["t1", "t2"]);
+  assert.deepEqual(states, ["disconnected", "connected"]);
+  assert.equal(relay.frames("attach")[1].from_serial, 1);
+  await session.close();
+});
+
+test("a first connect whose token expired asks the tokenProvider and connects", async () => {
+  const relay = new FakeRelay();
+  relay.tokens = new Set(["fresh"]);
+  const session = await withTimeout(
+    connect(relay.url, "s1", { WebSocket: relay.WebSocket, token: "stale", tokenProvider: () => "fresh", backoffInitial: 5 }),
+  );
+  assert.equal(session.connected, true);
+  await session.close();
+});
+
+test("TOKEN_EXPIRED is final without a tokenProvider, and after four expired tokens in a row with one", async () => {
+  const relay = new FakeRelay();
+  relay.tokens = new Set(["ok"]);
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, token: "ok" }));
+  relay.tokens = new Set();
+  relay.dropAll(4003, "TOKEN_EXPIRED");
+  await until(() => session.closed);
+  await assert.rejects(session.send("x"), (e) => e.code === "TOKEN_EXPIRED");
+  let asked = 0;
+  const stale = () => {
+    asked += 1;
+    return "stale";
+  };
+  const opts = { WebSocket: relay.WebSocket, tokenProvider: stale, backoffInitial: 1, backoffMax: 2 };
+  await assert.rejects(withTimeout(connect(relay.url, "s1", opts)), (e) => e.code === "TOKEN_EXPIRED");
+  assert.equal(asked, 4);
+});
+
+test("a tokenProvider that fails or returns no token is final: UNAUTHORIZED", async () => {
+  const relay = new FakeRelay();
+  const failing = () => {
+    throw new Error("logged out");
+  };
+  await assert.rejects(
+    withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, tokenProvider: failing })),
+    (e) => e.code === "UNAUTHORIZED" && e.text.includes("logged out"),
+  );
+  await assert.rejects(
+    withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, tokenProvider: async () => "" })),
+    (e) => e.code === "UNAUTHORIZED",
+  );
+});
