@@ -317,6 +317,11 @@ export interface ConnectOptions {
   tokenProvider?: () => string | Promise<string>;
   /** The size of the first page (1 to 1000, default 100). */
   historyLimit?: number;
+  /**
+   * Called the moment an input check (the relay's or the agent's) refuses a queued message of
+   * the session; not for refusals in the history the session starts with.
+   */
+  onRefusedMessage?: (refused: Refused) => void;
   /** First reconnect delay cap in ms (default 50). */
   backoffInitial?: number;
   /** Largest reconnect delay cap in ms (default 5000). */
@@ -356,6 +361,7 @@ export class Session {
   readonly agent: string;
   readonly clientId: string | null;
   readonly view: View;
+  onRefusedMessage: ((refused: Refused) => void) | null;
   readonly connected: boolean;
   readonly closed: boolean;
   send(message: string | UIMessage, options?: SendOptions): Promise<ClientRun>;

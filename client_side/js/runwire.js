@@ -1702,6 +1702,9 @@ function reused(messageId, serial) {
  *   connect but a first one that has `token`, so a token the relay expires (close 4003) is
  *   replaced and the session resumes.
  * @property {number} [historyLimit] The size of the first page (1 to 1000, default 100).
+ * @property {(refused: Refused) => void} [onRefusedMessage] Called the moment an input check (the
+ *   relay's or the agent's) refuses a queued message of the session (not for refusals in the
+ *   history the session starts with).
  * @property {number} [backoffInitial] First reconnect delay cap in ms (default 50).
  * @property {number} [backoffMax] Largest reconnect delay cap in ms (default 5000).
  * @property {number} [openTimeout] Ms to wait for `welcome` and `attached` (default 10000).
@@ -1763,6 +1766,8 @@ export class Session {
     /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
     /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
     /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
+    this.onRefusedMessage = options.onRefusedMessage || null;
+    /** @type {number | null} Refusals up to this serial are history, not news. */ this._newsAfter = null;
     /** @type {Set<(state: ConnectionState) => void>} */ this._stateCallbacks = new Set();
     /** @type {ReturnType<typeof setTimeout> | null} */ this._retryTimer = null;
     /** @type {number | null} */ this._attachReq = null;
@@ -2139,9 +2144,12 @@ export class Session {
           return;
         }
         clearTimeout(timer);
-        if (first) this.view._attached(reply.entries, reply.head, reply.has_older);
-        else if (reply.reset) {
+        if (first) {
+          this._newsAfter = reply.head;
+          this.view._attached(reply.entries, reply.head, reply.has_older);
+        } else if (reply.reset) {
           console.warn(`runwire: session ${this.sessionId}: the relay lost history; rebuilding`);
+          this._newsAfter = reply.head;
           this.view._reset(reply.entries, reply.head, reply.has_older);
         } else this.view._resumed(reply.entries, reply.head);
         this._epoch = reply.epoch;
@@ -2363,6 +2371,18 @@ export class Session {
     const record = event.outcome;
     for (const delivery of [...(this._deliveries.get(record.messageId) || [])]) {
       if (delivery.runId === record.runId) this._settle(delivery, record);
+    }
+    if (record.refused && this.onRefusedMessage) this._tellRefused(record.messageId);
+  }
+
+  /** Call `onRefusedMessage` for the refusal of `messageId` unless it is history. @param {string} messageId */
+  _tellRefused(messageId) {
+    const refusal = this.view.tree.refusals().findLast((r) => r.messageId === messageId);
+    if (refusal === undefined || (this._newsAfter !== null && refusal.serial <= this._newsAfter)) return;
+    try {
+      this.onRefusedMessage?.(this._refused(refusal));
+    } catch (err) {
+      console.error("runwire: onRefusedMessage failed:", err);
     }
   }
 }

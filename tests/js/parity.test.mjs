@@ -235,3 +235,30 @@ test("a tokenProvider that fails or returns no token is final: UNAUTHORIZED", as
     (e) => e.code === "UNAUTHORIZED",
   );
 });
+
+test("onRefusedMessage hears of each refusal after the first attach, not of those in the history (on_refused_message)", async () => {
+  const relay = new FakeRelay();
+  const steerEntry = (id, runId) => ({
+    kind: "message",
+    id,
+    run_id: runId,
+    intent: "steer",
+    message: { id, role: "user", parts: [{ type: "text", text: `text of ${id}` }], metadata: {} },
+  });
+  const error = { code: "PROMPT_INJECTION_DETECTED", message: "no", details: { threats: ["override"] } };
+  relay.publish({ kind: "message", id: "p0", run_id: "r0", intent: "prompt", message: { id: "p0", role: "user", parts: [], metadata: {} } });
+  relay.publish({ kind: "run", id: "r0-act", run_id: "r0", status: "active" });
+  relay.publish(steerEntry("old", "r0"));
+  relay.publish({ kind: "refused", id: "ref-old", run_id: "r0", message_id: "old", intent: "steer", error });
+  const heard = [];
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, onRefusedMessage: (r) => heard.push(r) }));
+  assert.equal(session.run("r0").refused.length, 1);
+  relay.publish(steerEntry("new", "r0"));
+  relay.publish({ kind: "refused", id: "ref-new", run_id: "r0", message_id: "new", intent: "steer", error });
+  await until(() => heard.length === 1);
+  const [refused] = heard;
+  assert.deepEqual([refused.messageId, refused.runId, refused.intent, refused.error.code], ["new", "r0", "steer", "PROMPT_INJECTION_DETECTED"]);
+  assert.equal(messageText(refused.message), "text of new");
+  await session.close();
+  assert.equal(heard.length, 1);
+});
