@@ -163,6 +163,7 @@ class ClientSession:
         self._tg: anyio.abc.TaskGroup | None = None
         self._entered = False
         self._closed = False
+        self._ended: RunwireError | None = None  # the relay ended the session for good
         self.on_refused_message = on_refused_message
         self._news_after: int | None = None  # refusals up to this serial are history
         self._refused_messages: dict[str, UIMessage] = {}  # what this client sent, refused
@@ -221,8 +222,9 @@ class ClientSession:
 
     @property
     def closed(self) -> bool:
-        """True once the session was closed."""
-        return self._closed
+        """True once the session was closed (by ``aclose``, or for good by the relay:
+        credentials refused, or an expired token without a ``token_provider``)."""
+        return self._closed or self._ended is not None
 
     def on_state(self, fn: Callable[[str], None]) -> Callable[[], None]:
         """Call ``fn(state)`` on each change of the connection; returns a remover.
@@ -435,8 +437,8 @@ class ClientSession:
         return reply
 
     def _start_delivery(self, delivery: Delivery, entry: MessageEntry) -> None:
-        if self._closed or self._tg is None:
-            delivery._fail(RunwireError(CONNECTION_CLOSED, "the session was closed"))
+        if self.closed or self._tg is None:
+            delivery._fail(self._ended or RunwireError(CONNECTION_CLOSED, "the session was closed"))
             return
         self._deliveries.setdefault(delivery.message.id, []).append(delivery)
         self._tg.start_soon(self._publish_delivery, delivery, entry)
@@ -534,10 +536,10 @@ class ClientSession:
         )
 
     async def _wait_change(self) -> None:
-        if self._closed:
+        if self.closed:
             raise RunwireError(CONNECTION_CLOSED, "the session was closed")
         await self.view._wait_change()
-        if self._closed:
+        if self.closed:
             raise RunwireError(CONNECTION_CLOSED, "the session was closed")
 
     async def _fetch_older(self, before: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
@@ -601,11 +603,23 @@ class ClientSession:
             log.exception("handling a %s frame failed", frame.type)
 
     def _on_conn_state(self, state: str) -> None:
+        error = self._conn.error
+        if state == "closed" and error is not None and not self.closed:
+            self._end(error)
         for fn in list(self._state_callbacks):
             try:
                 fn(state)
             except Exception:
                 log.exception("state callback failed")
+
+    def _end(self, error: RunwireError) -> None:
+        """The relay ended the session for good: fail what waits, as ``aclose`` does."""
+        self._ended = error
+        for deliveries in self._deliveries.values():
+            for delivery in deliveries:
+                delivery._fail(error)
+        self._deliveries.clear()
+        self.view._close()
 
     def __repr__(self) -> str:
         return f"<ClientSession {self.session_id!r} connected={self.connected}>"

@@ -145,3 +145,26 @@ async def test_an_agent_whose_token_expires_mid_run_reconnects_and_finishes_it()
             result = await run.result()
             assert result.status == "complete"
             assert texts(session) == ["go", "part one, part two"]
+
+
+async def test_a_session_whose_token_expires_without_a_provider_ends_for_good() -> None:
+    """As runwire.js does: not connected any more, on_state hears "closed", ``closed`` is
+    true, waiting on a Run raises instead of hanging, and a send raises ``TOKEN_EXPIRED``."""
+    agent = Conductor()
+    states = States()
+    async with (
+        stack(agent, agent_token=token("svc", ["agent"]), secret=SECRET) as server,
+        client_side.connect(server.url, "trip", token=token("alice", ttl=1)) as session,
+    ):
+        session.on_state(states)
+        run = await session.send("before")
+        with anyio.fail_after(10):
+            with pytest.raises(RunwireError) as waited:
+                await run.result()
+        assert waited.value.code in ("TOKEN_EXPIRED", "CONNECTION_CLOSED")
+        assert states.seen == ["closed"]
+        assert not session.connected
+        assert session.closed
+        with pytest.raises(RunwireError) as sent:
+            await session.send("after")
+        assert sent.value.code == "TOKEN_EXPIRED"

@@ -20,7 +20,8 @@ Tokens. ``token`` is sent as ``Authorization: Bearer``. ``token_provider``
 every connect but a first one that already has ``token``; so when the relay
 closes with 4003 (``TOKEN_EXPIRED``) the connection reconnects with a new
 token and resumes. ``UNAUTHORIZED`` is final, and so is ``TOKEN_EXPIRED``
-without a provider: pending and later requests fail with that error.
+without a provider: pending and later requests fail with that error, ``error``
+holds it, ``connected`` turns false and the state callbacks hear ``"closed"``.
 ``aclose()`` ends everything; pending requests then fail with
 ``RunwireError("CONNECTION_CLOSED")``.
 """
@@ -108,6 +109,7 @@ class Connection:
         self._first = anyio.Event()
         self._first_error: BaseException | None = None
         self._state_callbacks: list[Callable[[str], None]] = []
+        self._closed_emitted = False
 
     # ------------------------------------------------------------ public --
 
@@ -115,6 +117,11 @@ class Connection:
     def connected(self) -> bool:
         """True while a socket is up and ready."""
         return self._ready.is_set()
+
+    @property
+    def error(self) -> RunwireError | None:
+        """The error that ended the connection for good (``UNAUTHORIZED``, ...), or None."""
+        return self._fatal
 
     def on_state(self, fn: Callable[[str], None]) -> None:
         """Call ``fn("connected" | "disconnected" | "closed")`` on every change."""
@@ -150,7 +157,7 @@ class Connection:
             if tg is not None:
                 tg.cancel_scope.cancel()
                 await tg.__aexit__(None, None, None)
-            self._emit("closed")
+            self._emit_closed()
 
     async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
         """Send a request frame and return its reply; raise ``RunwireError`` on an error reply."""
@@ -215,6 +222,23 @@ class Connection:
             except Exception:  # a listener's bug must not break the connection
                 log.exception("state callback failed")
 
+    def _give_up(self, error: RunwireError) -> None:
+        """A final refusal: no more reconnects; requests, now and later, fail with ``error``."""
+        self._fatal = error
+        self._fail_all(error)
+        if self._ready.is_set():
+            self._ready = anyio.Event()
+        self._ws = None
+        if not self._first.is_set():
+            self._first_error = error
+            self._first.set()
+        self._emit_closed()
+
+    def _emit_closed(self) -> None:
+        if not self._closed_emitted:
+            self._closed_emitted = True
+            self._emit("closed")
+
     def _fail_all(self, error: RunwireError) -> None:
         for pending in list(self._pending.values()):
             if not pending.done.is_set():
@@ -255,11 +279,7 @@ class Connection:
                 )
                 retry_expired = exc.code == TOKEN_EXPIRED and not final
                 if final or (not self._first.is_set() and not retry_expired):
-                    self._fatal = exc
-                    self._fail_all(exc)
-                    if not self._first.is_set():
-                        self._first_error = exc
-                        self._first.set()
+                    self._give_up(exc)
                     return
             except (OSError, WebSocketException, TimeoutError) as exc:
                 if not self._first.is_set():
