@@ -2299,7 +2299,7 @@ export class Session {
   /** @param {Delivery} delivery @param {Entry} entry */
   _startDelivery(delivery, entry) {
     if (this._closed) {
-      delivery._fail(new RunwireError(CONNECTION_CLOSED, "the session was closed"));
+      delivery._fail(this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed"));
       return;
     }
     const id = delivery.message.id;

@@ -207,10 +207,12 @@ test("TOKEN_EXPIRED is final without a tokenProvider, and after four expired tok
   const relay = new FakeRelay();
   relay.tokens = new Set(["ok"]);
   const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, token: "ok" }));
+  const run = await withTimeout(session.send("work"));
   relay.tokens = new Set();
   relay.dropAll(4003, "TOKEN_EXPIRED");
   await until(() => session.closed);
   await assert.rejects(session.send("x"), (e) => e.code === "TOKEN_EXPIRED");
+  await assert.rejects(run.steer("y").published, (e) => e.code === "TOKEN_EXPIRED");
   let asked = 0;
   const stale = () => {
     asked += 1;
