@@ -2237,7 +2237,11 @@ export class Session {
     if (refusal !== null) return refusal;
     const code = ev ? ev.code : 0;
     if (code !== 4001 && code !== 4003) return null;
-    return new RunwireError(CLOSE_CODES[code], (ev && ev.reason) || "the relay refused the credentials");
+    // The relay's reason reads "CODE: text": the code is not repeated in the message.
+    const raw = (ev && ev.reason) || "";
+    const prefix = `${CLOSE_CODES[code]}: `;
+    const reason = raw.startsWith(prefix) ? raw.slice(prefix.length) : raw;
+    return new RunwireError(CLOSE_CODES[code], reason || "the relay refused the credentials");
   }
 
   /** @param {RunwireError} error */

@@ -168,3 +168,4 @@ async def test_a_session_whose_token_expires_without_a_provider_ends_for_good() 
         with pytest.raises(RunwireError) as sent:
             await session.send("after")
         assert sent.value.code == "TOKEN_EXPIRED"
+        assert str(sent.value) == "TOKEN_EXPIRED: the token expired; reconnect with a fresh one"

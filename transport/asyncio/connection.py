@@ -336,7 +336,7 @@ class Connection:
             await ws.close()
         code = ws.close_code
         if code == CloseCode.UNAUTHORIZED or code == CloseCode.TOKEN_EXPIRED:
-            raise RunwireError(CLOSE_CODES.get(code, UNAUTHORIZED), ws.close_reason or "")
+            raise close_error(CLOSE_CODES.get(code, UNAUTHORIZED), ws.close_reason or "")
 
     async def _after_connect(self, ws: ClientConnection) -> None:
         connects = self.connects
@@ -381,3 +381,10 @@ class Connection:
                     self.on_frame(frame)
         except ConnectionClosed:
             pass
+
+
+def close_error(code: str, reason: str) -> RunwireError:
+    """The error a close stands for; the relay's reason reads ``"CODE: text"``, and the code
+    is not repeated in the message."""
+    prefix = f"{code}: "
+    return RunwireError(code, reason.removeprefix(prefix) or None)
