@@ -59,9 +59,18 @@ pytestmark = pytest.mark.anyio
 
 SEED = int(os.environ.get("RUNWIRE_CHAOS_SEED", "1"))
 SECONDS = float(os.environ.get("RUNWIRE_CHAOS_SECONDS", "6"))
+NODE_ARGS = tuple(os.environ.get("RUNWIRE_CHAOS_NODE_ARGS", "").split())
+"""More options of every node, e.g. ``--max-concurrent-runs 2``."""
 GRACE = 1.0
 SESSIONS = ("chaos-a", "chaos-b", "chaos-c")
-STRATEGIES: tuple[str | None, ...] = (None, "alongside", "enqueue", "interrupt", "reject")
+STRATEGIES: tuple[str | None, ...] = (
+    None,
+    "alongside",
+    "enqueue",
+    "interrupt",
+    "reject",
+    "rollback",
+)
 QUIET = (
     "THREAD_BUSY",
     "RUN_NOT_ACTIVE",
@@ -144,7 +153,7 @@ class Chaos:
 
     async def start(self) -> None:
         for _ in range(3):
-            node = await self.cluster.start_node(GRACE)
+            node = await self.cluster.start_node(GRACE, *NODE_ARGS)
             self.nodes.append(node)
             match = re.search(r":(\d+)$", node.url)
             assert match
@@ -282,7 +291,7 @@ class Chaos:
         rng = self.rng
         kind = rng.choices(
             ["send", "steer", "cancel", "kill", "move_client", "move_agent", "restart_worker"],
-            weights=[8, 6, 3, 1, 2, 2, 1],
+            weights=[8, 6, 3, 2, 2, 2, 2],
         )[0]
         device = rng.choice(self.devices)
         if kind == "send":
@@ -331,7 +340,7 @@ class Chaos:
             if sum(self.up) == 1:
                 return
             n = rng.choice([i for i in range(3) if self.up[i]])
-            delay = rng.uniform(0.2, 2.0)
+            delay = rng.uniform(0.2, 3.0)
             self.up[n] = False
             self.nodes[n].kill()
             self.log.actions.append(f"kill node {n} for {delay:.2f}s")
@@ -363,7 +372,9 @@ class Chaos:
 
     async def restart_node(self, n: int, delay: float) -> None:
         await anyio.sleep(delay)
-        self.nodes[n] = await self.cluster.start_node(GRACE, "--port", str(self.ports[n]))
+        self.nodes[n] = await self.cluster.start_node(
+            GRACE, *NODE_ARGS, "--port", str(self.ports[n])
+        )
         self.up[n] = True
         self.log.actions.append(f"node {n} back")
 
@@ -470,6 +481,16 @@ def check_dispatches(chaos: Chaos) -> list[str]:
     return problems
 
 
+def trail(entries: list[dict[str, Any]], run_id: str) -> str:
+    """What the store holds of a Run, one short line per entry (for a failure)."""
+    return "; ".join(
+        f"{e['serial']} {e['kind']} {e.get('status') or e.get('intent') or ''} "
+        f"by {e.get('client_id')}{' durable' if e.get('durable') else ''}"
+        for e in entries
+        if e.get("run_id") == run_id and e["kind"] not in ("response_append",)
+    )
+
+
 def check_starts(chaos: Chaos, session_id: str, entries: list[dict[str, Any]]) -> list[str]:
     """A Run starts once, unless durable and handed on after its worker lost its connection."""
     problems: list[str] = []
@@ -485,15 +506,19 @@ def check_starts(chaos: Chaos, session_id: str, entries: list[dict[str, Any]]) -
                     f"{session_id}: run {run_id} started again by {entry.get('client_id')} "
                     f"(first by {held[0]}, durable={held[2]}) without being handed on"
                 )
+            # Durable once started so: a worker that adopts it keeps it durable.
             owner[run_id] = (
                 entry.get("client_id") or "?",
                 entry.get("ts") or 0,
-                bool(entry.get("durable")),
+                bool(entry.get("durable")) or (held is not None and held[2]),
             )
         elif entry["status"] == "pending" and run_id in owner:
             client, since, durable = owner[run_id]
             if not durable:
-                problems.append(f"{session_id}: run {run_id} (not durable) was handed on")
+                problems.append(
+                    f"{session_id}: run {run_id} (not durable) was handed on: "
+                    + trail(entries, run_id)
+                )
             drops = chaos.log.drops.get(client, [])
             if not any(since / 1000 - 0.5 <= t <= entry.get("ts", 0) / 1000 for t in drops):
                 problems.append(
