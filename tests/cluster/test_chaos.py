@@ -16,7 +16,8 @@ ends; nothing else happens) and the test checks what users rely on:
 * every steer or follow-up the relay acknowledged has an outcome on every device.
 
 ``RUNWIRE_CHAOS_SEED`` (default 1) and ``RUNWIRE_CHAOS_SECONDS`` (default 6) run
-other schedules by hand, for example::
+other schedules by hand, and ``RUNWIRE_CHAOS_NODE_ARGS`` gives every node more
+options (``--max-concurrent-runs 1 --multitask enqueue``), for example::
 
     RUNWIRE_CHAOS_SEED=7 RUNWIRE_CHAOS_SECONDS=40 .venv/bin/python -m pytest \
         tests/cluster/test_chaos.py -q
