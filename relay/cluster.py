@@ -483,15 +483,22 @@ class RedisDispatcher:
 
         An entry is gone when its Run left ``pending`` (the append script deletes it,
         and ``XCLAIM`` drops a deleted entry from the group's pending list) on a node
-        that had the session loaded; this node, without it, was not told.
+        that had the session loaded; this node, without it, was not told. Every entry
+        of a stream whose group is gone (``NOGROUP``: Redis lost its data) is gone too;
+        the reader makes the group again.
         """
         by_agent: dict[str, list[str]] = {}
         for agent, entry_id in self.held.values():
             by_agent.setdefault(agent, []).append(entry_id)
         for agent, ids in by_agent.items():
-            kept = await self._redis.xclaim(
-                self._stream(agent), GROUP, self.node_id, 0, ids, justid=True
-            )
+            try:
+                kept = await self._redis.xclaim(
+                    self._stream(agent), GROUP, self.node_id, 0, ids, justid=True
+                )
+            except ResponseError as exc:
+                if not str(exc).startswith("NOGROUP"):
+                    raise
+                kept = []
             gone = set(ids) - {entry_id.decode() for entry_id in kept}
             for key, held in list(self.held.items()):
                 if held[0] == agent and held[1] in gone:

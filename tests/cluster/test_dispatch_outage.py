@@ -227,15 +227,14 @@ async def test_runs_cancelled_before_their_worker_started_them_leave_its_node_sh
 
 
 async def test_a_node_forgets_the_runs_it_held_when_redis_lost_its_data(
-    throwaway: ThrowawayRedis,
+    throwaway: ThrowawayRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Redis restarted without persistence: the Runs a node held (handed to a worker, not
     # started) no longer exist, nor do their stream entries or the consumer group. The
     # node must forget them (held, assigned, records), so its worker's count of Runs not
     # started is right again: a worker that looks busy with Runs that are gone gets
-    # fewer new ones. (It does: the refresh fails once with NOGROUP, the reader, whose
-    # read failed too, makes the group again, and the next refresh's XCLAIM of entries
-    # the new group does not hold returns none of them, so the node forgets them all.)
+    # fewer new ones. The refresh that finds the group gone (NOGROUP) forgets them at
+    # once, and the heartbeat goes on (its sweep and the claim clock are not held up).
     url = f"redis://127.0.0.1:{throwaway.port}/0"
     async with relay.serve(port=0, store=RedisStore(url), agent_grace=1.0) as node:
         server = dispatcher(node)
@@ -255,6 +254,8 @@ async def test_a_node_forgets_the_runs_it_held_when_redis_lost_its_data(
         with anyio.fail_after(10):
             while server.held or server.assigned or server.records:
                 await anyio.sleep(0.05)
+        failed = [r for r in caplog.records if r.exc_info and "NOGROUP" in str(r.exc_info[1])]
+        assert failed == [], "a heartbeat failed on the group Redis lost"
         # And it goes on dispatching, on the group its reader made again.
         again = await RawPeer.open(node.url)
         await again.attach("t")
