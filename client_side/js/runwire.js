@@ -1434,8 +1434,13 @@ export class View {
     for (const fn of [...this._changed]) fn();
   }
 
-  /** Resolve when `predicate()` holds (checked now and after each batch of events), or reject on close. @template T @param {() => T | null | undefined | false} predicate @returns {Promise<T>} */
-  _until(predicate) {
+  /**
+   * Resolve when `predicate()` holds (checked now and after each batch of events), or reject on
+   * close; with `giveUp`, stop checking and resolve null once it settles.
+   * @template T @param {() => T | null | undefined | false} predicate
+   * @param {Promise<unknown> | null} [giveUp] @returns {Promise<T>}
+   */
+  _until(predicate, giveUp = null) {
     return new Promise((resolve, reject) => {
       const check = () => {
         let value;
@@ -1455,6 +1460,11 @@ export class View {
         }
       };
       this._changed.add(check);
+      if (giveUp !== null) {
+        giveUp.then(() => {
+          if (this._changed.delete(check)) resolve(/** @type {any} */ (null));
+        });
+      }
       check();
     });
   }
@@ -1935,15 +1945,16 @@ export class Session {
     const view = this.view;
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     let timer;
+    const late = new Promise((resolve) => {
+      if (timeout !== null && timeout !== undefined && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
+    });
+    // Given up at the timeout: the check leaves the view then.
     const settled = view._until(() => {
       const denial = view.tree.cancelDenial(cancelId);
       if (denial !== null) return { denial };
       const info = view.run(runId);
       return info !== null && TERMINAL.includes(info.status) ? { denial: null } : null;
-    });
-    const late = new Promise((resolve) => {
-      if (timeout !== null && timeout !== undefined && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
-    });
+    }, late);
     try {
       const result = await Promise.race([settled, late]);
       if (result && result.denial) throw denied(result.denial);

@@ -51,6 +51,18 @@ test("cancel with wait rejects with CONNECTION_CLOSED when the session closes fi
   assert.equal(await withTimeout(cancelling), "CONNECTION_CLOSED");
 });
 
+test("cancel with wait that times out leaves nothing waiting on the view", async () => {
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket }));
+  const run = await withTimeout(session.send("work"));
+  relay.publish({ kind: "run", id: "act", run_id: run.runId, status: "active" });
+  await until(() => run.status === "active");
+  const before = session.view._changed.size;
+  await withTimeout(session.cancel(run.runId, { wait: true, timeout: 30 })); // the Run goes on
+  assert.equal(session.view._changed.size, before);
+  await session.close();
+});
+
 const words = (messages) => messages.map((m) => messageText(m));
 
 /** A session with one Run the agent started. */
