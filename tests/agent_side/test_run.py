@@ -414,3 +414,38 @@ async def test_a_cancel_another_device_sent_before_a_refusal_of_the_first_is_off
             assert run.abort_signal.aborted
             await run.end("cancelled")
             await client.wait_status(run_id, "cancelled")
+
+
+async def test_an_abort_listener_that_raises_neither_stops_pipe_nor_breaks_the_connection(
+    relay_url: str,
+) -> None:
+    streaming = anyio.Event()
+
+    async def endless() -> AsyncIterator[str]:
+        yield "Day 1"
+        streaming.set()
+        await anyio.sleep(30)
+        yield "never"
+
+    def buggy_listener(_reason: object) -> None:
+        raise RuntimeError("a bug in the agent's own listener")
+
+    async with client_end(relay_url, "abort-listener") as client:
+        run_id = await client.prompt("go")
+        async with agent_side.connect(relay_url, "abort-listener") as session:
+            run = session.create_run(run_id)
+            await run.start()
+            run.abort_signal.add_callback(buggy_listener)
+
+            async def cancel_when_streaming() -> None:
+                await streaming.wait()
+                await client.cancel(run_id)
+
+            with anyio.fail_after(5):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(cancel_when_streaming)
+                    result = await run.pipe(endless())
+            assert result.reason == "cancelled"
+            await run.end("cancelled")  # the connection is still up
+            await client.wait_status(run_id, "cancelled")
+        assert client.response_texts(run_id) == ["Day 1"]

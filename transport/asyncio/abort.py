@@ -2,13 +2,18 @@
 
 A signal fires once, with an optional reason, and never un-fires. Callbacks run
 synchronously at the moment it fires (in the order they were added), so
-``on_steer`` can abort a model call before the next token is handled.
+``on_steer`` can abort a model call before the next token is handled. A
+callback that raises is logged and the others still run, as the web platform
+reports a listener's exception without stopping the rest: the SDK's own
+listeners (the one that stops a ``pipe()``) sit beside the user's, on the
+path that delivers frames, and one bad listener must break neither.
 ``AbortSignal.any()`` fires when any of its sources fires; ``scope()`` cancels
 an ``async with`` block when the signal fires.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,6 +21,8 @@ from typing import Any
 import anyio
 
 __all__ = ["AbortController", "AbortSignal"]
+
+log = logging.getLogger("runwire.abort")
 
 Callback = Callable[[Any], object]
 
@@ -40,7 +47,11 @@ class AbortSignal:
         return self._reason
 
     def add_callback(self, fn: Callback) -> Callable[[], None]:
-        """Call ``fn(reason)`` when the signal fires (at once if it has). Returns a remover."""
+        """Call ``fn(reason)`` when the signal fires (at once if it has). Returns a remover.
+
+        Called at once, ``fn``'s exception reaches the caller; called when the
+        signal fires, it is logged and the other callbacks still run.
+        """
         if self._aborted:
             fn(self._reason)
             return lambda: None
@@ -81,7 +92,7 @@ class AbortSignal:
         if self._event is not None:
             self._event.set()
         for fn in callbacks:
-            fn(reason)
+            _call_listener(fn, reason)
 
     @staticmethod
     def any(*signals: AbortSignal) -> AbortSignal:
@@ -105,6 +116,14 @@ class AbortSignal:
 
     def __repr__(self) -> str:
         return f"AbortSignal(aborted={self._aborted}, reason={self._reason!r})"
+
+
+def _call_listener(fn: Callback, reason: Any) -> None:
+    """Call one listener of a firing signal; its exception is logged, never raised."""
+    try:
+        fn(reason)
+    except Exception:
+        log.exception("an abort listener failed (%r)", fn)
 
 
 class AbortController:
