@@ -70,10 +70,9 @@ async def steering_loop(
     step = AbortController()
     chained = run.on_steer
 
-    def on_steer() -> None:
+    def on_steer() -> object:
         step.abort(STEERED)  # only this model call, never the Run
-        if chained is not None:
-            chained()
+        return chained() if chained is not None else None  # the Run awaits an async one
 
     run.on_steer = on_steer
     result: PipeResult | None = None

@@ -97,6 +97,7 @@ def queue_options(
 
 
 SteerHook = Callable[[], object]
+"""``on_steer()``: plain, or async (the Run awaits it in a background task)."""
 CancelHook = Callable[[CancelRequest], "bool | Awaitable[bool | None] | None"]
 
 

@@ -19,7 +19,8 @@ refused is published as ``refused`` and never reaches the model. The Run's
 ``view`` (and ``history()``, what a model reads) holds only what was taken in.
 
 Signals. ``on_steer()`` is called synchronously the moment a steering message
-of this Run folds in (once its checks passed). A cancel entry of this Run is
+of this Run folds in (once its checks passed); an async one is awaited in a
+background task (keep it cheap either way). A cancel entry of this Run is
 offered to ``on_cancel(request)`` (default: accept); once accepted,
 ``abort_signal`` fires. A refusal (``on_cancel`` returns ``False``) publishes
 a ``cancel_denied`` entry naming the cancel, so the asker gets
@@ -505,10 +506,26 @@ class Run(RunSteps):
             self._inputs.folded(vm)
 
     def _input_ready(self, vm: ViewMessage) -> None:
+        """A queued message passed its checks: a steering one calls ``on_steer``.
+
+        A plain hook runs here, on the delivery path; an async one (or a plain
+        one returning an awaitable) is awaited in a background task. Either
+        way its exception is logged, never raised.
+        """
         if vm.intent != "steer" or self.ended or self.on_steer is None:
             return
         try:
-            self.on_steer()
+            outcome = self.on_steer()
+        except Exception:
+            log.exception("on_steer of run %s failed", self.run_id)
+            return
+        if inspect.isawaitable(outcome):
+            self._session._spawn(self._await_steer, outcome)
+
+    async def _await_steer(self, outcome: Awaitable[object]) -> None:
+        """Finish an async ``on_steer``; its exception is logged."""
+        try:
+            await outcome
         except Exception:
             log.exception("on_steer of run %s failed", self.run_id)
 

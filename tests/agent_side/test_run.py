@@ -449,3 +449,24 @@ async def test_an_abort_listener_that_raises_neither_stops_pipe_nor_breaks_the_c
             await run.end("cancelled")  # the connection is still up
             await client.wait_status(run_id, "cancelled")
         assert client.response_texts(run_id) == ["Day 1"]
+
+
+async def test_an_async_on_steer_is_awaited(relay_url: str) -> None:
+    heard: list[str] = []
+    done = anyio.Event()
+
+    async def on_steer() -> None:
+        await anyio.sleep(0.01)  # slow work of its own: it must not hold up delivery
+        heard.append("steered")
+        done.set()
+
+    async with client_end(relay_url, "async-steer") as client:
+        run_id = await client.prompt("Plan a trip.")
+        async with agent_side.connect(relay_url, "async-steer") as session:
+            run = session.create_run(run_id, on_steer=on_steer)
+            await run.start()
+            await client.steer(run_id, "Make it 5 days.")
+            with anyio.fail_after(5):
+                await done.wait()
+            assert heard == ["steered"]
+            await run.end()
