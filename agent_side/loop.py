@@ -12,9 +12,11 @@ marked, unanswered tool calls repaired. With ``tools`` the loop runs the tool
 calls a response asks for (``run.run_tools``) and calls the model again with
 their results; a cancel answers the calls not started ``ABORTED_BEFORE_DISPATCH``
 and a steering interruption does the same for the calls of the cut-off
-response. Follow-ups start new turns after the current answer; every turn has
-``max_iterations`` model calls, and at the limit the Run stops as
-``on_iteration_limit`` says.
+response. Steering that arrives while the tools of a whole response run
+stops none of them (only a cancel does): their results are written, and the
+next model call reads them with the steering after them. Follow-ups start
+new turns after the current answer; every turn has ``max_iterations`` model
+calls, and at the limit the Run stops as ``on_iteration_limit`` says.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ async def steering_loop(
                     parallel=parallel_tools,
                     max_parallel=max_parallel_tools,
                     timeout=tool_timeout,
-                    signal=signal,
+                    signal=_tool_signal(run, signal, steer_interrupted),
                 )
             if steer_interrupted:
                 continue  # has_input() now takes in the steering that interrupted
@@ -124,3 +126,15 @@ async def steering_loop(
     else:
         await run.end("complete")
     return result
+
+
+def _tool_signal(run: Run, call_signal: AbortSignal, steer_interrupted: bool) -> AbortSignal:
+    """What stops the tool step of a response.
+
+    The calls of a response steering cut off are dropped with it (the model
+    call's signal has fired: they are answered ``ABORTED_BEFORE_DISPATCH``).
+    Those of a whole response stop only on a cancel: steering arriving while
+    they run joins the next call, beside their results, and must not leave a
+    half-done tool without a result.
+    """
+    return call_signal if steer_interrupted else run.abort_signal

@@ -7,12 +7,13 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 import agent_side
 import relay
 from agent_side import AbortSignal, steering_loop
 from relay.store.memory import MemoryStore
-from transport.messages import UIMessage
+from transport.messages import ToolResultPart, UIMessage
 
 from .helpers import ClientEnd, client_end
 
@@ -263,3 +264,61 @@ async def test_a_slow_relay_round_trip_coalesces_paced_tokens(max_in_flight: int
     appends = client.of(run_id, "response_append")
     assert len(appends) <= len(tokens) // 5
     assert client.response_texts(run_id) == ["".join(tokens)]
+
+
+class City(BaseModel):
+    city: str
+
+
+async def test_steering_while_a_tool_runs_keeps_its_result_and_joins_the_next_call(
+    relay_url: str,
+) -> None:
+    tool_running = anyio.Event()
+    release = anyio.Event()
+    booked: list[str] = []
+
+    @agent_side.tool
+    async def book_hotel(params: City) -> str:
+        """Book a hotel (a side effect: it must not be cut off by a steer)."""
+        tool_running.set()
+        await release.wait()
+        booked.append(params.city)
+        return f"booked in {params.city}"
+
+    calls: list[list[UIMessage]] = []
+
+    async def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[Any]:
+        calls.append(messages)
+        if len(calls) == 1:
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": "call_1",
+                "toolName": "book_hotel",
+                "input": {"city": "Lisbon"},
+            }
+        else:
+            yield f"Done; noted: {messages[-1].text()}"
+
+    async with client_end(relay_url, "loop-steer-tool") as client:
+        run_id = await client.prompt("Book me a hotel in Lisbon.")
+        async with agent_side.connect(relay_url, "loop-steer-tool") as session:
+            run = session.create_run(run_id)
+
+            async def steer_while_the_tool_runs() -> None:
+                await tool_running.wait()
+                steer_id = await client.steer(run_id, "Near the river, please.")
+                await client.wait_for(lambda: client.tree.message(steer_id) is not None)
+                await anyio.sleep(0.05)  # the agent has had the steer (and on_steer) by now
+                release.set()
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(steer_while_the_tool_runs)
+                    result = await steering_loop(run, model, tools=[book_hotel])
+            assert result is not None and result.reason == "complete"
+        await client.wait_status(run_id, "complete")
+    assert booked == ["Lisbon"]
+    assert len(calls) == 2
+    results = [p for m in calls[1] for p in m.parts if isinstance(p, ToolResultPart)]
+    assert [(r.output, r.is_error) for r in results] == [("booked in Lisbon", False)]
+    assert calls[1][-1].text() == "Near the river, please."
