@@ -16,6 +16,8 @@ When the relay hands the Run to another worker (its agent went away), the new
 dispatch, else the channel) and the Run's responses in the view:
 
 * closed responses are done (a step closed but not yet checkpointed counts);
+  when the newest of them is a tool step, the model is owed a call: it has
+  not read those results yet (the worker went away between the two steps);
 * the half-published model step right after them is retried: the next
   ``pipe()`` gets the same message id, and its ``response_open`` starts that
   response over, so it is replaced, never published twice;
@@ -88,15 +90,18 @@ def plan_adoption(
         plan.seen.update(checkpoint.get("seen", ()))
         plan.state = dict(checkpoint.get("state") or {})
     open_steps: list[tuple[int | None, bool, UIMessage]] = []
+    newest: tuple[int, bool] = (0, False)  # the newest closed step, and whether it ran tools
     for response in tree.responses(run_id):
         parsed = _parse(prefix, response.view.message.id)
         if response.closed:
             plan.seen.update(response.seen)
             if parsed is not None:
                 plan.step = max(plan.step, parsed[0])
+                newest = max(newest, parsed)
         else:
             step, tools = parsed if parsed is not None else (None, False)
             open_steps.append((step, tools, response.view.message))
+    plan.owe = newest[1]  # tool results the model has not read
     for step, tools, message in open_steps:
         if step is not None and not tools and step == plan.step + 1:
             plan.retry_id = message.id
