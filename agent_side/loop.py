@@ -12,9 +12,11 @@ marked, unanswered tool calls repaired. With ``tools`` the loop runs the tool
 calls a response asks for (``run.run_tools``) and calls the model again with
 their results; a cancel answers the calls not started ``ABORTED_BEFORE_DISPATCH``
 and a steering interruption does the same for the calls of the cut-off
-response. Steering that arrives while the tools of a whole response run
-stops none of them (only a cancel does): their results are written, and the
-next model call reads them with the steering after them. Follow-ups start
+response. A response is whole when its stream ended before steering
+aborted its call, also when the steering lands while ``pipe()`` closes it.
+Steering that arrives while the tools of a whole response run stops none of
+them (only a cancel does): their results are written, and the next model
+call reads them with the steering after them. Follow-ups start
 new turns after the current answer; every turn has ``max_iterations`` model
 calls, and at the limit the Run stops as ``on_iteration_limit`` says.
 """
@@ -88,13 +90,16 @@ async def steering_loop(
             messages = run.history()
             signal = AbortSignal.any(run.abort_signal, step.signal)
             try:
-                stream = model(messages, signal)
+                stream = _Watched(model(messages, signal), step.signal)
             except Exception as exc:
                 result = PipeResult("error", None, exc)
                 break
             result = await run.pipe(stream)
             steer_interrupted = (
-                result.reason == "complete" and step.signal.aborted and not run.abort_signal.aborted
+                result.reason == "complete"
+                and step.signal.aborted
+                and not stream.whole
+                and not run.abort_signal.aborted
             )
             calls = tool_calls(result.message) if toolbox is not None else []
             if calls and result.reason != "error":
@@ -126,6 +131,38 @@ async def steering_loop(
     else:
         await run.end("complete")
     return result
+
+
+class _Watched:
+    """A model call's stream that notes whether it ended before steering aborted the call.
+
+    Steering that lands after the stream ended (while ``pipe()`` closes the
+    response) interrupted nothing: the response is whole and its tool calls
+    run. The iterator is taken at once, so a model that returns no async
+    iterable fails where the model is called.
+    """
+
+    def __init__(self, stream: AsyncIterable[str | Chunk], step: AbortSignal) -> None:
+        self._iterator = aiter(stream)
+        self._step = step
+        self.whole = False
+        """True once the stream ended with the call's steering signal not fired."""
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> str | Chunk:
+        try:
+            return await anext(self._iterator)
+        except StopAsyncIteration:
+            self.whole = not self._step.aborted
+            raise
+
+    async def aclose(self) -> None:
+        """Close the model's stream (``pipe()`` does when it stops reading)."""
+        aclose = getattr(self._iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def _tool_signal(run: Run, call_signal: AbortSignal, steer_interrupted: bool) -> AbortSignal:

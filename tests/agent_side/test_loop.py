@@ -13,6 +13,7 @@ import agent_side
 import relay
 from agent_side import AbortSignal, steering_loop
 from relay.store.memory import MemoryStore
+from transport.frames import EntryBody, ResponseClose
 from transport.messages import ToolResultPart, UIMessage
 
 from .helpers import ClientEnd, client_end
@@ -315,6 +316,62 @@ async def test_steering_while_a_tool_runs_keeps_its_result_and_joins_the_next_ca
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(steer_while_the_tool_runs)
                     result = await steering_loop(run, model, tools=[book_hotel])
+            assert result is not None and result.reason == "complete"
+        await client.wait_status(run_id, "complete")
+    assert booked == ["Lisbon"]
+    assert len(calls) == 2
+    results = [p for m in calls[1] for p in m.parts if isinstance(p, ToolResultPart)]
+    assert [(r.output, r.is_error) for r in results] == [("booked in Lisbon", False)]
+    assert calls[1][-1].text() == "Near the river, please."
+
+
+async def test_steering_that_lands_while_a_whole_response_closes_keeps_its_tool_calls(
+    relay_url: str,
+) -> None:
+    booked: list[str] = []
+
+    @agent_side.tool
+    async def book_hotel(params: City) -> str:
+        """Book a hotel."""
+        booked.append(params.city)
+        return f"booked in {params.city}"
+
+    calls: list[list[UIMessage]] = []
+
+    async def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[Any]:
+        calls.append(messages)
+        if len(calls) == 1:
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": "call_1",
+                "toolName": "book_hotel",
+                "input": {"city": "Lisbon"},
+            }
+        else:
+            yield f"Done; noted: {messages[-1].text()}"
+
+    async with client_end(relay_url, "loop-steer-close") as client:
+        run_id = await client.prompt("Book me a hotel in Lisbon.")
+        async with agent_side.connect(relay_url, "loop-steer-close") as session:
+            run = session.create_run(run_id)
+            steered = anyio.Event()
+            run.on_steer = steered.set
+            publish = session._publish
+            closes = 0
+
+            async def close_after_a_steer(entry: EntryBody) -> None:
+                """The stream has ended; a steer lands before the first close is acknowledged."""
+                nonlocal closes
+                if isinstance(entry, ResponseClose):
+                    closes += 1
+                    if closes == 1:
+                        await client.steer(run_id, "Near the river, please.")
+                        await steered.wait()
+                await publish(entry)
+
+            session._publish = close_after_a_steer  # type: ignore[method-assign]
+            with anyio.fail_after(10):
+                result = await steering_loop(run, model, tools=[book_hotel])
             assert result is not None and result.reason == "complete"
         await client.wait_status(run_id, "complete")
     assert booked == ["Lisbon"]
