@@ -12,7 +12,8 @@ marked, unanswered tool calls repaired. With ``tools`` the loop runs the tool
 calls a response asks for (``run.run_tools``) and calls the model again with
 their results; a cancel answers the calls not started ``ABORTED_BEFORE_DISPATCH``
 and a steering interruption does the same for the calls of the cut-off
-response. A response is whole when its stream ended before steering
+response (also when the model's stream raises as steering aborts it: the
+seed swallows that rejection). A response is whole when its stream ended before steering
 aborted its call, also when the steering lands while ``pipe()`` closes it.
 Steering that arrives while the tools of a whole response run stops none of
 them (only a cancel does): their results are written, and the next model
@@ -62,7 +63,8 @@ async def steering_loop(
     override the Run's (model calls per turn; ``"stop"`` ends ``complete``,
     ``"error"`` ends ``error`` with ``ITERATION_LIMIT_REACHED``). The Run ends
     ``cancelled`` on an accepted cancel, ``error`` (with the exception's text)
-    if the model raises, ``complete`` otherwise. Any ``on_steer`` already set
+    if the model raises (not when it raises because steering or a cancel
+    aborted its call), ``complete`` otherwise. Any ``on_steer`` already set
     is still called. Returns the last ``PipeResult`` (``None`` if the model
     was never called).
     """
@@ -96,7 +98,7 @@ async def steering_loop(
                 break
             result = await run.pipe(stream)
             steer_interrupted = (
-                result.reason == "complete"
+                (result.reason == "complete" or stream.raised_on_abort)
                 and step.signal.aborted
                 and not stream.whole
                 and not run.abort_signal.aborted
@@ -138,8 +140,10 @@ class _Watched:
 
     Steering that lands after the stream ended (while ``pipe()`` closes the
     response) interrupted nothing: the response is whole and its tool calls
-    run. The iterator is taken at once, so a model that returns no async
-    iterable fails where the model is called.
+    run. A stream that raises once steering aborted its call stopped the way
+    many model clients stop (the seed swallows that rejection): the loop
+    re-infers, it does not end the Run ``error``. The iterator is taken at
+    once, so a model that returns no async iterable fails where it is called.
     """
 
     def __init__(self, stream: AsyncIterable[str | Chunk], step: AbortSignal) -> None:
@@ -147,6 +151,8 @@ class _Watched:
         self._step = step
         self.whole = False
         """True once the stream ended with the call's steering signal not fired."""
+        self.raised_on_abort = False
+        """True when the stream raised after steering aborted the call (its way to stop)."""
 
     def __aiter__(self) -> _Watched:
         return self
@@ -156,6 +162,9 @@ class _Watched:
             return await anext(self._iterator)
         except StopAsyncIteration:
             self.whole = not self._step.aborted
+            raise
+        except Exception:
+            self.raised_on_abort = self._step.aborted
             raise
 
     async def aclose(self) -> None:

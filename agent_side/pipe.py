@@ -17,8 +17,9 @@ trip is slower than the model, many tokens ride one ``response_append``.
 ``max_in_flight`` appends unacknowledged (a batch waits for the one before
 it), then ``response_close``. It races only the Run's abort signal: when that
 fires it stops reading, closes the iterator, flushes what it holds, closes
-the response and reports ``cancelled``. A stream that raises closes the
-response with what it had and reports ``error``.
+the response and reports ``cancelled`` (also when the stream raises as it is
+aborted, as many model clients do). A stream that raises otherwise closes
+the response with what it had and reports ``error``.
 """
 
 from __future__ import annotations
@@ -425,7 +426,10 @@ async def pipe_stream(
                 async for item in iterator:
                     push(normalizer.feed(item))
         except Exception as exc:
-            reason, error = "error", exc
+            if abort_signal.aborted:  # the stream failed because it was aborted: a cancel
+                log.debug("response %s: the stream raised on the abort: %r", message_id, exc)
+            else:
+                reason, error = "error", exc
         finally:
             with anyio.CancelScope(shield=True):
                 await _close_iterator(iterator)

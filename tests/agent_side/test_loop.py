@@ -379,3 +379,74 @@ async def test_steering_that_lands_while_a_whole_response_closes_keeps_its_tool_
     results = [p for m in calls[1] for p in m.parts if isinstance(p, ToolResultPart)]
     assert [(r.output, r.is_error) for r in results] == [("booked in Lisbon", False)]
     assert calls[1][-1].text() == "Near the river, please."
+
+
+class ModelAborted(Exception):
+    """What a model client raises when its call is aborted (many do)."""
+
+
+async def test_a_model_that_raises_when_steering_aborts_it_is_steered_not_failed(
+    relay_url: str,
+) -> None:
+    calls: list[list[UIMessage]] = []
+    streaming = anyio.Event()
+
+    async def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[str]:
+        calls.append(messages)
+        if len(calls) == 1:
+            yield "Planning 3 days"
+            streaming.set()
+            await signal.wait()
+            raise ModelAborted(f"aborted: {signal.reason}")
+        yield f"5 days, as asked: {messages[-1].text()}"
+
+    async with client_end(relay_url, "loop-raise-steer") as client:
+        run_id = await client.prompt("Plan a 3-day trip to Lisbon.")
+        async with agent_side.connect(relay_url, "loop-raise-steer") as session:
+            run = session.create_run(run_id)
+
+            async def steer_when_streaming() -> None:
+                await streaming.wait()
+                await client.steer(run_id, "Make it 5 days.")
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(steer_when_streaming)
+                    result = await steering_loop(run, model)
+            assert result is not None and result.reason == "complete"
+        await client.wait_status(run_id, "complete", "error")
+    assert client.tree.run(run_id).status == "complete"  # type: ignore[union-attr]
+    assert client.response_texts(run_id) == [
+        "Planning 3 days",
+        "5 days, as asked: Make it 5 days.",
+    ]
+
+
+async def test_a_model_that_raises_when_a_cancel_aborts_it_ends_the_run_cancelled(
+    relay_url: str,
+) -> None:
+    streaming = anyio.Event()
+
+    async def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[str]:
+        yield "Planning 3 days"
+        streaming.set()
+        try:
+            await signal.wait()
+        finally:
+            raise ModelAborted("aborted")  # even as pipe() stops reading
+
+    async with client_end(relay_url, "loop-raise-cancel") as client:
+        run_id = await client.prompt("Plan a 3-day trip to Lisbon.")
+        async with agent_side.connect(relay_url, "loop-raise-cancel") as session:
+            run = session.create_run(run_id)
+
+            async def cancel_when_streaming() -> None:
+                await streaming.wait()
+                await client.cancel(run_id)
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(cancel_when_streaming)
+                    await steering_loop(run, model)
+        await client.wait_status(run_id, "cancelled", "error")
+    assert client.tree.run(run_id).status == "cancelled"  # type: ignore[union-attr]
