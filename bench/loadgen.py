@@ -349,6 +349,13 @@ def _cpu(proc: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def _node_sample(proc: psutil.Process) -> tuple[float, float, int]:
+    """A relay process's CPU seconds, its system (kernel) part, and how many times it
+    blocked and woke (voluntary context switches: its event loop sleeping in the selector)."""
+    times = proc.cpu_times()
+    return float(times.user + times.system), float(times.system), proc.num_ctx_switches().voluntary
+
+
 def _machine_busy() -> float:
     """CPU seconds every process on the machine has used (all CPUs, not idle)."""
     times = psutil.cpu_times()
@@ -495,19 +502,21 @@ async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[st
     await _sleep_until(start + phase.warmup)
     relays, me = [psutil.Process(pid) for pid in phase.relay_pids], psutil.Process()
     scrape0, info0 = await _sample(phase, redis_client) if sampler else ([], None)
-    cpus0 = [_cpu(relay) for relay in relays] if sampler else []
+    nodes0 = [_node_sample(relay) for relay in relays] if sampler else []
     own0, all0, t0 = _cpu(me), _machine_busy(), time.perf_counter()
     tally.measuring = rest.measuring = True
     await _sleep_until(start + phase.warmup + phase.duration)
     tally.measuring = rest.measuring = False
-    cpus1 = [_cpu(relay) for relay in relays] if sampler else []
+    nodes1 = [_node_sample(relay) for relay in relays] if sampler else []
     own1, all1, t1 = _cpu(me), _machine_busy(), time.perf_counter()
     scrape1, info1 = await _sample(phase, redis_client) if sampler else ([], None)
     ctx.stop.set()
     failures = await _finish(tasks, _STOP_WAIT)
     stopping = time.perf_counter() - t1
     seconds = t1 - t0
-    node_cpu = [c1 - c0 for c0, c1 in zip(cpus0, cpus1, strict=True)]
+    node_cpu = [c1[0] - c0[0] for c0, c1 in zip(nodes0, nodes1, strict=True)]
+    node_sys = [c1[1] - c0[1] for c0, c1 in zip(nodes0, nodes1, strict=True)]
+    node_wakes = [c1[2] - c0[2] for c0, c1 in zip(nodes0, nodes1, strict=True)]
     redis = None if info0 is None or info1 is None else _redis_delta(info0, info1)
     result: dict[str, Any] = {
         "stop_s": stopping,
@@ -535,6 +544,8 @@ async def _stream(phase: Phase, redis_client: Any, sync: Sync | None) -> dict[st
         result["rest_steer_us"] = rest.steer_us if phase.name == "steer" else None
     if sampler:
         result["node_cpu_s"] = node_cpu
+        result["node_sys_s"] = node_sys
+        result["node_wakes"] = node_wakes
     if scrape0 and scrape1:
         result["node_metrics"] = [
             {k: after[k] - before.get(k, 0.0) for k in after}

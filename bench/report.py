@@ -359,6 +359,17 @@ def redis_metrics_of(sizes: Sizes) -> list[RedisMetric]:
             "x",
         ),
         RedisMetric(
+            "wakes_per_1k_fixed",
+            f"relay wake-ups / 1k delivered, {at_rate}, per node",
+            "",
+        ),
+        RedisMetric(
+            "wakes_per_1k_half",
+            f"relay wake-ups / 1k delivered, {half} x {sizes.rate:g} tok/s, one node",
+            "",
+        ),
+        RedisMetric("sys_share_fixed", f"relay CPU in the kernel, {at_rate}", "%"),
+        RedisMetric(
             "round_trips_per_token_fixed",
             f"Redis round trips / delivered token, {at_rate}",
             "",
@@ -396,6 +407,24 @@ def _node_cpu_per_10k(result: dict[str, Any]) -> float:
     if cpus and tokens:
         return max(1e4 * _div(c, t) for c, t in zip(cpus, tokens, strict=True))
     return 1e4 * _div(result.get("relay_cpu_s", math.nan), result.get("tokens", math.nan))
+
+
+def _node_wakes_per_1k(result: dict[str, Any]) -> float:
+    """The most wake-ups (voluntary context switches) a node made per 1,000 tokens
+    delivered to its own subscribers (all tokens on one node)."""
+    wakes = result.get("node_wakes")
+    if not wakes:
+        return math.nan
+    tokens = result.get("node_tokens") or [result.get("tokens", math.nan)]
+    return max(1e3 * _div(w, t) for w, t in zip(wakes, tokens, strict=True))
+
+
+def _sys_share(result: dict[str, Any]) -> float:
+    """The share of the relay nodes' CPU spent in the kernel, %."""
+    system = result.get("node_sys_s")
+    if not system:
+        return math.nan
+    return 100 * _div(sum(system), result.get("relay_cpu_s", math.nan))
 
 
 def _node_busy(result: dict[str, Any]) -> float:
@@ -459,6 +488,9 @@ def compute_redis_metrics(
             "cpu_vs_same_load": (
                 _div(_node_cpu_per_10k(lat), _node_cpu_per_10k(half)) if kind == "redis2" else nan
             ),
+            "wakes_per_1k_fixed": _node_wakes_per_1k(lat),
+            "wakes_per_1k_half": _node_wakes_per_1k(half) if kind == "redis1" else nan,
+            "sys_share_fixed": _sys_share(lat),
             "round_trips_per_token_fixed": _div(_round_trips(lat), toks_l),
             "redis_reads_per_token_fixed": _div(_redis(lat, "total_reads_processed"), toks_l),
             "redis_cpu_s_per_10k_fixed": 1e4 * _div(_redis(lat, "cpu_s"), toks_l),

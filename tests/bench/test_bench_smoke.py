@@ -38,6 +38,9 @@ REDIS_METRICS = {
     "steer_p50_ms",
     "steer_p99_ms",
     "cpu_s_per_10k_fixed",
+    "wakes_per_1k_fixed",
+    "wakes_per_1k_half",
+    "sys_share_fixed",
     "cpu_s_per_10k_half",
     "cpu_vs_same_load",
     "round_trips_per_token_fixed",
@@ -137,6 +140,10 @@ def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: 
             assert table[kind][metric] > 0, (kind, metric)
         assert table[kind]["latency_p99_ms"] > 0, kind
         assert table[kind]["steer_p99_ms"] > 0, kind  # a steer across nodes reached the agent
+        assert table[kind]["wakes_per_1k_fixed"] > 0, kind
+        assert 0 <= table[kind]["sys_share_fixed"] <= 100, (
+            kind
+        )  # (ticks of 10 ms: a quick run may see none)
     assert table["redis2"]["latency_far_p99_ms"] > 0
     # The half-load phase ran and delivered; at --quick sizes its CPU time can round to
     # zero (psutil's clock ticks every 10 ms), so its figures are checked as numbers only.
