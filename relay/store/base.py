@@ -25,6 +25,9 @@ Contract
 * ``read(session_id, after=, before=, limit=)`` returns stored entries in
   ascending serial order: ``after`` gives the oldest ``limit`` entries newer than
   it; ``before`` (or neither) gives the newest ``limit`` entries older than it.
+  Either may be any integer (a client's position, unchecked): one beyond
+  ``SERIAL_LIMIT`` reads as that limit, so it gives the newest entries, or none
+  newer (``read_position``).
 * Run records are written only through ``append`` (atomically with their entry)
   or ``put_runs`` (the relay's own bookkeeping), and read with ``runs()``,
   ``run()`` (one by id) and ``runs_with_status()``.
@@ -75,6 +78,7 @@ from dataclasses import dataclass
 from transport.runs import RunRecord
 
 __all__ = [
+    "SERIAL_LIMIT",
     "Appended",
     "ChannelInfo",
     "Gone",
@@ -84,9 +88,20 @@ __all__ = [
     "StoredEntry",
     "Subscribers",
     "Unsubscribe",
+    "read_position",
 ]
 
 log = logging.getLogger("runwire.relay.store")
+
+SERIAL_LIMIT = 2**53
+"""Beyond every serial a store holds (and JavaScript's safe integers): where ``read``
+positions are cut off, so SQLite (64-bit integers) and Redis (stream ids) can take them."""
+
+
+def read_position(position: int | None) -> int | None:
+    """A ``read`` position (``after`` / ``before``) cut off at ``SERIAL_LIMIT``: the
+    same entries, in a number every store can take."""
+    return None if position is None else min(position, SERIAL_LIMIT)
 
 
 @dataclass(frozen=True)

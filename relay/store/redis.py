@@ -133,6 +133,7 @@ from .base import (
     Store,
     StoredEntry,
     Unsubscribe,
+    read_position,
 )
 from .redis_live import Listener, connect, stop
 from .redis_lua import INDEXED, SCRIPTS, SHA, STATUSES
@@ -538,6 +539,7 @@ class RedisStore(Store):
         if limit < 1:
             raise RunwireError(VALIDATION_ERROR, f"limit must be at least 1, not {limit}")
         log = self._keys(session_id)[1]
+        after, before = read_position(after), read_position(before)
         if before is not None and before <= 1:
             return []
         high = "+" if before is None else f"{before - 1}-0"

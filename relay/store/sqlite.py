@@ -76,6 +76,7 @@ from .base import (
     Subscribers,
     Unsubscribe,
     log,
+    read_position,
 )
 
 __all__ = ["BUSY_TIMEOUT", "CHECKPOINT_COMMITS", "DEDUP_WINDOW", "WAL_LIMIT", "SQLiteStore"]
@@ -338,6 +339,7 @@ class SQLiteStore(Store):
         """Stored entries in ascending serial order (see the contract)."""
         if limit < 1:
             raise RunwireError(VALIDATION_ERROR, f"limit must be at least 1, not {limit}")
+        after, before = read_position(after), read_position(before)
         return await self._read(lambda c: _select(c, session_id, after, before, limit))
 
     async def runs(self, session_id: str) -> list[RunRecord]:

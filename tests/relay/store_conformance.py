@@ -465,6 +465,19 @@ class StoreConformance(abc.ABC):
         assert [e.serial for e in page] == [3, 4]
         assert await store.since("s", 5, 10) == (info.epoch, [])
 
+    async def test_read_positions_beyond_any_serial_are_the_newest_and_nothing(
+        self, store: Store
+    ) -> None:
+        # A client's ``before`` / ``after`` (history pages, event streams) can be any
+        # integer: one no store can hold is still the newest entries, or none after it.
+        await store.open_channel("s")
+        for i in range(1, 4):
+            await store.append("s", f"e{i}", body(f"e{i}"))
+        for huge in (10**14, 2**63, 2**64, 10**30):
+            assert [e.serial for e in await store.read("s", before=huge, limit=2)] == [2, 3]
+            assert await store.read("s", after=huge) == []
+            assert await store.read("s", after=1, before=huge, limit=5) != []
+
     async def test_read_refuses_a_limit_below_one(self, store: Store) -> None:
         await store.open_channel("s")
         with pytest.raises(RunwireError) as caught:
