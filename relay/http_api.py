@@ -83,7 +83,10 @@ the method of the request line and shows websockets ``GET``, shows it the
 (``X-Runwire-...``), and, as it hands back the blank line that ends the
 head, first reads the body (``Content-Length`` bytes, or chunks) into
 ``reader.body``. websockets still parses and limits the head; the body is
-capped at ``hard_frame_bytes`` (a larger one is answered 413 unread). It
+capped at ``hard_frame_bytes`` (a larger one is answered 413 unread). Bytes
+after the request (a pipelined one, a body longer than its ``Content-Length``)
+are dropped unread unless it asks for an upgrade (``BodyReader.at_eof``):
+websockets would take them for frames and drop the connection unanswered. It
 relies on two attributes of websockets' sans-I/O protocol, ``reader`` and
 ``parser``, alike from websockets 14 to 17; the tests go through it. Responses
 close the connection (no keep-alive), and the handshake timeout is
@@ -217,6 +220,7 @@ class BodyReader(StreamReader):
         "_chunked",
         "_length",
         "_phase",
+        "_upgrade",
         "body",
         "body_error",
         "max_body",
@@ -234,6 +238,7 @@ class BodyReader(StreamReader):
         self._phase = _REQUEST_LINE
         self._length: int | None = None
         self._chunked = False
+        self._upgrade = False
 
     def read_line(self, m: int, *args: Any) -> Generator[None, None, bytearray]:
         # websockets 17 passes the exception to raise for a long line; earlier ones do not.
@@ -264,7 +269,21 @@ class BodyReader(StreamReader):
                     PROTOCOL_ERROR, "only the chunked transfer coding is supported"
                 )
             return bytearray(b"X-Runwire-Transfer-Encoding:" + value)
+        if colon and key == b"upgrade":
+            self._upgrade = True
         return line
+
+    def at_eof(self) -> Generator[None, None, bool]:
+        """True at the end of the stream. After the head (and body) of a request that is
+        not a WebSocket upgrade, whatever else comes (a pipelined request, the rest of a
+        body longer than its ``Content-Length``) is dropped unread: websockets would parse
+        it as frames, fail, and close the connection before the response is sent."""
+        if self._phase != _DONE or self._upgrade:
+            return (yield from super().at_eof())
+        while not self.eof:
+            self.discard()
+            yield
+        return True
 
     def _declare_length(self, value: bytes) -> None:
         if not value.isdigit() or (self._length is not None and int(value) != self._length):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -291,6 +292,39 @@ async def test_a_body_over_max_frame_bytes_is_payload_too_large() -> None:
         assert (chunked.status, chunked.code) == (413, "PAYLOAD_TOO_LARGE")
         fits = await post(server, "trip-1", {"message": "x" * 1000})
         assert fits.status == 201
+
+
+def exchange(port: int, data: bytes) -> bytes:
+    """Send raw bytes as one request and read everything the relay answers until it
+    closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+async def test_bytes_after_a_request_are_not_read_as_websocket_frames(server: Server) -> None:
+    # A Content-Length shorter than the body, or a second request pipelined behind the
+    # first: the relay answers the first and ignores the rest (websockets parsed it as
+    # frames, failed, and dropped the connection without an answer).
+    post = b"POST /v1/sessions/trip-1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    text = b'{"message": "hi", "message_id": "m1"}'
+    get = b"GET /v1/sessions/trip-1/history HTTP/1.1\r\nHost: x\r\n\r\n"
+    for data in (
+        post % len(text) + text + b"\x81\xffjunk",
+        post % len(text) + text + get,
+        post % (len(text) - 2) + text,
+        get + get,
+        get + b"\x88\x80" * 4,
+    ):
+        reply = await anyio.to_thread.run_sync(exchange, server.port, data)
+        assert reply.startswith(b"HTTP/1.1 "), (data, reply)
+        status = int(reply.split(b" ", 2)[1])
+        assert status in (200, 201, 400), (data, reply)
+    page = (await call(server, "GET", "/v1/sessions/trip-1/history")).json()
+    assert [e["id"] for e in page["entries"]] == ["m1"]
 
 
 async def test_a_chunked_body_is_read(server: Server) -> None:
