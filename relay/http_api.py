@@ -83,7 +83,12 @@ the method of the request line and shows websockets ``GET``, shows it the
 (``X-Runwire-...``), and, as it hands back the blank line that ends the
 head, first reads the body (``Content-Length`` bytes, or chunks) into
 ``reader.body``. websockets still parses and limits the head; the body is
-capped at ``hard_frame_bytes`` (a larger one is answered 413 unread). Bytes
+capped at ``hard_frame_bytes`` (a larger one is answered 413 unread). A head
+websockets would refuse to parse (it drops the connection unanswered) is shown
+as a stand-in: bytes outside printable ASCII in the target percent-encoded, a
+malformed request line as ``GET /``, a malformed header line as a harmless
+header; the latter two are answered 400 ``PROTOCOL_ERROR`` (``head_error``).
+Bytes
 after the request (a pipelined one, a body longer than its ``Content-Length``)
 are dropped unread unless it asks for an upgrade (``BodyReader.at_eof``):
 websockets would take them for frames and drop the connection unanswered. It
@@ -159,6 +164,7 @@ __all__ = [
     "BodyReader",
     "HttpApi",
     "connection_class",
+    "head_error",
     "request_method",
 ]
 
@@ -223,6 +229,7 @@ class BodyReader(StreamReader):
         "_upgrade",
         "body",
         "body_error",
+        "head_error",
         "max_body",
         "method",
         "opened_at",
@@ -234,6 +241,7 @@ class BodyReader(StreamReader):
         self.method = "GET"
         self.body = b""
         self.body_error: RunwireError | None = None
+        self.head_error: RunwireError | None = None
         self.opened_at = time.monotonic()
         self._phase = _REQUEST_LINE
         self._length: int | None = None
@@ -247,15 +255,14 @@ class BodyReader(StreamReader):
             return line
         if self._phase == _REQUEST_LINE:
             self._phase = _HEADERS
-            method, space, rest = bytes(line).partition(b" ")
-            if space and method != b"GET":
-                self.method = method.decode("ascii", "replace")[:20]
-                return bytearray(b"GET " + rest)
-            return line
+            return bytearray(self._request_line(bytes(line)))
         if bytes(line) in (b"\r\n", b"\n"):
             self._phase = _DONE
             yield from self._read_body()
             return line
+        if not _HEADER_LINE.fullmatch(line):
+            self.head_error = RunwireError(PROTOCOL_ERROR, "a malformed header line")
+            return bytearray(b"X-Runwire-Malformed: 1\r\n")
         name, colon, value = bytes(line).partition(b":")
         key = name.strip().lower()
         if colon and key == b"content-length":
@@ -272,6 +279,19 @@ class BodyReader(StreamReader):
         if colon and key == b"upgrade":
             self._upgrade = True
         return line
+
+    def _request_line(self, line: bytes) -> bytes:
+        """The request line websockets is shown: ``GET``, the target with bytes outside
+        printable ASCII percent-encoded (websockets refuses them), the version. A line
+        it cannot parse becomes ``GET /``, and ``head_error`` says why."""
+        method, _, rest = line.partition(b" ")
+        target, _, version = rest.partition(b" ")
+        if not method or not target or version not in (b"HTTP/1.1\r\n", b"HTTP/1.0\r\n"):
+            self.head_error = RunwireError(PROTOCOL_ERROR, "a malformed request line")
+            return b"GET / HTTP/1.1\r\n"
+        if method != b"GET":
+            self.method = method.decode("ascii", "replace")[:20]
+        return b"GET " + _NOT_IN_TARGET.sub(_percent, target) + b" " + version
 
     def at_eof(self) -> Generator[None, None, bool]:
         """True at the end of the stream. After the head (and body) of a request that is
@@ -328,6 +348,21 @@ class BodyReader(StreamReader):
                 self.body_error = RunwireError(PROTOCOL_ERROR, "a chunk without its CRLF")
                 return
         self.body = b"".join(chunks)
+
+
+_NOT_IN_TARGET = re.compile(rb"[^\x21-\x7e]")
+_HEADER_LINE = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r\n")
+"""A header line as websockets takes it (``websockets.http11.parse_headers``)."""
+
+
+def _percent(match: re.Match[bytes]) -> bytes:
+    return b"%%%02X" % match[0][0]
+
+
+def head_error(conn: ServerConnection) -> RunwireError | None:
+    """Why the request's head is malformed (websockets was shown a stand-in), or None."""
+    reader = _reader(conn)
+    return None if reader is None else reader.head_error
 
 
 def _too_large(size: int, limit: int) -> RunwireError:
@@ -753,6 +788,10 @@ class HttpApi:
             return model.model_validate(data)
         except ValidationError as exc:
             raise codec.validation_error(exc) from None
+
+    def refuse(self, exc: RunwireError) -> Response:
+        """The JSON error response for ``exc`` (of a request the relay will not route)."""
+        return self._error(exc)
 
     def _error(self, exc: RunwireError, status: int | None = None) -> Response:
         self.hub.metrics.errors.labels(exc.code).inc()

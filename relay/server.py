@@ -49,7 +49,7 @@ from transport.frames import Hello, Welcome
 from transport.messages import new_id
 
 from .auth import TokenVerifier, token_from_request
-from .http_api import OPEN_TIMEOUT, HttpApi, connection_class, request_method
+from .http_api import OPEN_TIMEOUT, HttpApi, connection_class, head_error, request_method
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
@@ -114,6 +114,9 @@ async def serve(
         await hub.start()
 
         async def process_request(conn: ServerConnection, request: Request) -> Response | None:
+            malformed = head_error(conn)
+            if malformed is not None:
+                return api.refuse(malformed)
             path = request.path.split("?", 1)[0]
             if (path == "/v1" or path.startswith("/v1/")) and not _upgrade(request):
                 return await api.handle(conn, request)

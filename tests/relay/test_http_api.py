@@ -327,6 +327,29 @@ async def test_bytes_after_a_request_are_not_read_as_websocket_frames(server: Se
     assert [e["id"] for e in page["entries"]] == ["m1"]
 
 
+async def test_a_malformed_request_head_gets_an_answer(server: Server) -> None:
+    # websockets drops the connection, unanswered, of a request it cannot parse.
+    history = b"/v1/sessions/trip-1/history"
+    for head, expected, code in (
+        (b"GET /v1/x\xff HTTP/1.1\r\n", 404, "NOT_FOUND"),
+        (b"GET /v1/sessions/caf\xc3\xa9/history HTTP/1.1\r\n", 400, "VALIDATION_ERROR"),
+        (b"GET /v1/sessions/trip-1/history?q=\x01\x7f HTTP/1.1\r\n", 200, None),
+        (b"GET " + history + b"\r\n", 400, "PROTOCOL_ERROR"),
+        (b"GET  " + history + b" HTTP/1.1\r\n", 400, "PROTOCOL_ERROR"),
+        (b"GET " + history + b" HTTP/2\r\n", 400, "PROTOCOL_ERROR"),
+        (b"GET " + history + b" HTTP/1.1\r\nX A: b\r\n", 400, "PROTOCOL_ERROR"),
+        (b"GET " + history + b" HTTP/1.1\r\nX-A: \x01\r\n", 400, "PROTOCOL_ERROR"),
+        (b"GET " + history + b" HTTP/1.1\r\n folded\r\n", 400, "PROTOCOL_ERROR"),
+        (b"POST /healthz HTTP/1.1\r\nNo-Colon\r\n", 400, "PROTOCOL_ERROR"),
+    ):
+        data = head + b"Host: x\r\n\r\n"
+        reply = await anyio.to_thread.run_sync(exchange, server.port, data)
+        assert reply.startswith(b"HTTP/1.1 %d " % expected), (data, reply)
+        if code is not None:
+            body = json.loads(reply.partition(b"\r\n\r\n")[2])
+            assert body["error"]["code"] == code, (data, body)
+
+
 async def test_a_chunked_body_is_read(server: Server) -> None:
     reply = await post(server, "trip-1", {"message": "in chunks", "message_id": "c1"}, chunked=True)
     assert reply.status == 201, reply.body
