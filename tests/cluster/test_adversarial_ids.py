@@ -88,7 +88,7 @@ async def test_any_ids_are_routed_cancelled_swept_and_read_back_exactly(
     a, b = two_nodes
     suffix = new_id()[:6]  # examples share the Redis prefix: fresh ids each time
     agent, worker_id = agent[:190] + suffix, worker_id[:190] + suffix
-    run_id, entry_id = run_id[:190] + suffix, entry_id[:190] + suffix
+    run_id, entry_id = run_id[:190] + suffix, entry_id[:180] + suffix  # room for ":cancel"
     session_id = f"{session_id[:190]}-{suffix}"
     neighbour = agent[:-1] + "*"  # a name the other's pattern-like characters could match
     with anyio.fail_after(20):
