@@ -99,18 +99,32 @@ def deliver_frame(session_id: str, entries: Iterable[bytes]) -> bytes:
     )
 
 
+def _frame_size(data: bytes | str, max_bytes: int) -> int:
+    """The size of a frame in bytes as it came over the wire (a text frame received as
+    ``str`` counts its UTF-8 bytes, not its characters: up to four bytes each).
+
+    Only a ``str`` that could exceed ``max_bytes`` and is not ASCII is encoded to count.
+    """
+    size = len(data)
+    if isinstance(data, str) and size <= max_bytes < 4 * size and not data.isascii():
+        size = len(data.encode("utf-8", "surrogatepass"))
+    return size
+
+
 def _decode(
     data: bytes | str,
     adapter: TypeAdapter[Any],
     known: frozenset[str],
     max_bytes: int | None,
 ) -> Any:
-    if max_bytes is not None and len(data) > max_bytes:
-        raise RunwireError(
-            PAYLOAD_TOO_LARGE,
-            f"frame of {len(data)} bytes exceeds the limit of {max_bytes}",
-            details={"size": len(data), "limit": max_bytes},
-        )
+    if max_bytes is not None:
+        size = _frame_size(data, max_bytes)
+        if size > max_bytes:
+            raise RunwireError(
+                PAYLOAD_TOO_LARGE,
+                f"frame of {size} bytes exceeds the limit of {max_bytes}",
+                details={"size": size, "limit": max_bytes},
+            )
     obj = loads(data)
     if not isinstance(obj, dict):
         raise RunwireError(PROTOCOL_ERROR, "frame must be a JSON object")
