@@ -68,7 +68,7 @@ from .store.base import Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 if TYPE_CHECKING:
     from .peer import Peer
 
-__all__ = ["Channel", "Committed"]
+__all__ = ["Channel", "Committed", "entries_size", "newest_within"]
 
 log = logging.getLogger("runwire.relay")
 
@@ -420,13 +420,18 @@ class Channel:
         epoch: str | None,
         limit: int,
         backlog_max: int,
+        max_bytes: int | None = None,
     ) -> None:
         """Subscribe ``peer`` and queue its ``attached`` frame, atomically.
 
         With ``from_serial`` of this epoch the frame carries everything after it;
         otherwise (or when more than ``backlog_max`` were missed, or the history
         it needs was trimmed) the newest page, and ``reset`` tells a resuming
-        client to rebuild rather than leave a silent gap. A ``from_serial`` beyond
+        client to rebuild rather than leave a silent gap. ``max_bytes`` bounds the
+        entries the frame carries: a backlog bigger than that is answered as one too
+        long (``reset``), and the newest page keeps only its newest entries that fit
+        (``has_older`` then says there are more), so the frame never by itself
+        overflows the peer's send queue. A ``from_serial`` beyond
         what this node has taken in (the client saw it through another node) is
         caught up from the store first, so it resumes rather than resets.
 
@@ -449,31 +454,22 @@ class Channel:
                 resume = False
             elif self.first and from_serial < self.first - 1:
                 resume = False
-        reset = from_serial is not None and not resume
         entries: list[StoredEntry] = []
         if resume and from_serial is not None:
-            covered = from_serial
-        elif head:
-            # The newest page: serials are dense from the oldest stored on.
-            page = await self._read_after(max(head - limit, 0), limit)
-            entries = [e for e in page if e.serial <= head]
-            covered = entries[-1].serial if entries else head
-        else:
-            covered = 0
-        # Read until nothing new arrived during the last read; then join with no await.
-        while covered < self.last:
-            page = await self._read_after(covered, 1000)
-            page = [e for e in page if e.serial <= self.last]
-            if not page:
-                break
-            entries.extend(page)
-            covered = page[-1].serial
+            entries, fits = await self._read_to_last([], from_serial, max_bytes)
+            resume = fits
+        if not resume:
+            page, covered = await self._newest_page(limit)
+            entries, _ = await self._read_to_last(page, covered, None)
+            entries = newest_within(entries, max_bytes)
+        reset = from_serial is not None and not resume
         if self.reset:
             raise RunwireError(EPOCH_MISMATCH, f"the store lost the history of {self.session_id!r}")
         if resume:
             has_older = bool(from_serial and from_serial >= self.first > 0)
         else:
-            has_older = bool(entries) and entries[0].serial > self.first
+            oldest = entries[0].serial if entries else self.last + 1
+            has_older = self.last > 0 and oldest > self.first
         peer.send_frame(
             b'{"type":"attached","req":'
             + codec.dumps(req)
@@ -488,6 +484,38 @@ class Channel:
         )
         self.subscribers.add(peer)
         peer.attached.add(self.session_id)
+
+    async def _newest_page(self, limit: int) -> tuple[list[StoredEntry], int]:
+        """The newest ``limit`` entries up to ``last`` and the serial they cover up to."""
+        head = self.last
+        if not head:
+            return [], 0
+        # Serials are dense from the oldest stored on.
+        page = await self._read_after(max(head - limit, 0), limit)
+        entries = [e for e in page if e.serial <= head]
+        return entries, entries[-1].serial if entries else head
+
+    async def _read_to_last(
+        self, entries: list[StoredEntry], covered: int, max_bytes: int | None
+    ) -> tuple[list[StoredEntry], bool]:
+        """``entries`` and then every entry after ``covered`` up to ``last``, reading until
+        nothing new arrived during the last read (so the caller can join with no await).
+
+        Returns the entries and True, or, as soon as they would pass ``max_bytes`` (when
+        given), what was read so far and False.
+        """
+        size = entries_size(entries)
+        while covered < self.last:
+            page = await self._read_after(covered, 1000)
+            page = [e for e in page if e.serial <= self.last]
+            if not page:
+                break
+            entries.extend(page)
+            covered = page[-1].serial
+            size += entries_size(page)
+            if max_bytes is not None and size > max_bytes:
+                return entries, False
+        return entries, True
 
     def detach(self, peer: Peer) -> None:
         """Stop delivering to ``peer``."""
@@ -507,3 +535,20 @@ class Channel:
             self._same_history(epoch)
         has_older = bool(page) and page[0].serial > self.first
         return page, has_older
+
+
+def entries_size(entries: Sequence[StoredEntry]) -> int:
+    """The bytes ``entries`` take in a frame (each with its separating comma)."""
+    return sum(len(e.data) + 1 for e in entries)
+
+
+def newest_within(entries: list[StoredEntry], max_bytes: int | None) -> list[StoredEntry]:
+    """The newest of ``entries`` (oldest first) that together take at most ``max_bytes``."""
+    if max_bytes is None or entries_size(entries) <= max_bytes:
+        return entries
+    size = 0
+    start = len(entries)
+    while start and size + len(entries[start - 1].data) + 1 <= max_bytes:
+        start -= 1
+        size += len(entries[start].data) + 1
+    return entries[start:]

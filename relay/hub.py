@@ -75,7 +75,7 @@ from transport.runs import (
     relay_entry_id,
 )
 
-from .channel import Channel
+from .channel import Channel, newest_within
 from .dispatch import Dispatcher
 from .metrics import Metrics
 from .options import RelayOptions
@@ -154,6 +154,12 @@ class Hub:
         self.dispatcher.close()
         for task in self._tasks:
             task.cancel()
+
+    @property
+    def page_bytes(self) -> int:
+        """The most bytes of entries one ``attached`` or ``page`` frame carries: half the
+        send queue, so a reply never by itself closes its reader ``SLOW_CONSUMER``."""
+        return max(1, self.options.send_queue_bytes // 2)
 
     # --------------------------------------------------------- connections --
 
@@ -284,6 +290,9 @@ class Hub:
             entries, has_older = await channel.history(
                 frame.before, min(frame.limit, self.options.history_page_max)
             )
+            fitting = newest_within(entries, self.page_bytes)
+            has_older = has_older or len(fitting) < len(entries)
+            entries = fitting
             peer.send_frame(
                 b'{"type":"page","req":'
                 + codec.dumps(frame.req)
@@ -322,6 +331,7 @@ class Hub:
                 epoch=frame.epoch,
                 limit=min(frame.limit, self.options.history_page_max),
                 backlog_max=self.options.backlog_max,
+                max_bytes=self.page_bytes,
             )
 
     async def _publish(self, peer: Peer, frame: Publish) -> None:

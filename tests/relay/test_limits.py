@@ -3,6 +3,8 @@ publishes."""
 
 from __future__ import annotations
 
+import anyio
+import orjson
 import pytest
 
 import relay
@@ -22,3 +24,74 @@ async def test_a_frame_over_the_limit_in_utf8_bytes_is_payload_too_large() -> No
         assert reply["type"] == "error" and reply["error"]["code"] == "PAYLOAD_TOO_LARGE", reply
         assert await s.store.read("s", after=0, limit=10) == []
         assert (await a.publish("s", prompt(text="é" * 100)))["serial"] == 1
+
+
+async def _big_session(url: str, count: int, size: int) -> RawPeer:
+    pub = await RawPeer.open(url)
+    await pub.attach("s")
+    for i in range(count):
+        assert (await pub.publish("s", prompt(text=f"{i}" + "y" * size)))["type"] == "ack"
+    return pub
+
+
+async def test_an_attach_page_bigger_than_the_send_queue_keeps_its_newest_entries() -> None:
+    async with relay.serve(port=0, store="memory://", send_queue_bytes=200_000) as s:
+        await _big_session(s.url, 8, 40_000)
+        late = await RawPeer.open(s.url)
+        reply = await late.attach("s")  # it was closed SLOW_CONSUMER, on every try
+        assert [e["serial"] for e in reply["entries"]] == [7, 8] and reply["has_older"]
+        page = await late.request({"type": "history", "session_id": "s", "before": 7})
+        assert [e["serial"] for e in page["entries"]] == [5, 6] and page["has_older"]
+
+
+async def test_a_backlog_bigger_than_the_send_queue_is_a_reset_not_a_close() -> None:
+    async with relay.serve(port=0, store="memory://", send_queue_bytes=200_000) as s:
+        pub = await _big_session(s.url, 1, 10)
+        back = await RawPeer.open(s.url)
+        first = await back.attach("s")
+        for i in range(8):
+            await pub.publish("s", prompt(text=f"{i}" + "y" * 40_000))
+        reply = await back.attach("s", from_serial=1, epoch=first["epoch"])
+        assert reply["reset"] and [e["serial"] for e in reply["entries"]] == [8, 9]
+        small = await back.attach("s", from_serial=8, epoch=first["epoch"])
+        assert not small["reset"] and [e["serial"] for e in small["entries"]] == [9]
+
+
+async def test_publishes_over_max_inflight_are_rate_limited_and_the_rest_kept_in_order() -> None:
+    async with relay.serve(port=0, store="memory://", max_inflight=3) as s:
+        a = await RawPeer.open(s.url)
+        await a.attach("s")
+        entries = [prompt(text=f"m{i}") for i in range(40)]
+        for req, entry in enumerate(entries, start=100):
+            await a.send({"type": "publish", "req": req, "session_id": "s", "entry": entry})
+        replies = {}
+        with anyio.fail_after(10):
+            while len(replies) < len(entries):
+                frame = await a.recv()
+                if "req" in frame:
+                    replies[frame["req"] - 100] = frame
+        limited = [i for i, r in replies.items() if r["type"] == "error"]
+        acked = sorted((i for i, r in replies.items() if r["type"] == "ack"))
+        assert limited, "the burst never reached max_inflight"
+        assert {replies[i]["error"]["code"] for i in limited} == {"RATE_LIMITED"}
+        assert [replies[i]["serial"] for i in acked] == list(range(1, len(acked) + 1))
+        stored = await s.store.read("s", after=0, limit=100)
+        assert [orjson.loads(e.data)["id"] for e in stored] == [entries[i]["id"] for i in acked]
+
+
+async def test_attached_sessions_are_let_go_when_detached_or_the_client_leaves() -> None:
+    async with relay.serve(port=0, store="memory://", send_queue_bytes=200_000) as s:
+        pub = await _big_session(s.url, 30, 20_000)
+        await pub.close()
+        a = await RawPeer.open(s.url)
+        for i in range(50):
+            await a.attach(f"m{i}")
+        for i in range(25):
+            assert (await a.request({"type": "detach", "session_id": f"m{i}"}))["type"] == "ack"
+        assert len(s.hub.channels) == 25
+        # Attach to the big one and hang up before reading its backlog.
+        await a.send({"type": "attach", "req": 9, "session_id": "s", "from_serial": 0})
+        a.ws.transport.abort()
+        with anyio.fail_after(5):
+            while s.hub.channels or s.hub.peers:
+                await anyio.sleep(0.01)
