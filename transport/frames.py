@@ -36,7 +36,9 @@ Entry kinds:
 * ``cancel_denied``: the Run's agent refused a cancel (its ``on_cancel``
   hook); the Run goes on, and the asker's SDK reports ``CANCEL_DENIED``.
 * ``response_open`` / ``response_append`` / ``response_close``: the agent's
-  output, one message that grows by appends of UI message stream parts.
+  output, one message that grows by appends of UI message stream parts. A
+  close carries the whole message (it replaces what the appends built) or,
+  when that would not fit a frame, none: the content as folded is kept.
   ``response_open.seen`` lists the steering message ids the agent had taken in
   before producing this response: that is how outcomes resolve. A
   ``response_open`` naming a response of the same Run that is still open (a
@@ -240,11 +242,18 @@ class ResponseAppend(_Entry):
 
 
 class ResponseClose(_Entry):
-    """The response is finished; ``message`` is the whole message as it stands."""
+    """The response is finished.
+
+    ``message``, when present, is the whole message as it stands: it replaces
+    what the appends built. Without it (a message too big for one frame) the
+    content the appends built is kept as it is. ``metadata``, when present,
+    replaces the message's metadata (with either form).
+    """
 
     kind: Literal["response_close"] = "response_close"
     message_id: Id
-    message: UIMessage
+    message: UIMessage | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class RefusedEntry(_Entry):

@@ -24,7 +24,9 @@ that is still open starts it over (empty again, the new entry's metadata: a
 step retried after a crash replaces what the first attempt half published);
 ``response_append`` folds stream chunks into it (below); ``response_close``
 replaces its content with the carried message (keeping id ``message_id``) and
-closes it. Appends and closes to a closed response, a user message or an
+closes it; a close without a message (one too big for a frame) closes it with
+the content the appends built. A close's ``metadata``, when given, replaces
+the message's metadata. Appends and closes to a closed response, a user message or an
 unknown id are ignored. A message or response whose id the tree holds adds no
 node (a prompt still creates its Run; a response still records ``seen``).
 
@@ -334,9 +336,7 @@ class _Fold:
                     message = fold_chunks(target.view.message, target.part_ids, e.chunks)
                 else:
                     target.closed = True
-                    message = e.message
-                    if message.id != e.message_id:
-                        message = message.model_copy(update={"id": e.message_id})
+                    message = _closed_message(target.view.message, e)
                 # fold_chunks returns the same object when nothing changed: no deep compare
                 # of the whole (growing) message per append.
                 if message is not target.view.message and (
@@ -511,10 +511,9 @@ class ConversationTree:
         old = self._state
         new = _Fold(None)
         entries = {serial: _unpack(data) for serial, data in sorted(self._entries.items())}
-        # A close replaces the whole content, so appends before it cannot change the result.
-        closed_at = {
-            e.message_id: serial for serial, e in entries.items() if isinstance(e, ResponseClose)
-        }
+        # A close carrying its message replaces the whole content, so appends before it
+        # cannot change the result (a close without one keeps what they built).
+        closed_at = _replacing_closes(entries)
         for serial, entry in entries.items():
             if isinstance(entry, ResponseAppend) and closed_at.get(entry.message_id, -1) > serial:
                 continue
@@ -729,6 +728,39 @@ def _marked_queued(e: MessageEntry) -> MessageEntry:
         return e
     metadata = {**e.message.metadata, "queued": e.intent}
     return e.model_copy(update={"message": e.message.model_copy(update={"metadata": metadata})})
+
+
+def _closed_message(current: UIMessage, e: ResponseClose) -> UIMessage:
+    """A response's message once ``e`` closed it (``current``: the content folded so far).
+
+    The carried message replaces the content (keeping id ``message_id``); a
+    close without one keeps ``current``. The close's ``metadata``, if given,
+    replaces the message's metadata either way.
+    """
+    message = current if e.message is None else e.message
+    update: dict[str, Any] = {}
+    if message.id != e.message_id:
+        update["id"] = e.message_id
+    if e.metadata is not None and e.metadata != message.metadata:
+        update["metadata"] = dict(e.metadata)
+    return message.model_copy(update=update) if update else message
+
+
+def _replacing_closes(entries: Mapping[int, Entry]) -> dict[str, int]:
+    """The serial of each response's first close, for responses whose first carries a message.
+
+    Only the first close of a response can take effect (a closed response
+    ignores the rest); when it carries the message, the appends before it
+    are replaced and a rebuild may skip them. One without a message keeps
+    what they built, so they all count.
+    """
+    first: dict[str, ResponseClose] = {}
+    for e in entries.values():
+        if isinstance(e, ResponseClose):
+            first.setdefault(e.message_id, e)
+    return {
+        mid: e.serial for mid, e in first.items() if e.message is not None and e.serial is not None
+    }
 
 
 def _pack(raw: Entry | Mapping[str, Any], entry: Entry) -> bytes:

@@ -280,7 +280,7 @@ const KIND_FIELDS = {
   cancel_denied: ["cancel_id", "reason"],
   response_open: ["message_id", "parent_id", "seen", "metadata"],
   response_append: ["message_id", "chunks"],
-  response_close: ["message_id", "message"],
+  response_close: ["message_id", "message", "metadata"],
   refused: ["message_id", "intent", "error"],
   checkpoint: ["step", "turn", "iterations", "seen", "state"],
   interrupt: ["status", "interrupts", "responses", "checkpoint", "reason"],
@@ -418,7 +418,12 @@ export function decodeEntry(raw) {
       }
       e.chunks = raw.chunks;
     } else {
-      e.message = validateMessage(raw.message, "response_close.message");
+      // No message: the content the appends built is kept (a message too big for one frame).
+      if (raw.message !== undefined && raw.message !== null) e.message = validateMessage(raw.message, "response_close.message");
+      if (raw.metadata !== undefined && raw.metadata !== null) {
+        if (!isObject(raw.metadata)) invalid("response_close.metadata", "must be an object");
+        e.metadata = { ...raw.metadata };
+      }
     }
   }
   return e;
@@ -546,6 +551,34 @@ export class OutcomeBook {
 
 /** @param {ViewMessage} view @returns {ViewMessage} */
 const freezeView = (view) => Object.freeze(view);
+/**
+ * A response's message once close `e` closed it (`current`: the content folded so far).
+ * The carried message replaces the content (keeping id `message_id`); a close without one keeps
+ * `current`. The close's `metadata`, if given, replaces the message's metadata either way.
+ * @param {UIMessage} current @param {any} e @returns {UIMessage}
+ */
+function closedMessage(current, e) {
+  let message = e.message ?? current;
+  if (message.id !== e.message_id) message = { ...message, id: e.message_id };
+  if (e.metadata !== undefined) message = { ...message, metadata: { ...e.metadata } };
+  return message;
+}
+
+/**
+ * The serial of each response's first close, for responses whose first close carries a message:
+ * only the first close takes effect, and one carrying the message replaces the appends before it.
+ * @param {Entry[]} entries in serial order @returns {Map<string, number>}
+ */
+function replacingCloses(entries) {
+  /** @type {Map<string, any>} */
+  const first = new Map();
+  for (const e of entries) if (e.kind === "response_close" && !first.has(e.message_id)) first.set(e.message_id, e);
+  /** @type {Map<string, number>} */
+  const out = new Map();
+  for (const [mid, e] of first) if (e.message !== undefined) out.set(mid, e.serial);
+  return out;
+}
+
 /** A held (queued) message entry's view. @param {Entry} e @returns {ViewMessage} */
 const heldView = (e) => freezeView({ message: e.message, runId: e.run_id, serial: e.serial, parentId: e.parent_id, intent: e.intent, refused: false });
 /**
@@ -696,8 +729,7 @@ class Fold {
           message = foldChunks(target, e.chunks);
         } else {
           target.closed = true;
-          message = e.message;
-          if (message.id !== e.message_id) message = { ...message, id: e.message_id };
+          message = closedMessage(target.view.message, e);
         }
         if (!deepEqual(message, target.view.message)) {
           target.view = freezeView({ ...target.view, message });
@@ -976,13 +1008,9 @@ export class ConversationTree {
     const old = this._state;
     const fresh = new Fold(null);
     const serials = [...this._entries.keys()].sort((a, b) => a - b);
-    // A close replaces the whole content, so appends before it cannot change the result.
-    /** @type {Map<string, number>} */
-    const closedAt = new Map();
-    for (const s of serials) {
-      const e = /** @type {Entry} */ (this._entries.get(s));
-      if (e.kind === "response_close") closedAt.set(e.message_id, s);
-    }
+    // A close carrying its message replaces the whole content, so appends before it cannot
+    // change the result (a close without one keeps what they built).
+    const closedAt = replacingCloses(serials.map((s) => /** @type {Entry} */ (this._entries.get(s))));
     for (const s of serials) {
       const e = /** @type {Entry} */ (this._entries.get(s));
       if (e.kind === "response_append" && (closedAt.get(e.message_id) ?? -1) > s) continue;
