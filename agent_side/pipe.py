@@ -15,11 +15,13 @@ trip is slower than the model, many tokens ride one ``response_append``.
 ``pipe_stream`` drives them: one task reads the stream, another publishes
 ``response_open``, then a ``response_append`` per batch with at most
 ``max_in_flight`` appends unacknowledged (a batch waits for the one before
-it), then ``response_close``. It races only the Run's abort signal: when that
-fires it stops reading, closes the iterator, flushes what it holds, closes
-the response and reports ``cancelled`` (also when the stream raises as it is
-aborted, as many model clients do). A stream that raises otherwise closes
-the response with what it had and reports ``error``.
+it), then ``response_close`` (``close_entry``: the whole message when it fits
+a frame, else none, and every reader keeps the content the appends built).
+It races only the Run's abort signal: when that fires it stops reading,
+closes the iterator, flushes what it holds, closes the response and reports
+``cancelled`` (also when the stream raises as it is aborted, as many model
+clients do). A stream that raises otherwise closes the response with what it
+had and reports ``error``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ __all__ = [
     "Normalizer",
     "PipeReason",
     "PipeResult",
+    "close_budget",
+    "close_entry",
     "pipe_stream",
 ]
 
@@ -67,6 +71,8 @@ _MERGEABLE = {
     "tool-input-delta": "inputTextDelta",
 }
 _CLOSE_TIMEOUT = 5.0
+_PUBLISH_OVERHEAD = 512
+"""Bytes of a ``publish`` frame around its entry (type, req, a session id of 200), rounded up."""
 
 
 @dataclass(frozen=True)
@@ -333,6 +339,31 @@ class MessageBuilder:
 Publish = Callable[[EntryBody], Awaitable[object]]
 
 
+def close_budget(max_frame_bytes: int) -> int:
+    """The bytes a ``response_close`` entry may take to fit a frame of ``max_frame_bytes``."""
+    return max_frame_bytes - _PUBLISH_OVERHEAD
+
+
+def close_entry(
+    *, entry_id: str, run_id: str, message: UIMessage, max_bytes: int | None
+) -> ResponseClose:
+    """The ``response_close`` of ``message``, a response whose appends built its parts.
+
+    It carries the whole message when its JSON fits ``max_bytes`` (or there is
+    no limit): every reader, old ones too, takes it as it stands. A bigger one
+    would be refused ``PAYLOAD_TOO_LARGE``: the close then carries only the
+    message's metadata, and readers keep the parts the appends built (the same
+    parts, folded by the same rules). Never use it for a close that replaces
+    the content with other parts.
+    """
+    full = ResponseClose(id=entry_id, run_id=run_id, message_id=message.id, message=message)
+    if max_bytes is None or len(codec.encode_entry(full)) <= max_bytes:
+        return full
+    return ResponseClose(
+        id=entry_id, run_id=run_id, message_id=message.id, metadata=dict(message.metadata)
+    )
+
+
 async def pipe_stream(
     stream: AsyncIterable[str | Chunk],
     *,
@@ -344,12 +375,15 @@ async def pipe_stream(
     entry_id: Callable[[], str],
     max_in_flight: int = 1,
     max_batch_bytes: int = 512 * 1024,
+    max_close_bytes: int | None = None,
     save_interrupted: bool = True,
 ) -> PipeResult:
     """Publish ``stream`` as one response of ``run_id`` (see the module docstring).
 
     ``publish`` sends an entry and returns once the relay acknowledged it;
-    ``entry_id()`` returns a fresh entry id. Never raises for the stream's or
+    ``entry_id()`` returns a fresh entry id. ``max_batch_bytes`` bounds the
+    chunks of one append, ``max_close_bytes`` a close carrying the whole
+    message (``close_entry``; ``None``: always carry it). Never raises for the stream's or
     the relay's errors: they come back as ``PipeResult(reason="error")``.
     """
     if max_in_flight < 1:
@@ -448,7 +482,9 @@ async def pipe_stream(
     message = builder.message()
     try:
         await publish(
-            ResponseClose(id=entry_id(), run_id=run_id, message_id=message_id, message=message)
+            close_entry(
+                entry_id=entry_id(), run_id=run_id, message=message, max_bytes=max_close_bytes
+            )
         )
     except RunwireError as exc:
         return PipeResult("error", message_id, error or exc, message)

@@ -52,7 +52,6 @@ from transport.frames import (
     CancelDenied,
     ErrorBody,
     RefusedEntry,
-    ResponseClose,
     RunEntry,
     RunStatus,
 )
@@ -78,7 +77,7 @@ from .options import (
     as_error,
     queue_options,
 )
-from .pipe import Chunk, PipeResult, pipe_stream
+from .pipe import Chunk, PipeResult, close_budget, close_entry, pipe_stream
 from .steps import RunPaused, RunSteps
 from .tools import Pause
 
@@ -319,10 +318,13 @@ class Run(RunSteps):
         if self.ended:  # ended elsewhere while the publish was in flight
             return
         self.status = "active"
-        for message in self._to_close:
+        for message in self._to_close:  # as they stand: their parts are what the view folded
             await self._session._publish(
-                ResponseClose(
-                    id=self._entry_id(), run_id=self.run_id, message_id=message.id, message=message
+                close_entry(
+                    entry_id=self._entry_id(),
+                    run_id=self.run_id,
+                    message=message,
+                    max_bytes=close_budget(self._frame_bytes()),
                 )
             )
         if self._to_close:
@@ -428,8 +430,7 @@ class Run(RunSteps):
         seen, was_answered = self._inputs.take_seen()
         step_before = self._step
         message_id = self._next_step()
-        welcome = self._session._link.conn.welcome
-        frame_bytes = welcome.max_frame_bytes if welcome else 1024 * 1024
+        frame_bytes = self._frame_bytes()
         save = (
             self.save_interrupted_reply
             if save_interrupted_reply is None
@@ -445,6 +446,7 @@ class Run(RunSteps):
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
             max_batch_bytes=max(4096, frame_bytes // 2),
+            max_close_bytes=close_budget(frame_bytes),
             save_interrupted=save,
         )
         if result.message_id is None:  # nothing was published: nothing was taken in

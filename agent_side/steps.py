@@ -28,7 +28,7 @@ from transport.messages import TextPart, ToolCallPart, UIMessage
 
 from .durable import step_message_id
 from .inputs import RunInputs
-from .pipe import PipeResult
+from .pipe import PipeResult, close_budget
 from .tools import (
     INTERRUPTED,
     Pause,
@@ -99,6 +99,11 @@ class RunSteps:
 
     def _entry_id(self) -> str:  # pragma: no cover - Run defines it
         raise NotImplementedError
+
+    def _frame_bytes(self) -> int:
+        """The relay's ``max_frame_bytes`` (as its welcome said; 1 MiB before one came)."""
+        welcome = self._session._link.conn.welcome
+        return welcome.max_frame_bytes if welcome else 1024 * 1024
 
     async def run_tools(
         self,
@@ -242,6 +247,7 @@ class RunSteps:
             timeout=timeout,
             pause=self._pause,
             finished=finished,
+            max_close_bytes=close_budget(self._frame_bytes()),
         )
         if self._pause.remembered:
             self.state["approved_tools"] = sorted(self._pause.remembered)

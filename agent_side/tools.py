@@ -68,14 +68,13 @@ from transport.frames import (
     Interrupt,
     InterruptKind,
     ResponseAppend,
-    ResponseClose,
     ResponseOpen,
 )
 from transport.history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT
 from transport.interrupts import MOVED_ON_TEXT, NOT_STARTED_TEXT, declined_text, expired_text
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
-from .pipe import MessageBuilder
+from .pipe import MessageBuilder, close_entry
 
 __all__ = [
     "APPROVAL_SCHEMA",
@@ -533,6 +532,7 @@ async def execute_tools(
     timeout: float | None = None,
     pause: Pause | None = None,
     finished: dict[str, ToolResult] | None = None,
+    max_close_bytes: int | None = None,
 ) -> tuple[list[ToolResult], UIMessage, list[Interrupt]]:
     """Run ``calls`` as one step (see the module docstring).
 
@@ -540,7 +540,10 @@ async def execute_tools(
     (then the response is left open and the step is to run again on resume).
     ``pause`` holds the answers of a resumed step, ``finished`` the results
     its calls had before it paused. ``publish`` sends an entry and returns
-    once the relay acknowledged it. Raises ``RunwireError`` if a publish fails.
+    once the relay acknowledged it. The step's close carries the message
+    unless it is over ``max_close_bytes`` (``pipe.close_entry``: the results
+    were appended one by one, so readers keep them). Raises ``RunwireError``
+    if a publish fails.
     """
     pause = pause or Pause()
     finished = finished or {}
@@ -625,6 +628,6 @@ async def execute_tools(
         out.append(result)
     message = builder.message()
     await publish(
-        ResponseClose(id=entry_id(), run_id=run_id, message_id=message_id, message=message)
+        close_entry(entry_id=entry_id(), run_id=run_id, message=message, max_bytes=max_close_bytes)
     )
     return out, message, []

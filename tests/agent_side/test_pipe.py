@@ -8,12 +8,18 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_side.pipe import Coalescer, MessageBuilder, Normalizer, pipe_stream
+from agent_side.pipe import (
+    Coalescer,
+    MessageBuilder,
+    Normalizer,
+    close_entry,
+    pipe_stream,
+)
 from transport import codec
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
-from transport.messages import ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from transport.messages import ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
 from transport.tree import ConversationTree
 
 # ------------------------------------------------------------ Normalizer --
@@ -357,3 +363,15 @@ async def test_a_refused_publish_stops_the_pipe_with_an_error() -> None:
     assert result.reason == "error"
     assert isinstance(result.error, RunwireError) and result.error.code == "RUN_NOT_ACTIVE"
     assert not any(isinstance(e, ResponseClose) for e in relay.entries)
+
+
+def test_close_entry_carries_the_message_only_when_it_fits() -> None:
+    message = UIMessage(
+        id="m", role="assistant", parts=[TextPart(text="x" * 500)], metadata={"interrupted": True}
+    )
+    full = close_entry(entry_id="e", run_id="r", message=message, max_bytes=1000)
+    assert full.message == message and full.metadata is None
+    assert close_entry(entry_id="e", run_id="r", message=message, max_bytes=None) == full
+    short = close_entry(entry_id="e", run_id="r", message=message, max_bytes=400)
+    assert short.message is None and short.metadata == {"interrupted": True}
+    assert short.message_id == "m"
