@@ -17,6 +17,9 @@ trip is slower than the model, many tokens ride one ``response_append``.
 ``max_in_flight`` appends unacknowledged (a batch waits for the one before
 it), then ``response_close`` (``close_entry``: the whole message when it fits
 a frame, else none, and every reader keeps the content the appends built).
+Batches stay within a frame: a merged delta is capped at
+``max_batch_bytes // 8`` characters (a character is at most 6 bytes of JSON),
+and a longer delta from the stream is split.
 It races only the Run's abort signal: when that fires it stops reading,
 closes the iterator, flushes what it holds, closes the response and reports
 ``cancelled`` (also when the stream raises as it is aborted, as many model
@@ -168,10 +171,14 @@ class _Slot:
 class Coalescer:
     """Chunks waiting to be published; consecutive deltas of one part merge.
 
-    ``max_chunk_chars`` caps a merged delta, so one chunk never outgrows a frame.
+    ``max_chunk_chars`` caps a delta, so one chunk never outgrows a frame: a
+    merge stops there, and a longer delta is split into deltas of the same
+    part that fold into the same text.
     """
 
     def __init__(self, *, max_chunk_chars: int = 64 * 1024) -> None:
+        if max_chunk_chars < 1:
+            raise ValueError("max_chunk_chars must be at least 1")
         self.max_chunk_chars = max_chunk_chars
         self._slots: list[_Slot] = []
         self.chunks_in = 0
@@ -184,9 +191,25 @@ class Coalescer:
         return bool(self._slots)
 
     def add(self, chunk: Chunk) -> None:
-        """Queue a chunk, merging it into the last one when both are deltas of one part."""
+        """Queue a chunk, merging it into the last one when both are deltas of one part.
+
+        A delta longer than ``max_chunk_chars`` is queued as several.
+        """
         self.chunks_in += 1
         slot = _Slot(chunk)
+        if slot.key is not None and slot.chars > self.max_chunk_chars:
+            self._add_split(slot)
+            return
+        self._add_slot(slot)
+
+    def _add_split(self, slot: _Slot) -> None:
+        """Queue an over-long delta as deltas of at most ``max_chunk_chars`` each."""
+        assert slot.key is not None
+        text, step, field_name = slot.pieces[0], self.max_chunk_chars, slot.key[2]
+        for start in range(0, len(text), step):
+            self._add_slot(_Slot({**slot.base, field_name: text[start : start + step]}))
+
+    def _add_slot(self, slot: _Slot) -> None:
         if slot.key is not None and self._slots:
             last = self._slots[-1]
             if last.key == slot.key and last.chars + slot.chars <= self.max_chunk_chars:
@@ -395,7 +418,7 @@ async def pipe_stream(
 
     normalizer = Normalizer()
     builder = MessageBuilder(message_id)
-    queue = Coalescer(max_chunk_chars=max(1024, max_batch_bytes // 8))
+    queue = Coalescer(max_chunk_chars=max(1, max_batch_bytes // 8))
     state = _PumpState()
     reason: PipeReason = "complete"
     error: BaseException | None = None

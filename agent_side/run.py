@@ -445,7 +445,7 @@ class Run(RunSteps):
             publish=self._session._publish,
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
-            max_batch_bytes=max(4096, frame_bytes // 2),
+            max_batch_bytes=max(256, frame_bytes // 2),
             max_close_bytes=close_budget(frame_bytes),
             save_interrupted=save,
         )

@@ -148,3 +148,55 @@ async def test_an_adopted_run_keeps_the_steering_it_had_and_takes_what_it_had_no
 
 async def call_text(text: str) -> AsyncIterator[str]:
     yield text
+
+
+async def test_an_adopted_run_reads_and_retries_answers_longer_than_a_frame() -> None:
+    """Closes of answers over ``max_frame_bytes`` carry no message: adoption still works."""
+    first = "".join(f"first report, line {i} ✓\n" for i in range(2000))
+    second = "".join(f"second report, line {i} é\n" for i in range(2000))
+    model = Recorder(second)  # one delta of the whole text: the coalescer splits it
+    streaming = anyio.Event()
+
+    async def half_answer() -> AsyncIterator[str]:
+        yield second[:20_000]
+        streaming.set()
+        await anyio.sleep(30)  # the worker goes away mid-answer
+        yield "never"
+
+    async with (
+        relay.serve(
+            host="127.0.0.1",
+            port=0,
+            store="memory://",
+            agent_grace=0.3,
+            max_frame_bytes=16 * 1024,
+        ) as server,
+        client_end(server.url, "adopt-long") as client,
+    ):
+        run_id = await client.prompt("Write two long reports.")
+        async with agent_side.connect(server.url, "adopt-long", durable=True) as session:
+            run = session.create_run(run_id)
+            assert run.has_input()
+            assert (await run.pipe(call_text(first))).reason == "complete"
+            with anyio.move_on_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run.pipe, half_answer())
+                    await streaming.wait()
+                    await client.wait_for(lambda: second[:20_000] in client.response_texts(run_id))
+                    tg.cancel_scope.cancel()
+        worker = agent_side.Agent(server.url, durable=True)
+
+        @worker.on_run
+        async def handle(r: Run) -> None:
+            await steering_loop(r, model)
+
+        async with worker:
+            await client.wait_status(run_id, "complete", "error", timeout=10)
+        closes = client.of(run_id, "response_close")
+    assert client.tree.run(run_id).status == "complete"  # type: ignore[union-attr]
+    assert [c.get("message") for c in closes] == [None, None]  # too big for a frame
+    assert [(m.role, m.text()) for m in model.calls[0]] == [
+        ("user", "Write two long reports."),
+        ("assistant", first),
+    ]
+    assert client.response_texts(run_id) == [first, second]  # the half answer replaced

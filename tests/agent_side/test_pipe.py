@@ -12,6 +12,7 @@ from agent_side.pipe import (
     Coalescer,
     MessageBuilder,
     Normalizer,
+    close_budget,
     close_entry,
     pipe_stream,
 )
@@ -99,6 +100,16 @@ def test_a_merged_delta_never_outgrows_max_chunk_chars() -> None:
         q.add(delta("x"))
     chunks = q.take()
     assert [len(c["delta"]) for c in chunks] == [10, 10, 5]
+
+
+def test_a_delta_longer_than_max_chunk_chars_is_split_into_deltas_of_its_part() -> None:
+    q = Coalescer(max_chunk_chars=10)
+    q.add(delta("ab"))
+    q.add(delta("x" * 25))
+    q.add(delta("yz"))
+    chunks = q.take()
+    assert [c["delta"] for c in chunks] == ["ab", "x" * 10, "x" * 10, "x" * 5 + "yz"]
+    assert all(c["id"] == "t" and c["type"] == "text-delta" for c in chunks)
 
 
 def test_take_respects_the_byte_budget_but_always_takes_one() -> None:
@@ -375,3 +386,28 @@ def test_close_entry_carries_the_message_only_when_it_fits() -> None:
     short = close_entry(entry_id="e", run_id="r", message=message, max_bytes=400)
     assert short.message is None and short.metadata == {"interrupted": True}
     assert short.message_id == "m"
+
+
+@pytest.mark.anyio
+async def test_with_a_small_frame_every_entry_fits_and_the_tree_folds_the_whole_text() -> None:
+    """Escaped characters (6 bytes of JSON each) and one huge delta stay within the frame."""
+    frame = 4096
+    text = '\u0001😀"' * 3000
+    relay = FakeRelay()
+
+    async def stream() -> AsyncIterator[str]:
+        yield text[:7]
+        yield text[7:]  # one delta many frames long
+
+    result = await run_pipe(
+        stream(), relay, max_batch_bytes=frame // 2, max_close_bytes=close_budget(frame)
+    )
+    assert result.reason == "complete" and result.message.text() == text
+    sizes = [len(codec.encode_entry(e)) for e in relay.entries]
+    assert max(sizes) <= close_budget(frame)
+    assert relay.close().message is None  # the whole message would not fit
+    tree = ConversationTree()
+    for serial, entry in enumerate(relay.entries, start=1):
+        tree.fold(entry.model_copy(update={"serial": serial}))
+    (state,) = tree.responses("r")
+    assert state.closed and state.view.message.text() == text
