@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from transport.asyncio.connection import Connection, TokenProvider
 from transport.checks import Check
-from transport.errors import VALIDATION_ERROR, RunwireError
+from transport.errors import STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
 from transport.frames import (
     Attach,
     Attached,
@@ -72,6 +72,10 @@ _END_REASONS: dict[str, EndReason] = {
 
 ATTACH_LIMIT = 200
 """Entries of the newest page a first attach asks for."""
+STORE_RETRY_FIRST = 0.1
+"""Seconds before a publish the relay's store refused (``STORE_UNAVAILABLE``) goes again."""
+STORE_RETRY_MAX = 2.0
+"""The longest wait between two such repeats."""
 
 EventCallback = Callable[[Any], object]
 
@@ -434,9 +438,31 @@ class AgentSession:
             del self._runs[run.run_id]
 
     async def _publish(self, entry: EntryBody) -> None:
+        """Publish one entry; one the relay's store could not take is published again.
+
+        A ``STORE_UNAVAILABLE`` refusal (Redis away or out of memory) may or may not
+        have been stored, so the same entry (same id: the relay de-duplicates it) is
+        sent again after ``STORE_RETRY_FIRST`` seconds, doubling up to
+        ``STORE_RETRY_MAX``, until the relay answers otherwise. Without it the
+        worker's Run could not even be ended and stayed active for good.
+        """
         if isinstance(entry, RunEntry):
             self._own.add(entry.id)
-        await self._link.conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
+        delay = STORE_RETRY_FIRST
+        while not await self._try_publish(entry):
+            await anyio.sleep(delay)
+            delay = min(delay * 2, STORE_RETRY_MAX)
+
+    async def _try_publish(self, entry: EntryBody) -> bool:
+        """One publish: True once acknowledged, False if the store was unavailable."""
+        try:
+            await self._link.conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
+        except RunwireError as exc:
+            if exc.code != STORE_UNAVAILABLE:
+                raise
+            log.info("publishing %s again: %s", entry.id, exc)
+            return False
+        return True
 
     def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         self._link.spawn(fn, *args)

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -16,10 +16,13 @@ import orjson
 import pytest
 import redis
 
+import agent_side
+import client_side
 import relay
 from relay.store.redis import RedisStore
 from tests.relay.test_http_api import post
 from tests.relay.wire import RawPeer, prompt
+from transport import message_text
 
 from .conftest import Cluster
 from .test_cluster import an_active_run
@@ -236,3 +239,44 @@ async def test_an_http_publish_redis_refuses_is_503_with_its_reason_then_stored_
             assert again.json()["serial"] == 1 and again.json()["duplicate"] is True
     finally:
         raw.close()
+
+
+async def test_an_agent_whose_publish_redis_refuses_publishes_it_again_and_ends_its_run(
+    throwaway: ThrowawayRedis,
+) -> None:
+    """Redis fills up while a worker streams a Run: its refused publish is repeated (same
+    entry id) until Redis has room, so the Run still ends (the handler used to fail on
+    ``STORE_UNAVAILABLE``, its end was refused too, and the Run stayed active for good)."""
+    raw = redis.Redis(port=throwaway.port)
+    store = RedisStore(f"redis://127.0.0.1:{throwaway.port}/0")
+    go_on = anyio.Event()
+    try:
+        async with relay.serve(port=0, store=store) as server:
+            agent = agent_side.Agent(server.url)
+
+            @agent.on_run
+            async def handle(run: agent_side.Run) -> None:
+                await run.start()
+                await go_on.wait()
+                await run.pipe(words())
+
+            async with agent, client_side.connect(server.url, "s") as phone:
+                handle_ = await phone.send("go")
+                with anyio.fail_after(10):
+                    while handle_.status != "active":
+                        await phone._wait_change()
+                raw.config_set("maxmemory", 1)
+                go_on.set()
+                await anyio.sleep(0.5)  # the worker's publish is refused meanwhile
+                raw.config_set("maxmemory", 0)
+                with anyio.fail_after(10):
+                    while handle_.status != "complete":
+                        await phone._wait_change()
+                assert message_text(phone.view.messages()[-1].message) == "a b"
+    finally:
+        raw.close()
+
+
+async def words() -> AsyncIterator[str]:
+    for word in ("a ", "b"):
+        yield word
