@@ -133,6 +133,9 @@ class Worker:
 class Chaos:
     """The cluster, the devices and workers, and the schedule's actions."""
 
+    quiet: tuple[str, ...] = QUIET
+    """Error codes an action may end with that are no failure."""
+
     def __init__(self, cluster: Cluster, rng: random.Random) -> None:
         self.cluster = cluster
         self.rng = rng
@@ -209,12 +212,7 @@ class Chaos:
             worker.node = self.rng.choice([n for n in range(3) if self.up[n]])
         agent = agent_side.Agent(self.url(worker.node), durable=worker.durable)
         log = self.log
-
-        @agent.on_run
-        async def handle(run: Run) -> None:
-            log.handled.append((agent.client_id or "?", run.run_id, run.adopted, time.time()))
-            await agent_side.steering_loop(run, model)
-
+        agent.on_run(self.handler(agent))
         agent.connection.backoff_max = 0.3
 
         def on_state(state: str) -> None:
@@ -252,6 +250,16 @@ class Chaos:
         worker.agent, worker.stop, worker.stopped = agent, stop, stopped
         return True
 
+    def handler(self, agent: agent_side.Agent) -> Callable[[Run], Awaitable[None]]:
+        """The worker's Run handler: logs the call, then streams words until the Run ends."""
+        log = self.log
+
+        async def handle(run: Run) -> None:
+            log.handled.append((agent.client_id or "?", run.run_id, run.adopted, time.time()))
+            await agent_side.steering_loop(run, model)
+
+        return handle
+
     async def stop_worker(self, worker: Worker) -> None:
         if worker.agent is None:
             return
@@ -277,7 +285,7 @@ class Chaos:
                 with anyio.fail_after(30):
                     await fn()
             except RunwireError as exc:
-                if exc.code not in QUIET:
+                if exc.code not in self.quiet:
                     self.log.errors.append(f"{what}: {exc.code} {exc}")
             except TimeoutError:
                 self.log.errors.append(f"{what}: timed out")
@@ -513,7 +521,10 @@ def check_starts(chaos: Chaos, session_id: str, entries: list[dict[str, Any]]) -
                 entry.get("ts") or 0,
                 bool(entry.get("durable")) or (held is not None and held[2]),
             )
-        elif entry["status"] == "pending" and run_id in owner:
+        elif entry["status"] == "suspended" and run_id in owner:
+            # Paused on a question: the relay's next ``pending`` resumes it, no hand-on.
+            owner[run_id] = ("handed-on", 0, owner[run_id][2])
+        elif entry["status"] == "pending" and owner.get(run_id, ("handed-on",))[0] != "handed-on":
             client, since, durable = owner[run_id]
             if not durable:
                 problems.append(
