@@ -157,12 +157,14 @@ return 1
 )
 
 # KEYS: meta, log, ids, runs, order. ARGV: a new epoch, ttl ms or '0'.
-# Returns {epoch, last, first}.
+# Returns {epoch, last, first}. Writes only for a new session: a Redis out of memory
+# refuses a write command (HSETNX too) even when it would change nothing, and a session
+# that exists must still load then (reads go on).
 _OPEN = (
     _COMMON
     + """
-if redis.call('HSETNX', KEYS[1], 'e', ARGV[1]) == 1 then
-  redis.call('HSET', KEYS[1], 's', 0)
+if redis.call('HEXISTS', KEYS[1], 'e') == 0 then
+  redis.call('HSET', KEYS[1], 'e', ARGV[1], 's', 0)
   redis.call('DEL', KEYS[2], KEYS[3])
 end
 touch(ARGV[2])

@@ -280,3 +280,28 @@ async def test_an_agent_whose_publish_redis_refuses_publishes_it_again_and_ends_
 async def words() -> AsyncIterator[str]:
     for word in ("a ", "b"):
         yield word
+
+
+async def test_a_redis_out_of_memory_still_lets_a_node_load_a_session_for_an_attach(
+    throwaway: ThrowawayRedis,
+) -> None:
+    """Reads go on while Redis is full, on a node that had not loaded the session too
+    (loading it ran a script that set the epoch with ``HSETNX``, which a full Redis
+    refuses even when the field is there: the attach failed ``STORE_UNAVAILABLE``)."""
+    raw = redis.Redis(port=throwaway.port)
+    url = f"redis://127.0.0.1:{throwaway.port}/0"
+    try:
+        async with (
+            relay.serve(port=0, store=RedisStore(url)) as a,
+            relay.serve(port=0, store=RedisStore(url)) as b,
+        ):
+            writer = await RawPeer.open(a.url)
+            await writer.attach("s")
+            assert (await writer.publish("s", prompt()))["serial"] == 1
+            raw.config_set("maxmemory", 1)
+            reader = await RawPeer.open(b.url)
+            attached = await reader.attach("s")
+            assert [e["serial"] for e in attached["entries"]] == [1]
+    finally:
+        raw.config_set("maxmemory", 0)
+        raw.close()
