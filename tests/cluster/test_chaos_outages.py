@@ -33,6 +33,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
@@ -209,10 +210,17 @@ class OutageChaos(Chaos):
                 await anyio.sleep(seconds)
                 await anyio.to_thread.run_sync(self.raw.config_set, "maxmemory", 0)
             else:
-                await anyio.to_thread.run_sync(self.redis.save_and_kill)
+                await anyio.to_thread.run_sync(self.shutdown_redis)
                 await anyio.sleep(seconds)
                 await anyio.to_thread.run_sync(self.redis.start)
             self.log.actions.append(f"redis back from {kind}")
+
+    def shutdown_redis(self) -> None:
+        """Stop Redis with all its data saved (``SHUTDOWN SAVE``: ``save_and_kill`` loses
+        what is written between its ``SAVE`` and the kill, which rewinds serials)."""
+        subprocess.run(["redis-cli", "-p", str(self.redis.port), "shutdown", "save"], check=False)
+        assert self.redis.proc is not None
+        self.redis.proc.wait()
 
     # ------------------------------------------------------------- HTTP --
 
@@ -359,7 +367,10 @@ def check_answers(chaos: OutageChaos, session_id: str, entries: list[dict[str, A
                 + test_chaos.trail(entries, run_id)
             )
         if ends == ["complete"] and not chaos.answered.get(run_id):
-            problems.append(f"{session_id}: {run_id} completed without its handler's answer")
+            problems.append(
+                f"{session_id}: {run_id} completed without its handler's answer "
+                f"(answer {answer_id}): " + test_chaos.trail(entries, run_id)
+            )
     return problems
 
 
