@@ -12,6 +12,7 @@ from pydantic import BaseModel
 import agent_side
 import relay
 from agent_side import AbortSignal, steering_loop
+from agent_side.loop import Model
 from relay.store.memory import MemoryStore
 from transport.frames import EntryBody, ResponseClose
 from transport.messages import ToolResultPart, UIMessage
@@ -271,6 +272,25 @@ class City(BaseModel):
     city: str
 
 
+def hotel_model(calls: list[list[UIMessage]]) -> Model:
+    """A model that asks to book a hotel in Lisbon, then notes the last message it read;
+    every call's messages go to ``calls``."""
+
+    async def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[Any]:
+        calls.append(messages)
+        if len(calls) == 1:
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": "call_1",
+                "toolName": "book_hotel",
+                "input": {"city": "Lisbon"},
+            }
+        else:
+            yield f"Done; noted: {messages[-1].text()}"
+
+    return model
+
+
 async def test_steering_while_a_tool_runs_keeps_its_result_and_joins_the_next_call(
     relay_url: str,
 ) -> None:
@@ -287,18 +307,7 @@ async def test_steering_while_a_tool_runs_keeps_its_result_and_joins_the_next_ca
         return f"booked in {params.city}"
 
     calls: list[list[UIMessage]] = []
-
-    async def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[Any]:
-        calls.append(messages)
-        if len(calls) == 1:
-            yield {
-                "type": "tool-input-available",
-                "toolCallId": "call_1",
-                "toolName": "book_hotel",
-                "input": {"city": "Lisbon"},
-            }
-        else:
-            yield f"Done; noted: {messages[-1].text()}"
+    model = hotel_model(calls)
 
     async with client_end(relay_url, "loop-steer-tool") as client:
         run_id = await client.prompt("Book me a hotel in Lisbon.")
@@ -337,18 +346,7 @@ async def test_steering_that_lands_while_a_whole_response_closes_keeps_its_tool_
         return f"booked in {params.city}"
 
     calls: list[list[UIMessage]] = []
-
-    async def model(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[Any]:
-        calls.append(messages)
-        if len(calls) == 1:
-            yield {
-                "type": "tool-input-available",
-                "toolCallId": "call_1",
-                "toolName": "book_hotel",
-                "input": {"city": "Lisbon"},
-            }
-        else:
-            yield f"Done; noted: {messages[-1].text()}"
+    model = hotel_model(calls)
 
     async with client_end(relay_url, "loop-steer-close") as client:
         run_id = await client.prompt("Book me a hotel in Lisbon.")
