@@ -272,6 +272,15 @@ class City(BaseModel):
     city: str
 
 
+def booked_then_steered(booked: list[str], calls: list[list[UIMessage]]) -> None:
+    """The hotel was booked once, and the second model call read its result, then the steer."""
+    assert booked == ["Lisbon"]
+    assert len(calls) == 2
+    results = [p for m in calls[1] for p in m.parts if isinstance(p, ToolResultPart)]
+    assert [(r.output, r.is_error) for r in results] == [("booked in Lisbon", False)]
+    assert calls[1][-1].text() == "Near the river, please."
+
+
 def hotel_model(calls: list[list[UIMessage]]) -> Model:
     """A model that asks to book a hotel in Lisbon, then notes the last message it read;
     every call's messages go to ``calls``."""
@@ -327,11 +336,7 @@ async def test_steering_while_a_tool_runs_keeps_its_result_and_joins_the_next_ca
                     result = await steering_loop(run, model, tools=[book_hotel])
             assert result is not None and result.reason == "complete"
         await client.wait_status(run_id, "complete")
-    assert booked == ["Lisbon"]
-    assert len(calls) == 2
-    results = [p for m in calls[1] for p in m.parts if isinstance(p, ToolResultPart)]
-    assert [(r.output, r.is_error) for r in results] == [("booked in Lisbon", False)]
-    assert calls[1][-1].text() == "Near the river, please."
+    booked_then_steered(booked, calls)
 
 
 async def test_steering_that_lands_while_a_whole_response_closes_keeps_its_tool_calls(
@@ -372,11 +377,7 @@ async def test_steering_that_lands_while_a_whole_response_closes_keeps_its_tool_
                 result = await steering_loop(run, model, tools=[book_hotel])
             assert result is not None and result.reason == "complete"
         await client.wait_status(run_id, "complete")
-    assert booked == ["Lisbon"]
-    assert len(calls) == 2
-    results = [p for m in calls[1] for p in m.parts if isinstance(p, ToolResultPart)]
-    assert [(r.output, r.is_error) for r in results] == [("booked in Lisbon", False)]
-    assert calls[1][-1].text() == "Near the river, please."
+    booked_then_steered(booked, calls)
 
 
 class ModelAborted(Exception):
