@@ -61,7 +61,8 @@ relay's ``Policy.multitask``). Runs *going on* are those ``pending`` or
 * ``alongside``: the Run starts at once, whatever goes on.
 * ``reject``: ``THREAD_BUSY`` while a Run is going on.
 * ``enqueue``: queued while a Run goes on (or an older enqueued Run waits);
-  its turn comes when none goes on, oldest first.
+  its turn comes when none goes on, oldest first. A suspended Run owed its
+  resume (every question settled) counts as going on.
 * ``interrupt`` / ``rollback``: the Runs going on are cancelled (the relay
   publishes the cancels, see ``due()``; the sender needs the cancel right for
   each); the new Run is queued until they settle, and goes before enqueued Runs.
@@ -250,6 +251,11 @@ class RunRecord:
         """True while ``pending`` or ``active``."""
         return self.status in GOING_ON
 
+    @property
+    def resume_owed(self) -> bool:
+        """True while suspended with every question settled (the relay owes ``run: pending``)."""
+        return self.status == "suspended" and bool(self.pause and self.pause.get("due"))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data for a store."""
         return asdict(self)
@@ -314,10 +320,12 @@ class RunRegistry:
         """The queued Run whose turn has come, if any.
 
         Interrupting Runs go first, then the rest by age. An ``enqueue`` /
-        ``interrupt`` / ``rollback`` Run waits until no Run goes on; any queued
-        Run waits for a free slot.
+        ``interrupt`` / ``rollback`` Run waits until no Run goes on, nor is owed
+        a resume (a suspended Run whose questions are settled is about to go on,
+        however late its ``run: pending`` is published); any queued Run waits
+        for a free slot.
         """
-        going = any(r.going_on for r in self.runs.values())
+        going = any(r.going_on or r.resume_owed for r in self.runs.values())
         waiting = sorted(
             (r for r in self.runs.values() if r.status == "queued" and not r.cancel_requested),
             key=lambda r: (r.multitask not in _INTERRUPTING, r.seq),
@@ -512,7 +520,8 @@ class RunRegistry:
         the interrupting sender's identity and ``interrupted_by``) for each Run
         it interrupts that goes on, or ``run: cancelled`` for one no agent has
         started; ``run: cancelled`` for each queued Run whose sender cancelled
-        it; ``run: pending`` for the queued Run whose turn came. Ids are
+        it; ``run: pending`` for each suspended Run whose questions are settled
+        (its resume); ``run: pending`` for the queued Run whose turn came. Ids are
         deterministic; publishing them goes through ``plan`` like any entry,
         which refuses what is no longer due.
         """
@@ -542,17 +551,18 @@ class RunRegistry:
                         interrupted_by=record.run_id,
                     )
                     out.append((cancel, asker))
-        turn = self.promotable()
-        if turn is not None:
-            out.append((_status(turn.run_id, "pending"), RELAY))
         for record in self._ordered(self.runs.values()):
-            if record.status == "suspended" and record.pause and record.pause.get("due"):
+            if record.resume_owed:
+                assert record.pause is not None
                 entry = RunEntry(
                     id=relay_entry_id(record.run_id, "resume", str(record.pause.get("round", 0))),
                     run_id=record.run_id,
                     status="pending",
                 )
                 out.append((entry, RELAY))
+        turn = self.promotable()
+        if turn is not None:
+            out.append((_status(turn.run_id, "pending"), RELAY))
         return out
 
     # ------------------------------------------------------------- internal

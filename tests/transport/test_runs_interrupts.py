@@ -8,9 +8,10 @@ import pytest
 
 from transport.errors import RunwireError
 from transport.frames import Interrupt, InterruptEntry
+from transport.policy import RELAY
 from transport.runs import RunRegistry
 
-from .test_runs import AGENT, ALICE, drain, prompt, publish, session, status
+from .test_runs import AGENT, ALICE, drain, prompt, publish, refused, session, status
 
 REGION = {
     "type": "object",
@@ -110,3 +111,23 @@ def test_only_agents_pause_and_only_active_runs() -> None:
         reg.plan(paused(Q1), ALICE, 1000)
     assert info.value.code == "UNAUTHORIZED"
     assert code_of(reg, answer({"c1#0": {"region": "eu"}})) == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize("strategy", ["enqueue", "interrupt", "rollback"])
+def test_a_queued_run_waits_for_a_resume_owed_before_its_turn(strategy: str) -> None:
+    """A Run the relay owes a resume is about to go on: a waiting strategy's queued
+    Run does not get its turn first, however late the relay publishes the resume."""
+    reg = suspended(Q1)
+    publish(reg, prompt("r0"), ALICE)  # r1's pause moved on: its resume is owed
+    publish(reg, status("r0", "active"), AGENT)
+    publish(reg, prompt("r2", strategy), ALICE)  # queued behind r0 (and interrupting it)
+    publish(reg, status("r0", "complete"), AGENT)  # the relay published nothing yet
+    assert reg.runs["r1"].status == "suspended" and reg.runs["r2"].status == "queued"
+    assert reg.promotable() is None
+    assert [(e.run_id, getattr(e, "status", e.kind)) for e, _ in reg.due()] == [("r1", "pending")]
+    assert refused(reg, status("r2", "pending"), RELAY) == "VALIDATION_ERROR"  # not next
+    assert drain(reg) == [("r1", "pending", "relay")]
+    assert reg.runs["r2"].status == "queued"
+    publish(reg, status("r1", "active"), AGENT)
+    publish(reg, status("r1", "complete"), AGENT)
+    assert drain(reg) == [("r2", "pending", "relay")]
