@@ -83,9 +83,11 @@ EventCallback = Callable[[Any], object]
 class View:
     """The whole conversation of a session, as this agent folded it.
 
-    A ``Run``'s view is that Run's conversation: everything before its prompt,
-    then its own turn (its prompt, responses and the queued messages it took
-    in), leaving out what Runs streaming alongside it added after its prompt;
+    A ``Run``'s view is that Run's conversation, on the branch the Run is on
+    (the active one, unless a prompt forked above the Run or a rollback left
+    it on a branch of its own while it went on or waited): everything before
+    its prompt, then its own turn (its prompt, responses and the queued
+    messages it took in), leaving out what Runs streaming alongside it added after its prompt;
     and it puts this Run's unanswered input last, so a prompt built from it
     never ends on an assistant message, nor on another Run's message. Queued
     messages are in it only once taken in (or about to be at the next call:
@@ -106,7 +108,7 @@ class View:
         run = self._run
         run_id = run.run_id
         tree = self._session.tree
-        branch = tree.messages(tail=run._tail())
+        branch = tree.messages(tail=run._tail(), run_id=run_id)
         start = next(
             (i for i, vm in enumerate(branch) if vm.run_id == run_id and vm.intent == "prompt"),
             len(branch),

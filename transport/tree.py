@@ -33,8 +33,13 @@ node (a prompt still creates its Run; a response still records ``seen``).
 Parents. A ``parent_id`` the tree holds is the parent. Otherwise (absent, not
 loaded, bogus) the parent is the tip of the *default path*, which depends on
 entries only: from the root, at each node, the child with the highest serial.
-Local selections never change parents (a sender continuing a selected branch
-names the parent). ``ViewMessage.parent_id`` is the parent in the tree. A node
+One exception keeps a Run's turn together: a response or a steering message
+of a Run whose latest message is off the default path (another prompt forked
+above it, or a rollback started a branch beside it, while the Run went on or
+waited on a question) goes at the tip of the Run's own branch: from that
+latest message, at each node, the child with the highest serial. Local
+selections never change parents (a sender continuing a selected branch names
+the parent). ``ViewMessage.parent_id`` is the parent in the tree. A node
 whose parent already has children starts a branch.
 
 Active path (``messages()``): at each node the locally selected child, else the
@@ -196,6 +201,7 @@ class _Fold:
         self.roots: list[str] = []
         self.spine: list[str] = []  # the default path (highest-serial child at each node)
         self.spine_pos: dict[str, int] = {}
+        self.latest: dict[str, str] = {}  # run id -> id of its newest node
         self.runs: dict[str, _Run] = {}
         self.book = OutcomeBook()
         self.held: dict[str, ViewMessage] = {}  # queued prompts by message id (kept once dropped)
@@ -416,9 +422,14 @@ class _Fold:
         exact: bool = False,
     ) -> _Node:
         if not exact and (parent_id is None or parent_id not in self.nodes):
-            parent_id = self.spine[-1] if self.spine else None
+            anchor = self.latest.get(run_id) if intent != "prompt" else None
+            if anchor is not None and anchor not in self.spine_pos:
+                parent_id = self.below(anchor)[-1]  # the tip of the Run's own branch
+            else:
+                parent_id = self.spine[-1] if self.spine else None
         node = _Node(ViewMessage(message, run_id, serial, parent_id, intent), response)
         self.nodes[message.id] = node
+        self.latest[run_id] = message.id
         if parent_id is None:
             self.roots.append(message.id)
             self.spine_pos.clear()
@@ -449,6 +460,28 @@ class _Fold:
             key = pick
             children = self.nodes[pick].children
         return out
+
+    def below(self, mid: str) -> list[str]:
+        """``mid``, then at each node the newest child, down to a tip (entries only)."""
+        out = [mid]
+        children = self.nodes[mid].children
+        while children:
+            out.append(children[-1])
+            children = self.nodes[children[-1]].children
+        return out
+
+    def path_of_run(self, run_id: str) -> list[str]:
+        """The active path if it holds the Run's newest node, else the branch through it."""
+        path = self.path()
+        anchor = self.latest.get(run_id)
+        if anchor is None or anchor in path:
+            return path
+        above: list[str] = []
+        parent = self.nodes[anchor].view.parent_id
+        while parent is not None:
+            above.append(parent)
+            parent = self.nodes[parent].view.parent_id
+        return above[::-1] + self.below(anchor)
 
 
 class ConversationTree:
@@ -560,13 +593,17 @@ class ConversationTree:
 
     # ------------------------------------------------------------ messages
 
-    def messages(self, tail: Sequence[str] = ()) -> list[ViewMessage]:
+    def messages(self, tail: Sequence[str] = (), *, run_id: str | None = None) -> list[ViewMessage]:
         """The active branch, root to tip; ids in ``tail`` on it move last, in that order.
 
-        Refused messages are left out.
+        With ``run_id``, the branch that Run is on: the active one if it holds
+        the Run's newest message, else the path through that message (then, at
+        each node, the newest child). Refused messages are left out.
         """
         nodes = self._state.nodes
-        path = [mid for mid in self._state.path() if not nodes[mid].view.refused]
+        state = self._state
+        full = state.path() if run_id is None else state.path_of_run(run_id)
+        path = [mid for mid in full if not nodes[mid].view.refused]
         if not tail:
             return [nodes[mid].view for mid in path]
         on_path = set(path)

@@ -601,6 +601,7 @@ class Fold {
     /** @type {string[]} */ this.roots = [];
     /** @type {string[]} */ this.spine = []; // the default path (highest-serial child at each node)
     /** @type {Map<string, number>} */ this.spinePos = new Map();
+    /** @type {Map<string, string>} */ this.latest = new Map(); // run id -> id of its newest node
     /** @type {Map<string, TreeRun>} */ this.runs = new Map();
     this.book = new OutcomeBook();
     /** @type {Map<string, ViewMessage>} */ this.held = new Map(); // queued prompts by message id (kept once dropped)
@@ -827,7 +828,12 @@ class Fold {
    */
   _add(message, runId, serial, parentId, intent, response, exact = false) {
     if (!exact && (parentId === null || !this.nodes.has(parentId))) {
-      parentId = this.spine.length ? this.spine[this.spine.length - 1] : null;
+      const anchor = intent !== "prompt" ? this.latest.get(runId) : undefined;
+      if (anchor !== undefined && !this.spinePos.has(anchor)) {
+        parentId = this.tipBelow(anchor); // the tip of the Run's own branch
+      } else {
+        parentId = this.spine.length ? this.spine[this.spine.length - 1] : null;
+      }
     }
     /** @type {TreeNode} */
     const node = {
@@ -838,6 +844,7 @@ class Fold {
       partIds: new Map(),
     };
     this.nodes.set(message.id, node);
+    this.latest.set(runId, message.id);
     if (parentId === null) {
       this.roots.push(message.id);
       this.spinePos.clear();
@@ -856,6 +863,16 @@ class Fold {
     }
     if (this.selections !== null) this.selections.delete(parentId);
     return node;
+  }
+
+  /** From `mid`, at each node the newest child, down to a tip (entries only). @param {string} mid @returns {string} */
+  tipBelow(mid) {
+    let children = /** @type {TreeNode} */ (this.nodes.get(mid)).children;
+    while (children.length) {
+      mid = children[children.length - 1];
+      children = /** @type {TreeNode} */ (this.nodes.get(mid)).children;
+    }
+    return mid;
   }
 
   /** @returns {string[]} */

@@ -76,3 +76,54 @@ async def test_cancel_and_reprompt(relay_url: str) -> None:
             assert (await first.result()).status == "cancelled"
             second = await session.send("Plan a weekend instead.")
             assert (await second.result()).status == "complete"
+
+
+async def test_a_run_a_fork_left_off_the_active_branch_keeps_its_own_conversation(
+    relay_url: str,
+) -> None:
+    """Another device forks the conversation above a Run that goes on (a prompt naming
+    an earlier message): the Run still reads its own conversation, and its next
+    response joins its own branch, not the tip of the new one."""
+    agent = Agent(relay_url, max_in_flight=2)
+    forked = anyio.Event()
+    read: list[list[str]] = []
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        prompt = run.messages[0].text()
+        if prompt != "plan":
+            await run.save_reply(f"re: {prompt}", interrupted=False)
+            return
+        await run.save_reply("step 1", interrupted=False)
+        await forked.wait()
+        read.append([m.text() for m in run.history()])
+        await run.save_reply("step 2", interrupted=False)
+
+    async with (
+        agent,
+        client_side.connect(relay_url, "fork-1") as phone,
+        client_side.connect(relay_url, "fork-1") as laptop,
+    ):
+        hello = await phone.send("hello")
+        with anyio.fail_after(10):
+            await hello.result()
+        plan = await phone.send("plan")
+        with anyio.fail_after(10):
+            while "step 1" not in [vm.message.text() for vm in laptop.view.messages()]:
+                await laptop._wait_change()
+        assert hello.prompt is not None and plan.prompt is not None
+        other = await laptop.send("other", parent_id=hello.prompt.id)
+        with anyio.fail_after(10):
+            await other.result()
+            while len(phone.view.messages()) < 3:
+                await phone._wait_change()
+        forked.set()
+        with anyio.fail_after(10):
+            await plan.result()
+        assert read == [["hello", "re: hello", "plan", "step 1"]]
+        for device in (phone, laptop):
+            texts = [vm.message.text() for vm in device.view.messages()]
+            assert texts == ["hello", "other", "re: other"]
+            device.view.select_branch(plan.prompt.id)
+            texts = [vm.message.text() for vm in device.view.messages()]
+            assert texts == ["hello", "re: hello", "plan", "step 1", "step 2"]

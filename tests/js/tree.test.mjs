@@ -40,7 +40,16 @@ function observed(tree, expect) {
     if (rec !== null && exp !== null && "refused" in exp) outcomes[mid].refused = rec.refused ? rec.refused.code : null;
   }
   const runs = tree.runs().map((r) => ({ run_id: r.runId, status: r.status, end_reason: r.endReason }));
-  return { messages, runs, outcomes };
+  const got = { messages, runs, outcomes };
+  if ("parents" in expect) {
+    // where messages off the active branch were placed
+    got.parents = {};
+    for (const mid of Object.keys(expect.parents)) {
+      const vm = tree.message(mid);
+      got.parents[mid] = vm === null || vm === undefined ? null : vm.parentId;
+    }
+  }
+  return got;
 }
 
 test("there are enough vectors", () => {

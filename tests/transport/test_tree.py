@@ -138,7 +138,11 @@ def _observed(tree: ConversationTree, expect: dict[str, Any]) -> dict[str, Any]:
     runs = [
         {"run_id": r.run_id, "status": r.status, "end_reason": r.end_reason} for r in tree.runs()
     ]
-    return {"messages": messages, "runs": runs, "outcomes": outcomes}
+    observed: dict[str, Any] = {"messages": messages, "runs": runs, "outcomes": outcomes}
+    if "parents" in expect:  # where messages off the active branch were placed
+        found = {mid: tree.message(mid) for mid in expect["parents"]}
+        observed["parents"] = {mid: vm and vm.parent_id for mid, vm in found.items()}
+    return observed
 
 
 def _delivered(events: list[TreeEvent]) -> list[OutcomeRecord]:
