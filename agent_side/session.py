@@ -87,14 +87,14 @@ class View:
     (the active one, unless a prompt forked above the Run or a rollback left
     it on a branch of its own while it went on or waited): everything before
     its prompt, then its own turn (its prompt, responses and the queued
-    messages it took in), leaving out what Runs streaming alongside it added after its prompt;
-    and it puts this Run's unanswered input last, so a prompt built from it
-    never ends on an assistant message, nor on another Run's message. Queued
-    messages are in it only once taken in (or about to be at the next call:
-    steering in ``all`` mode and injects, once they passed the checks); a
-    queued message of an earlier Run only if that Run took it in (the others
-    never reached the conversation). A step being retried after an adoption is
-    left out until it is published again.
+    messages it took in), leaving out what Runs streaming alongside it added
+    after its prompt; and it puts this Run's unanswered input last, so a
+    prompt built from it never ends on an assistant message, nor on another
+    Run's message. Queued messages are in it only once taken in (or about to
+    be at the next call: steering in ``all`` mode and injects, once they
+    passed the checks); a queued message of an earlier Run only if that Run
+    took it in (the others never reached the conversation). A step being
+    retried after an adoption is left out until it is published again.
     """
 
     def __init__(self, session: AgentSession, *, run: Run | None = None) -> None:
