@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from transport import checks
+from transport.errors import RunwireError
 from transport.runs import MULTITASK_STRATEGIES
 
 from .server import serve
@@ -104,11 +105,14 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> None:
-    """Serve until SIGINT or SIGTERM (exits with status 2 on a configuration error)."""
+    """Serve until SIGINT or SIGTERM (exits with status 2, printing one line, when the relay
+    cannot start: a configuration error, a port in use, a store that cannot start)."""
     async with AsyncExitStack() as stack:
         try:
             server = await stack.enter_async_context(serve(**options(args)))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RunwireError) as exc:
+            # A port in use, a bad option, a store that cannot start (a missing directory, a
+            # file that is no database, an SQLite file another relay has): one line, no trace.
             print(f"runwire relay: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
         logging.getLogger("runwire.relay").info(

@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Literal
 
@@ -243,9 +244,17 @@ async def run_demo(args: argparse.Namespace) -> None:
         sys.stdout.flush()
 
     session_id = args.session or f"demo-{new_id()[:8]}"
-    async with relay.serve(
-        host="127.0.0.1", port=args.port, store=args.store, index_html=str(PAGE)
-    ) as server:
+    async with AsyncExitStack() as stack:
+        try:
+            server = await stack.enter_async_context(
+                relay.serve(
+                    host="127.0.0.1", port=args.port, store=args.store, index_html=str(PAGE)
+                )
+            )
+        except (OSError, ValueError, RunwireError) as exc:
+            # A port in use, a store that cannot start: one line, no trace (as ``runwire relay``).
+            sys.stderr.write(f"runwire demo: {exc}\n")
+            raise SystemExit(2) from None
         out(f"runwire demo: relay on {server.url} (store {server.store.url})\n")
         out(f"chat in a browser: {page_url(server.port, session_id)}\n")
         agent = agent_side.Agent(server.url, name="default")
