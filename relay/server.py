@@ -107,6 +107,11 @@ async def serve(
         )
     the_store = open_store(store) if isinstance(store, str) else store
     await the_store.start()
+    try:
+        await the_store.claim()  # one relay per SQLite file: a second one stops here
+    except BaseException:
+        await the_store.aclose()
+        raise
     metrics = Metrics()
     hub = Hub(the_store, opts, metrics)
     api = HttpApi(hub, verifier)

@@ -62,6 +62,13 @@ Contract
 * ``since(session_id, after, limit)`` is ``read(after=, limit=)`` with the epoch
   the entries are of (None if the store has no such channel), so a node never
   takes another history's entries into a channel it has loaded.
+* ``claim()`` (after ``start``) makes the store the one relay's own where only one
+  relay may use it at a time (SQLite: the file; memory and Redis take no notice):
+  the relay keeps its sessions' live fan-out, agent presence and dispatch in its
+  own memory, so a second relay on the same file would miss the first one's
+  entries live and end its Runs ``AGENT_LOST``. A store another relay holds raises
+  ``RunwireError(STORE_UNAVAILABLE, details={"in_use": ...})``; ``aclose`` (or the
+  process's end, SIGKILL too) lets go.
 * A store that cannot write raises ``RunwireError(STORE_UNAVAILABLE)``. A
   store whose backend can forget a channel raises
   ``RunwireError(EPOCH_MISMATCH)`` from ``append`` once the channel's epoch is
@@ -163,6 +170,10 @@ class Store(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Flush and release everything."""
+
+    async def claim(self) -> None:  # noqa: B027 - optional hook
+        """Be this relay's alone, where only one relay may use the backend at a time (see
+        the contract); raises ``RunwireError(STORE_UNAVAILABLE)`` if another has it."""
 
     @abstractmethod
     async def open_channel(self, session_id: str) -> ChannelInfo:

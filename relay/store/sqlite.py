@@ -174,6 +174,37 @@ def _connect(path: str, *, wait: bool) -> sqlite3.Connection:
     return conn
 
 
+def _lock(path: str) -> int:
+    """An open descriptor of ``path`` with an exclusive ``flock`` on it, this pid written in.
+
+    Raises ``RunwireError(STORE_UNAVAILABLE)`` if another descriptor holds the lock.
+    """
+    import fcntl  # POSIX; imported here so that the module still imports elsewhere
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise RunwireError(
+            STORE_UNAVAILABLE, f"cannot open the relay's lock file {path!r}: {exc}"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        database = path.removesuffix("-relay.lock")
+        raise RunwireError(
+            STORE_UNAVAILABLE,
+            f"the SQLite database {database!r} is in use by another relay (pid {holder}): "
+            "one relay at a time serves an SQLite file; stop it or use another file "
+            "(several relay nodes need Redis)",
+            details={"in_use": path, "pid": holder},
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class SQLiteStore(Store):
     """A ``Store`` in one SQLite file; see the module docstring and ``relay.store.base``.
 
@@ -207,6 +238,7 @@ class SQLiteStore(Store):
         self._unchecked = 0  # commits since the last checkpoint
         self._checkpointing = False  # set on the loop, cleared on the background thread
         self._checkpoint_timer: asyncio.TimerHandle | None = None
+        self._claim: int | None = None  # the lock file's descriptor, while claimed
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -245,6 +277,22 @@ class SQLiteStore(Store):
             if conn is not None:
                 await anyio.to_thread.run_sync(conn.close)
         self._reader = self._conn = None
+        if self._claim is not None:  # only now: the file is closed and folded in
+            os.close(self._claim)
+            self._claim = None
+
+    async def claim(self) -> None:
+        """Hold the file for this relay alone: an exclusive ``flock`` on ``<path>-relay.lock``
+        (holding the pid), which ``aclose`` or the end of the process (SIGKILL too) lets go.
+
+        Raises ``RunwireError(STORE_UNAVAILABLE, details={"in_use": lock file})`` if another
+        relay (process, or store in this one) holds it.
+        """
+        if self._claim is not None or self.path in ("", ":memory:"):
+            return
+        if self._closed or self._loop is None:
+            raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
+        self._claim = await anyio.to_thread.run_sync(lambda: _lock(f"{self.path}-relay.lock"))
 
     async def healthy(self) -> bool:
         """True while started, not closed, and the last write transaction committed."""

@@ -1,13 +1,22 @@
-"""A relay process on an SQLite file: what it does when it cannot start."""
+"""A relay process on an SQLite file: what it does when it cannot start, and beside another."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
+
+import client_side
+import relay
+from transport import RunwireError
+
+from .harness import start_worker_process, status
 
 pytestmark = pytest.mark.anyio
 
@@ -20,6 +29,16 @@ def relay_process(db: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+async def listening(proc: subprocess.Popen[str]) -> str:
+    """The URL a relay process prints once it listens."""
+    assert proc.stdout is not None
+    with anyio.fail_after(20):
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+    match = re.search(r"(ws://\S+)", line)
+    assert match, line
+    return match.group(1)
 
 
 async def refused(proc: subprocess.Popen[str]) -> str:
@@ -57,3 +76,51 @@ async def test_the_demo_whose_file_cannot_be_opened_says_why_in_one_line(tmp_pat
     )
     err = await refused(demo)
     assert "runwire demo: STORE_UNAVAILABLE: cannot open the SQLite database" in err
+
+
+async def test_a_second_relay_on_the_same_file_is_refused_and_the_first_one_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The second relay would time the first one's Runs as if their agents were gone and end
+    them ``AGENT_LOST`` (and miss its entries live): it must not start. Once the first dies,
+    even by SIGKILL, the file is free again."""
+    db = tmp_path / "relay.db"
+    first = relay_process(db, "--agent-grace", "0.2")
+    worker: subprocess.Popen[str] | None = None
+    try:
+        url = await listening(first)
+        worker, wait_line = await start_worker_process(url, "stream")
+        async with client_side.connect(url, "one-file") as phone:
+            run = await phone.send("Stream on")
+            await wait_line("STREAMING")
+            err = await refused(relay_process(db, "--agent-grace", "0.2"))
+            assert f"the SQLite database '{db}' is in use by another relay (pid {first.pid})" in err
+            await anyio.sleep(0.6)  # three times the grace a second relay would have given it
+            assert status(phone, run.run_id) == "active"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        again = relay_process(db)
+        try:
+            await listening(again)
+        finally:
+            again.send_signal(signal.SIGTERM)
+            again.communicate(timeout=10)
+    finally:
+        for proc in (worker, first):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+
+async def test_two_relays_in_one_process_cannot_share_a_file_but_can_follow_each_other(
+    tmp_path: Path,
+) -> None:
+    store = f"sqlite:///{tmp_path / 'relay.db'}"
+    async with relay.serve(port=0, store=store):
+        with pytest.raises(RunwireError) as info:
+            async with relay.serve(port=0, store=store):
+                pass  # pragma: no cover - refused
+        assert info.value.code == "STORE_UNAVAILABLE"
+        assert "in use by another relay" in info.value.message
+    async with relay.serve(port=0, store=store) as second:
+        assert await second.store.healthy()
