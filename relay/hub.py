@@ -131,7 +131,7 @@ class Hub:
 
     async def start(self) -> None:
         """Time the Runs that were active when the relay last stopped; give queued Runs
-        whose turn came their turn.
+        whose turn came their turn and paused Runs whose questions were settled their resume.
 
         A single relay also holds ``max_concurrent_runs`` slots for the Runs still going
         on. A node of several does not: it counts the Runs of the sessions it loads
@@ -146,7 +146,11 @@ class Hub:
         else:
             self.dispatcher.start()
         queued = await self.store.runs_with_status(["queued"])
-        for session_id in dict.fromkeys(r.session_id for r in queued):
+        # A paused Run whose questions were settled (the answer stored) when the relay
+        # stopped before it published the resume: owed too, whether or not anyone comes back
+        # to the session (the answer came over HTTP, its device left).
+        owed = [r for r in await self.store.runs_with_status(["suspended"]) if r.resume_owed]
+        for session_id in dict.fromkeys(r.session_id for r in [*queued, *owed]):
             await self.channel(session_id)  # loading it publishes what it owes
 
     def close(self) -> None:

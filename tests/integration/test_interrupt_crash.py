@@ -116,3 +116,26 @@ async def test_an_answer_stored_just_before_its_relay_died_resumes_the_run_on_th
         async with worker(second.url, CALLS), client_side.connect(second.url, "died") as laptop:
             await completes(laptop, run_id)
             assert final_text(laptop, run_id) == "api deployed to us"
+
+
+async def test_a_resume_owed_at_a_restart_is_published_though_no_client_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer came over HTTP (or its device left) and the relay died before publishing the
+    resume: the restarted relay publishes it by itself, as it gives queued Runs their turn,
+    and the worker finishes the Run with no client attached to the session."""
+    from tests.agent_side.test_interrupts import worker
+
+    store = f"sqlite:///{tmp_path / 'relay.db'}"
+    async with relay.serve(port=0, store=store) as first:
+        async with worker(first.url, CALLS), client_side.connect(first.url, "unwatched") as phone:
+            run_id = await paused_deploy(phone)
+            monkeypatch.setattr(first.hub, "_react_soon", lambda channel: None)
+            await phone.resume(run_id, {"c1#0": {"region": "eu"}})
+    monkeypatch.undo()
+    async with relay.serve(port=0, store=store) as second, worker(second.url, CALLS):
+        with anyio.fail_after(10):
+            while (record := await second.store.run("unwatched", run_id)) is None or (
+                record.status != "complete"
+            ):
+                await anyio.sleep(0.02)
