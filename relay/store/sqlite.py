@@ -282,8 +282,9 @@ class SQLiteStore(Store):
             self._claim = None
 
     async def claim(self) -> None:
-        """Hold the file for this relay alone: an exclusive ``flock`` on ``<path>-relay.lock``
-        (holding the pid), which ``aclose`` or the end of the process (SIGKILL too) lets go.
+        """Hold the file for this relay alone: an exclusive ``flock`` on ``<file>-relay.lock``
+        beside the real file (holding the pid), which ``aclose`` or the end of the process
+        (SIGKILL too) lets go.
 
         Raises ``RunwireError(STORE_UNAVAILABLE, details={"in_use": lock file})`` if another
         relay (process, or store in this one) holds it.
@@ -292,7 +293,11 @@ class SQLiteStore(Store):
             return
         if self._closed or self._loop is None:
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
-        self._claim = await anyio.to_thread.run_sync(lambda: _lock(f"{self.path}-relay.lock"))
+        # Beside the file itself, however it is named (a symlink, a relative path).
+        path = self.path
+        self._claim = await anyio.to_thread.run_sync(
+            lambda: _lock(f"{os.path.realpath(path)}-relay.lock")
+        )
 
     async def healthy(self) -> bool:
         """True while started, not closed, and the last write transaction committed."""

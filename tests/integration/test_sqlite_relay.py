@@ -124,3 +124,14 @@ async def test_two_relays_in_one_process_cannot_share_a_file_but_can_follow_each
         assert "in use by another relay" in info.value.message
     async with relay.serve(port=0, store=store) as second:
         assert await second.store.healthy()
+
+
+async def test_a_relay_on_a_symlink_to_a_file_in_use_is_refused_too(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "link.db"
+    link.symlink_to(tmp_path / "relay.db")
+    async with relay.serve(port=0, store=f"sqlite:///{tmp_path / 'relay.db'}"):
+        with pytest.raises(RunwireError) as info:
+            async with relay.serve(port=0, store=f"sqlite:///{link}"):
+                pass  # pragma: no cover - refused
+        assert "in use by another relay" in info.value.message
