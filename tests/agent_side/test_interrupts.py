@@ -442,3 +442,55 @@ async def test_a_plan_to_approve_carries_its_details(relay_url: str) -> None:
             while run.status != "complete":
                 await session._wait_change()
         assert final_text(session, run.run_id) == "plan approved: True"
+
+
+async def test_a_run_paused_when_a_waiting_rollback_branched_above_it_resumes_with_its_turn(
+    relay_url: str,
+) -> None:
+    """A prompt sent alongside while a rollback waits its turn pauses on a question;
+    the rollback's turn comes then and starts a branch above it. Answered, the Run
+    still reads its own prompt (it asks and gets the answer, not skip the question),
+    and its reply joins its own branch."""
+    agent = Agent(relay_url, max_in_flight=3)
+    release = anyio.Event()
+    own: list[list[str]] = []
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        texts = [m.text() for m in run.messages]
+        if texts[:1] == ["work"]:
+            await run.start()
+            await run.abort_signal.wait()
+            await release.wait()  # the rollback stays queued until this Run ends
+        elif texts[:1] == ["again"]:
+            await run.save_reply("rolled back", interrupted=False)
+        else:
+            own.append(texts)
+            if texts[:1] == ["ask"]:
+                ok = await run.interrupt(message="Go on?", response_schema={"type": "boolean"})
+                await run.save_reply(f"asked and got {ok}", interrupted=False)
+
+    async with agent, client_side.connect(relay_url, "int-rollback") as session:
+        work = await session.send("work")
+        with anyio.fail_after(10):
+            while work.status != "active":
+                await session._wait_change()
+        again = await session.send("again", multitask="rollback")
+        assert again.status == "queued"
+        ask = await session.send("ask", multitask="alongside")
+        with anyio.fail_after(10):
+            paused = await ask.result()
+        [question] = paused.interrupts
+        release.set()
+        with anyio.fail_after(10):
+            assert (await again.result()).status == "complete"
+        assert [vm.message.text() for vm in session.view.messages()] == ["again", "rolled back"]
+        await session.resume(ask.run_id, {question.id: True})
+        with anyio.fail_after(10):
+            assert (await ask.result()).status == "complete"
+        assert own == [["ask"], ["ask"]]
+        assert [vm.message.text() for vm in session.view.messages()] == ["again", "rolled back"]
+        assert ask.prompt is not None
+        session.view.select_branch(ask.prompt.id)
+        texts = [vm.message.text() for vm in session.view.messages()]
+        assert texts[-2:] == ["ask", "asked and got True"]
