@@ -487,7 +487,8 @@ async def test_a_run_paused_when_a_waiting_rollback_branched_above_it_resumes_wi
         assert [vm.message.text() for vm in session.view.messages()] == ["again", "rolled back"]
         await session.resume(ask.run_id, {question.id: True})
         with anyio.fail_after(10):
-            assert (await ask.result()).status == "complete"
+            while ask.status != "complete":  # result() would return at once: still suspended
+                await session._wait_change()
         assert own == [["ask"], ["ask"]]
         assert [vm.message.text() for vm in session.view.messages()] == ["again", "rolled back"]
         assert ask.prompt is not None

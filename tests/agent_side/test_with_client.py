@@ -115,11 +115,11 @@ async def test_a_run_a_fork_left_off_the_active_branch_keeps_its_own_conversatio
         other = await laptop.send("other", parent_id=hello.prompt.id)
         with anyio.fail_after(10):
             await other.result()
-            while len(phone.view.messages()) < 3:
-                await phone._wait_change()
         forked.set()
         with anyio.fail_after(10):
             await plan.result()
+            while (info := laptop.view.run(plan.run_id)) is None or info.status != "complete":
+                await laptop._wait_change()
         assert read == [["hello", "re: hello", "plan", "step 1"]]
         for device in (phone, laptop):
             texts = [vm.message.text() for vm in device.view.messages()]
