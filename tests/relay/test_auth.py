@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 from typing import Any
 
@@ -12,9 +13,11 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jwt.utils import base64url_encode
 
-from relay.auth import Identity, TokenVerifier, mint_token, token_from_request
+from relay.auth import Identity, TokenVerifier, matches, mint_token, token_from_request
 from transport.errors import RunwireError
 
 SECRET = "s3cret-for-tests-only-" + "0123456789abcdef" * 3
@@ -169,3 +172,33 @@ def test_minting_refuses_unknown_capabilities_and_needs_a_key() -> None:
         mint_token(user="a", sessions={"*": ["publish"]})
     with pytest.raises(ValueError):
         TokenVerifier()
+
+
+def test_a_pattern_with_many_stars_is_matched_in_linear_time() -> None:
+    # The pattern comes from the token, the session id from the client. As a regular
+    # expression of ``.*`` parts, this pair took seconds (six stars and 200 dashes: minutes),
+    # holding the relay's event loop, and so every other connection, all that time.
+    identity = Identity(
+        user_id="u",
+        client_id=None,
+        grants=(("*-*-*-*-*-x", frozenset({"subscribe"})),),
+        expires_at=0,
+    )
+    started = time.perf_counter()
+    assert identity.caps("-" * 170) == frozenset()
+    assert identity.caps("-" * 199 + "x") == {"subscribe"}
+    assert time.perf_counter() - started < 0.5
+
+
+def _reference(pattern: str, session_id: str) -> bool:
+    regex = "".join(".*" if c == "*" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, session_id, flags=re.DOTALL) is not None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pattern=st.text(alphabet="ab-*", max_size=8),
+    session_id=st.text(alphabet="ab-", max_size=12),
+)
+def test_pattern_matching_agrees_with_the_glob_definition(pattern: str, session_id: str) -> None:
+    assert matches(pattern, session_id) == _reference(pattern, session_id)
