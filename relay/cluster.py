@@ -30,7 +30,12 @@ nothing a second node would need stays in one node's memory:
   dispatch however many agent names it serves. A worker of a name the read in
   progress does not cover interrupts it, so that name's Runs are read at once;
   an interrupted read may have been served, so the next read first takes back
-  this node's own unacknowledged entries (``XREADGROUP ... 0``).
+  this node's own unacknowledged entries (``XREADGROUP ... 0``). A Run no
+  local worker may take (none has the ``agent`` right in its session) goes back
+  on the stream; a round that gave back every Run it read makes the reader pause
+  (50 ms, doubling up to ``read_block``; a worker registering ends the pause), so
+  a worker whose token covers other sessions does not make its node read the
+  same Run again and again while no node can take it.
 * **Liveness.** Every node marks the agent client ids it holds connections of
   present, each heartbeat, in one sorted set (``<prefix>presence``: client id ->
   deadline, three heartbeats ahead, on Redis's clock). The append script keeps,
@@ -86,6 +91,9 @@ __all__ = ["RedisDispatcher"]
 log = logging.getLogger("runwire.relay")
 
 GROUP = "relay"
+BOUNCE_WAIT = 0.05
+"""Seconds a node's dispatch reader first pauses after a round in which no local worker
+could take any Run it read (see ``RedisDispatcher._after_round``)."""
 _WIDENED = object()
 
 # KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
@@ -162,6 +170,8 @@ class RedisDispatcher:
         self._reader: asyncio.Task[None] | None = None
         self._reading: frozenset[str] = frozenset()  # agent names the read in progress covers
         self._widen = asyncio.Event()  # a worker of a name it does not cover arrived
+        self._joined = asyncio.Event()  # a worker (of any name) registered on this node
+        self._bounce_wait = 0.0  # the reader's pause after a round it could hand out nothing
         self.read_block = 0.5
         """Seconds a dispatch read waits for a Run before it checks the workers again."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -215,6 +225,7 @@ class RedisDispatcher:
         """Register a local worker; start reading the agent's stream on this node."""
         del pending  # empty (``needs_pending``): the stream holds waiting Runs
         enlist(self.workers, peer, agent, self.metrics)
+        self._joined.set()
         if self._reader is None or self._reader.done():
             self._reader = asyncio.get_running_loop().create_task(self._read())
         elif agent not in self._reading:
@@ -307,18 +318,23 @@ class RedisDispatcher:
             return True
         return False
 
-    async def _take(self, agent: str, entry_id: str, fields: dict[bytes, bytes]) -> None:
+    async def _take(self, agent: str, entry_id: str, fields: dict[bytes, bytes]) -> bool:
+        """Hand the Run of a stream entry to a local worker. Returns False when it went
+        back to the stream instead: no local worker of its name may take it (none has
+        the ``agent`` right in its session)."""
         session_id = fields.get(b"s", b"").decode()
         run_id = fields.get(b"r", b"").decode()
         key = (session_id, run_id)
         record = await self.store.run(session_id, run_id)
         if record is None or record.status != "pending":
             await self._ack(agent, entry_id)
-            return
+            return True
         self.held[key] = (agent, entry_id)
         if not self._hand_local(record):
             self.records[key] = record
             await self._give_back(key)
+            return False
+        return True
 
     async def _read(self) -> None:
         """Read the streams of every agent name this node has live workers of."""
@@ -328,6 +344,7 @@ class RedisDispatcher:
             # No await from here to ``_reading``: a worker of a name not in it, from
             # now on, sets ``_widen`` and cuts the coming read short.
             self._widen.clear()
+            self._joined.clear()
             agents = [agent for agent in list(self.workers) if self._live_workers(agent)]
             self._reading = frozenset(agents)
             if not agents:
@@ -355,6 +372,7 @@ class RedisDispatcher:
                         own = True  # Redis may have handed it entries all the same
                         continue
                 held = set(self.held.values())  # (agent, entry id): ids repeat across streams
+                taken = given_back = 0
                 for stream, items in reply or []:
                     agent = streams[stream.decode()]
                     for raw_id, fields in items:
@@ -364,11 +382,15 @@ class RedisDispatcher:
                         if not fields:  # deleted while this node held it
                             await self._ack(agent, entry_id)
                             continue
-                        await self._take(agent, entry_id, fields)
+                        if await self._take(agent, entry_id, fields):
+                            taken += 1
+                        else:
+                            given_back += 1
                 now = time.monotonic()
                 if self._claim_due(now) and now - claimed_at >= min(1.0, self.claim_idle / 2):
                     claimed_at = now
                     await self._claim_idle(streams)
+                await self._after_round(taken, given_back)
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError, RunwireError) as exc:  # the store's: STORE_UNAVAILABLE
@@ -377,6 +399,29 @@ class RedisDispatcher:
                 self._steady_since = None
                 own = True
                 await asyncio.sleep(0.5)
+
+    async def _after_round(self, taken: int, given_back: int) -> None:
+        """Pause a little when a round gave back every Run it read (no local worker may
+        take them: their tokens do not cover those sessions), so that the node does not
+        read the same Runs again at once, over and over, while no node can take them.
+
+        The pause doubles from ``BOUNCE_WAIT`` up to ``read_block`` while rounds keep
+        giving back all they read; a worker registering on this node ends it at once.
+        The Runs wait on the stream meanwhile, for whichever node can take them.
+        """
+        if not given_back or taken:
+            self._bounce_wait = 0.0
+            return
+        self._bounce_wait = min(max(BOUNCE_WAIT, self._bounce_wait * 2), self.read_block)
+        if self._joined.is_set() or self._widen.is_set():
+            return
+        joined = asyncio.ensure_future(self._joined.wait())
+        widened = asyncio.ensure_future(self._widen.wait())
+        try:
+            await asyncio.wait({joined, widened}, timeout=self._bounce_wait)
+        finally:
+            joined.cancel()
+            widened.cancel()
 
     async def _interruptible(self, read: Coroutine[Any, Any, Any]) -> Any:
         """``read``'s reply, or ``_WIDENED`` if a worker of another agent name came first."""
