@@ -2221,6 +2221,9 @@ export class Session {
         if (this._ws !== ws) return;
         console.warn(`runwire: attaching to ${this.sessionId} failed:`, error);
         if (!this._first.settled) this._fatalError(error);
+        // A fresh token that no longer grants 'subscribe' here is as final as a refused
+        // hello: the close below ends the session with it instead of reconnecting.
+        else if (error instanceof RunwireError && error.code === UNAUTHORIZED) this._refusal = error;
         ws.close();
       },
     });

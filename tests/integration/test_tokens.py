@@ -169,3 +169,32 @@ async def test_a_session_whose_token_expires_without_a_provider_ends_for_good() 
             await session.send("after")
         assert sent.value.code == "TOKEN_EXPIRED"
         assert str(sent.value) == "TOKEN_EXPIRED: the token expired; reconnect with a fresh one"
+
+
+async def test_a_fresh_token_that_no_longer_covers_the_session_ends_it_for_good() -> None:
+    """The provider's token is valid but does not grant ``subscribe`` in the session any
+    more: the re-attach is refused, and that is final, as at connect. Before, the client
+    took the refusal for a dropped link and reconnected at once, again and again (over a
+    hundred connects in five seconds, each asking the provider), never "closed", with every
+    send waiting forever."""
+    provided: list[str] = []
+
+    def provider() -> str:
+        provided.append(token("alice", pattern="other-*"))
+        return provided[-1]
+
+    states = States()
+    async with (
+        relay.serve(port=0, store="memory://", secret=SECRET) as server,
+        client_side.connect(
+            server.url, "trip", token=token("alice", ttl=1), token_provider=provider
+        ) as session,
+    ):
+        session.on_state(states)
+        await states.wait(lambda seen: "closed" in seen)
+        assert len(provided) == 1
+        assert session.closed and not session.connected
+        with anyio.fail_after(5), pytest.raises(RunwireError) as sent:
+            await session.send("after")
+        assert sent.value.code == "UNAUTHORIZED"
+        assert sent.value.details["needs"] == "subscribe"

@@ -12,6 +12,7 @@ export class FakeRelay {
     this.refuse = false; // the next connections fail to open
     this.closeCodeOnHello = null; // close code to answer hello with (4001: unauthorized)
     this.tokens = null; // a Set of the tokens it accepts (null: anonymous); others are expired
+    this.readers = null; // a Set of the tokens that may attach (null: all); others: UNAUTHORIZED
     const relay = this;
     this.WebSocket = class extends FakeWebSocket {
       constructor(url) {
@@ -66,6 +67,11 @@ export class FakeRelay {
       ws._clientId = frame.client_id || `conn-${Math.floor(Math.random() * 1e9)}`;
       ws._deliver({ type: "welcome", v: 1, client_id: ws._clientId, connection_id: "c", max_frame_bytes: 1048576 });
     } else if (frame.type === "attach") {
+      if (this.readers !== null && !this.readers.has(new URL(ws.url).searchParams.get("token"))) {
+        const error = { code: "UNAUTHORIZED", message: `the token does not grant 'subscribe' in '${frame.session_id}'`, details: { needs: "subscribe" } };
+        ws._deliver({ type: "error", req: frame.req, error });
+        return;
+      }
       let entries;
       let reset = false;
       const resume = frame.from_serial !== undefined && (frame.epoch === undefined || frame.epoch === this.epoch) && frame.from_serial <= this.head;

@@ -205,6 +205,23 @@ test("a tokenProvider replaces a token the relay expires (4003) and the session 
   await session.close();
 });
 
+test("a fresh token that no longer grants subscribe ends the session for good (Connection on_connect UNAUTHORIZED)", async () => {
+  const relay = new FakeRelay();
+  relay.tokens = new Set(["t1", "t2"]);
+  relay.readers = new Set(["t1"]);
+  let asked = 0;
+  const tokenProvider = () => `t${++asked + 1}`;
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, token: "t1", tokenProvider, backoffInitial: 5, backoffMax: 20 }));
+  const states = [];
+  session.on("state", (s) => states.push(s));
+  relay.dropAll(4003, "TOKEN_EXPIRED: the token expired; reconnect with a fresh one");
+  await until(() => session.closed);
+  assert.equal(asked, 1, "one fresh token, refused: no reconnecting again and again");
+  assert.equal(relay.frames("hello").length, 2);
+  assert.equal(states.at(-1), "closed");
+  await assert.rejects(session.send("x"), (e) => e.code === "UNAUTHORIZED");
+});
+
 test("a first connect whose token expired asks the tokenProvider and connects", async () => {
   const relay = new FakeRelay();
   relay.tokens = new Set(["fresh"]);

@@ -19,7 +19,9 @@ Tokens. ``token`` is sent as ``Authorization: Bearer``. ``token_provider``
 (a plain or async callable returning a token) is asked for a fresh one before
 every connect but a first one that already has ``token``; so when the relay
 closes with 4003 (``TOKEN_EXPIRED``) the connection reconnects with a new
-token and resumes. ``UNAUTHORIZED`` is final, and so is ``TOKEN_EXPIRED``
+token and resumes. ``UNAUTHORIZED`` is final (at ``hello``, or when
+``on_connect`` is refused it, as when a fresh token no longer grants
+``subscribe`` in a session it re-attaches), and so is ``TOKEN_EXPIRED``
 without a provider: pending and later requests fail with that error, ``error``
 holds it, ``connected`` turns false and the state callbacks hear ``"closed"``.
 ``aclose()`` ends everything; pending requests then fail with
@@ -108,6 +110,7 @@ class Connection:
         self._tg: anyio.abc.TaskGroup | None = None
         self._first = anyio.Event()
         self._first_error: BaseException | None = None
+        self._refused: RunwireError | None = None  # ``on_connect`` refused UNAUTHORIZED
         self._state_callbacks: list[Callable[[str], None]] = []
         self._closed_emitted = False
 
@@ -334,6 +337,9 @@ class Connection:
         finally:
             self._ws = None
             await ws.close()
+        refused, self._refused = self._refused, None
+        if refused is not None:
+            raise refused
         code = ws.close_code
         if code == CloseCode.UNAUTHORIZED or code == CloseCode.TOKEN_EXPIRED:
             raise close_error(CLOSE_CODES.get(code, UNAUTHORIZED), ws.close_reason or "")
@@ -345,6 +351,10 @@ class Connection:
                 await self.on_connect(self)
         except RunwireError as exc:
             log.warning("re-attaching after connect failed: %s", exc)
+            if exc.code == UNAUTHORIZED:
+                # The token (a fresh one from the provider) no longer grants what the
+                # connection had: as final as a refused hello, not a reason to reconnect.
+                self._refused = exc
             if not self._first.is_set():
                 self._first_error = exc
                 self._first.set()
