@@ -51,7 +51,8 @@ reconnects: each response carries every entry after the position (the
 ``Last-Event-ID`` header, else the ``from`` query parameter, else the head:
 only new entries), at most ``limit`` (100) of them, as ``id: <serial>`` /
 ``event: entry`` / ``data: <entry JSON>``; when there are none yet it waits up
-to ``wait`` seconds (15, at most ``MAX_WAIT``) for one, then ends. It starts
+to ``wait`` seconds (15, at most ``MAX_WAIT``, and never past the token's
+expiry) for one, then ends. It starts
 with ``retry: 25`` and ``id: <position>`` and ends with ``id:
 <serial>@<epoch>`` (no data: it sets the last event id and fires no event),
 so a browser reconnects 25 ms later with ``Last-Event-ID`` set to the last
@@ -534,7 +535,7 @@ class HttpApi:
         self._need_subscribe(identity, session_id)
         if name == "history":
             return await self._history(session_id, query)
-        return await self._events(conn, request, session_id, query)
+        return await self._events(conn, request, session_id, query, identity)
 
     # ----------------------------------------------------------- publishing --
 
@@ -669,9 +670,15 @@ class HttpApi:
         request: Request,
         session_id: str,
         query: dict[str, list[str]],
+        identity: Identity | None,
     ) -> Response:
         limit = min(_int(query, "limit", 100, 1, 1000), self.options.history_page_max)
         wait = _float(query, "wait", 15.0, 0.0, MAX_WAIT)
+        if identity is not None:
+            # Not past the token's expiry: what is stored after it is not the token's to
+            # read (a WebSocket connection is closed 4003 at that moment). The next
+            # request, with the expired token, gets 401 TOKEN_EXPIRED.
+            wait = max(0.0, min(wait, identity.expires_at - time.time()))
         header = request.headers.get("Last-Event-ID")
         after: int | None
         epoch: str | None

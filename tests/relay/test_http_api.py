@@ -631,3 +631,24 @@ async def test_another_users_run_makes_a_strategy_thread_access_denied(secured: 
     assert (bob.status, bob.code) == (409, "THREAD_ACCESS_DENIED")
     alongside = await post(secured, "trip-1", {"message": "bob's"}, token=token("bob"))
     assert alongside.status == 201
+
+
+async def test_an_event_stream_waits_no_longer_than_its_token_lives(secured: Server) -> None:
+    # The token is good when the request comes, and expires during its wait: an entry
+    # stored after that is not the token's to read (a socket is closed 4003 then).
+    short = token(ttl=2)
+    writer = token("bob")
+
+    async def publish_late() -> None:
+        await anyio.sleep(3.5)
+        await post(secured, "trip-9", {"message": "after the expiry"}, token=writer)
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(publish_late)
+        with anyio.fail_after(10):
+            _, found, _ = await events(secured, "trip-9", "from=0&wait=8", token=short)
+        assert time.monotonic() - started < 3.4  # it ended at the expiry, not at the entry
+    assert found == []
+    again = await call(secured, "GET", "/v1/sessions/trip-9/events?from=0&wait=0", token=short)
+    assert (again.status, again.code) == (401, "TOKEN_EXPIRED")
