@@ -17,6 +17,7 @@ tokens with a ``public_key`` (PEM), or both. Nothing else is accepted (no
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -156,9 +157,15 @@ def _identity(claims: Mapping[str, Any]) -> Identity:
         if unknown:
             raise _refused(f"unknown capabilities {sorted(unknown)}", "claims")
         grants.append((pattern, frozenset(caps)))
-    return Identity(
-        user_id=sub, client_id=client_id, grants=tuple(grants), expires_at=float(claims["exp"])
-    )
+    try:
+        expires_at = float(claims["exp"])  # PyJWT checked that int() takes it
+    except (OverflowError, TypeError, ValueError):
+        expires_at = math.nan
+    if not math.isfinite(expires_at):
+        # 1e400 as an integer: PyJWT takes it, float() does not (and the expiry timer
+        # could not be set): an OverflowError, a 500 or a socket closed 1011, not a refusal.
+        raise _refused("the token's 'exp' must be a number of seconds since 1970", "claims")
+    return Identity(user_id=sub, client_id=client_id, grants=tuple(grants), expires_at=expires_at)
 
 
 def _refused(message: str, reason: str) -> RunwireError:

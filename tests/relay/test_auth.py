@@ -91,6 +91,7 @@ def test_a_good_hs256_token_gives_the_user_and_rights() -> None:
         (claims(sessions={"*": "publish"}), "claims"),
         (claims(sessions={"*": ["publish", "root"]}), "claims"),
         (claims(client_id=7), "claims"),
+        (claims(exp=10**400), "claims"),  # was an OverflowError out of verify()
     ],
 )
 def test_missing_or_bad_claims_are_refused(token_claims: dict[str, Any], reason: str) -> None:
@@ -202,3 +203,32 @@ def _reference(pattern: str, session_id: str) -> bool:
 )
 def test_pattern_matching_agrees_with_the_glob_definition(pattern: str, session_id: str) -> None:
     assert matches(pattern, session_id) == _reference(pattern, session_id)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sub=st.just("alice") | _JSON,
+    exp=st.integers(-(10**20), 10**500) | st.floats() | _JSON,
+    sessions=st.just({"*": ["subscribe"]}) | _JSON,
+    extra=st.dictionaries(st.sampled_from(["iat", "nbf", "client_id", "aud", "iss"]), _JSON),
+)
+def test_any_signed_claims_give_an_identity_or_a_refusal(
+    sub: Any, exp: Any, sessions: Any, extra: dict[str, Any]
+) -> None:
+    """Whatever a correctly signed token holds, ``verify`` answers with an ``Identity`` or a
+    ``RunwireError``, never another exception (a 500, a socket closed 1011)."""
+    body = json.dumps({"sub": sub, "exp": exp, "sessions": sessions, **extra}).encode()
+    token = jwt.api_jws.encode(body, SECRET, algorithm="HS256")
+    try:
+        identity = TokenVerifier(secret=SECRET).verify(token)
+    except RunwireError as exc:
+        assert exc.code in ("UNAUTHORIZED", "TOKEN_EXPIRED")
+    else:
+        assert identity.user_id == sub and identity.expires_at > time.time() - 1

@@ -85,8 +85,13 @@ async def closed_with(peer: RawPeer) -> int | None:
             "UNAUTHORIZED",
             4001,
         ),
+        (
+            lambda: jwt.encode({"sub": "a", "exp": 10**400, "sessions": {}}, SECRET, "HS256"),
+            "UNAUTHORIZED",
+            4001,
+        ),
     ],
-    ids=["missing", "expired", "bad-signature", "missing-claims", "wrong-algorithm"],
+    ids=["missing", "expired", "bad-signature", "missing-claims", "wrong-algorithm", "huge-exp"],
 )
 async def test_bad_tokens_are_refused_at_connect_with_a_clear_code(
     server: relay.Server, make: Any, code: str, close: int
