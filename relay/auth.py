@@ -12,7 +12,8 @@ The relay verifies HS256 tokens with a shared ``secret``, RS256 / ES256
 tokens with a ``public_key`` (PEM), or both. Nothing else is accepted (no
 ``none``, no HMAC with the public key). Verification failures raise
 ``RunwireError``: ``TOKEN_EXPIRED`` for an expired token, ``UNAUTHORIZED``
-(``details.reason`` says why) for everything else.
+(``details.reason`` says why) for everything else. ``nbf`` and ``iat`` may be
+up to ``CLOCK_SKEW`` seconds ahead of the relay's clock; ``exp`` is exact.
 """
 
 from __future__ import annotations
@@ -126,7 +127,12 @@ class TokenVerifier:
                 token,
                 key,
                 algorithms=[str(alg)],
-                options={"require": ["exp", "sub"], "verify_aud": False},
+                options={
+                    "require": ["exp", "sub"],
+                    "verify_aud": False,
+                    "verify_iat": False,  # checked below, allowing for clock skew
+                    "verify_nbf": False,
+                },
             )
         except jwt.ExpiredSignatureError:
             raise RunwireError(TOKEN_EXPIRED, "the token has expired") from None
@@ -136,7 +142,29 @@ class TokenVerifier:
             raise _refused(f"the token has no {exc.claim!r} claim", "claims") from None
         except jwt.PyJWTError as exc:
             raise _refused(f"the token is not valid: {exc}", "invalid") from None
+        _check_not_before(claims, time.time())
         return _identity(claims)
+
+
+CLOCK_SKEW = 30.0
+"""Seconds a token's ``nbf`` / ``iat`` may be ahead of the relay's clock (the clock of the
+back end that minted it may be ahead a little, and a token is often used the moment it is
+made). ``exp`` has none: a token expires when it says."""
+
+
+def _check_not_before(claims: Mapping[str, Any], now: float) -> None:
+    """Refuse a token that is not valid yet: ``nbf`` or ``iat`` more than ``CLOCK_SKEW``
+    seconds ahead (as PyJWT would with no leeway at all, which also refused a fresh token
+    whose ``iat`` was rounded up, or minted where the clock is a moment ahead)."""
+    for name in ("nbf", "iat"):
+        if name not in claims:
+            continue
+        try:
+            at = int(claims[name])
+        except (TypeError, ValueError, OverflowError):
+            raise _refused(f"the token's {name!r} must be a number of seconds", "invalid") from None
+        if at > now + CLOCK_SKEW:
+            raise _refused(f"the token is not valid yet ({name!r} is in the future)", "invalid")
 
 
 def _identity(claims: Mapping[str, Any]) -> Identity:

@@ -232,3 +232,17 @@ def test_any_signed_claims_give_an_identity_or_a_refusal(
         assert exc.code in ("UNAUTHORIZED", "TOKEN_EXPIRED")
     else:
         assert identity.user_id == sub and identity.expires_at > time.time() - 1
+
+
+@pytest.mark.parametrize("claim", ["iat", "nbf"])
+def test_a_fresh_token_from_a_clock_a_moment_ahead_is_accepted(claim: str) -> None:
+    # A back end whose clock is 2 s ahead (or that rounds iat up) mints a token and the
+    # client uses it at once: PyJWT without leeway refused it as "not yet valid", a final
+    # UNAUTHORIZED for the SDKs.
+    now = int(time.time())
+    token = jwt.encode(claims(**{claim: now + 2}), SECRET, algorithm="HS256")
+    assert TokenVerifier(secret=SECRET).verify(token).user_id == "alice"
+    later = jwt.encode(claims(**{claim: now + 120}), SECRET, algorithm="HS256")
+    assert refusal(TokenVerifier(secret=SECRET), later) == ("UNAUTHORIZED", "invalid")
+    bad = jwt.encode(claims(**{claim: "soon"}), SECRET, algorithm="HS256")
+    assert refusal(TokenVerifier(secret=SECRET), bad) == ("UNAUTHORIZED", "invalid")
