@@ -655,13 +655,19 @@ _STORE_FAILURES = frozenset({STORE_UNAVAILABLE, CONFLICT})
 
 
 def _scoped(user_id: str, claimed: str) -> str:
-    """A client id that belongs to ``user_id`` (kept as it is when it already does)."""
-    prefix = f"{user_id}/"
+    """A client id that belongs to ``user_id`` (kept as it is when it already does).
+
+    The user part ends at the first ``/``: a ``/`` (and ``%``) in the user id is
+    percent-encoded, or user ``alice`` claiming ``x/phone`` and user ``alice/x``
+    claiming ``phone`` would both be ``alice/x/phone``, one connection taking the other
+    user's agent Runs (ownership and presence go by client id).
+    """
+    prefix = user_id.replace("%", "%25").replace("/", "%2F") + "/"
     scoped = claimed if claimed.startswith(prefix) else prefix + claimed
     if len(scoped) <= 200:
         return scoped
     digest = hashlib.sha256(scoped.encode()).hexdigest()[:32]
-    return f"{user_id[:150]}/{digest}"
+    return f"{prefix[:-1][:150]}/{digest}"
 
 
 def _stamped(identity: Identity | None, claimed: str) -> tuple[str, str | None]:

@@ -230,3 +230,31 @@ async def test_an_anonymous_relay_listens_on_loopback_only_unless_allowed() -> N
         await peer.close()
     async with relay.serve(host="0.0.0.0", port=0, store="memory://", secret=SECRET) as srv:
         assert srv.port > 0
+
+
+async def test_a_user_id_with_a_slash_cannot_share_another_users_client_id(
+    server: relay.Server,
+) -> None:
+    # Users "svc" and "svc/eu" (two services). "svc" claiming "eu/w1" and "svc/eu"
+    # claiming "w1" were both stamped "svc/eu/w1": Run ownership goes by client id, so
+    # "svc" could stream into (and end) the Run "svc/eu"'s agent had started.
+    owner, welcome = await dial(
+        server.url, token("svc/eu", {"*": ["agent"]}), role="agent", client_id="w1"
+    )
+    other, welcome2 = await dial(
+        server.url, token("svc", {"*": ["agent"]}), role="agent", client_id="eu/w1"
+    )
+    assert welcome["client_id"] != welcome2["client_id"]
+    assert welcome["client_id"] == "svc%2Feu/w1"
+    assert welcome2["client_id"] == "svc/eu/w1"
+    client, _ = await dial(server.url, token("alice", {"*": ALL}))
+    await client.attach("trip-6")
+    run_id = new_id()
+    await client.publish("trip-6", prompt(run_id))
+    await owner.attach("trip-6")
+    assert (await owner.publish("trip-6", run_status(run_id, "active")))["type"] == "ack"
+    await other.attach("trip-6")
+    taken = await other.publish("trip-6", run_status(run_id, "complete"))
+    assert taken["type"] == "error" and taken["error"]["code"] == "UNAUTHORIZED"
+    for peer in (owner, other, client):
+        await peer.close()
