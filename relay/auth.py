@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import jwt
 
 from transport.errors import TOKEN_EXPIRED, UNAUTHORIZED, RunwireError
+from transport.policy import RELAY
 from transport.runs import AGENT, CANCEL, CANCEL_ANY, CAPABILITIES, SUBSCRIBE
 
 __all__ = ["Identity", "TokenVerifier", "matches", "mint_token", "token_from_request"]
@@ -174,6 +175,10 @@ def _identity(claims: Mapping[str, Any]) -> Identity:
     client_id = claims.get("client_id")
     if client_id is not None and (not isinstance(client_id, str) or not 0 < len(client_id) <= 200):
         raise _refused("the token's 'client_id' must be a string of 1-200 characters", "claims")
+    if client_id == RELAY.client_id:
+        # The relay's own: its entries are told apart by it (every node, replaying them,
+        # would take this connection's for the relay's), and no hello may claim it either.
+        raise _refused(f"the token's 'client_id' {client_id!r} is the relay's own", "claims")
     sessions = claims.get("sessions")
     if not isinstance(sessions, dict):
         raise _refused("the token has no 'sessions' map of pattern -> capabilities", "claims")

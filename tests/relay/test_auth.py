@@ -91,6 +91,7 @@ def test_a_good_hs256_token_gives_the_user_and_rights() -> None:
         (claims(sessions={"*": "publish"}), "claims"),
         (claims(sessions={"*": ["publish", "root"]}), "claims"),
         (claims(client_id=7), "claims"),
+        (claims(client_id="relay"), "claims"),  # the relay's own client id
         (claims(exp=10**400), "claims"),  # was an OverflowError out of verify()
     ],
 )
