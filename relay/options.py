@@ -45,3 +45,6 @@ class RelayOptions:
     """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""
     input_checks: Sequence[Check] = ()
     """Checks every message entry passes before it is stored (see ``transport.checks``)."""
+    hello_timeout: float = 10.0
+    """A connection that sends no ``hello`` this long after its handshake is answered with
+    an error (its token's refusal, else ``PROTOCOL_ERROR``) and closed."""

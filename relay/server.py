@@ -17,7 +17,9 @@ which cannot set headers). A missing, forged or expired token is answered, at
 ``TOKEN_EXPIRED``) and a close with 4001 (4003 when expired); the handshake
 itself succeeds so that browsers can read the code. A connection whose token
 expires later is closed with 4003 at that moment; its SDK reconnects with a
-fresh token. Without either key the relay is anonymous (every connection has
+fresh token. A connection that sends no ``hello`` within ``hello_timeout`` (10 s) is
+answered as above, with its token's refusal (``PROTOCOL_ERROR`` and 4002 when
+the token was good), and closed. Without either key the relay is anonymous (every connection has
 every right, user ids are ``None``), says so in its log, and refuses to listen
 on a host that is not loopback unless ``allow_anonymous=True``.
 """
@@ -44,7 +46,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from transport import codec
-from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, CloseCode, RunwireError
+from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
 from transport.messages import new_id
 
@@ -275,8 +277,18 @@ async def _greet(
         except RunwireError as exc:
             refused = exc
     try:
-        raw = await ws.recv()
+        async with asyncio.timeout(opts.hello_timeout):
+            raw = await ws.recv()
     except ConnectionClosed:
+        return False
+    except TimeoutError:
+        # Without this a refused token (or none) could hold its socket open for ever,
+        # pings answered, and enough such sockets would starve everyone else.
+        late = refused or RunwireError(
+            PROTOCOL_ERROR, f"no hello within {opts.hello_timeout:g} s of the handshake"
+        )
+        peer.send_error(late)
+        await _flush_and_close(peer, _close_code(late), f"{late.code}: {late.message}")
         return False
     try:
         hello = codec.decode_client_frame(raw, max_bytes=opts.max_frame_bytes)
@@ -292,9 +304,7 @@ async def _greet(
         return False
     if refused is not None:
         peer.send_error(refused, hello.req)
-        expired = refused.code == TOKEN_EXPIRED
-        code = CloseCode.TOKEN_EXPIRED if expired else CloseCode.UNAUTHORIZED
-        await _flush_and_close(peer, code, f"{refused.code}: {refused.message}")
+        await _flush_and_close(peer, _close_code(refused), f"{refused.code}: {refused.message}")
         return False
     peer.send_frame(
         codec.encode(
@@ -309,6 +319,15 @@ async def _greet(
         )
     )
     return True
+
+
+def _close_code(error: RunwireError) -> int:
+    """The close code after ``error`` at connect: 4003 expired, 4001 refused, else 4002."""
+    if error.code == TOKEN_EXPIRED:
+        return CloseCode.TOKEN_EXPIRED
+    if error.code == UNAUTHORIZED:
+        return CloseCode.UNAUTHORIZED
+    return CloseCode.PROTOCOL_ERROR
 
 
 async def _flush_and_close(peer: Peer, code: int, reason: str) -> None:

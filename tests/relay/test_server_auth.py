@@ -258,3 +258,29 @@ async def test_a_user_id_with_a_slash_cannot_share_another_users_client_id(
     assert taken["type"] == "error" and taken["error"]["code"] == "UNAUTHORIZED"
     for peer in (owner, other, client):
         await peer.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "code", "close"),
+    [
+        (lambda: "garbage", "UNAUTHORIZED", 4001),
+        (lambda: None, "UNAUTHORIZED", 4001),
+        (lambda: token(ttl=-10), "TOKEN_EXPIRED", 4003),
+        (lambda: token(), "PROTOCOL_ERROR", 4002),
+    ],
+    ids=["forged", "missing", "expired", "good"],
+)
+async def test_a_connection_that_never_says_hello_is_answered_and_closed(
+    make: Any, code: str, close: int
+) -> None:
+    # Before, a socket with a refused token (or none) that sent no hello stayed open for
+    # ever (pings answered): enough of them would take every file descriptor.
+    async with relay.serve(port=0, store="memory://", secret=SECRET, hello_timeout=0.5) as srv:
+        tok = make()
+        headers = {"Authorization": f"Bearer {tok}"} if tok else None
+        ws = await connect(srv.url, additional_headers=headers)
+        peer = RawPeer(ws)
+        error = await peer.recv(timeout=5)
+        assert error["type"] == "error" and error["error"]["code"] == code
+        assert "req" not in error
+        assert await closed_with(peer) == close
