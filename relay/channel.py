@@ -58,10 +58,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from transport import checks, codec
-from transport.errors import CONFLICT, EPOCH_MISMATCH, RunwireError
+from transport.errors import CONFLICT, EPOCH_MISMATCH, UNAUTHORIZED, RunwireError
 from transport.frames import EntryBody, MessageEntry, ResponseAppend
 from transport.policy import RELAY
-from transport.runs import RunRecord, RunRegistry, Sender
+from transport.runs import RunRecord, RunRegistry, Sender, rights_refusal
 
 from .store.base import Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 
@@ -345,6 +345,10 @@ class Channel:
             refusal: RunwireError | None = None
             if self.input_checks and isinstance(entry, MessageEntry):
                 # Checks never see a repeat (messages are few; streamed tokens are not checked).
+                # A repeat is acknowledged only to a sender that may send such a message.
+                denied = rights_refusal(entry, sender)
+                if denied is not None:
+                    raise denied
                 found = await self.store.find(self.session_id, entry.id)
                 if found is not None:
                     return found.serial, True, []
@@ -357,7 +361,9 @@ class Channel:
             for _ in range(_RETRIES):
                 try:
                     changes = self.registry.plan(entry, sender, now_ms)
-                except RunwireError:
+                except RunwireError as exc:
+                    if _never_allowed(exc, entry, sender):
+                        raise  # a repeat or not, this sender may not publish it
                     # Refused as of ``last``. Another node may have stored what makes it
                     # valid (the prompt of the Run an agent starts here): catch up, once.
                     if not looked_ahead:
@@ -552,3 +558,12 @@ def newest_within(entries: list[StoredEntry], max_bytes: int | None) -> list[Sto
         start -= 1
         size += len(entries[start].data) + 1
     return entries[start:]
+
+
+def _never_allowed(refusal: RunwireError, entry: EntryBody, sender: Sender) -> bool:
+    """True when the rules refused ``entry`` for a right the sender lacks (its token's, or
+    its role's), not for the state of the session: then a repeat of a stored id is refused
+    too, not acknowledged (a token with no right in the session would learn its ids)."""
+    if refusal.code != UNAUTHORIZED:
+        return False
+    return "needs" in refusal.details or rights_refusal(entry, sender) is not None

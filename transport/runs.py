@@ -151,6 +151,7 @@ __all__ = [
     "SlotBook",
     "end_reason",
     "relay_entry_id",
+    "rights_refusal",
 ]
 
 MULTITASK_STRATEGIES: tuple[Multitask, ...] = (
@@ -882,6 +883,35 @@ class RunRegistry:
                 f"run {record.run_id!r} belongs to another agent connection",
                 details={"run_id": record.run_id},
             )
+
+
+def rights_refusal(entry: EntryBody, sender: Sender) -> RunwireError | None:
+    """Why ``sender`` may never publish an entry like ``entry`` in the session, whatever its
+    Runs (``UNAUTHORIZED``), or None: the capability (or role) the entry's kind needs.
+
+    The relay acknowledges a repeated entry id as a duplicate without storing anything;
+    it does so only for a sender that may publish that kind of entry, or any token could
+    learn which ids a session it has no right in holds (and their serials and Runs).
+    """
+    if sender.role == "relay":
+        return None
+    if isinstance(entry, MessageEntry):
+        needs = PUBLISH if entry.intent == "prompt" else STEER
+    elif isinstance(entry, CancelEntry):
+        needs = CANCEL_ANY if sender.can(CANCEL_ANY) else CANCEL
+    elif isinstance(entry, InterruptEntry) and entry.status != "paused":
+        needs = PUBLISH
+    elif sender.role == "client":
+        return RunwireError(UNAUTHORIZED, f"only agents publish {entry.kind} entries")
+    else:
+        needs = AGENT
+    if sender.can(needs):
+        return None
+    return RunwireError(
+        UNAUTHORIZED,
+        f"the token does not grant {needs!r} in this session",
+        details={"needs": needs},
+    )
 
 
 def _status(run_id: str, status: Literal["pending", "cancelled"]) -> RunEntry:

@@ -19,6 +19,7 @@ import client_side
 import relay
 from relay import Server
 from relay.auth import mint_token
+from transport import checks
 from transport.messages import user_message
 
 from ..integration.conductor import Conductor, stack, status, until
@@ -652,3 +653,35 @@ async def test_an_event_stream_waits_no_longer_than_its_token_lives(secured: Ser
     assert found == []
     again = await call(secured, "GET", "/v1/sessions/trip-9/events?from=0&wait=0", token=short)
     assert (again.status, again.code) == (401, "TOKEN_EXPIRED")
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["plain", "input-checks"])
+async def test_a_repeated_id_tells_nothing_to_a_token_without_the_right(checked: bool) -> None:
+    # A token for trip-* posting into work-1 with the message id (or cancel id) of an
+    # entry stored there got 201 "duplicate" with that entry's serial and Run: an oracle
+    # for any session's ids ("order-1234"), across tenants. Now: 403, as for a new id.
+    options: dict[str, Any] = {"input_checks": [checks.pii()]} if checked else {}
+    async with relay.serve(port=0, store="memory://", secret=SECRET, **options) as secured:
+        owner = mint_token(user="alice", sessions={"work-*": ALL}, secret=SECRET)
+        first = await post(
+            secured, "work-1", {"message": "x", "message_id": "order-1"}, token=owner
+        )
+        assert first.status == 201
+        run_id = first.json()["run_id"]
+        mallory = token("mallory")  # trip-* only
+        again = await post(
+            secured, "work-1", {"message": "y", "message_id": "order-1"}, token=mallory
+        )
+        assert (again.status, again.code) == (403, "UNAUTHORIZED"), again.body
+        assert run_id.encode() not in again.body
+        stop = await cancel(secured, "work-1", run_id, {"id": "stop-1"}, token=owner)
+        assert stop.status == 202
+        repeat = await cancel(secured, "work-1", run_id, {"id": "stop-1"}, token=mallory)
+        assert (repeat.status, repeat.code) == (403, "UNAUTHORIZED")
+        # The owner's own retries are still acknowledged as duplicates.
+        retry = await post(
+            secured, "work-1", {"message": "x", "message_id": "order-1"}, token=owner
+        )
+        assert (retry.status, retry.json()["duplicate"]) == (201, True)
+        retry_stop = await cancel(secured, "work-1", run_id, {"id": "stop-1"}, token=owner)
+        assert (retry_stop.status, retry_stop.json()["duplicate"]) == (202, True)

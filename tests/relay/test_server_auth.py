@@ -284,3 +284,32 @@ async def test_a_connection_that_never_says_hello_is_answered_and_closed(
         assert error["type"] == "error" and error["error"]["code"] == code
         assert "req" not in error
         assert await closed_with(peer) == close
+
+
+async def test_a_repeated_id_is_acknowledged_only_to_a_sender_with_the_right(
+    server: relay.Server,
+) -> None:
+    owner, _ = await dial(server.url, token("alice", {"*": ALL}))
+    await owner.attach("trip-7")
+    run_id = new_id()
+    first = prompt(run_id)
+    assert (await owner.publish("trip-7", first))["type"] == "ack"
+    viewer, _ = await dial(server.url, token("grandma", {"*": ["subscribe"]}))
+    await viewer.attach("trip-7")
+    # Before: "ack", duplicate, for a prompt the viewer may not send.
+    repeat = await viewer.publish("trip-7", first)
+    assert repeat["type"] == "error" and repeat["error"]["code"] == "UNAUTHORIZED"
+    assert repeat["error"]["details"]["needs"] == "publish"
+    # A client repeating the id of an agent's entry: agents only.
+    agent, _ = await dial(server.url, token("svc", {"*": ["agent"]}), role="agent")
+    await agent.attach("trip-7")
+    started = run_status(run_id, "active")
+    assert (await agent.publish("trip-7", started))["type"] == "ack"
+    forged = await owner.publish("trip-7", started)
+    assert forged["type"] == "error" and forged["error"]["code"] == "UNAUTHORIZED"
+    # Retries by those who may send them are still duplicates.
+    again = await owner.publish("trip-7", first)
+    assert again["type"] == "ack" and again["duplicate"] is True
+    assert (await agent.publish("trip-7", started))["duplicate"] is True
+    for peer in (owner, viewer, agent):
+        await peer.close()
