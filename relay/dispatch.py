@@ -132,21 +132,24 @@ class Dispatcher:
 
 
 def enlist(workers: dict[str, list[Peer]], peer: Peer, agent: str, metrics: Metrics) -> None:
-    """Count ``peer`` among the workers of ``agent``."""
+    """Count ``peer`` among the workers of ``agent`` (once, however often it asks)."""
     peer.agent = agent
-    workers.setdefault(agent, []).append(peer)
-    metrics.workers.inc()
+    mine = workers.setdefault(agent, [])
+    if peer not in mine:
+        mine.append(peer)
+        metrics.workers.inc()
 
 
 def discharge(
     workers: dict[str, list[Peer]], assigned: dict[RunKey, Peer], peer: Peer, metrics: Metrics
 ) -> list[RunKey]:
-    """Take ``peer`` off its agent's workers; returns the Runs handed to it, now unassigned."""
+    """Take ``peer`` off the workers of every agent name it served (a connection may
+    serve several); returns the Runs handed to it, now unassigned."""
     if peer.agent is not None:
-        mine = workers.get(peer.agent, [])
-        if peer in mine:
-            mine.remove(peer)
-            metrics.workers.dec()
+        for mine in workers.values():
+            if peer in mine:
+                mine.remove(peer)
+                metrics.workers.dec()
     keys = [key for key, holder in assigned.items() if holder is peer]
     for key in keys:
         del assigned[key]

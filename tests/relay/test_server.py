@@ -381,3 +381,32 @@ async def test_a_node_keeps_in_memory_only_the_sessions_someone_watches(tmp_path
         assert (await peer.publish("s3", prompt()))["serial"] == 2
         assert set(store._recent) == {"s3"}
         await peer.close()
+
+
+async def test_worker_frames_repeated_or_for_several_names_leave_nothing_behind(
+    server: Server,
+) -> None:
+    # Each worker frame appended the connection to its name's workers again, and a close
+    # took it off the last name's list once: a connection that sent worker "a", "b", "a",
+    # "a" stayed registered three times after it closed (healthz, the runwire_workers
+    # gauge and memory never came back), and any agent could grow the lists at will.
+    peer = await RawPeer.open(server.url, role="agent", client_id="w")
+    for name in ("a", "b", "a", "a"):
+        assert (await peer.request({"type": "worker", "agent": name}))["type"] == "ack"
+    assert server.hub.stats()["workers"] == 2
+    await peer.close()
+    with anyio.fail_after(5):
+        while server.hub.stats()["workers"]:
+            await anyio.sleep(0.01)
+    assert all(not workers for workers in server.hub.dispatcher.workers.values())
+    assert "runwire_workers 0.0" in server.hub.metrics.render().decode()
+    # A Run for either name waits for a live worker; a new one gets it.
+    client = await RawPeer.open(server.url)
+    await client.attach("s-workers")
+    run_id = new_id()
+    await client.publish("s-workers", prompt(run_id, agent="b"))
+    fresh = await RawPeer.open(server.url, role="agent", client_id="w2")
+    assert (await fresh.request({"type": "worker", "agent": "b"}))["type"] == "ack"
+    assert (await fresh.next("dispatch"))["run_id"] == run_id
+    await client.close()
+    await fresh.close()
