@@ -27,8 +27,9 @@ replaces its content with the carried message (keeping id ``message_id``) and
 closes it; a close without a message (one too big for a frame) closes it with
 the content the appends built. A close's ``metadata``, when given, replaces
 the message's metadata. Appends and closes to a closed response, a user message or an
-unknown id are ignored. A message or response whose id the tree holds adds no
-node (a prompt still creates its Run; a response still records ``seen``).
+unknown id are ignored. A message or response whose id the tree holds (a node,
+or a queued message held out of the conversation) adds no node (a prompt still
+creates its Run; a response still records ``seen``).
 
 Parents. A ``parent_id`` the tree holds is the parent. Otherwise (absent, not
 loaded, bogus) the parent is the tip of the *default path*, which depends on
@@ -319,12 +320,15 @@ class _Fold:
             self.book.saw(e.run_id, e.seen)
             existing = self.nodes.get(e.message_id)
             if existing is None:
-                message = UIMessage(
-                    id=e.message_id, role="assistant", parts=[], metadata=dict(e.metadata)
-                )
-                node = self._add(message, e.run_id, e.serial, e.parent_id, None, response=True)
-                run.responses[e.message_id] = list(e.seen)
-                events.append(MessageEvent(node.view, "added"))
+                # The id of a queued message, held out of the conversation, adds no node
+                # either: the message takes its place when its Run's turn comes.
+                if e.message_id not in self.held:
+                    message = UIMessage(
+                        id=e.message_id, role="assistant", parts=[], metadata=dict(e.metadata)
+                    )
+                    node = self._add(message, e.run_id, e.serial, e.parent_id, None, response=True)
+                    run.responses[e.message_id] = list(e.seen)
+                    events.append(MessageEvent(node.view, "added"))
             elif existing.response and not existing.closed and existing.view.run_id == e.run_id:
                 # A retried step: start the response over.
                 run.responses[e.message_id] = list(e.seen)

@@ -707,11 +707,15 @@ class Fold {
       this.book.saw(e.run_id, e.seen);
       const existing = this.nodes.get(e.message_id);
       if (existing === undefined) {
-        /** @type {UIMessage} */
-        const message = { id: e.message_id, role: "assistant", parts: [], metadata: { ...e.metadata } };
-        const node = this._add(message, e.run_id, e.serial, e.parent_id, null, true);
-        run.responses.set(e.message_id, [...e.seen]);
-        events.push({ kind: "message", message: node.view, op: "added" });
+        // The id of a queued message, held out of the conversation, adds no node either: the
+        // message takes its place when its Run's turn comes.
+        if (!this.held.has(e.message_id)) {
+          /** @type {UIMessage} */
+          const message = { id: e.message_id, role: "assistant", parts: [], metadata: { ...e.metadata } };
+          const node = this._add(message, e.run_id, e.serial, e.parent_id, null, true);
+          run.responses.set(e.message_id, [...e.seen]);
+          events.push({ kind: "message", message: node.view, op: "added" });
+        }
       } else if (existing.response && !existing.closed && existing.view.runId === e.run_id) {
         // A retried step: start the response over.
         run.responses.set(e.message_id, [...e.seen]);
