@@ -405,15 +405,10 @@ class ClientSession:
             raise RunwireError(
                 RUN_NOT_FOUND, f"the view has no run {run_id!r}", details={"run_id": run_id}
             )
-        prompt = next(
-            (
-                vm.message
-                for vm in [*self.view.messages(), *self.view.waiting()]
-                if vm.run_id == run_id and vm.intent == "prompt"
-            ),
-            None,
-        )
-        return ClientRun(self, run_id, prompt)
+        # The tree's, not the active branch's: a fork above the Run may have left it on
+        # another branch (and a queued Run's prompt is held out of the conversation).
+        prompt = self.view.tree.prompt(run_id)
+        return ClientRun(self, run_id, prompt.message if prompt is not None else None)
 
     # ----------------------------------------------------------- internal --
 

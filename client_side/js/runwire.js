@@ -2030,7 +2030,9 @@ export class Session {
     if (this.view.run(runId) === null) {
       throw new RunwireError(RUN_NOT_FOUND, `the view has no run ${JSON.stringify(runId)}`, { run_id: runId });
     }
-    const prompt = [...this.view.getMessages(), ...this.view.waiting()].find((vm) => vm.runId === runId && vm.intent === "prompt");
+    // The tree's, not the active branch's: a fork above the Run may have left it on another
+    // branch (and a queued Run's prompt is held out of the conversation).
+    const prompt = this.view.tree.prompt(runId);
     return new ClientRun(this, runId, prompt ? prompt.message : null);
   }
 

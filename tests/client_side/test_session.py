@@ -109,6 +109,21 @@ async def test_reset_rebuilds_the_view_from_the_page() -> None:
 
 
 @pytest.mark.anyio
+async def test_run_finds_its_prompt_when_a_fork_above_left_it_off_the_active_branch() -> None:
+    session = ClientSession("ws://unused", "s")
+    fork = {**prompt_entry(4, "m-fork", "r-fork"), "parent_id": "m0"}
+    response = {"serial": 3, "kind": "response_open", "id": "e3", "run_id": "r1"}
+    response["message_id"] = "a1"
+    page = [prompt_entry(1, "m0", "r0"), prompt_entry(2, "m1", "r1"), response, fork]
+    conn = ScriptedConn([lambda f: attached(page, head=4)])
+    await session._on_connect(conn)  # type: ignore[arg-type]
+    assert [vm.message.id for vm in session.view.messages()] == ["m0", "m-fork"]
+    handle = session.run("r1")
+    assert handle.prompt is not None, "the prompt is loaded: it is on another branch"
+    assert handle.prompt.id == "m1"
+
+
+@pytest.mark.anyio
 async def test_empty_channel_resumes_from_its_head() -> None:
     session = ClientSession("ws://unused", "s")
     conn = ScriptedConn([lambda f: attached([], head=0), lambda f: attached([], head=0)])

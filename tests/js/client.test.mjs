@@ -95,6 +95,23 @@ test("steering an ended Run rejects both at once and publishes nothing", async (
   await session.close();
 });
 
+test("session.run finds the Run's prompt when a fork above it left it off the active branch", async () => {
+  const relay = new FakeRelay();
+  const user = (id, runId, parentId) => ({ kind: "message", id, run_id: runId, intent: "prompt", message: { id, role: "user", parts: [] }, parent_id: parentId });
+  relay.publish(user("m0", "r0", null), "client-2");
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket }));
+  const run = await session.send("first question"); // after m0
+  agentReply(relay, run.runId, "a1", ["answer"], { status: null });
+  // Another device asks again after m0: its branch is the active one now.
+  relay.publish(user("m-fork", "r-fork", "m0"), "client-2");
+  await until(() => session.view.run("r-fork") !== null);
+  assert.ok(!session.view.getMessages().some((vm) => vm.runId === run.runId));
+  const handle = session.run(run.runId);
+  assert.ok(handle.prompt !== null, "the prompt is loaded: it is on another branch");
+  assert.equal(handle.prompt.id, run.prompt.id);
+  await session.close();
+});
+
 test("a drop reconnects, resumes after the last serial with the epoch, and misses nothing", async () => {
   const relay = new FakeRelay();
   const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, ...FAST }));
