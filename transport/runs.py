@@ -18,7 +18,9 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   means every right, as on an anonymous relay) must include ``publish`` for a
   prompt, ``steer`` for steer / follow-up / inject, ``cancel`` to cancel a Run
   of its own user or ``cancel-any`` for anyone's, and ``agent`` for lifecycle,
-  response and ``cancel_denied`` entries (``UNAUTHORIZED``);
+  response and ``cancel_denied`` entries (``UNAUTHORIZED``); a client's
+  message entries carry ``role: "user"`` messages only (``UNAUTHORIZED``:
+  system and assistant messages are the app's and the agent's to write);
 * a prompt names a new run id (``DUPLICATE_RUN`` otherwise);
 * steer / follow-up / inject / cancel / response entries need the Run
   (``RUN_NOT_FOUND``) and that it has not ended (``RUN_NOT_ACTIVE``);
@@ -349,6 +351,14 @@ class RunRegistry:
         or ``abandon`` settles it.
         """
         if isinstance(entry, MessageEntry):
+            if sender.role == "client" and entry.message.role != "user":
+                # A system or assistant message from a client would reach the model as the
+                # app's instructions or the agent's own words: only agents write those.
+                raise RunwireError(
+                    UNAUTHORIZED,
+                    f"a client's message must have role 'user', not {entry.message.role!r}",
+                    details={"role": entry.message.role},
+                )
             if entry.intent == "prompt":
                 return self._plan_prompt(entry, sender, now_ms)
             self._need(sender, STEER)

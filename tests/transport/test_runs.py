@@ -123,6 +123,26 @@ def test_client_rights(caps: frozenset[str] | None, entry: EntryBody, code: str 
         assert refused(reg, entry, sender) == code
 
 
+def _as(entry: MessageEntry, role: str) -> MessageEntry:
+    message = entry.message.model_copy(update={"role": role})
+    return entry.model_copy(update={"message": message})
+
+
+@pytest.mark.parametrize("role", ["system", "assistant"])
+@pytest.mark.parametrize("entry", [prompt("new"), steer("mine")], ids=["prompt", "steer"])
+def test_only_agents_publish_system_or_assistant_messages(role: str, entry: MessageEntry) -> None:
+    reg = session(("mine", ALICE))
+    anonymous = Sender(client_id="anon", user_id=None, caps=None)
+    for sender in (ALICE, anonymous):
+        with pytest.raises(RunwireError) as info:
+            reg.plan(_as(entry, role), sender, 1)
+        assert info.value.code == "UNAUTHORIZED"
+        assert info.value.details == {"role": role}
+        reg.plan(entry, sender, 1)  # the same as a user's message is fine
+    backend = Sender(client_id="agent-1", user_id="svc", role="agent", caps=None)
+    reg.plan(_as(entry, role), backend, 1)
+
+
 @pytest.mark.parametrize(
     ("sender", "entry", "code"),
     [
