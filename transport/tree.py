@@ -33,19 +33,20 @@ creates its Run; a response still records ``seen``).
 
 Parents. A ``parent_id`` the tree holds is the parent. Otherwise (absent, not
 loaded, bogus) the parent is the tip of the *default path*, which depends on
-entries only: from the root, at each node, the child with the highest serial.
+entries only: from the root, at each node, the newest child (the one added
+last: the highest serial, but a queued prompt counts from when its turn came).
 One exception keeps a Run's turn together: a response or a steering message
 of a Run whose latest message is off the default path (another prompt forked
 above it, or a rollback started a branch beside it, while the Run went on or
 waited on a question) goes at the tip of the Run's own branch: from that
-latest message, at each node, the child with the highest serial. Local
-selections never change parents (a sender continuing a selected branch names
-the parent). ``ViewMessage.parent_id`` is the parent in the tree. A node
-whose parent already has children starts a branch.
+latest message, at each node, the newest child. Local selections never
+change parents (a sender continuing a selected branch names the parent).
+``ViewMessage.parent_id`` is the parent in the tree. A node whose parent
+already has children starts a branch.
 
-Active path (``messages()``): at each node the locally selected child, else the
-child with the highest serial. A new child drops the selection at its parent,
-so a fork off the active path becomes the active branch. ``select_branch(id)``
+Active path (``messages()``): at each node the locally selected child, else
+the newest child. A new child drops the selection at its parent, so a fork
+off the active path becomes the active branch. ``select_branch(id)``
 selects every step from the root to ``id`` and returns
 ``MessageEvent(op="updated")`` for the messages it brings onto the path.
 
@@ -200,7 +201,7 @@ class _Fold:
         self.selections = selections  # None while rebuilding: only live folds move them
         self.nodes: dict[str, _Node] = {}
         self.roots: list[str] = []
-        self.spine: list[str] = []  # the default path (highest-serial child at each node)
+        self.spine: list[str] = []  # the default path (newest child at each node)
         self.spine_pos: dict[str, int] = {}
         self.latest: dict[str, str] = {}  # run id -> id of its newest node
         self.runs: dict[str, _Run] = {}
@@ -633,7 +634,8 @@ class ConversationTree:
         ]
 
     def branches(self, message_id: str) -> list[str]:
-        """Ids of the message's siblings, itself included, in serial order (``[]`` if unknown)."""
+        """Ids of the message and its siblings, in the order they were added (``[]`` if
+        unknown): serial order, but a queued prompt counts from when its turn came."""
         node = self._state.nodes.get(message_id)
         if node is None:
             return []

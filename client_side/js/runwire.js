@@ -599,7 +599,7 @@ class Fold {
     this.selections = selections; // null while rebuilding: only live folds move them
     /** @type {Map<string, TreeNode>} */ this.nodes = new Map();
     /** @type {string[]} */ this.roots = [];
-    /** @type {string[]} */ this.spine = []; // the default path (highest-serial child at each node)
+    /** @type {string[]} */ this.spine = []; // the default path (newest child at each node)
     /** @type {Map<string, number>} */ this.spinePos = new Map();
     /** @type {Map<string, string>} */ this.latest = new Map(); // run id -> id of its newest node
     /** @type {Map<string, TreeRun>} */ this.runs = new Map();
