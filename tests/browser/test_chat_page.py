@@ -222,3 +222,49 @@ async def test_a_paused_runs_question_is_answered_from_another_tab(
         await expect(page.get_by_test_id("question")).to_have_count(0)
     ARTIFACTS.mkdir(exist_ok=True)
     await one.screenshot(path=str(ARTIFACTS / "chat-page-interrupt.png"))
+
+
+async def test_a_stop_pressed_and_a_selection_made_while_a_reply_streams_hold(
+    browser: Browser, url: str
+) -> None:
+    """Tokens arriving re-render the page; what a person is pressing or selecting stays.
+
+    A click is a press and a release on one element: the press lands on the Run's Stop
+    button, the reply grows, then the release. A selection in the streaming reply
+    survives the reply growing.
+    """
+    with anyio.fail_after(60):
+        page = await open_page(browser, url)
+        await say(page, "Plan a 14-day trip to Rome.")
+        reply = assistant(page).first
+        await expect(reply).to_contain_text("Day 1:")
+        selected = await page.evaluate(
+            """() => {
+                const body = document.querySelector('[data-role="assistant"] .body');
+                const range = document.createRange();
+                range.setStart(body.firstChild, 0);
+                range.setEnd(body.firstChild, 9);
+                getSelection().removeAllRanges();
+                getSelection().addRange(range);
+                return getSelection().toString();
+            }"""
+        )
+        assert selected == "Here is a"
+        box = await page.evaluate(
+            """() => {
+                const stop = document.querySelector('[data-testid="cancel-run"]');
+                const r = stop.getBoundingClientRect();
+                return {x: r.x + r.width / 2, y: r.y + r.height / 2};
+            }"""
+        )
+        await page.mouse.move(box["x"], box["y"])
+        await page.mouse.down()
+        grown = len(await reply.inner_text()) + 20
+        await page.wait_for_function(
+            """(n) => document.querySelector('[data-role="assistant"]').innerText.length > n""",
+            arg=grown,
+        )
+        assert await page.evaluate("() => getSelection().toString()") == "Here is a"
+        await page.mouse.up()
+        await expect(run_item(page, "cancelled")).to_have_count(1)
+        assert "Day 14:" not in await reply.inner_text()
