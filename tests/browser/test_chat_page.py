@@ -268,3 +268,27 @@ async def test_a_stop_pressed_and_a_selection_made_while_a_reply_streams_hold(
         await page.mouse.up()
         await expect(run_item(page, "cancelled")).to_have_count(1)
         assert "Day 14:" not in await reply.inner_text()
+
+
+async def test_a_relay_that_lost_the_history_clears_the_page(browser: Browser) -> None:
+    """The relay comes back on the same port with an empty store: the page shows what the
+    relay has (nothing), not the conversation its view no longer holds."""
+    with anyio.fail_after(60):
+        async with relay.serve(
+            host="127.0.0.1", port=0, store="memory://", index_html=str(PAGE)
+        ) as server:
+            port = server.port
+            page = await open_page(browser, page_url(port, f"browser-{new_id()[:8]}"))
+            await page.evaluate(
+                "() => { window.states = []; runwireSession.on('state', (s) => states.push(s)); }"
+            )
+            await say(page, "Plan a 2-day trip to Rome.")
+            await expect(page.get_by_test_id("message")).to_have_count(1)
+            await expect(page.get_by_test_id("run")).to_have_count(1)
+        async with relay.serve(
+            host="127.0.0.1", port=port, store="memory://", index_html=str(PAGE)
+        ):
+            await page.wait_for_function("window.states.join() === 'disconnected,connected'")
+            assert await page.evaluate("() => runwireSession.view.getMessages().length") == 0
+            await expect(page.get_by_test_id("message")).to_have_count(0)
+            await expect(page.get_by_test_id("run")).to_have_count(0)
