@@ -1838,6 +1838,20 @@ export class Session {
         this._open();
       }
     };
+    // The browser lost its network: the socket is as good as dead, but it can take minutes
+    // (until TCP gives up) before it says so, and meanwhile the session would claim to be
+    // connected. Drop it now: "disconnected" at once, retries with backoff, and "online"
+    // reconnects at once, resuming from the newest serial (requests in flight are re-sent).
+    this._onOffline = () => {
+      const ws = this._ws;
+      if (this._closed || ws === null || !this._first.settled) return;
+      this._lost(null, null);
+      try {
+        ws.close(4000, "offline");
+      } catch {
+        // already closing
+      }
+    };
   }
 
   /** True while the socket is up and attached. */
@@ -2063,7 +2077,10 @@ export class Session {
 
   /** @returns {Promise<Session>} */
   _start() {
-    if (typeof globalThis.addEventListener === "function") globalThis.addEventListener("online", this._onOnline);
+    if (typeof globalThis.addEventListener === "function") {
+      globalThis.addEventListener("online", this._onOnline);
+      globalThis.addEventListener("offline", this._onOffline);
+    }
     this._open();
     return this._first.promise;
   }
@@ -2075,7 +2092,10 @@ export class Session {
     this._ready = false;
     if (this._retryTimer !== null) clearTimeout(this._retryTimer);
     this._retryTimer = null;
-    if (typeof globalThis.removeEventListener === "function") globalThis.removeEventListener("online", this._onOnline);
+    if (typeof globalThis.removeEventListener === "function") {
+      globalThis.removeEventListener("online", this._onOnline);
+      globalThis.removeEventListener("offline", this._onOffline);
+    }
     for (const p of [...this._pending.values()]) p.reject(error);
     this._pending.clear();
     for (const list of this._deliveries.values()) for (const d of list) d._fail(error);

@@ -292,3 +292,42 @@ async def test_a_relay_that_lost_the_history_clears_the_page(browser: Browser) -
             assert await page.evaluate("() => runwireSession.view.getMessages().length") == 0
             await expect(page.get_by_test_id("message")).to_have_count(0)
             await expect(page.get_by_test_id("run")).to_have_count(0)
+
+
+async def test_offline_shows_at_once_and_what_was_done_offline_goes_out_once(
+    browser: Browser, url: str
+) -> None:
+    """The browser goes offline mid-reply: the page says so at once (not "live" on a socket
+    that went quiet), a Stop pressed offline takes effect when it is back, the reply shows
+    nothing twice, and a message sent offline starts one Run."""
+    with anyio.fail_after(60):
+        context = await browser.new_context(viewport={"width": 1100, "height": 760})
+        page = await context.new_page()
+        page.set_default_timeout(WAIT)
+        await page.goto(url)
+        conn = page.get_by_test_id("conn")
+        await expect(conn).to_have_attribute("data-state", "connected")
+        await say(page, "Plan a 14-day trip to Rome.")
+        reply = assistant(page).first
+        await expect(reply).to_contain_text("Day 1:")
+
+        await context.set_offline(True)
+        await expect(conn).to_have_attribute("data-state", "disconnected")
+        await expect(page.get_by_test_id("primary")).to_have_text("Stop")
+        await page.get_by_test_id("primary").click()
+        await context.set_offline(False)
+        await expect(conn).to_have_attribute("data-state", "connected")
+        await expect(run_item(page, "cancelled")).to_have_count(1)
+        text = await reply.inner_text()
+        assert text.count("Day 1:") == 1 and "Day 14:" not in text
+
+        await context.set_offline(True)
+        await expect(conn).to_have_attribute("data-state", "disconnected")
+        await say(page, "Plan a 2-day trip to Porto.")
+        await context.set_offline(False)
+        await expect(run_item(page, "complete")).to_have_count(1)
+        await expect(assistant(page).last).to_contain_text("2-day plan for Porto")
+        await expect(page.get_by_test_id("run")).to_have_count(2)
+        users = page.locator('[data-testid="message"][data-role="user"]')
+        await expect(users).to_have_count(2)
+        await context.close()
