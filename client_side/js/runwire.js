@@ -76,6 +76,7 @@ const UNAUTHORIZED = "UNAUTHORIZED";
 const CANCEL_DENIED = "CANCEL_DENIED";
 const TOKEN_EXPIRED = "TOKEN_EXPIRED";
 const ABORTED = "ABORTED";
+const PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
 /** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
 export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
 const THREAD_ACCESS = ["own", "shared"];
@@ -152,6 +153,21 @@ export function messageText(message) {
 /** @param {string} status @returns {RunEndReason | null} */
 export function endReason(status) {
   return status === "complete" || status === "cancelled" || status === "error" ? status : null;
+}
+
+/**
+ * The bytes `text` takes in UTF-8 (JSON text: no lone surrogates). A text too short to pass
+ * `limit` even at 3 bytes a character is not counted: its length is returned.
+ * @param {string} text @param {number} limit @returns {number}
+ */
+function utf8Length(text, limit) {
+  if (text.length * 3 <= limit) return text.length;
+  let n = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0x80) n += c < 0x800 || (c >= 0xd800 && c <= 0xdfff) ? 1 : 2;
+  }
+  return n;
 }
 
 /** @param {unknown} v @returns {v is Record<string, any>} */
@@ -1773,6 +1789,7 @@ function reused(messageId, serial) {
 /**
  * @typedef {object} PendingRequest
  * @property {Record<string, any>} data
+ * @property {string} text the frame as sent
  * @property {number} sentOn
  * @property {(reply: Record<string, any>) => void} resolve
  * @property {(error: RunwireError) => void} reject
@@ -1819,6 +1836,7 @@ export class Session {
     /** @type {RunwireError | null} */ this._fatal = null;
     /** @type {string | null} */ this._epoch = null;
     /** @type {Multitask | null} The relay's default strategy (its welcome says). */ this._defaultMultitask = null;
+    /** The largest frame the relay takes, in bytes of UTF-8 (its welcome says). */ this._maxFrameBytes = 1024 * 1024;
     this._connects = 0;
     this._attempt = 0;
     this._nextReq = 0;
@@ -1904,8 +1922,9 @@ export class Session {
    * default the view's tail for alongside and reject; the relay's placement for the others);
    * `parentRunId` the Run whose tool call starts this one (never held back). With `signal`
    * already aborted nothing is sent and it rejects with RunwireError(ABORTED); aborted later, it
-   * cancels the Run. Rejects with VALIDATION_ERROR for an unknown strategy, and with the relay's
-   * RunwireError if it refuses the prompt.
+   * cancels the Run. Rejects with VALIDATION_ERROR for an unknown strategy, with
+   * PAYLOAD_TOO_LARGE (nothing sent) when the prompt is over the relay's `max_frame_bytes`, and
+   * with the relay's RunwireError if it refuses the prompt.
    * @param {string | UIMessage} message
    * @param {{multitask?: Multitask | null, parentId?: string | null, parentRunId?: string | null, threadAccess?: ThreadAccess | null, signal?: AbortSignal | null}} [options]
    * @returns {Promise<ClientRun>}
@@ -2193,6 +2212,7 @@ export class Session {
         this._expired = 0;
         this.clientId = frame.client_id;
         this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
+        if (Number.isInteger(frame.max_frame_bytes) && frame.max_frame_bytes > 0) this._maxFrameBytes = frame.max_frame_bytes;
         this._connects += 1;
         this._attach(ws, timer);
         return;
@@ -2347,8 +2367,22 @@ export class Session {
       return null;
     }
     const req = ++this._nextReq;
+    const data = { ...frame, req };
+    const text = JSON.stringify(data);
+    // Over max_frame_bytes the relay refuses the frame, over hard_frame_bytes it closes the
+    // socket (1009), and a request re-sent on every reconnect would close each one: refuse it here.
+    const size = utf8Length(text, this._maxFrameBytes);
+    if (size > this._maxFrameBytes) {
+      handlers.reject(
+        new RunwireError(PAYLOAD_TOO_LARGE, `frame of ${size} bytes exceeds the limit of ${this._maxFrameBytes}`, {
+          size,
+          limit: this._maxFrameBytes,
+        }),
+      );
+      return null;
+    }
     /** @type {PendingRequest} */
-    const pending = { data: { ...frame, req }, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
+    const pending = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
     this._pending.set(req, pending);
     if (this._ready || handlers.immediate) this._send(pending);
     return req;
@@ -2364,7 +2398,7 @@ export class Session {
     const ws = this._ws;
     if (ws === null || ws.readyState !== OPEN) return; // re-sent after the next connect
     pending.sentOn = this._connects;
-    ws.send(JSON.stringify(pending.data));
+    ws.send(pending.text);
   }
 
   /** @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>} */

@@ -331,3 +331,27 @@ async def test_offline_shows_at_once_and_what_was_done_offline_goes_out_once(
         users = page.locator('[data-testid="message"][data-role="user"]')
         await expect(users).to_have_count(2)
         await context.close()
+
+
+async def test_a_message_too_large_for_the_relay_is_refused_and_given_back(
+    browser: Browser, url: str
+) -> None:
+    """A pasted text over the relay's hard frame limit (4 MiB, the relay closes the socket)
+    is refused on the page, stays in the box, and the session goes on."""
+    with anyio.fail_after(60):
+        page = await open_page(browser, url)
+        big = "x" * 5_000_000
+        await page.evaluate(
+            "(n) => { document.querySelector('[data-testid=input]').value = 'x'.repeat(n); }",
+            len(big),
+        )
+        await page.get_by_test_id("primary").click()
+        await expect(page.get_by_test_id("messages")).to_contain_text("PAYLOAD_TOO_LARGE")
+        assert await page.evaluate(
+            "() => document.querySelector('[data-testid=input]').value.length"
+        ) == len(big)
+        await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "connected")
+        assert await page.evaluate("() => runwireSession._pending.size") == 0
+        await say(page, "Plan a 2-day trip to Porto.")
+        await expect(run_item(page, "complete")).to_have_count(1)
+        await expect(page.get_by_test_id("message")).to_have_count(2)

@@ -254,3 +254,23 @@ test("run.cancel publishes a cancel and returns the steering the Run never took"
   assert.deepEqual(await steer.outcome, { consumed: false, runTerminalReason: "cancelled", refused: null });
   await session.close();
 });
+
+test("a message over the relay's max_frame_bytes is refused before it is sent, and the session goes on", async () => {
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, ...FAST }));
+  const big = "é".repeat(600_000); // 1.2 MB of UTF-8 in 600k characters; the welcome says 1 MiB
+  await assert.rejects(withTimeout(session.send(big)), (e) => e.code === "PAYLOAD_TOO_LARGE" && e.details.limit === 1048576 && e.details.size > 1_200_000);
+  const run = await withTimeout(session.send("Plan a trip."));
+  relay.publish({ kind: "run", id: "act", run_id: run.runId, status: "active" });
+  await until(() => run.status === "active");
+  const steer = run.steer(big);
+  await assert.rejects(withTimeout(steer.published), (e) => e.code === "PAYLOAD_TOO_LARGE");
+  await assert.rejects(withTimeout(steer.outcome), (e) => e.code === "PAYLOAD_TOO_LARGE");
+  assert.deepEqual(run.queued, []);
+  // Nothing oversize went out (a relay closes a socket on one over its hard limit, and a request
+  // re-sent on every reconnect would close each one).
+  assert.equal(relay.frames("publish").length, 1);
+  assert.equal(session._pending.size, 0);
+  assert.equal(session.connected, true);
+  await session.close();
+});
