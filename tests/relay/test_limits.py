@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 import relay
+from transport.errors import RunwireError
 
 from .wire import RawPeer, prompt
 
@@ -95,3 +96,28 @@ async def test_attached_sessions_are_let_go_when_detached_or_the_client_leaves()
         with anyio.fail_after(5):
             while s.hub.channels or s.hub.peers:
                 await anyio.sleep(0.01)
+
+
+async def test_a_client_message_over_the_hard_limit_is_refused_not_resent_forever() -> None:
+    """Over ``hard_frame_bytes`` the relay closes the socket (1009) without reading the
+    frame; a client that took that for a network drop re-sent it on every reconnect. The
+    SDK refuses a frame over the welcome's ``max_frame_bytes`` before sending it."""
+    import client_side
+
+    limits = {"max_frame_bytes": 4000, "hard_frame_bytes": 100_000}
+    async with relay.serve(port=0, store="memory://", **limits) as s:
+        states: list[str] = []
+        async with client_side.connect(s.url, "big") as session:
+            session.on_state(states.append)
+            with anyio.fail_after(10), pytest.raises(RunwireError) as info:
+                await session.send("é" * 3000)  # 6000 bytes: over the limit, not the length
+            assert info.value.code == "PAYLOAD_TOO_LARGE"
+            assert info.value.details["limit"] == 4000
+            assert info.value.details["size"] > 4000
+            with anyio.fail_after(10), pytest.raises(RunwireError) as info:
+                await session.send("x" * 200_000)  # over hard_frame_bytes as well
+            assert info.value.code == "PAYLOAD_TOO_LARGE"
+            assert "disconnected" not in states  # nothing closed the socket
+            run = await session.send("small")  # the session goes on
+            assert run.prompt is not None
+        assert await s.store.read("big", after=0, limit=10) != []

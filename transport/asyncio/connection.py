@@ -43,7 +43,14 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from .. import codec
-from ..errors import CLOSE_CODES, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
+from ..errors import (
+    CLOSE_CODES,
+    PAYLOAD_TOO_LARGE,
+    TOKEN_EXPIRED,
+    UNAUTHORIZED,
+    CloseCode,
+    RunwireError,
+)
 from ..frames import Error, Hello, RelayFrame, Welcome
 
 __all__ = ["CONNECTION_CLOSED", "Connection", "TokenProvider"]
@@ -57,11 +64,16 @@ TokenProvider = Callable[[], "str | Awaitable[str]"]
 ConnectHook = Callable[["Connection"], Awaitable[None]]
 
 
-class _Pending:
-    __slots__ = ("data", "done", "error", "reply", "sent_on")
+DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
+"""The largest frame a request may be before the relay's welcome says its own limit."""
 
-    def __init__(self, data: dict[str, Any]) -> None:
+
+class _Pending:
+    __slots__ = ("data", "done", "error", "reply", "sent_on", "text")
+
+    def __init__(self, data: dict[str, Any], text: bytes) -> None:
         self.data = data
+        self.text = text  # the frame as sent (UTF-8 JSON)
         self.sent_on = -1
         # asyncio's own Event: this module is asyncio-only, and anyio's costs a
         # backend lookup per request (one request per streamed append).
@@ -172,7 +184,17 @@ class Connection:
         req = self._next_req
         data = frame.model_dump(mode="json", exclude_none=True)
         data["req"] = req
-        pending = _Pending(data)
+        text = codec.dumps(data)
+        limit = self.welcome.max_frame_bytes if self.welcome else DEFAULT_MAX_FRAME_BYTES
+        if len(text) > limit:
+            # The relay would refuse it, or close the socket (1009) unread over its hard
+            # limit: a request re-sent after every reconnect would close every one of them.
+            raise RunwireError(
+                PAYLOAD_TOO_LARGE,
+                f"frame of {len(text)} bytes exceeds the relay's limit of {limit}",
+                details={"size": len(text), "limit": limit},
+            )
+        pending = _Pending(data, text)
         self._pending[req] = pending
         try:
             if wait_ready:
@@ -214,7 +236,7 @@ class Connection:
             return  # re-sent after the next connect
         try:
             pending.sent_on = self.connects
-            await ws.send(codec.dumps(pending.data), text=True)  # UTF-8 bytes as a text frame
+            await ws.send(pending.text, text=True)  # UTF-8 bytes as a text frame
         except ConnectionClosed:
             pass  # re-sent after the next connect
 
