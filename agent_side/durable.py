@@ -24,7 +24,14 @@ dispatch, else the channel) and the Run's responses in the view:
 * a half-published tool step is closed as it stands at ``start()``: calls that
   finished keep their results, the one that was running gets none (history
   repair answers it ``OUTCOME_UNKNOWN``), and the model is owed a call;
-* anything older left open is closed as it stands, marked interrupted.
+* anything older left open is closed as it stands, marked interrupted;
+* when the newest step is a closed model step whose tool calls have no tool
+  step (the worker went away after the model asked for them and before it
+  published the step's ``response_open``, which it does before any call
+  starts), no call ran: ``run.resume_tools()`` runs them as the next step.
+  If steering newer than that model step waits, the step may have been cut
+  off by it, and its calls are answered ``ABORTED_BEFORE_DISPATCH`` instead
+  (the model reads the steering and may ask again).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from transport.messages import UIMessage
+from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 from transport.tree import ConversationTree
 
 __all__ = ["Adoption", "plan_adoption", "run_prefix", "step_message_id"]
@@ -72,6 +79,10 @@ class Adoption:
     """Half-published responses to close as they stand at ``start()``."""
     owe: bool = False
     """The model is owed a call although no new input came (tool results, a retried step)."""
+    unrun: list[ToolCallPart] = field(default_factory=list)
+    """Tool calls of the newest (closed) model step that no tool step started."""
+    unrun_steered: bool = False
+    """Steering newer than that model step waits: its calls are not run."""
 
 
 def plan_adoption(
@@ -91,6 +102,7 @@ def plan_adoption(
         plan.state = dict(checkpoint.get("state") or {})
     open_steps: list[tuple[int | None, bool, UIMessage]] = []
     newest: tuple[int, bool] = (0, False)  # the newest closed step, and whether it ran tools
+    newest_model: tuple[int, UIMessage, int] | None = None  # step, message, open serial
     for response in tree.responses(run_id):
         parsed = _parse(prefix, response.view.message.id)
         if response.closed:
@@ -98,6 +110,8 @@ def plan_adoption(
             if parsed is not None:
                 plan.step = max(plan.step, parsed[0])
                 newest = max(newest, parsed)
+                if not parsed[1] and (newest_model is None or parsed[0] > newest_model[0]):
+                    newest_model = (parsed[0], response.view.message, response.view.serial)
         else:
             step, tools = parsed if parsed is not None else (None, False)
             open_steps.append((step, tools, response.view.message))
@@ -113,4 +127,22 @@ def plan_adoption(
         else:
             metadata = {**message.metadata, "interrupted": True}
             plan.close.append(message.model_copy(update={"metadata": metadata}))
+    if (
+        newest_model is not None
+        and newest == (newest_model[0], False)
+        and plan.retry_id is None
+        and not any(tools for _, tools, _ in open_steps)
+    ):
+        step, message, serial = newest_model
+        answered = {p.tool_call_id for p in message.parts if isinstance(p, ToolResultPart)}
+        plan.unrun = [
+            p
+            for p in message.parts
+            if isinstance(p, ToolCallPart) and p.tool_call_id not in answered
+        ]
+        if plan.unrun:
+            plan.unrun_steered = any(
+                vm.intent == "steer" and vm.serial > serial and vm.message.id not in plan.seen
+                for vm in tree.inputs(run_id)
+            )
     return plan

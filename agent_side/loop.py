@@ -86,7 +86,14 @@ async def steering_loop(
         if not run.started:
             await run.start()
         if toolbox is not None:
-            await run.resume_tools(toolbox)  # a resumed Run finishes the step it paused in
+            # A resumed Run finishes the step it paused in; an adopted one runs the calls
+            # its last model step asked for if no worker started them.
+            await run.resume_tools(
+                toolbox,
+                parallel=parallel_tools,
+                max_parallel=max_parallel_tools,
+                timeout=tool_timeout,
+            )
         while not run.abort_signal.aborted and run.has_input():
             step = AbortController()
             messages = run.history()

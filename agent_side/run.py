@@ -56,7 +56,7 @@ from transport.frames import (
     RunStatus,
 )
 from transport.history import history_message, repair_unanswered_tool_calls
-from transport.messages import UIMessage, new_id
+from transport.messages import ToolCallPart, UIMessage, new_id
 from transport.runs import TERMINAL
 from transport.tree import ViewMessage
 
@@ -151,6 +151,8 @@ class Run(RunSteps):
         self._step = 0
         self._retry_id: str | None = None
         self._to_close: list[UIMessage] = []
+        self._unrun: list[ToolCallPart] = []
+        self._unrun_steered = False
         self._open_replies: dict[str, UIMessage] = {}
         self._refusals: dict[str, RefusedEntry] = {}
         self._prompt_checked = adopted
@@ -174,6 +176,8 @@ class Run(RunSteps):
             self._retry_id = plan.retry_id
             paused_id = (self._pause.step or {}).get("message_id")
             self._to_close = [m for m in plan.close if m.id != paused_id]
+            if paused_id is None:
+                self._unrun, self._unrun_steered = plan.unrun, plan.unrun_steered
             if paused_id is not None:
                 plan.owe = plan.retry_id is not None  # resume_tools() owes the model a call
             self._inputs.restore(

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from transport.asyncio.abort import AbortSignal
+from transport.asyncio.abort import AbortController, AbortSignal
 from transport.errors import RunwireError
 from transport.frames import (
     CheckpointEntry,
@@ -75,6 +75,8 @@ class RunSteps:
     _open_replies: dict[str, UIMessage]
     _pause: Pause
     _run_asks: int
+    _unrun: list[ToolCallPart]
+    _unrun_steered: bool
 
     async def suspend(self) -> None:  # pragma: no cover - Run defines it
         raise NotImplementedError
@@ -148,18 +150,31 @@ class RunSteps:
         )
 
     async def resume_tools(
-        self, tools: Iterable[Tool], *, signal: AbortSignal | None = None
+        self,
+        tools: Iterable[Tool],
+        *,
+        signal: AbortSignal | None = None,
+        parallel: bool = False,
+        max_parallel: int | None = None,
+        timeout: float | None = None,
     ) -> list[ToolResult]:
         """Finish the tool step a resumed Run paused in; ``[]`` when it paused in none.
 
         Call it first thing in a handler: finished calls keep their results,
         the calls that asked run again and get their answers, the rest run as
         the step ran them (``parallel``, ``max_parallel``, ``timeout`` from
-        the checkpoint). May raise ``RunPaused`` again.
+        the checkpoint). May raise ``RunPaused`` again. An adopted Run whose
+        worker went away after a model step asked for tools and before their
+        step started runs them here (``parallel``, ``max_parallel`` and
+        ``timeout`` as ``run_tools`` takes them), or, when steering newer
+        than that model step waits, answers them ``ABORTED_BEFORE_DISPATCH``
+        (see ``agent_side.durable``).
         """
         step = self._pause.step
         if not step or not step.get("calls"):
-            return []
+            return await self._run_unrun(
+                tools, signal, parallel=parallel, max_parallel=max_parallel, timeout=timeout
+            )
         self._require_live()
         if not self.started:
             await self.start()
@@ -180,6 +195,39 @@ class RunSteps:
         if self._pause.settled:
             self._inputs.owe = False  # the user moved on: the step is answered, nothing more
         return results
+
+    async def _run_unrun(
+        self,
+        tools: Iterable[Tool],
+        signal: AbortSignal | None,
+        *,
+        parallel: bool,
+        max_parallel: int | None,
+        timeout: float | None,
+    ) -> list[ToolResult]:
+        """The tool calls an adopted Run's last model step asked for and no worker started."""
+        calls, self._unrun = self._unrun, []
+        if not calls:
+            return []
+        self._require_live()
+        if not self.started:
+            await self.start()
+            self._require_live()
+        stop = signal or self.abort_signal
+        if self._unrun_steered:
+            cut_off = AbortController()  # the steering cut that model step off
+            cut_off.abort("steered")
+            stop = AbortSignal.any(stop, cut_off.signal)
+        return await self._tool_step(
+            calls,
+            tools,
+            message_id=self._next_step(tools=True),
+            signal=stop,
+            parallel=parallel,
+            max_parallel=max_parallel,
+            timeout=timeout,
+            finished={},
+        )
 
     async def interrupt(
         self,

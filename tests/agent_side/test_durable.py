@@ -200,3 +200,91 @@ async def test_an_adopted_run_reads_and_retries_answers_longer_than_a_frame() ->
         ("assistant", first),
     ]
     assert client.response_texts(run_id) == [first, second]  # the half answer replaced
+
+
+async def test_an_adopted_run_runs_the_tool_calls_of_a_model_step_no_worker_started() -> None:
+    """The worker went away after the model asked for a tool and before the tool step opened
+    (nothing ran): the adopter runs the call once and the model reads its result, rather
+    than ending the Run ``complete`` on a tool call nobody answered."""
+    booked: list[str] = []
+
+    @agent_side.tool
+    async def book_hotel(params: City) -> str:
+        """Book a hotel."""
+        booked.append(params.city)
+        return f"booked in {params.city}"
+
+    model = Recorder("Your hotel in Porto is booked.")
+    async with (
+        relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.3) as server,
+        client_end(server.url, "adopt-unrun") as client,
+    ):
+        run_id = await client.prompt("Book me a hotel in Porto.")
+        async with agent_side.connect(server.url, "adopt-unrun", durable=True) as session:
+            run = session.create_run(run_id)
+            assert run.has_input()
+            await run.pipe(call_tool("book_hotel", city="Porto"))
+            await client.wait_for(lambda: len(client.of(run_id, "checkpoint")) == 1)
+        # Gone before run_tools() published the tool step's response_open.
+        worker = agent_side.Agent(server.url, durable=True)
+
+        @worker.on_run
+        async def handle(r: Run) -> None:
+            await steering_loop(r, model, tools=[book_hotel])
+
+        async with worker:
+            await client.wait_status(run_id, "complete", "error", timeout=10)
+        assert client.tree.run(run_id).status == "complete"  # type: ignore[union-attr]
+        opens = [e["message_id"] for e in client.of(run_id, "response_open")]
+    assert booked == ["Porto"]
+    assert opens == [f"{run_id}.s1", f"{run_id}.s2.tools", f"{run_id}.s3"]
+    assert len(model.calls) == 1
+    results = [p for m in model.calls[0] for p in m.parts if isinstance(p, ToolResultPart)]
+    assert [r.output for r in results] == ["booked in Porto"]
+    assert client.response_texts(run_id)[-1] == "Your hotel in Porto is booked."
+
+
+async def test_an_adopted_run_does_not_run_the_calls_of_a_model_step_steering_followed() -> None:
+    """Steering newer than the unstarted calls' model step waits: the step may have been cut
+    off by it, so the calls are answered ABORTED_BEFORE_DISPATCH, never run, and the model
+    reads them with the steering after them."""
+    booked: list[str] = []
+
+    @agent_side.tool
+    async def book_hotel(params: City) -> str:
+        """Book a hotel."""
+        booked.append(params.city)
+        return f"booked in {params.city}"
+
+    model = Recorder("Porto it is not, then.")
+    async with (
+        relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.3) as server,
+        client_end(server.url, "adopt-unrun-steered") as client,
+    ):
+        run_id = await client.prompt("Book me a hotel in Porto.")
+        async with agent_side.connect(server.url, "adopt-unrun-steered", durable=True) as session:
+            run = session.create_run(run_id)
+            assert run.has_input()
+            await run.pipe(call_tool("book_hotel", city="Porto"))
+            await client.wait_for(lambda: len(client.of(run_id, "checkpoint")) == 1)
+            steer = await client.steer(run_id, "Wait, not Porto.")
+            await client.wait_for(lambda: run.has_input())
+        worker = agent_side.Agent(server.url, durable=True)
+
+        @worker.on_run
+        async def handle(r: Run) -> None:
+            await steering_loop(r, model, tools=[book_hotel])
+
+        async with worker:
+            await client.wait_status(run_id, "complete", "error", timeout=10)
+        assert client.tree.run(run_id).status == "complete"  # type: ignore[union-attr]
+        outcome = client.tree.outcome(steer)
+    assert booked == []
+    assert len(model.calls) == 1
+    read = model.calls[0]
+    results = [p for m in read for p in m.parts if isinstance(p, ToolResultPart)]
+    assert [(r.tool_call_id, r.output["code"]) for r in results] == [
+        ("call_1", "ABORTED_BEFORE_DISPATCH")
+    ]
+    assert (read[-1].role, read[-1].text()) == ("user", "Wait, not Porto.")
+    assert outcome is not None and outcome.consumed
