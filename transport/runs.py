@@ -54,7 +54,11 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   may put an active or suspended Run back to ``pending`` (its agent went
   away): the owner is cleared and ``adoptions`` counts the hand-over, so the
   dispatcher hands the Run to another worker, which adopts it. Replay applies
-  the same hand-over (owner cleared, ``adoptions`` counted).
+  the same hand-over (owner cleared, ``adoptions`` counted). Until a worker
+  starts a handed-over Run again (``run: active``), no agent may stream into
+  it, checkpoint it or refuse its cancels (``RUN_NOT_ACTIVE``): the worker
+  that went away may come back and send what it held, and with no owner to
+  check that would land in a Run another worker is about to adopt.
 
 Multitask strategies (the strategy of a prompt is its ``multitask``, else the
 relay's ``Policy.multitask``). Runs *going on* are those ``pending`` or
@@ -369,6 +373,7 @@ class RunRegistry:
         if isinstance(entry, CancelDenied):
             record = self._live(entry.run_id)
             self._agent_only(sender, "refuse cancels")
+            self._not_handed_over(record, sender)
             self._check_owner(record, sender)
             if not record.cancel_requested:
                 return []
@@ -384,6 +389,7 @@ class RunRegistry:
                     f"run {record.run_id!r} is queued; it has not started",
                     details={"run_id": record.run_id, "status": record.status},
                 )
+            self._not_handed_over(record, sender)
             self._check_owner(record, sender)
             return []
         if isinstance(entry, InterruptEntry):
@@ -394,6 +400,7 @@ class RunRegistry:
             self._check_owner(record, sender)
             if isinstance(entry, RefusedEntry):
                 return []
+            self._not_handed_over(record, sender)
             checkpoint = entry.model_dump(
                 include={"step", "turn", "iterations", "seen", "state"}, mode="json"
             )
@@ -881,6 +888,18 @@ class RunRegistry:
             UNAUTHORIZED,
             f"the token does not grant {needs!r} for run {record.run_id!r}",
             details={"run_id": record.run_id, "needs": needs},
+        )
+
+    @staticmethod
+    def _not_handed_over(record: RunRecord, sender: Sender) -> None:
+        """A Run the relay handed on takes an agent's output only once a worker started it."""
+        if sender.role == "relay" or record.status != "pending" or record.adoptions == 0:
+            return
+        raise RunwireError(
+            RUN_NOT_ACTIVE,
+            f"run {record.run_id!r} was handed to another worker; it is pending until one "
+            "starts it",
+            details={"run_id": record.run_id, "status": record.status},
         )
 
     @staticmethod

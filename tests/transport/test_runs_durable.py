@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from transport.errors import RunwireError
-from transport.frames import CheckpointEntry, ErrorBody, MessageEntry, RefusedEntry, RunEntry
+from transport.frames import (
+    CancelDenied,
+    CheckpointEntry,
+    ErrorBody,
+    MessageEntry,
+    RefusedEntry,
+    ResponseAppend,
+    ResponseOpen,
+    RunEntry,
+)
 from transport.messages import user_message
 from transport.runs import RunRecord, RunRegistry, Sender
 
@@ -85,6 +94,30 @@ def test_only_the_relay_hands_a_run_back_to_pending_and_another_agent_adopts_it(
     with pytest.raises(RunwireError) as old_owner:
         registry.plan(refused(), AGENT, 8)
     assert old_owner.value.code == "UNAUTHORIZED"
+
+
+def test_a_handed_over_run_takes_no_agent_output_until_a_worker_starts_it() -> None:
+    """The old owner back from a partition (owner cleared) may not write into it."""
+    registry = registry_with_active_run(durable=True)
+    registry.apply(registry.plan(RunEntry(id="b", run_id="r1", status="pending"), RELAY, 6))
+    late = [
+        ResponseOpen(id="o", run_id="r1", message_id="r1.s1"),
+        ResponseAppend(
+            id="a2",
+            run_id="r1",
+            message_id="r1.s1",
+            chunks=[{"type": "text-delta", "id": "t", "delta": "x"}],
+        ),
+        CheckpointEntry(id="k", run_id="r1", step=1),
+        CancelDenied(id="d", run_id="r1", cancel_id="c1"),
+    ]
+    for entry in late:
+        for sender in (AGENT, OTHER_AGENT):
+            with pytest.raises(RunwireError) as exc:
+                registry.plan(entry, sender, 7)
+            assert exc.value.code == "RUN_NOT_ACTIVE"
+    registry.apply(registry.plan(RunEntry(id="c", run_id="r1", status="active"), AGENT, 8))
+    assert registry.plan(late[0], AGENT, 9) == []  # the adopter (the same client here) streams
 
 
 def test_an_ended_run_is_not_handed_back() -> None:
