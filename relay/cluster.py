@@ -10,7 +10,8 @@ nothing a second node would need stays in one node's memory:
   the stream, every node a consumer of it. A node reads the stream only
   while it has a live worker of that agent name, so each Run goes to exactly
   one node and one worker there. The node acknowledges the stream entry when
-  the Run leaves ``pending`` (started or cancelled). If its worker dies first,
+  the Run leaves ``pending`` (started or cancelled), on the store's command connection
+  with its other commands, so a burst of starts costs no connection each. If its worker dies first,
   the node hands the Run to another local worker or puts it back on the stream
   for any node (a script that moves it to a new entry only while the Run is
   still waiting on the old one). A node keeps its unacknowledged entries fresh
@@ -289,12 +290,12 @@ class RedisDispatcher:
     # ------------------------------------------------------------ helpers --
 
     async def _ack(self, agent: str, entry_id: str) -> None:
+        """Acknowledge and delete a dispatch entry, on the store's command connection (a
+        task per ack on the pooled client opened a Redis connection per Run that started
+        in a burst, kept for ever, and failed the acks beyond the pool's limit)."""
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xack(self._stream(agent), GROUP, entry_id)
-                pipe.xdel(self._stream(agent), entry_id)
-                await pipe.execute()
-        except RedisError as exc:
+            await self.store.ack_dispatch(agent, GROUP, entry_id)
+        except RunwireError as exc:
             log.warning("could not acknowledge dispatch %s: %s", entry_id, exc)
 
     async def _give_back(self, key: RunKey) -> None:

@@ -719,6 +719,18 @@ class RedisStore(Store):
         )
         self._check(reply)
 
+    async def ack_dispatch(self, agent: str, group: str, entry_id: str) -> None:
+        """Acknowledge (for ``group``) and delete ``entry_id`` on the agent's dispatch stream.
+
+        On the store's one command connection, like every other call: a thousand Runs
+        starting at once share its round trips rather than open a connection each.
+        """
+        stream = self.dispatch_stream(agent)
+        for reply in await self._call(
+            ("XACK", stream, group, entry_id), ("XDEL", stream, entry_id)
+        ):
+            self._check(reply)
+
     # -- keys and arguments ----------------------------------------------------
 
     def _keys(self, session_id: str) -> list[str]:

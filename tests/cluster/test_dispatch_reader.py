@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from redis.asyncio import Redis
 
 import relay
 from relay import Server
@@ -170,3 +171,56 @@ async def test_a_run_abandoned_behind_many_entries_live_nodes_hold_is_claimed(
         assert got["run_id"] == run_ids[-1]
         tg.cancel_scope.cancel()
     await redis_client.aclose()
+
+
+async def test_many_runs_starting_at_once_cost_the_node_no_redis_connection_each(
+    node: Server,
+) -> None:
+    # Each Run leaving ``pending`` had its dispatch entry acknowledged by a task of its
+    # own on a pooled redis-py client: a burst of starts opened a Redis connection per
+    # Run, which the pool kept open for ever, and past the pool's limit (100) the
+    # acknowledgements failed ("Too many connections"), leaving the entries pending in
+    # the group until another read claimed them as idle.
+    runs = 150
+    store = node.store
+    assert isinstance(store, RedisStore)
+    worker = await RawPeer.open(node.url, role="agent", client_id="w-burst")
+    await worker.request({"type": "worker", "agent": "default"})
+    client = await RawPeer.open(node.url)
+    sessions = [f"burst-{i}" for i in range(runs)]
+    run_ids = {session: new_id() for session in sessions}
+    for session in sessions:
+        await client.attach(session)
+        await client.publish(session, prompt(run_ids[session]))
+        await client.request({"type": "detach", "session_id": session})
+    await client.close()
+    with anyio.fail_after(20):
+        for _ in sessions:
+            await worker.next("dispatch", timeout=20)
+    assert len(dispatcher(node).held) == runs
+    for session in sessions:
+        await worker.attach(session)
+    for i, session in enumerate(sessions):  # every start at once, not one by one
+        entry = {"kind": "run", "id": new_id(), "run_id": run_ids[session], "status": "active"}
+        await worker.send(
+            {"type": "publish", "req": f"start-{i}", "session_id": session, "entry": entry}
+        )
+    with anyio.fail_after(20):
+        acked = 0
+        while acked < runs:
+            frame = await worker.recv(timeout=20)
+            assert frame["type"] != "error", frame
+            acked += frame["type"] == "ack"
+    # Every entry was acknowledged at once (not left for an idle claim, 10 s later).
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        with anyio.fail_after(5):
+            while (await redis.xpending(store.dispatch_stream("default"), "relay"))["pending"]:
+                await anyio.sleep(0.05)
+    finally:
+        await redis.aclose()
+    assert not dispatcher(node).held
+    pool = store._pool
+    opened = len(pool._available_connections) + len(pool._in_use_connections)
+    assert opened <= 5, f"the node holds {opened} Redis connections after {runs} starts"
+    await worker.close()
