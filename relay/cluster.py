@@ -348,12 +348,17 @@ class RedisDispatcher:
             self._joined.clear()
             agents = [agent for agent in list(self.workers) if self._live_workers(agent)]
             self._reading = frozenset(agents)
+            # Forget the streams of names with no live worker here (agent names come and
+            # go); one that comes back has its group made again, its claims start over.
+            self._groups.intersection_update(agents)
+            streams = {self._stream(agent): agent for agent in agents}
+            for stream in [s for s in self._claim_from if s not in streams]:
+                del self._claim_from[stream]
             if not agents:
                 return
             try:
                 for agent in agents:
                     await self._ensure_group(agent)
-                streams = {self._stream(agent): agent for agent in agents}
                 if own:
                     reply = await self._redis.xreadgroup(
                         GROUP, self.node_id, dict.fromkeys(streams, "0"), count=100

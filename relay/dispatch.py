@@ -144,12 +144,16 @@ def discharge(
     workers: dict[str, list[Peer]], assigned: dict[RunKey, Peer], peer: Peer, metrics: Metrics
 ) -> list[RunKey]:
     """Take ``peer`` off the workers of every agent name it served (a connection may
-    serve several); returns the Runs handed to it, now unassigned."""
+    serve several), forgetting a name with no worker left (agent names come and go: a
+    relay that kept an empty list for each would grow with every name it ever served);
+    returns the Runs handed to it, now unassigned."""
     if peer.agent is not None:
-        for mine in workers.values():
+        for agent, mine in list(workers.items()):
             if peer in mine:
                 mine.remove(peer)
                 metrics.workers.dec()
+                if not mine:
+                    del workers[agent]
     keys = [key for key, holder in assigned.items() if holder is peer]
     for key in keys:
         del assigned[key]

@@ -224,3 +224,31 @@ async def test_many_runs_starting_at_once_cost_the_node_no_redis_connection_each
     opened = len(pool._available_connections) + len(pool._in_use_connections)
     assert opened <= 5, f"the node holds {opened} Redis connections after {runs} starts"
     await worker.close()
+
+
+async def test_agent_names_that_come_and_go_leave_no_stream_state_behind(node: Server) -> None:
+    # A node kept, for every agent name it ever had a worker of, an empty list of
+    # workers and the name among the streams whose group it made: growing with every
+    # name for as long as it ran.
+    keeper = await RawPeer.open(node.url, role="agent", client_id="w-keep")
+    await keeper.request({"type": "worker", "agent": "kept"})
+    for i in range(10):
+        peer = await RawPeer.open(node.url, role="agent", client_id=f"w-name-{i}")
+        assert (await peer.request({"type": "worker", "agent": f"name-{i}"}))["type"] == "ack"
+        await anyio.sleep(0.05)  # the reader takes the name up (its group is made)
+        await peer.close()
+    found = dispatcher(node)
+    with anyio.fail_after(5):
+        while set(found.workers) != {"kept"} or found._groups != {"kept"}:
+            await anyio.sleep(0.02)
+    assert set(found._claim_from) <= {found.store.dispatch_stream("kept")}
+    # A name that comes back is served again.
+    client = await RawPeer.open(node.url)
+    await client.attach("s-back")
+    back = await RawPeer.open(node.url, role="agent", client_id="w-back")
+    await back.request({"type": "worker", "agent": "name-3"})
+    run_id = new_id()
+    await client.publish("s-back", prompt(run_id, agent="name-3"))
+    assert (await back.next("dispatch", timeout=5))["run_id"] == run_id
+    for each in (keeper, client, back):
+        await each.close()

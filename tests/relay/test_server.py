@@ -383,6 +383,21 @@ async def test_a_node_keeps_in_memory_only_the_sessions_someone_watches(tmp_path
         await peer.close()
 
 
+async def test_agent_names_that_come_and_go_leave_no_entry_behind(server: Server) -> None:
+    # The relay kept an empty list of workers for every agent name it ever served, so a
+    # relay whose agents came and went under ever new names grew for as long as it ran.
+    for i in range(20):
+        peer = await RawPeer.open(server.url, role="agent", client_id=f"come-and-go-{i}")
+        for name in (f"name-{i}", "shared"):
+            assert (await peer.request({"type": "worker", "agent": name}))["type"] == "ack"
+        await peer.close()
+    with anyio.fail_after(5):
+        while server.hub.peers:
+            await anyio.sleep(0.01)
+    assert server.hub.dispatcher.workers == {}
+    assert server.hub.stats()["workers"] == 0
+
+
 async def test_worker_frames_repeated_or_for_several_names_leave_nothing_behind(
     server: Server,
 ) -> None:
