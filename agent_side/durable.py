@@ -23,7 +23,16 @@ dispatch, else the channel) and the Run's responses in the view:
   response over, so it is replaced, never published twice;
 * a half-published tool step is closed as it stands at ``start()``: calls that
   finished keep their results, the one that was running gets none (history
-  repair answers it ``OUTCOME_UNKNOWN``), and the model is owed a call;
+  repair answers it ``OUTCOME_UNKNOWN``), and the model is owed a call. When
+  the step ran its calls one after another (its ``response_open`` says so,
+  ``metadata.tool_step``), a call started only after the one before it had its
+  result published, so the calls after the first one without a result never
+  started: they are answered ``ABORTED_BEFORE_DISPATCH`` in the step (appended
+  before the close), never run. They were queued behind a call whose outcome
+  is unknown and may depend on it (book, then charge; deploy staging, then
+  production), so the model decides again once it has checked that call. The
+  calls of a parallel step, or of a step whose open does not say, may all have
+  started: every one without a result stays unanswered (``OUTCOME_UNKNOWN``);
 * anything older left open is closed as it stands, marked interrupted;
 * when the newest step is a closed model step whose tool calls have no tool
   step (the worker went away after the model asked for them and before it
@@ -38,13 +47,26 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from transport.history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT, coded_result
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 from transport.tree import ConversationTree
 
-__all__ = ["Adoption", "plan_adoption", "run_prefix", "step_message_id"]
+__all__ = [
+    "TOOL_STEP",
+    "Adoption",
+    "not_started",
+    "plan_adoption",
+    "run_prefix",
+    "step_message_id",
+    "tool_step_metadata",
+]
+
+TOOL_STEP = "tool_step"
+"""The metadata key of a tool step's response: ``{"calls": [...], "parallel": bool}``."""
 
 
 def run_prefix(run_id: str) -> str:
@@ -55,6 +77,76 @@ def run_prefix(run_id: str) -> str:
 def step_message_id(prefix: str, step: int, *, tools: bool = False) -> str:
     """The message id of step ``step`` of the Run with ``prefix``."""
     return f"{prefix}.s{step}.tools" if tools else f"{prefix}.s{step}"
+
+
+def tool_step_metadata(calls: Sequence[ToolCallPart], *, parallel: bool) -> dict[str, Any]:
+    """What a tool step's ``response_open`` says: its calls, in order, and how they run."""
+    listed = [{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name} for c in calls]
+    return {TOOL_STEP: {"calls": listed, "parallel": parallel}}
+
+
+def _step_calls(message: UIMessage) -> list[ToolCallPart] | None:
+    """The calls of a sequential tool step, as its metadata names them; else ``None``."""
+    meta = message.metadata.get(TOOL_STEP)
+    if not isinstance(meta, dict) or meta.get("parallel") is not False:
+        return None
+    listed = meta.get("calls")
+    if not isinstance(listed, list):
+        return None
+    calls: list[ToolCallPart] = []
+    for item in listed:
+        if not isinstance(item, dict):
+            return None
+        call_id, name = item.get("tool_call_id"), item.get("tool_name")
+        if not isinstance(call_id, str) or not isinstance(name, str):
+            return None
+        calls.append(ToolCallPart(tool_call_id=call_id, tool_name=name))
+    return calls
+
+
+def not_started(message: UIMessage) -> list[ToolCallPart]:
+    """The calls of a half-published tool step that provably never started.
+
+    Only a sequential step tells: its calls start in order, each once the
+    result of the one before it is published. The first call without a result
+    may have started; those after it did not. After it, only
+    ``ABORTED_BEFORE_DISPATCH`` results may stand (a cancel writes them once
+    the running call is left); any other result there means the entries do
+    not follow that order, and nothing is proved.
+    """
+    calls = _step_calls(message)
+    if not calls:
+        return []
+    results = {p.tool_call_id: p for p in message.parts if isinstance(p, ToolResultPart)}
+    first = next((i for i, c in enumerate(calls) if c.tool_call_id not in results), None)
+    if first is None:
+        return []
+    later = calls[first + 1 :]
+    for call in later:
+        result = results.get(call.tool_call_id)
+        if result is not None and not _aborted(result):
+            return []
+    return [c for c in later if c.tool_call_id not in results]
+
+
+def _aborted(result: ToolResultPart) -> bool:
+    output = result.output
+    return (
+        result.is_error
+        and isinstance(output, dict)
+        and output.get("code") == ABORTED_BEFORE_DISPATCH
+    )
+
+
+def _aborted_chunk(call: ToolCallPart) -> dict[str, Any]:
+    """The stream chunk answering ``call`` ``ABORTED_BEFORE_DISPATCH``."""
+    return {
+        "type": "tool-output-error",
+        "toolCallId": call.tool_call_id,
+        "toolName": call.tool_name,
+        "errorText": ABORTED_BEFORE_DISPATCH_TEXT,
+        "errorCode": ABORTED_BEFORE_DISPATCH,
+    }
 
 
 def _parse(prefix: str, message_id: str) -> tuple[int, bool] | None:
@@ -77,6 +169,10 @@ class Adoption:
     """A half-published model step the next ``pipe()`` replaces."""
     close: list[UIMessage] = field(default_factory=list)
     """Half-published responses to close as they stand at ``start()``."""
+    close_appends: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Chunks to append to a response of ``close`` before its close, by message id: the
+    ``ABORTED_BEFORE_DISPATCH`` results of the calls its tool step never started (the
+    message in ``close`` has them already)."""
     owe: bool = False
     """The model is owed a call although no new input came (tool results, a retried step)."""
     unrun: list[ToolCallPart] = field(default_factory=list)
@@ -121,6 +217,17 @@ def plan_adoption(
             plan.retry_id = message.id
             plan.owe = True
         elif step is not None and tools:
+            unstarted = not_started(message)
+            if unstarted:
+                plan.close_appends[message.id] = [_aborted_chunk(c) for c in unstarted]
+                parts = [
+                    *message.parts,
+                    *(
+                        coded_result(c, ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT)
+                        for c in unstarted
+                    ),
+                ]
+                message = message.model_copy(update={"parts": parts})
             plan.close.append(message)
             plan.step = max(plan.step, step)
             plan.owe = True

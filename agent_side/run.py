@@ -52,6 +52,7 @@ from transport.frames import (
     CancelDenied,
     ErrorBody,
     RefusedEntry,
+    ResponseAppend,
     RunEntry,
     RunStatus,
 )
@@ -151,6 +152,7 @@ class Run(RunSteps):
         self._step = 0
         self._retry_id: str | None = None
         self._to_close: list[UIMessage] = []
+        self._close_appends: dict[str, list[dict[str, Any]]] = {}
         self._unrun: list[ToolCallPart] = []
         self._unrun_steered = False
         self._open_replies: dict[str, UIMessage] = {}
@@ -176,6 +178,7 @@ class Run(RunSteps):
             self._retry_id = plan.retry_id
             paused_id = (self._pause.step or {}).get("message_id")
             self._to_close = [m for m in plan.close if m.id != paused_id]
+            self._close_appends = plan.close_appends
             if paused_id is None:
                 self._unrun, self._unrun_steered = plan.unrun, plan.unrun_steered
             if paused_id is not None:
@@ -323,6 +326,16 @@ class Run(RunSteps):
             return
         self.status = "active"
         for message in self._to_close:  # as they stand: their parts are what the view folded
+            chunks = self._close_appends.pop(message.id, None)
+            if chunks:  # results of calls the step never started (agent_side.durable)
+                await self._session._publish(
+                    ResponseAppend(
+                        id=self._entry_id(),
+                        run_id=self.run_id,
+                        message_id=message.id,
+                        chunks=chunks,
+                    )
+                )
             await self._session._publish(
                 close_entry(
                     entry_id=self._entry_id(),

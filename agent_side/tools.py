@@ -11,7 +11,13 @@ async; a plain one runs in a worker thread so it cannot stall the event loop.
 Run: it opens a response, writes each result the moment its call finishes
 (so a crash later loses nothing that finished), and closes the response.
 Calls run one after another, or with ``parallel=True`` side by side, at most
-``max_parallel`` at once; ``timeout`` bounds each call. When the Run's signal
+``max_parallel`` at once; ``timeout`` bounds each call. The step's
+``response_open`` names its calls, in order, and whether they run in parallel
+(``metadata.tool_step``, kept on the close). One after another, a call starts
+only once the result of the one before it is published (acknowledged by the
+relay), and nothing is published when a call starts: so in a step its worker
+left half published, the calls after the first one without a result never
+started (``agent_side.durable``). When the Run's signal
 fires (a cancel) the step stops as the seed says:
 
 * calls not started get ``Aborted before dispatch: the run stopped before this
@@ -74,6 +80,7 @@ from transport.history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_T
 from transport.interrupts import MOVED_ON_TEXT, NOT_STARTED_TEXT, declined_text, expired_text
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
+from .durable import tool_step_metadata
 from .pipe import MessageBuilder, close_entry
 
 __all__ = [
@@ -592,7 +599,11 @@ async def execute_tools(
             step.results[call.tool_call_id] = result
             await write(result)
 
-    await publish(ResponseOpen(id=entry_id(), run_id=run_id, message_id=message_id))
+    step_metadata = tool_step_metadata(calls, parallel=parallel)
+    builder.metadata.update(step_metadata)  # the close keeps it
+    await publish(
+        ResponseOpen(id=entry_id(), run_id=run_id, message_id=message_id, metadata=step_metadata)
+    )
     async with signal.scope():
         if parallel:
             limiter = anyio.CapacityLimiter(max_parallel or max(1, len(calls)))

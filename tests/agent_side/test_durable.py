@@ -17,7 +17,8 @@ from pydantic import BaseModel
 import agent_side
 import relay
 from agent_side import AbortSignal, Run, steering_loop
-from transport.messages import ToolResultPart, UIMessage
+from agent_side.durable import TOOL_STEP, not_started, tool_step_metadata
+from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
 from .helpers import client_end
 
@@ -288,3 +289,216 @@ async def test_an_adopted_run_does_not_run_the_calls_of_a_model_step_steering_fo
     ]
     assert (read[-1].role, read[-1].text()) == ("user", "Wait, not Porto.")
     assert outcome is not None and outcome.consumed
+
+
+class Trip(BaseModel):
+    city: str
+
+
+def call_tools(*calls: tuple[str, str]) -> AsyncIterator[dict[str, Any]]:
+    """A model step asking for ``(tool_call_id, tool_name)`` calls, each with city Lisbon."""
+
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        for call_id, name in calls:
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": call_id,
+                "toolName": name,
+                "input": {"city": "Lisbon"},
+            }
+
+    return stream()
+
+
+THREE_CALLS = (("call_1", "check_rooms"), ("call_2", "book_hotel"), ("call_3", "send_receipt"))
+
+
+def trip_tools(ran: list[str], running: anyio.Event, hang: set[str]) -> list[agent_side.Tool]:
+    """Three tools that record their runs; those in ``hang`` never return (the worker dies)."""
+
+    async def act(name: str, city: str) -> str:
+        ran.append(name)
+        if name in hang:
+            running.set()
+            await anyio.sleep(30)
+        return f"{name} done in {city}"
+
+    @agent_side.tool
+    async def check_rooms(params: Trip) -> str:
+        """Check for free rooms."""
+        return await act("check_rooms", params.city)
+
+    @agent_side.tool
+    async def book_hotel(params: Trip) -> str:
+        """Book a hotel room (charges the card)."""
+        return await act("book_hotel", params.city)
+
+    @agent_side.tool
+    async def send_receipt(params: Trip) -> str:
+        """Email the receipt."""
+        return await act("send_receipt", params.city)
+
+    return [check_rooms, book_hotel, send_receipt]
+
+
+async def die_in_tool_step(
+    url: str,
+    client: Any,
+    run_id: str,
+    tools: list[agent_side.Tool],
+    running: anyio.Event,
+    *,
+    parallel: bool,
+    results: int,
+) -> None:
+    """A worker asks for THREE_CALLS and goes away once a call hangs and ``results`` are out."""
+    async with agent_side.connect(url, client.session_id, durable=True) as session:
+        run = session.create_run(run_id)
+        assert run.has_input()
+        asked = await run.pipe(call_tools(*THREE_CALLS))
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: run.run_tools(asked, tools, parallel=parallel))
+                await running.wait()
+                await client.wait_for(
+                    lambda: (
+                        len(
+                            [
+                                e
+                                for e in client.of(run_id, "response_append")
+                                if e["message_id"].endswith(".tools")
+                            ]
+                        )
+                        == results
+                    )
+                )
+                tg.cancel_scope.cancel()  # the worker dies with the call still running
+
+
+async def adopt(url: str, client: Any, run_id: str, tools: list[agent_side.Tool]) -> Recorder:
+    model = Recorder("Checked what happened.")
+    worker = agent_side.Agent(url, durable=True)
+
+    @worker.on_run
+    async def handle(r: Run) -> None:
+        await steering_loop(r, model, tools=tools)
+
+    async with worker:
+        await client.wait_status(run_id, "complete", "error", timeout=10)
+    assert client.tree.run(run_id).status == "complete"
+    return model
+
+
+def codes(messages: list[UIMessage]) -> dict[str, Any]:
+    """Each tool result's code (its output when it has none), by call id."""
+    out = {}
+    for m in messages:
+        for p in m.parts:
+            if isinstance(p, ToolResultPart):
+                code = p.output.get("code") if isinstance(p.output, dict) else None
+                assert p.tool_call_id not in out
+                out[p.tool_call_id] = code or p.output
+    return out
+
+
+@pytest.mark.parametrize("hung", [0, 1])
+async def test_an_adopted_run_does_not_run_the_sequential_calls_queued_behind_the_running_one(
+    hung: int,
+) -> None:
+    """A sequential step starts a call only once the previous result is published: the worker
+    died in call ``hung``, so the calls after it provably never started. They are answered
+    ABORTED_BEFORE_DISPATCH (in the stored step, not only by history repair) and never run
+    (they were queued behind a call whose outcome is unknown); only the running call reads
+    OUTCOME_UNKNOWN."""
+    ran: list[str] = []
+    running = anyio.Event()
+    tools = trip_tools(ran, running, {THREE_CALLS[hung][1]})
+    async with (
+        relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.3) as server,
+        client_end(server.url, f"adopt-seq-{hung}") as client,
+    ):
+        run_id = await client.prompt("Book me a hotel in Lisbon.")
+        await die_in_tool_step(
+            server.url, client, run_id, tools, running, parallel=False, results=hung
+        )
+        model = await adopt(server.url, client, run_id, tools)
+        step = next(
+            r for r in client.tree.responses(run_id) if r.view.message.id == f"{run_id}.s2.tools"
+        )
+    expected: dict[str, Any] = {"call_1": "check_rooms done in Lisbon"} if hung else {}
+    expected[THREE_CALLS[hung][0]] = "OUTCOME_UNKNOWN"
+    expected.update({call_id: "ABORTED_BEFORE_DISPATCH" for call_id, _ in THREE_CALLS[hung + 1 :]})
+    assert ran == [name for _, name in THREE_CALLS[: hung + 1]]  # nothing ran twice or late
+    assert len(model.calls) == 1
+    assert codes(model.calls[0]) == expected
+    assert step.closed
+    stored = codes([step.view.message])
+    assert stored == {k: v for k, v in expected.items() if v != "OUTCOME_UNKNOWN"}
+
+
+async def test_an_adopted_run_keeps_every_unanswered_call_of_a_parallel_step_unknown() -> None:
+    """In a parallel step every call may have started: all the unanswered ones read
+    OUTCOME_UNKNOWN and none runs again."""
+    ran: list[str] = []
+    running = anyio.Event()
+    tools = trip_tools(ran, running, {"book_hotel", "send_receipt"})
+    async with (
+        relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.3) as server,
+        client_end(server.url, "adopt-par") as client,
+    ):
+        run_id = await client.prompt("Book me a hotel in Lisbon.")
+        await die_in_tool_step(server.url, client, run_id, tools, running, parallel=True, results=1)
+        model = await adopt(server.url, client, run_id, tools)
+    assert sorted(ran) == ["book_hotel", "check_rooms", "send_receipt"]
+    assert codes(model.calls[0]) == {
+        "call_1": "check_rooms done in Lisbon",
+        "call_2": "OUTCOME_UNKNOWN",
+        "call_3": "OUTCOME_UNKNOWN",
+    }
+
+
+def half_step(metadata: dict[str, Any], *results: tuple[str, str | None]) -> UIMessage:
+    """A tool step as a dead worker left it: ``(call id, error code or None for ok)``."""
+    parts = [
+        ToolResultPart(
+            tool_call_id=call_id,
+            tool_name="t",
+            output="ok" if code is None else {"code": code, "message": "x"},
+            is_error=code is not None,
+        )
+        for call_id, code in results
+    ]
+    return UIMessage(id="r.s2.tools", role="assistant", parts=parts, metadata=metadata)
+
+
+def step_calls(*ids: str, parallel: bool) -> dict[str, Any]:
+    calls = [ToolCallPart(tool_call_id=i, tool_name="t") for i in ids]
+    return tool_step_metadata(calls, parallel=parallel)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "results", "unstarted"),
+    [
+        # sequential: the first call without a result may have started, the later ones not
+        (step_calls("a", "b", "c", parallel=False), [("a", None)], ["c"]),
+        (step_calls("a", "b", "c", parallel=False), [], ["b", "c"]),
+        # a cancel wrote some ABORTED_BEFORE_DISPATCH results before the worker died
+        (
+            step_calls("a", "b", "c", "d", parallel=False),
+            [("c", "ABORTED_BEFORE_DISPATCH")],
+            ["b", "d"],
+        ),
+        (step_calls("a", "b", parallel=False), [("a", None), ("b", "TOOL_ERROR")], []),
+        # a later call has a real result: the entries prove nothing
+        (step_calls("a", "b", "c", parallel=False), [("c", None)], []),
+        # parallel, or a step whose open does not say (an older worker): all may have started
+        (step_calls("a", "b", "c", parallel=True), [("a", None)], []),
+        ({}, [("a", None)], []),
+        ({TOOL_STEP: {"calls": "a,b", "parallel": False}}, [], []),
+    ],
+)
+def test_which_calls_of_a_half_published_tool_step_provably_never_started(
+    metadata: dict[str, Any], results: list[tuple[str, str | None]], unstarted: list[str]
+) -> None:
+    message = half_step(metadata, *results)
+    assert [c.tool_call_id for c in not_started(message)] == unstarted

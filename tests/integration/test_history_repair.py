@@ -17,7 +17,13 @@ import agent_side
 import client_side
 import relay
 from agent_side import Run
-from transport import OUTCOME_UNKNOWN, ToolResultPart, UIMessage, message_text
+from transport import (
+    ABORTED_BEFORE_DISPATCH,
+    OUTCOME_UNKNOWN,
+    ToolResultPart,
+    UIMessage,
+    message_text,
+)
 
 from .harness import ScriptedModel, start_worker_process, status, stored_entries, wait_until
 
@@ -111,8 +117,18 @@ async def test_a_durable_run_is_adopted_by_another_worker_that_reads_the_repaire
         assert adopted == [True]
         read = tool_results(model.calls[0])
         assert read["c1"] == "found c1"
-        assert read["c2"]["code"] == OUTCOME_UNKNOWN and read["c3"]["code"] == OUTCOME_UNKNOWN
+        assert read["c2"]["code"] == OUTCOME_UNKNOWN  # it was running
+        # The calls ran one after another: c3 was queued behind c2 and never started.
+        assert read["c3"]["code"] == ABORTED_BEFORE_DISPATCH
         stored = await stored_entries(server, "durable")
+        stored_results = [
+            (c.get("toolCallId"), c.get("errorCode"))
+            for e in stored
+            if e["kind"] == "response_append"
+            for c in e["chunks"]
+            if c["type"].startswith("tool-output")
+        ]
+        assert stored_results == [("c1", None), ("c3", ABORTED_BEFORE_DISPATCH)]
         checkpoints = [e["step"] for e in stored if e["kind"] == "checkpoint"]
         assert checkpoints == [1, 2, 3]  # model call, tool step (closed by the adopter), answer
         pending = [e for e in stored if e["kind"] == "run" and e["status"] == "pending"]
