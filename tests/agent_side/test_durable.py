@@ -203,39 +203,46 @@ async def test_an_adopted_run_reads_and_retries_answers_longer_than_a_frame() ->
     assert client.response_texts(run_id) == [first, second]  # the half answer replaced
 
 
-async def test_an_adopted_run_runs_the_tool_calls_of_a_model_step_no_worker_started() -> None:
-    """The worker went away after the model asked for a tool and before the tool step opened
-    (nothing ran): the adopter runs the call once and the model reads its result, rather
-    than ending the Run ``complete`` on a tool call nobody answered."""
-    booked: list[str] = []
-
+def hotel_tool(booked: list[str]) -> agent_side.Tool:
     @agent_side.tool
     async def book_hotel(params: City) -> str:
         """Book a hotel."""
         booked.append(params.city)
         return f"booked in {params.city}"
 
+    return book_hotel
+
+
+async def ask_for_a_tool_and_go(
+    url: str, client: Any, *, steer: str | None = None
+) -> tuple[str, str | None]:
+    """A worker's model asks for ``book_hotel`` and the worker goes away before the tool step
+    opens (after ``steer`` arrived, if given); returns the Run's id and the steer's."""
+    run_id = await client.prompt("Book me a hotel in Porto.")
+    async with agent_side.connect(url, client.session_id, durable=True) as session:
+        run = session.create_run(run_id)
+        assert run.has_input()
+        await run.pipe(call_tool("book_hotel", city="Porto"))
+        await client.wait_for(lambda: len(client.of(run_id, "checkpoint")) == 1)
+        steer_id = None
+        if steer is not None:
+            steer_id = await client.steer(run_id, steer)
+            await client.wait_for(lambda: run.has_input())
+    return run_id, steer_id
+
+
+async def test_an_adopted_run_runs_the_tool_calls_of_a_model_step_no_worker_started() -> None:
+    """The worker went away after the model asked for a tool and before the tool step opened
+    (nothing ran): the adopter runs the call once and the model reads its result, rather
+    than ending the Run ``complete`` on a tool call nobody answered."""
+    booked: list[str] = []
     model = Recorder("Your hotel in Porto is booked.")
     async with (
         relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.3) as server,
         client_end(server.url, "adopt-unrun") as client,
     ):
-        run_id = await client.prompt("Book me a hotel in Porto.")
-        async with agent_side.connect(server.url, "adopt-unrun", durable=True) as session:
-            run = session.create_run(run_id)
-            assert run.has_input()
-            await run.pipe(call_tool("book_hotel", city="Porto"))
-            await client.wait_for(lambda: len(client.of(run_id, "checkpoint")) == 1)
-        # Gone before run_tools() published the tool step's response_open.
-        worker = agent_side.Agent(server.url, durable=True)
-
-        @worker.on_run
-        async def handle(r: Run) -> None:
-            await steering_loop(r, model, tools=[book_hotel])
-
-        async with worker:
-            await client.wait_status(run_id, "complete", "error", timeout=10)
-        assert client.tree.run(run_id).status == "complete"  # type: ignore[union-attr]
+        run_id, _ = await ask_for_a_tool_and_go(server.url, client)
+        await adopt(server.url, client, run_id, [hotel_tool(booked)], model)
         opens = [e["message_id"] for e in client.of(run_id, "response_open")]
     assert booked == ["Porto"]
     assert opens == [f"{run_id}.s1", f"{run_id}.s2.tools", f"{run_id}.s3"]
@@ -250,35 +257,14 @@ async def test_an_adopted_run_does_not_run_the_calls_of_a_model_step_steering_fo
     off by it, so the calls are answered ABORTED_BEFORE_DISPATCH, never run, and the model
     reads them with the steering after them."""
     booked: list[str] = []
-
-    @agent_side.tool
-    async def book_hotel(params: City) -> str:
-        """Book a hotel."""
-        booked.append(params.city)
-        return f"booked in {params.city}"
-
     model = Recorder("Porto it is not, then.")
     async with (
         relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.3) as server,
         client_end(server.url, "adopt-unrun-steered") as client,
     ):
-        run_id = await client.prompt("Book me a hotel in Porto.")
-        async with agent_side.connect(server.url, "adopt-unrun-steered", durable=True) as session:
-            run = session.create_run(run_id)
-            assert run.has_input()
-            await run.pipe(call_tool("book_hotel", city="Porto"))
-            await client.wait_for(lambda: len(client.of(run_id, "checkpoint")) == 1)
-            steer = await client.steer(run_id, "Wait, not Porto.")
-            await client.wait_for(lambda: run.has_input())
-        worker = agent_side.Agent(server.url, durable=True)
-
-        @worker.on_run
-        async def handle(r: Run) -> None:
-            await steering_loop(r, model, tools=[book_hotel])
-
-        async with worker:
-            await client.wait_status(run_id, "complete", "error", timeout=10)
-        assert client.tree.run(run_id).status == "complete"  # type: ignore[union-attr]
+        run_id, steer = await ask_for_a_tool_and_go(server.url, client, steer="Wait, not Porto.")
+        assert steer is not None
+        await adopt(server.url, client, run_id, [hotel_tool(booked)], model)
         outcome = client.tree.outcome(steer)
     assert booked == []
     assert len(model.calls) == 1
@@ -375,8 +361,11 @@ async def die_in_tool_step(
                 tg.cancel_scope.cancel()  # the worker dies with the call still running
 
 
-async def adopt(url: str, client: Any, run_id: str, tools: list[agent_side.Tool]) -> Recorder:
-    model = Recorder("Checked what happened.")
+async def adopt(
+    url: str, client: Any, run_id: str, tools: list[agent_side.Tool], model: Recorder | None = None
+) -> Recorder:
+    """A durable worker adopts the Run and completes it with ``model``."""
+    model = model or Recorder("Checked what happened.")
     worker = agent_side.Agent(url, durable=True)
 
     @worker.on_run
