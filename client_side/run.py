@@ -265,7 +265,9 @@ class ClientRun:
 
         Returns at once (see the module docstring). Both awaitables reject with
         ``RUN_NOT_ACTIVE`` at once, and nothing is published, when the view
-        shows the Run ended.
+        shows the Run ended. If the relay refuses it because the Run ended
+        meanwhile, ``published`` rejects with ``RUN_NOT_ACTIVE`` and ``outcome``
+        resolves ``consumed=False`` with the end reason (it is undelivered).
         """
         return self._queue("steer", message)
 

@@ -75,7 +75,7 @@ from transport.frames import (
 from transport.frames import Error as ErrorFrame
 from transport.interrupts import PausedRun
 from transport.messages import UIMessage, new_id, user_message
-from transport.outcomes import OutcomeRecord
+from transport.outcomes import OutcomeRecord, ended_before_stored
 from transport.runs import MULTITASK_STRATEGIES, TERMINAL
 from transport.tree import CancelDenial, DeliveryEvent, Refusal
 
@@ -447,6 +447,12 @@ class ClientSession:
                 # The relay's check refused it: the refusal folded before this error.
                 delivery.published._reject(exc)
                 self._settle(delivery, record)
+                return
+            late = ended_before_stored(delivery.message.id, delivery.run_id, exc.code, exc.details)
+            if late is not None:
+                # The Run ended before the relay got it: never published, never seen.
+                delivery.published._reject(exc)
+                self._settle(delivery, late)
                 return
             delivery._fail(exc)
             self._forget(delivery)

@@ -33,6 +33,15 @@ derives them from the same channel entries, so every client agrees.
   object), whether or not the message itself was ever tracked (a message the
   relay refused is never stored). A message already resolved stays as it was.
 
+``ended_before_stored(message_id, run_id, code, details)``: the relay refused
+to store a steer / follow-up / inject with ``RUN_NOT_ACTIVE`` because its Run
+had ended by the time the message came (sent while the sender's view still
+showed the Run going on, or while its link was down). The message was never
+published, but its outcome is the seed's "the Run ended before the agent saw
+it": ``consumed=False`` with the Run's end reason (from the error's
+``details.status``), so the sender shows it was not delivered and lists it as
+undelivered instead of losing it. Any other refusal gives ``None``.
+
 Each message resolves exactly once; the methods return the records they
 resolved (in tracking order) so the caller can report each one once.
 ``outcome(message_id)`` is ``None`` while a message is pending (or unknown).
@@ -40,14 +49,15 @@ resolved (in tracking order) so the caller can report each one once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import RUN_NOT_ACTIVE
 from .frames import RunEndReason
 from .runs import end_reason
 
-__all__ = ["OutcomeBook", "OutcomeRecord"]
+__all__ = ["OutcomeBook", "OutcomeRecord", "ended_before_stored"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,25 @@ class OutcomeRecord:
     consumed: bool
     run_terminal_reason: RunEndReason | None = None
     refused: dict[str, Any] | None = None
+
+
+def ended_before_stored(
+    message_id: str, run_id: str, code: str, details: Mapping[str, Any]
+) -> OutcomeRecord | None:
+    """The outcome of a queued message the relay refused because its Run had ended.
+
+    ``code`` and ``details`` are the relay's error. ``None`` unless it is
+    ``RUN_NOT_ACTIVE`` for this Run with a terminal ``details.status``.
+    """
+    if code != RUN_NOT_ACTIVE or details.get("run_id") != run_id:
+        return None
+    status = details.get("status")
+    reason = end_reason(status) if isinstance(status, str) else None
+    if reason is None:
+        return None
+    return OutcomeRecord(
+        message_id=message_id, run_id=run_id, consumed=False, run_terminal_reason=reason
+    )
 
 
 class OutcomeBook:

@@ -146,6 +146,17 @@ export function endReason(status: string): RunEndReason | null;
 /** Validate an entry as the relay's models do; throws RunwireError("VALIDATION_ERROR"). */
 export function decodeEntry(raw: unknown): Entry;
 
+/**
+ * The outcome of a queued message the relay refused with RUN_NOT_ACTIVE because its Run had ended:
+ * not consumed, with the Run's end reason; null for any other refusal.
+ */
+export function endedBeforeStored(
+  messageId: string,
+  runId: string,
+  code: string,
+  details: Record<string, unknown>,
+): OutcomeRecord | null;
+
 export class OutcomeBook {
   track(messageId: string, runId: string): OutcomeRecord[];
   saw(runId: string, messageIds: Iterable<string>): void;

@@ -556,6 +556,21 @@ export class OutcomeBook {
   }
 }
 
+/**
+ * The outcome of a queued message the relay refused with RUN_NOT_ACTIVE because its Run had ended
+ * by the time it came (sent while the view still showed the Run going on, or while offline): never
+ * published, never seen, so not consumed with the Run's end reason (`details.status`). Null for
+ * any other refusal (transport/outcomes.py `ended_before_stored`).
+ * @param {string} messageId @param {string} runId @param {string} code @param {Record<string, unknown>} details
+ * @returns {OutcomeRecord | null}
+ */
+export function endedBeforeStored(messageId, runId, code, details) {
+  if (code !== RUN_NOT_ACTIVE || details.run_id !== runId) return null;
+  const reason = typeof details.status === "string" ? endReason(details.status) : null;
+  if (reason === null) return null;
+  return Object.freeze({ messageId, runId, consumed: false, runTerminalReason: reason, refused: null });
+}
+
 // ---------------------------------------------------------------------- conversation tree ---
 
 /** @typedef {{view: ViewMessage, response: boolean, children: string[], closed: boolean, partIds: Map<string, number>}} TreeNode */
@@ -2443,6 +2458,13 @@ export class Session {
         delivery._published.resolve({ serial: ack.serial });
       },
       (err) => {
+        const late = err instanceof RunwireError ? endedBeforeStored(id, delivery.runId, err.code, err.details) : null;
+        if (late !== null) {
+          // The Run ended before the relay got it: never published, never seen.
+          delivery._published.reject(err);
+          this._settle(delivery, late);
+          return;
+        }
         delivery._fail(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
         this._forget(delivery);
       },

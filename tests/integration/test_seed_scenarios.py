@@ -24,6 +24,8 @@ from agent_side import AbortSignal, Run
 from client_side import ClientSession, Outcome
 from transport import RunwireError, UIMessage, message_text
 
+from .link_proxy import LinkProxy
+
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +130,48 @@ async def test_steering_after_the_last_pipe_is_not_consumed() -> None:
         assert await delivery.outcome == Outcome(consumed=False, run_terminal_reason="complete")
         result = await run.result()
         assert [m.id for m in result.undelivered] == [delivery.message.id]
+
+
+async def test_steering_sent_offline_to_a_run_that_ends_meanwhile_is_not_consumed() -> None:
+    """The seed's "arrives just as the agent finishes": typed while the link was down.
+
+    The relay refuses the steer (the Run ended before it came), so nothing is
+    published; the outcome still says the agent never saw it, and the Run's
+    result lists it as undelivered, so the app can offer to send it again.
+    """
+    finish = anyio.Event()
+
+    async def handle(run: Run) -> None:
+        await run.start()
+        while run.has_input():
+            await run.pipe(Model(words=3)([], run.abort_signal))
+        await finish.wait()
+        await run.end()
+
+    async with stack(handle) as (server, _):
+        proxy = LinkProxy(server.port)
+        await proxy.start()
+        try:
+            async with client_side.connect(proxy.url, "s") as session:
+                run = await session.send("hello")
+                await wait_until(lambda: status(session, run.run_id) == "active")
+                await proxy.cut()
+                await wait_until(lambda: not session.connected)
+                delivery = run.steer("make it shorter")
+                finish.set()  # the Run ends while this client is offline
+                await proxy.heal()
+                with anyio.fail_after(10):
+                    with pytest.raises(RunwireError) as refused:
+                        await delivery.published
+                    outcome = await delivery.outcome
+                    result = await run.result()
+        finally:
+            await proxy.aclose()
+    assert refused.value.code == "RUN_NOT_ACTIVE"
+    assert outcome == Outcome(consumed=False, run_terminal_reason="complete")
+    assert result.status == "complete"
+    assert [m.id for m in result.undelivered] == [delivery.message.id]
+    assert run.queued == []
 
 
 async def test_steer_on_an_ended_run_rejects_both_at_once_and_publishes_nothing() -> None:

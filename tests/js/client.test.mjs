@@ -112,6 +112,27 @@ test("session.run finds the Run's prompt when a fork above it left it off the ac
   await session.close();
 });
 
+test("steering sent offline to a Run that ends meanwhile resolves not consumed and is undelivered", async () => {
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, ...FAST }));
+  const run = await session.send("hello");
+  agentReply(relay, run.runId, "a1", ["hi"], { status: null });
+  await until(() => session.view.run(run.runId)?.status === "active");
+  relay.refuse = true;
+  relay.dropAll();
+  await until(() => !session.connected);
+  const delivery = run.steer("make it shorter");
+  // The Run ends while this client is offline; the relay then refuses the steer it re-sends.
+  relay.publish({ kind: "run", id: `${run.runId}-complete`, run_id: run.runId, status: "complete" });
+  relay.refuse = false;
+  await assert.rejects(withTimeout(delivery.published), (e) => e.code === "RUN_NOT_ACTIVE");
+  assert.deepEqual(await withTimeout(delivery.outcome), { consumed: false, runTerminalReason: "complete", refused: null });
+  const result = await withTimeout(run.result());
+  assert.deepEqual(result.undelivered.map((m) => m.id), [delivery.message.id]);
+  assert.deepEqual(run.queued, []);
+  await session.close();
+});
+
 test("a drop reconnects, resumes after the last serial with the epoch, and misses nothing", async () => {
   const relay = new FakeRelay();
   const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, ...FAST }));

@@ -94,7 +94,7 @@ export class FakeRelay {
       if (entry.kind === "message" && entry.intent !== "prompt") {
         const ended = this.entries.find((e) => e.kind === "run" && e.run_id === entry.run_id && ["complete", "cancelled", "error"].includes(e.status));
         if (ended && !this.entries.some((e) => e.id === entry.id)) {
-          ws._deliver({ type: "error", req: frame.req, error: { code: "RUN_NOT_ACTIVE", message: "ended", details: {} } });
+          ws._deliver({ type: "error", req: frame.req, error: { code: "RUN_NOT_ACTIVE", message: "ended", details: { run_id: entry.run_id, status: ended.status } } });
           return;
         }
       }
