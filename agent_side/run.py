@@ -22,14 +22,16 @@ Signals. ``on_steer()`` is called synchronously the moment a steering message
 of this Run folds in (once its checks passed); an async one is awaited in a
 background task (keep it cheap either way). A cancel entry of this Run is
 offered to ``on_cancel(request)`` (default: accept); once accepted,
-``abort_signal`` fires. A refusal (``on_cancel`` returns ``False``) publishes
-a ``cancel_denied`` entry naming the cancel, so the asker gets
-``CANCEL_DENIED`` and every device sees the Run go on; a later cancel is
-offered again. Cancels that folded in before ``start()`` (several devices may
-have asked) are offered right after it, each on its own, oldest first, until
-one is accepted. A terminal lifecycle entry that this Run did not publish (the relay
-ending it ``AGENT_LOST``), or the relay handing the Run to another worker,
-marks it ended and fires ``abort_signal`` too.
+``abort_signal`` fires. A refusal (``on_cancel`` returns ``False``) publishes a
+``cancel_denied`` entry naming the cancel, so the asker gets ``CANCEL_DENIED``
+and every device sees the Run go on; a later cancel is offered again. An
+``on_cancel`` that raises refuses the cancel the same way (fail closed: a
+broken authorisation check lets no cancel through), with a reason naming the
+failure; the exception is logged. Cancels that folded in before ``start()``
+(several devices may have asked) are offered right after it, each on its own,
+oldest first, until one is accepted. A terminal lifecycle entry that this Run
+did not publish (the relay ending it ``AGENT_LOST``), or the relay handing the
+Run to another worker, marks it ended and fires ``abort_signal`` too.
 
 What a cancel leaves. ``pipe()`` saves the text already streamed as the reply
 with ``metadata.interrupted: true`` (with ``save_interrupted_reply=False`` it
@@ -574,9 +576,11 @@ class Run(RunSteps):
             return
         try:
             decision: Any = self.on_cancel(request)
-        except Exception:
-            log.exception("on_cancel of run %s failed; accepting the cancel", self.run_id)
-            decision = True
+        except Exception as exc:
+            # An authorisation hook that fails must not let the cancel through.
+            log.exception("on_cancel of run %s failed; refusing the cancel", self.run_id)
+            self._session._spawn(self._deny, request, _hook_failed(exc))
+            return
         if inspect.isawaitable(decision):
             self._session._spawn(self._await_cancel, decision, request)
         elif decision is not False:
@@ -587,15 +591,18 @@ class Run(RunSteps):
     async def _await_cancel(self, decision: Awaitable[bool | None], request: CancelRequest) -> None:
         try:
             accepted = await decision
-        except Exception:
-            log.exception("on_cancel of run %s failed; accepting the cancel", self.run_id)
-            accepted = True
+        except Exception as exc:
+            log.exception("on_cancel of run %s failed; refusing the cancel", self.run_id)
+            await self._deny(request, _hook_failed(exc))
+            return
         if accepted is not False:
             self._abort.abort(request)
         else:
             await self._deny(request)
 
-    async def _deny(self, request: CancelRequest) -> None:
+    async def _deny(
+        self, request: CancelRequest, reason: str = "the agent refused to cancel this run"
+    ) -> None:
         """Tell everyone the cancel was refused (the asker's SDK raises ``CANCEL_DENIED``)."""
         if self.ended or self.abort_signal.aborted:
             return
@@ -603,7 +610,7 @@ class Run(RunSteps):
             id=self._entry_id(),
             run_id=self.run_id,
             cancel_id=request.cancel_id,
-            reason="the agent refused to cancel this run",
+            reason=reason,
         )
         try:
             await self._session._publish(entry)
@@ -638,3 +645,8 @@ def _refused_entry(run_id: str, vm: ViewMessage, error: RunwireError) -> Refused
         intent=vm.intent or "steer",
         error=ErrorBody(code=error.code, message=error.message, details=error.details),
     )
+
+
+def _hook_failed(exc: Exception) -> str:
+    """The reason of a cancel refused because ``on_cancel`` raised (never the exception's text)."""
+    return f"the agent's on_cancel failed ({type(exc).__name__}); the run goes on"

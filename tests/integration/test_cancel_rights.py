@@ -101,6 +101,39 @@ async def test_on_cancel_refusing_gives_the_asker_cancel_denied_and_the_run_goes
         assert [r.user_id for r in agent.requests] == ["admin", "admin", "admin", "alice"]
 
 
+@pytest.mark.parametrize("kind", ["plain", "async"])
+async def test_an_on_cancel_that_raises_refuses_the_cancel_and_the_run_goes_on(kind: str) -> None:
+    """An authorisation hook that fails must not let the cancel through (fail closed)."""
+    owners: dict[str, str] = {}  # the app forgot to record the owner: the lookup raises
+
+    def only_the_owner(request: CancelRequest) -> bool:
+        return request.user_id == owners[request.run_id]
+
+    async def only_the_owner_async(request: CancelRequest) -> bool:
+        return only_the_owner(request)
+
+    agent = Conductor()
+    async with (
+        stack(agent, agent_token=SVC, secret=SECRET) as server,
+        client_side.connect(
+            server.url, "trip", token=token("mallory", [*CLIENT_CAPS, "cancel-any"])
+        ) as mallory,
+        client_side.connect(server.url, "trip", token=token("alice")) as alice,
+    ):
+        run = await alice.send("keep going")
+        await agent.wait(lambda: run.run_id in agent.started)
+        agent.on_cancel = only_the_owner if kind == "plain" else only_the_owner_async  # type: ignore[assignment]
+        with pytest.raises(RunwireError) as info:
+            await mallory.run(run.run_id).cancel(reason="stop it")
+        assert info.value.code == "CANCEL_DENIED"
+        assert "on_cancel" in info.value.message
+        await until(alice, lambda: len(alice.view.tree.cancel_denials(run.run_id)) == 1)
+        assert status(alice, run.run_id) == "active"
+        assert agent.ended == []
+        agent.release(run.run_id)
+        assert (await run.result()).status == "complete"
+
+
 async def test_on_an_anonymous_relay_any_device_cancels_any_run() -> None:
     agent = Conductor()
     async with (
