@@ -49,6 +49,7 @@ from transport.asyncio.connection import CONNECTION_CLOSED, Connection, TokenPro
 from transport.errors import (
     ABORTED,
     CANCEL_DENIED,
+    EPOCH_MISMATCH,
     INTERNAL_ERROR,
     PROTOCOL_ERROR,
     RUN_NOT_ACTIVE,
@@ -576,6 +577,7 @@ class ClientSession:
                 log.warning("session %s: the relay lost history; rebuilding", self.session_id)
                 self._news_after = reply.head
                 self.view._reset(reply.entries, reply.head, reply.has_older)
+                self._after_reset()
             else:
                 self.view._resumed(reply.entries, reply.head)
             self._epoch = reply.epoch
@@ -583,6 +585,26 @@ class ClientSession:
         finally:
             self._attaching = False
             self._held = []
+
+    def _after_reset(self) -> None:
+        """Settle the outcomes a rebuilt view can tell; reject those it never can.
+
+        A message whose publish was acknowledged and whose Run the rebuilt view
+        does not know (the relay lost the history, or the Run is older than
+        the page it sent) would never resolve: its outcome rejects
+        ``EPOCH_MISMATCH``, as the seed's clients reject pending outcomes when
+        continuity is lost. A publish still in flight is re-sent and answered.
+        """
+        for deliveries in list(self._deliveries.values()):
+            for delivery in list(deliveries):
+                if not delivery.published.done():
+                    continue
+                record = self.view.tree.outcome(delivery.message.id)
+                if record is not None:
+                    self._settle(delivery, record)
+                elif self.view.run(delivery.run_id) is None:
+                    delivery.outcome._reject(_continuity_lost(delivery))
+                    self._forget(delivery)
 
     def _on_frame(self, frame: RelayFrame) -> None:
         try:
@@ -634,6 +656,14 @@ def _reused(message_id: str, serial: int | None = None) -> RunwireError:
         VALIDATION_ERROR,
         f"message id {message_id!r} is already used in this session; send a new message",
         details=details,
+    )
+
+
+def _continuity_lost(delivery: Delivery) -> RunwireError:
+    return RunwireError(
+        EPOCH_MISMATCH,
+        "the relay lost the session's history; whether the agent saw this message is unknown",
+        details={"run_id": delivery.run_id, "message_id": delivery.message.id},
     )
 
 

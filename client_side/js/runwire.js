@@ -77,6 +77,7 @@ const CANCEL_DENIED = "CANCEL_DENIED";
 const TOKEN_EXPIRED = "TOKEN_EXPIRED";
 const ABORTED = "ABORTED";
 const PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
+const EPOCH_MISMATCH = "EPOCH_MISMATCH";
 /** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
 export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
 const THREAD_ACCESS = ["own", "shared"];
@@ -2268,6 +2269,7 @@ export class Session {
           console.warn(`runwire: session ${this.sessionId}: the relay lost history; rebuilding`);
           this._newsAfter = reply.head;
           this.view._reset(reply.entries, reply.head, reply.has_older);
+          this._afterReset();
         } else this.view._resumed(reply.entries, reply.head);
         this._epoch = reply.epoch;
         this._attempt = 0;
@@ -2469,6 +2471,30 @@ export class Session {
         this._forget(delivery);
       },
     );
+  }
+
+  /**
+   * After a reset: settle the outcomes the rebuilt view can tell; reject EPOCH_MISMATCH those of
+   * acknowledged messages whose Run it does not know (they would never resolve), as the seed's
+   * clients do when continuity is lost. A publish still in flight is re-sent and answered.
+   */
+  _afterReset() {
+    for (const list of [...this._deliveries.values()]) {
+      for (const delivery of [...list]) {
+        if (!delivery._published.settled) continue;
+        const record = this.view.tree.outcome(delivery.message.id);
+        if (record !== null) this._settle(delivery, record);
+        else if (this.view.run(delivery.runId) === null) {
+          delivery._outcome.reject(
+            new RunwireError(EPOCH_MISMATCH, "the relay lost the session's history; whether the agent saw this message is unknown", {
+              run_id: delivery.runId,
+              message_id: delivery.message.id,
+            }),
+          );
+          this._forget(delivery);
+        }
+      }
+    }
   }
 
   /** @param {string} messageId @param {string} runId @param {Intent} intent */

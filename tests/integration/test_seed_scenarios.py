@@ -174,6 +174,37 @@ async def test_steering_sent_offline_to_a_run_that_ends_meanwhile_is_not_consume
     assert run.queued == []
 
 
+async def test_a_relay_that_lost_the_history_rejects_outcomes_that_can_no_longer_resolve() -> None:
+    """Continuity lost (the seed's drain on continuity loss): a pending outcome must not hang.
+
+    The relay restarts on an empty store; the client's resume is answered
+    ``reset``. Its Run is gone from the session, so the steering message's
+    outcome can never resolve from the channel: it rejects ``EPOCH_MISMATCH``.
+    """
+    async with relay.serve(port=0, store="memory://") as first:
+        port = first.port
+        session_cm = client_side.connect(first.url, "s")
+        session = await session_cm.__aenter__()
+        try:
+            run = await session.send("hello")  # no agent: the Run waits, the steer with it
+            delivery = run.steer("pending")
+            with anyio.fail_after(10):
+                await delivery.published
+        except BaseException:
+            await session_cm.__aexit__(None, None, None)
+            raise
+    try:
+        async with relay.serve(port=port, store="memory://"):
+            with anyio.fail_after(10):
+                with pytest.raises(RunwireError) as lost:
+                    await delivery.outcome
+            assert lost.value.code == "EPOCH_MISMATCH"
+            assert lost.value.details["run_id"] == run.run_id
+            assert session.connected and session.view.run(run.run_id) is None
+    finally:
+        await session_cm.__aexit__(None, None, None)
+
+
 async def test_steer_on_an_ended_run_rejects_both_at_once_and_publishes_nothing() -> None:
     async def handle(run: Run) -> None:
         await agent_side.steering_loop(run, Model(words=2))

@@ -195,6 +195,25 @@ test("a resume the relay cannot honour (reset) rebuilds the view from the newest
   await session.close();
 });
 
+test("after a reset, a pending outcome whose Run the relay lost rejects EPOCH_MISMATCH", async () => {
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, ...FAST }));
+  const lost = await session.send("old question");
+  const kept = await session.send("another");
+  const gone = lost.steer("pending");
+  const stays = kept.steer("pending too");
+  await withTimeout(gone.published);
+  await withTimeout(stays.published);
+  // The relay lost everything but the second Run's prompt and steer.
+  relay.loseHistory(relay.entries.filter((e) => e.run_id === kept.runId));
+  relay.dropAll();
+  await assert.rejects(withTimeout(gone.outcome), (e) => e.code === "EPOCH_MISMATCH" && e.details.run_id === lost.runId);
+  // A Run the rebuilt view knows goes on: its outcome resolves from the channel.
+  relay.publish({ kind: "run", id: "k-end", run_id: kept.runId, status: "complete" });
+  assert.deepEqual(await withTimeout(stays.outcome), { consumed: false, runTerminalReason: "complete", refused: null });
+  await session.close();
+});
+
 test("loadOlder pages back until hasOlder is false", async () => {
   const relay = new FakeRelay();
   for (let i = 0; i < 30; i++) {
