@@ -285,13 +285,35 @@ class AgentSession:
     async def aclose(self) -> None:
         """Close the connection (explicit mode); Runs not ended stay as they are on the relay.
 
-        Raises ``RuntimeError`` for a worker's session: that closes with its ``Agent``.
+        The seed's ``session.detach()``: another process may go on with them
+        (a Run nobody ends is ended ``AGENT_LOST`` after the relay's
+        ``agent_grace``). Raises ``RuntimeError`` for a worker's session: that
+        closes with its ``Agent``.
         """
         if not self._owns_link:
             raise RuntimeError("a worker's session closes with its Agent")
         await self._link.aclose()
 
-    end = aclose
+    async def end(self) -> None:
+        """End ``cancelled`` every active Run this session started, then close.
+
+        The seed's ``session.end()``: a handler that forgot ``run.end()`` (or
+        raised before it) leaves no Run streaming on every device until
+        ``agent_grace`` runs out. Runs created here but never started stay
+        ``pending`` for another agent, and suspended ones stay suspended (they
+        wait on a person; any worker resumes them). An end the relay refuses
+        is logged.
+        Raises ``RuntimeError`` for a worker's session, as ``aclose()`` does.
+        """
+        if not self._owns_link:
+            raise RuntimeError("a worker's session closes with its Agent")
+        for run in list(self._runs.values()):
+            if run.status == "active":
+                try:
+                    await run.end("cancelled")
+                except RunwireError as exc:
+                    log.warning("could not end run %s at the session's end: %s", run.run_id, exc)
+        await self.aclose()
 
     # ---------------------------------------------------------- internal --
 

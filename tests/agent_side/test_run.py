@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 import agent_side
+import client_side
 import relay
 from agent_side import CancelRequest, Invocation
 from transport.errors import RunwireError
@@ -470,3 +471,47 @@ async def test_an_async_on_steer_is_awaited(relay_url: str) -> None:
                 await done.wait()
             assert heard == ["steered"]
             await run.end()
+
+
+async def test_session_end_ends_the_runs_it_started_cancelled_and_aclose_leaves_them(
+    relay_url: str,
+) -> None:
+    """The seed's ``session.end()``: a handler that forgot ``run.end()`` leaves no Run streaming.
+
+    ``end()`` ends every active Run the session started, ``cancelled`` (pending
+    steering resolves not consumed), and leaves Runs it never started pending
+    and suspended ones suspended; ``aclose()`` (the seed's detach) leaves them
+    all as they are.
+    """
+    async with client_side.connect(relay_url, "forgot") as phone:
+        forgot = await phone.send("first")
+        untouched = await phone.send("second")
+        detached = await phone.send("third")
+        paused = await phone.send("fourth")
+        async with agent_side.connect(relay_url, "forgot") as session:
+            run = session.create_run(forgot.run_id)
+            session.create_run(untouched.run_id)  # never started
+            waiting = session.create_run(paused.run_id)
+            await waiting.start()
+            await waiting.suspend()  # waits on a person: not the session's to end
+            await run.start()
+            await run.pipe(words("half an answer"))
+            with anyio.fail_after(5):
+                while phone.view.run(forgot.run_id).status != "active":  # type: ignore[union-attr]
+                    await anyio.sleep(0.005)
+            steer = forgot.steer("too late")
+            await steer.published
+            await session.end()  # no run.end() before it
+        with anyio.fail_after(5):
+            result = await forgot.result()
+            outcome = await steer.outcome
+        assert (result.status, result.end_reason) == ("cancelled", "cancelled")
+        assert (outcome.consumed, outcome.run_terminal_reason) == (False, "cancelled")
+        assert untouched.status == "pending"
+        assert paused.status == "suspended"
+        async with agent_side.connect(relay_url, "forgot") as session:
+            other = session.create_run(detached.run_id)
+            await other.start()
+            await session.aclose()
+        await anyio.sleep(0.2)
+        assert detached.status == "active"  # left for another process (or agent_grace)
