@@ -108,6 +108,36 @@ async def test_steering_consumed_before_the_response_resolves_consumed_at_the_en
         assert message_text(model.calls[1][-1]) == "steer make it 5 days"
 
 
+async def test_an_on_steer_that_raises_leaves_the_run_and_the_steering_alone() -> None:
+    """The seed: a throwing onSteer is reported; the steer already folded, the Run goes on."""
+    model = Model(words=100)
+    raised: list[int] = []
+
+    async def handle(run: Run) -> None:
+        def broken() -> None:
+            raised.append(1)
+            raise ValueError("broken hook")
+
+        run.on_steer = broken
+        await run.start()
+        while run.has_input():
+            await run.pipe(model(run.history(), run.abort_signal))
+        await run.end()
+
+    async with stack(handle) as (server, _), client_side.connect(server.url, "s") as session:
+        run = await session.send("hello")
+        await wait_until(lambda: model.started.is_set())
+        model.words = 3
+        delivery = run.steer("steer shorter")
+        with anyio.fail_after(10):
+            outcome = await delivery.outcome
+            result = await run.result()
+    assert raised == [1]
+    assert outcome == Outcome(consumed=True, run_terminal_reason="complete")
+    assert result.status == "complete"
+    assert message_text(model.calls[-1][-1]) == "steer shorter"
+
+
 async def test_steering_after_the_last_pipe_is_not_consumed() -> None:
     piped = anyio.Event()
     release = anyio.Event()
