@@ -177,3 +177,17 @@ def test_redis_reads_reports_both_readers() -> None:
     assert [line.split()[0] for line in lines] == ["redis-py", "wire"]
     for line in lines:
         assert float(line.split()[1]) > 0  # CPU per message, never how much
+
+
+def test_the_kernel_share_is_a_share_whatever_the_float_sums() -> None:
+    """The nodes' kernel seconds and their total CPU are the same readings summed apart:
+    a quick run whose CPU was all in the kernel once reported 100.00000000000044 %."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from report import _sys_share
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert _sys_share({"node_sys_s": [0.1, 0.2], "relay_cpu_s": 0.3}) == 100.0
+    assert _sys_share({"node_sys_s": [0.1], "relay_cpu_s": 0.4}) == 25.0
+    assert math.isnan(_sys_share({"node_sys_s": [0.1], "relay_cpu_s": 0.0}))
+    assert math.isnan(_sys_share({}))
