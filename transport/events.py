@@ -98,18 +98,30 @@ class CancelDenial:
 
 @dataclass(frozen=True)
 class MessageEvent:
-    """A message was added to the tree, or changed (content, parent, or visibility)."""
+    """A message was added to the tree, or changed (content, parent, or visibility).
+
+    ``op="removed"``: a rebuild (an older page merged) or a client's reset took
+    it out of ``messages()``: it left the active branch, or the tree no longer
+    holds it as a node (``message`` is then the tree's view of it if it still
+    has one, a held message, else the last one it had).
+    """
 
     message: ViewMessage
-    op: Literal["added", "updated"]
+    op: Literal["added", "updated", "removed"]
     kind: Literal["message"] = field(default="message", init=False)
 
 
 @dataclass(frozen=True)
 class RunEvent:
-    """A Run appeared or its status (or error) changed."""
+    """A Run appeared or its status (or error) changed (``op="changed"``).
+
+    ``op="removed"``: a client's reset rebuilt the view from a page that does
+    not name the Run (the relay lost it, or it is older than the page);
+    ``run`` is the last snapshot the view had.
+    """
 
     run: RunInfo
+    op: Literal["changed", "removed"] = "changed"
     kind: Literal["run"] = field(default="run", init=False)
 
 

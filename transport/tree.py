@@ -13,8 +13,14 @@ An entry newer than all held folds incrementally. An older one (a history
 page) is merged and the state rebuilt by folding every entry again in serial
 order, so arrival order never matters. A rebuild reports the difference:
 ``MessageEvent`` (``added`` / ``updated``) per new or changed message in serial
-order, then ``RunEvent`` per new or changed Run, then ``DeliveryEvent`` for
-outcomes never reported before (each outcome is reported once, ever).
+order, then ``MessageEvent(op="removed")`` per message that left
+``messages()`` (in the order it showed them; a steer shown while its queued
+Run's prompt was not loaded is held once the prompt is, a message follows its
+Run onto another branch) and then per other node the tree no longer holds,
+then ``RunEvent`` per new or changed Run, then ``DeliveryEvent`` for outcomes
+never reported before (each outcome is reported once, ever).
+``removed_since(other)`` reports the same removals between two trees (and
+``RunEvent(op="removed")`` for Runs the other knew): a client's reset.
 
 Nodes. A ``message`` entry adds its ``UIMessage`` as sent; a steer, follow-up
 or inject message gets ``metadata.queued`` set to its intent unless the sender
@@ -547,6 +553,7 @@ class ConversationTree:
 
     def _rebuild(self) -> list[TreeEvent]:
         old = self._state
+        shown = self._shown()
         new = _Fold(None)
         entries = {serial: _unpack(data) for serial, data in sorted(self._entries.items())}
         # A close carrying its message replaces the whole content, so appends before it
@@ -569,12 +576,45 @@ class ConversationTree:
                 events.append(MessageEvent(node.view, "added"))
             elif before.view != node.view:
                 events.append(MessageEvent(node.view, "updated"))
+        events.extend(self._removed(*shown))
         for run_id, run in new.runs.items():
             was = old.runs.get(run_id)
             if was is None or was.info != run.info:
                 events.append(RunEvent(run.info))
         events.extend(DeliveryEvent(r) for r in new.book.resolved())
         return self._once(events)
+
+    def removed_since(self, before: ConversationTree) -> list[TreeEvent]:
+        """What a UI that showed ``before`` must take away to show this tree instead.
+
+        ``MessageEvent(op="removed")`` for each message of ``before.messages()``
+        this tree does not show (in that order), then for each other message
+        ``before`` held as a node that this tree does not (in the order they
+        were added); then ``RunEvent(op="removed")`` for each Run of ``before``
+        this tree does not know, in order of creation. A client's view reports
+        these after a reset.
+        """
+        events = self._removed(*before._shown())
+        events.extend(
+            RunEvent(info, "removed") for info in before.runs() if self.run(info.run_id) is None
+        )
+        return events
+
+    def _shown(self) -> tuple[list[str], dict[str, ViewMessage]]:
+        """Ids of ``messages()``, and every node's view (what ``_removed`` compares)."""
+        return (
+            [vm.message.id for vm in self.messages()],
+            {mid: node.view for mid, node in self._state.nodes.items()},
+        )
+
+    def _removed(self, path: list[str], views: dict[str, ViewMessage]) -> list[TreeEvent]:
+        """``MessageEvent(op="removed")`` for what ``path`` / ``views`` showed and this does not."""
+        shown = {vm.message.id for vm in self.messages()}
+        nodes = self._state.nodes
+        on_path = set(path)
+        gone = [mid for mid in path if mid not in shown]
+        gone += [mid for mid in views if mid not in on_path and mid not in nodes]
+        return [MessageEvent(self.message(mid) or views[mid], "removed") for mid in gone]
 
     def _once(self, events: list[TreeEvent]) -> list[TreeEvent]:
         out: list[TreeEvent] = []

@@ -98,14 +98,23 @@ export interface OutcomeRecord {
   readonly refused: Record<string, unknown> | null;
 }
 
+/**
+ * `op: "removed"`: a rebuild (an older page merged) or a reset took the message out of
+ * `getMessages()` (it left the active branch, or the tree no longer holds it as a node).
+ */
 export interface MessageEvent {
   kind: "message";
   message: ViewMessage;
-  op: "added" | "updated";
+  op: "added" | "updated" | "removed";
 }
+/**
+ * `op: "changed"`: the Run appeared or its status (or error) changed; `"removed"`: a reset rebuilt
+ * the view from a page that does not name it (`run` is the last snapshot the view had).
+ */
 export interface RunEvent {
   kind: "run";
   run: RunInfo;
+  op: "changed" | "removed";
 }
 export interface DeliveryEvent {
   kind: "delivery";
@@ -173,6 +182,8 @@ export class OutcomeBook {
 export class ConversationTree {
   fold(entry: Entry): TreeEvent[];
   foldOlder(entries: Iterable<Entry>): TreeEvent[];
+  /** What a UI that showed `before` must take away to show this tree ("removed" message events, then "removed" Run events). */
+  removedSince(before: ConversationTree): TreeEvent[];
   readonly oldestSerial: number | null;
   readonly newestSerial: number | null;
   messages(tail?: string[]): ViewMessage[];

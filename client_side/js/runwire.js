@@ -46,8 +46,8 @@
  * @typedef {{messageId: string, runId: string, intent: Intent, error: Record<string, unknown>, serial: number, clientId: string | null}} Refusal
  */
 /** @typedef {{view: ViewMessage, closed: boolean, seen: string[]}} ResponseState */
-/** @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated"}} MessageEvent */
-/** @typedef {{kind: "run", run: RunInfo}} RunEvent */
+/** @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated" | "removed"}} MessageEvent */
+/** @typedef {{kind: "run", run: RunInfo, op: "changed" | "removed"}} RunEvent */
 /** @typedef {{kind: "delivery", outcome: OutcomeRecord}} DeliveryEvent */
 /** @typedef {MessageEvent | RunEvent | DeliveryEvent} TreeEvent */
 /** @typedef {Record<string, any>} Entry */
@@ -656,7 +656,7 @@ class Fold {
       if (!TERMINAL.includes(old.status)) {
         run.info = freezeRun({ ...old, status: e.status, endReason: endReason(e.status), error: e.error });
       }
-      if (created || !deepEqual(run.info, old)) events.push({ kind: "run", run: run.info });
+      if (created || !deepEqual(run.info, old)) events.push({ kind: "run", run: run.info, op: "changed" });
       const held = run.held;
       if (held !== null && run.info.status !== "queued") {
         run.held = null;
@@ -676,7 +676,7 @@ class Fold {
       for (const r of this.book.runStatus(e.run_id, e.status)) events.push({ kind: "delivery", outcome: r });
       return events;
     }
-    if (created) events.push({ kind: "run", run: run.info });
+    if (created) events.push({ kind: "run", run: run.info, op: "changed" });
     if (e.kind === "message") {
       const mid = e.message.id;
       if (this.nodes.has(mid) || this.held.has(mid) || this.refusals.has(mid)) return events;
@@ -1059,6 +1059,7 @@ export class ConversationTree {
   /** @returns {TreeEvent[]} */
   _rebuild() {
     const old = this._state;
+    const shown = this._shown();
     const fresh = new Fold(null);
     const serials = [...this._entries.keys()].sort((a, b) => a - b);
     // A close carrying its message replaces the whole content, so appends before it cannot
@@ -1082,12 +1083,56 @@ export class ConversationTree {
       if (before === undefined) events.push({ kind: "message", message: node.view, op: "added" });
       else if (!deepEqual(before.view, node.view)) events.push({ kind: "message", message: node.view, op: "updated" });
     }
+    events.push(...this._removed(shown.path, shown.views));
     for (const [runId, run] of fresh.runs) {
       const was = old.runs.get(runId);
-      if (was === undefined || !deepEqual(was.info, run.info)) events.push({ kind: "run", run: run.info });
+      if (was === undefined || !deepEqual(was.info, run.info)) events.push({ kind: "run", run: run.info, op: "changed" });
     }
     for (const r of fresh.book.resolved()) events.push({ kind: "delivery", outcome: r });
     return this._once(events);
+  }
+
+  /**
+   * What a UI that showed `before` must take away to show this tree instead: a "removed"
+   * MessageEvent for each message of `before.messages()` this tree does not show (in that order),
+   * then for each other message `before` held as a node that this tree does not (in the order they
+   * were added); then a "removed" RunEvent for each Run of `before` this tree does not know, in
+   * order of creation. A client's view reports these after a reset.
+   * @param {ConversationTree} before @returns {TreeEvent[]}
+   */
+  removedSince(before) {
+    const shown = before._shown();
+    /** @type {TreeEvent[]} */
+    const events = this._removed(shown.path, shown.views);
+    for (const info of before.runs()) {
+      if (this.run(info.runId) === null) events.push({ kind: "run", run: info, op: "removed" });
+    }
+    return events;
+  }
+
+  /** Ids of `messages()`, and every node's view (what `_removed` compares). */
+  _shown() {
+    /** @type {Map<string, ViewMessage>} */
+    const views = new Map();
+    for (const [mid, node] of this._state.nodes) views.set(mid, node.view);
+    return { path: this.messages().map((vm) => vm.message.id), views };
+  }
+
+  /**
+   * "removed" MessageEvents for what `path` / `views` showed and this tree does not.
+   * @param {string[]} path @param {Map<string, ViewMessage>} views @returns {TreeEvent[]}
+   */
+  _removed(path, views) {
+    const shown = new Set(this.messages().map((vm) => vm.message.id));
+    const nodes = this._state.nodes;
+    const onPath = new Set(path);
+    const gone = path.filter((mid) => !shown.has(mid));
+    for (const mid of views.keys()) if (!onPath.has(mid) && !nodes.has(mid)) gone.push(mid);
+    return gone.map((mid) => ({
+      kind: "message",
+      message: this.message(mid) ?? /** @type {ViewMessage} */ (views.get(mid)),
+      op: "removed",
+    }));
   }
 
   /** @param {TreeEvent[]} events @returns {TreeEvent[]} */
