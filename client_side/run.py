@@ -235,6 +235,7 @@ class ClientRun:
         self.run_id = run_id
         self.prompt = prompt
         self._deliveries: list[Delivery] = []
+        self._resets = session._resets  # a reset after this one that loses the Run fails waits
 
     def __repr__(self) -> str:
         return f"<ClientRun {self.run_id!r} status={self.status!r}>"
@@ -324,7 +325,10 @@ class ClientRun:
     async def result(self) -> RunResult:
         """Wait until the Run ends or suspends.
 
-        Raises ``RunwireError(CONNECTION_CLOSED)`` if the session closes first.
+        Raises ``RunwireError(CONNECTION_CLOSED)`` if the session closes first,
+        ``RunwireError(EPOCH_MISMATCH)`` (``details["run_id"]``) if a reset (the
+        relay lost the session's history) rebuilt the view without the Run: how
+        it ends can no longer be told.
         """
         while True:
             info = self._session.view.run(self.run_id)
@@ -344,6 +348,7 @@ class ClientRun:
                     undelivered=undelivered,
                     interrupts=self._session.view.tree.interrupts(self.run_id),
                 )
+            self._session._check_lost(self.run_id, self._resets)
             await self._session._wait_change()
 
     async def cancel(
@@ -359,7 +364,8 @@ class ClientRun:
         ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``), then, with
         ``wait``, waits until the Run ends or ``timeout`` seconds pass, and
         raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses it (the Run
-        goes on). Returns the messages sent through this handle that the Run
+        goes on), ``RunwireError(EPOCH_MISMATCH)`` if a reset loses the Run
+        meanwhile. Returns the messages sent through this handle that the Run
         had not taken in (and that no check refused): their outcomes resolve
         ``consumed=False``. A cancel that comes after the Run's last model call
         has nothing left to stop: the Run may still complete.

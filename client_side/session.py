@@ -156,6 +156,7 @@ class ClientSession:
             on_connect=self._on_connect,
         )
         self._epoch: str | None = None
+        self._resets = 0  # how many resets rebuilt the view (a Run one lost fails its waits)
         self._attaching = False
         self._held: list[dict[str, Any]] = []
         self._deliveries: dict[str, list[Delivery]] = {}
@@ -327,10 +328,13 @@ class ClientSession:
         races the Run's own end; that is not an error); a queued Run stops
         waiting. With ``wait``, also waits (up to ``timeout`` seconds) until the
         Run ends, and raises ``RunwireError(CANCEL_DENIED)`` if its agent
-        refuses this cancel. Raises ``RunwireError`` (``RUN_NOT_FOUND``,
-        ``UNAUTHORIZED`` without the right, ...) when the relay refuses it.
+        refuses this cancel, ``RunwireError(EPOCH_MISMATCH)`` (``details["run_id"]``)
+        if a reset meanwhile rebuilt the view without the Run. Raises
+        ``RunwireError`` (``RUN_NOT_FOUND``, ``UNAUTHORIZED`` without the right,
+        ...) when the relay refuses it.
         """
         cancel = CancelEntry(id=new_id(), run_id=run_id, reason=reason)
+        resets = self._resets
         try:
             await self._publish(cancel)
         except RunwireError as exc:
@@ -338,7 +342,7 @@ class ClientSession:
                 raise
             return
         if wait:
-            await self._settled(run_id, cancel.id, timeout)
+            await self._settled(run_id, cancel.id, timeout, resets)
 
     async def resume(self, run_id: str, responses: dict[str, Any]) -> None:
         """Answer questions a paused Run waits on (``{interrupt_id: answer}``).
@@ -372,8 +376,11 @@ class ClientSession:
         entry = InterruptEntry(id=new_id(), run_id=run_id, status="declined", reason=reason)
         await self._publish(entry)
 
-    async def _settled(self, run_id: str, cancel_id: str, timeout: float | None) -> None:
-        """Wait until the Run ends; raise ``CANCEL_DENIED`` if cancel ``cancel_id`` is refused."""
+    async def _settled(
+        self, run_id: str, cancel_id: str, timeout: float | None, resets: int
+    ) -> None:
+        """Wait until the Run ends; raise ``CANCEL_DENIED`` if cancel ``cancel_id`` is refused,
+        ``EPOCH_MISMATCH`` if a reset after ``resets`` lost the Run."""
         with anyio.move_on_after(timeout):
             while True:
                 denial = self.view.tree.cancel_denial(cancel_id)
@@ -382,7 +389,17 @@ class ClientSession:
                 info = self.view.run(run_id)
                 if info is not None and info.status in TERMINAL:
                     return
+                self._check_lost(run_id, resets)
                 await self._wait_change()
+
+    def _check_lost(self, run_id: str, resets: int) -> None:
+        """Raise ``EPOCH_MISMATCH`` if a reset since ``resets`` left the view without the Run."""
+        if self._resets > resets and self.view.run(run_id) is None:
+            raise RunwireError(
+                EPOCH_MISMATCH,
+                "the relay lost the session's history; how the Run ended is unknown",
+                details={"run_id": run_id},
+            )
 
     def _cancel_soon(self, run_id: str) -> None:
         info = self.view.run(run_id)
@@ -576,6 +593,7 @@ class ClientSession:
             elif reply.reset:
                 log.warning("session %s: the relay lost history; rebuilding", self.session_id)
                 self._news_after = reply.head
+                self._resets += 1
                 self.view._reset(reply.entries, reply.head, reply.has_older)
                 self._after_reset()
             else:

@@ -11,11 +11,14 @@ order, to the session's own bookkeeping (steering outcomes), then to the
 Serials the view already holds are skipped before they reach the tree, so a
 resume that overlaps what the view has (or a frame that arrives twice) never
 shows a message twice. A ``reset`` (the relay lost the history the view
-resumed from) rebuilds the tree from the page the relay sent.
+resumed from) rebuilds the tree from the page the relay sent; once the page
+folded, it reports its events, then ``MessageEvent(op="removed")`` for each
+message the view showed and no longer does and ``RunEvent(op="removed")`` for
+each Run it no longer knows (``ConversationTree.removed_since``).
 
 ``load_older()`` asks the relay for the page before the oldest serial the
 view holds and merges it (``fold_older``); only events the merge caused are
-reported.
+reported (``op="removed"`` for messages the merge took out of ``messages()``).
 """
 
 from __future__ import annotations
@@ -210,20 +213,23 @@ class View:
     def _fold_live(self, entries: Iterable[dict[str, Any]]) -> None:
         """Fold entries newer than the view holds, in order; report their events."""
         for entry in entries:
-            serial = _serial(entry)
-            if serial is not None:
-                if self._newest is not None and serial <= self._newest:
-                    continue
-                self._newest = serial
-                if self._oldest is None:
-                    self._oldest = serial
-            try:
-                events = self._tree.fold(entry)
-            except RunwireError as exc:
-                log.warning("session %s: skipping an entry the view cannot read: %s", self, exc)
-                continue
-            self._dispatch(events)
+            self._dispatch(self._fold_one(entry))
         self._notify()  # entries that raise no event (a refused cancel) still wake waiters
+
+    def _fold_one(self, entry: dict[str, Any]) -> list[Event]:
+        """Fold one entry if it is newer than the view holds; the events it caused."""
+        serial = _serial(entry)
+        if serial is not None:
+            if self._newest is not None and serial <= self._newest:
+                return []
+            self._newest = serial
+            if self._oldest is None:
+                self._oldest = serial
+        try:
+            return self._tree.fold(entry)
+        except RunwireError as exc:
+            log.warning("session %s: skipping an entry the view cannot read: %s", self, exc)
+            return []
 
     def _attached(self, entries: list[dict[str, Any]], head: int, has_older: bool) -> None:
         """A first attach: the newest page."""
@@ -239,11 +245,26 @@ class View:
             self._newest = head
 
     def _reset(self, entries: list[dict[str, Any]], head: int, has_older: bool) -> None:
-        """The relay lost the history the view resumed from: rebuild from the page."""
+        """The relay lost the history the view resumed from: rebuild from the page.
+
+        Reports the events of folding the page (as a first attach does), then
+        what the rebuilt view no longer shows: ``MessageEvent(op="removed")``
+        and ``RunEvent(op="removed")`` (``ConversationTree.removed_since``).
+        Everything is reported once the whole page folded.
+        """
+        old = self._tree
         self._tree = ConversationTree()
         self._newest = None
         self._oldest = None
-        self._attached(entries, head, has_older)
+        self._has_older = has_older
+        events: list[Event] = []
+        for entry in entries:
+            events.extend(self._fold_one(entry))
+        if self._newest is None:
+            self._newest = head
+        events.extend(self._tree.removed_since(old))
+        self._dispatch(events)
+        self._notify()
 
     def _close(self) -> None:
         self._closed = True

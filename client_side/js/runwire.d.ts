@@ -315,10 +315,14 @@ export class ClientRun {
   followUp(message: string | UIMessage): Delivery;
   /** Joins the conversation at the next model call without causing one. */
   inject(message: string | UIMessage): Delivery;
-  /** `undelivered`: what the Run did not take (none at an "error" end: they stay queued). */
+  /**
+   * `undelivered`: what the Run did not take (none at an "error" end: they stay queued). Rejects
+   * with EPOCH_MISMATCH (`details.run_id`) if a reset rebuilt the view without the Run.
+   */
   result(): Promise<RunResult>;
   /**
-   * `wait` defaults to true; rejects with CANCEL_DENIED if the agent refuses the cancel.
+   * `wait` defaults to true; rejects with CANCEL_DENIED if the agent refuses the cancel,
+   * EPOCH_MISMATCH if a reset loses the Run while it waits.
    * Resolves to the messages sent through this handle that the Run never took.
    */
   cancel(options?: { reason?: string; wait?: boolean; timeout?: number | null }): Promise<UIMessage[]>;
@@ -387,6 +391,7 @@ export class Session {
   readonly connected: boolean;
   readonly closed: boolean;
   send(message: string | UIMessage, options?: SendOptions): Promise<ClientRun>;
+  /** With `wait`: rejects with CANCEL_DENIED if refused, EPOCH_MISMATCH if a reset loses the Run. */
   cancel(runId: string, options?: CancelOptions): Promise<void>;
   /** Answer questions a paused Run waits on; rejects with VALIDATION_ERROR, INTERRUPT_ANSWER_INVALID or INTERRUPT_EXPIRED. */
   resume(runId: string, responses: Record<string, unknown>): Promise<void>;

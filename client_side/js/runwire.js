@@ -1494,23 +1494,24 @@ export class View {
 
   /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries */
   _foldLive(entries) {
-    for (const entry of entries) {
-      const serial = isObject(entry) && Number.isInteger(entry.serial) ? entry.serial : null;
-      if (serial !== null) {
-        if (this._newest !== null && serial <= this._newest) continue;
-        this._newest = serial;
-        if (this._oldest === null) this._oldest = serial;
-      }
-      let events;
-      try {
-        events = this._tree.fold(entry);
-      } catch (err) {
-        console.warn(`runwire: session ${this.sessionId}: skipping an entry the view cannot read:`, err);
-        continue;
-      }
-      this._dispatch(events);
-    }
+    for (const entry of entries) this._dispatch(this._foldOne(entry));
     this._notify(); // entries that raise no event (a refused cancel) still wake waiters
+  }
+
+  /** Fold one entry if it is newer than the view holds; the events it caused. @param {any} entry @returns {TreeEvent[]} */
+  _foldOne(entry) {
+    const serial = isObject(entry) && Number.isInteger(entry.serial) ? entry.serial : null;
+    if (serial !== null) {
+      if (this._newest !== null && serial <= this._newest) return [];
+      this._newest = serial;
+      if (this._oldest === null) this._oldest = serial;
+    }
+    try {
+      return this._tree.fold(entry);
+    } catch (err) {
+      console.warn(`runwire: session ${this.sessionId}: skipping an entry the view cannot read:`, err);
+      return [];
+    }
   }
 
   /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
@@ -1526,12 +1527,25 @@ export class View {
     if (this._newest === null) this._newest = head;
   }
 
-  /** The relay lost the history the view resumed from: rebuild from the page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
+  /**
+   * The relay lost the history the view resumed from: rebuild from the page. Once the whole page
+   * folded, reports its events (as a first attach does), then what the rebuilt view no longer
+   * shows: "removed" message and Run events (`ConversationTree.removedSince`).
+   * @param {any[]} entries @param {number} head @param {boolean} hasOlder
+   */
   _reset(entries, head, hasOlder) {
+    const old = this._tree;
     this._tree = new ConversationTree();
     this._newest = null;
     this._oldest = null;
-    this._attached(entries, head, hasOlder);
+    this._hasOlder = hasOlder;
+    /** @type {TreeEvent[]} */
+    const events = [];
+    for (const entry of entries) events.push(...this._foldOne(entry));
+    if (this._newest === null) this._newest = head;
+    events.push(...this._tree.removedSince(old));
+    this._dispatch(events);
+    this._notify();
   }
 
   _close() {
@@ -1674,6 +1688,7 @@ export class ClientRun {
     this.runId = runId;
     this.prompt = prompt;
     /** @type {Delivery[]} */ this._deliveries = [];
+    this._resets = session._resets; // a reset after this one that loses the Run fails its waits
   }
 
   /**
@@ -1765,12 +1780,15 @@ export class ClientRun {
   /**
    * Wait until the Run ends or suspends. `undelivered` lists the messages sent through this
    * handle that the Run did not take (none when it ended "error": they stay in `queued`); at a
-   * suspend they are listed and stay queued, outcomes pending, for the resumed Run.
+   * suspend they are listed and stay queued, outcomes pending, for the resumed Run. Rejects with
+   * RunwireError(CONNECTION_CLOSED) if the session closes first, EPOCH_MISMATCH (`details.run_id`)
+   * if a reset (the relay lost the session's history) rebuilt the view without the Run.
    * @returns {Promise<RunResult>}
    */
   async result() {
     const info = await this._session.view._until(() => {
       const i = this._session.view.run(this.runId);
+      if (i === null) this._session._checkLost(this.runId, this._resets);
       return i !== null && (TERMINAL.includes(i.status) || i.status === "suspended") ? i : null;
     });
     const undelivered =
@@ -1786,7 +1804,7 @@ export class ClientRun {
    * Cancel this Run; resolves to the messages sent through this handle that it never took in
    * (and that no check refused). With `wait` (the default) it waits until the Run ends or
    * `timeout` ms pass, and rejects with RunwireError(CANCEL_DENIED) if the agent refuses the
-   * cancel (the Run goes on). RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
+   * cancel (the Run goes on), EPOCH_MISMATCH if a reset loses the Run meanwhile. RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
    * ended is left as it is.
    * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<UIMessage[]>}
@@ -1896,6 +1914,7 @@ export class Session {
     this._closed = false;
     /** @type {RunwireError | null} */ this._fatal = null;
     /** @type {string | null} */ this._epoch = null;
+    this._resets = 0; // how many resets rebuilt the view
     /** @type {Multitask | null} The relay's default strategy (its welcome says). */ this._defaultMultitask = null;
     /** The largest frame the relay takes, in bytes of UTF-8 (its welcome says). */ this._maxFrameBytes = 1024 * 1024;
     this._connects = 0;
@@ -2030,7 +2049,8 @@ export class Session {
    * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
    * (up to `timeout` ms; null: no limit) until the Run ends, and rejects with
    * RunwireError(CANCEL_DENIED) if its agent refuses this cancel, CONNECTION_CLOSED if the
-   * session closes first. Rejects with the relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED
+   * session closes first, EPOCH_MISMATCH (`details.run_id`) if a reset meanwhile rebuilt the view
+   * without the Run. Rejects with the relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED
    * without the right, ...) when it refuses the cancel.
    * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<void>}
@@ -2040,13 +2060,14 @@ export class Session {
     /** @type {Entry} */
     const entry = { kind: "cancel", id: newId(), run_id: runId };
     if (reason !== undefined && reason !== null) entry.reason = reason;
+    const resets = this._resets;
     try {
       await this._publish(entry);
     } catch (err) {
       if (!(err instanceof RunwireError) || err.code !== RUN_NOT_ACTIVE) throw err;
       return;
     }
-    if (wait) await this._settled(runId, entry.id, timeout);
+    if (wait) await this._settled(runId, entry.id, timeout, resets);
   }
 
   /**
@@ -2081,10 +2102,11 @@ export class Session {
 
   /**
    * Wait until the Run ends or `timeout` ms pass; reject with CANCEL_DENIED if the cancel
-   * `cancelId` is refused, with CONNECTION_CLOSED if the session closes first.
-   * @param {string} runId @param {string} cancelId @param {number | null} timeout
+   * `cancelId` is refused, with CONNECTION_CLOSED if the session closes first, with EPOCH_MISMATCH
+   * if a reset after `resets` lost the Run.
+   * @param {string} runId @param {string} cancelId @param {number | null} timeout @param {number} resets
    */
-  async _settled(runId, cancelId, timeout) {
+  async _settled(runId, cancelId, timeout, resets) {
     const view = this.view;
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     let timer;
@@ -2096,6 +2118,7 @@ export class Session {
       const denial = view.tree.cancelDenial(cancelId);
       if (denial !== null) return { denial };
       const info = view.run(runId);
+      if (info === null) this._checkLost(runId, resets);
       return info !== null && TERMINAL.includes(info.status) ? { denial: null } : null;
     }, late);
     try {
@@ -2103,6 +2126,16 @@ export class Session {
       if (result && result.denial) throw denied(result.denial);
     } finally {
       clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Throw EPOCH_MISMATCH if a reset since `resets` left the view without the Run.
+   * @param {string} runId @param {number} resets
+   */
+  _checkLost(runId, resets) {
+    if (this._resets > resets && this.view.run(runId) === null) {
+      throw new RunwireError(EPOCH_MISMATCH, "the relay lost the session's history; how the Run ended is unknown", { run_id: runId });
     }
   }
 
@@ -2313,6 +2346,7 @@ export class Session {
         } else if (reply.reset) {
           console.warn(`runwire: session ${this.sessionId}: the relay lost history; rebuilding`);
           this._newsAfter = reply.head;
+          this._resets += 1;
           this.view._reset(reply.entries, reply.head, reply.has_older);
           this._afterReset();
         } else this.view._resumed(reply.entries, reply.head);
