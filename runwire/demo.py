@@ -166,8 +166,8 @@ async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
 
         def on_message(event: MessageEvent) -> None:
             message = event.message.message
-            if message.role != "assistant":
-                return
+            if message.role != "assistant" or event.op == "removed":
+                return  # a terminal cannot take printed text back
             run_id = event.message.run_id or ""
             new = message.id not in texts
             texts[message.id] = (run_id, message_text(message))
@@ -180,7 +180,7 @@ async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
 
         def on_run(event: RunEvent) -> None:
             info = event.run
-            if info.status not in ("complete", "cancelled", "error"):
+            if info.status not in ("complete", "cancelled", "error") or event.op == "removed":
                 return
             out(f"\n[run {info.run_id[:8]} {info.status}]\n")
             if follow and texts[follow[0]][0] == info.run_id:
