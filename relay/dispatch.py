@@ -61,14 +61,16 @@ class Dispatcher:
     # ------------------------------------------------------------ workers --
 
     def add_worker(self, peer: Peer, agent: str, pending: list[RunRecord]) -> None:
-        """Register ``peer`` for ``agent`` and hand it (or share out) the waiting Runs."""
+        """Register ``peer`` for ``agent`` and share out the waiting Runs no live worker holds."""
         enlist(self.workers, peer, agent, self.metrics)
         for record in pending:
             key = (record.session_id, record.run_id)
             if key not in self.assigned or self.assigned[key].closed:
                 self.waiting[key] = record
-        for record in list(self.waiting.values()):
-            if record.agent == agent:
+        for key, record in list(self.waiting.items()):
+            holder = self.assigned.get(key)
+            # A Run a live worker holds (handed to it, not started yet) stays with it.
+            if record.agent == agent and (holder is None or holder.closed):
                 self._hand_out(record)
 
     def peer_gone(self, peer: Peer, owned_active: list[RunRecord]) -> None:

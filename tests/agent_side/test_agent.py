@@ -176,3 +176,46 @@ async def test_agent_as_a_context_manager_serves_until_closed(relay_url: str) ->
         await agent.aclose()  # closing twice is fine
         with pytest.raises(RuntimeError):
             await agent.serve()  # an Agent serves once
+
+
+async def test_a_worker_that_registers_later_is_not_handed_runs_another_worker_holds(
+    relay_url: str,
+) -> None:
+    """A Run handed to a live worker that has not started it yet stays that worker's:
+    a second worker of the name registering must not be dispatched it too (both
+    handlers would run it, one failing on every publish)."""
+    seen: dict[str, list[str]] = {"first": [], "second": []}
+    first_has_it = anyio.Event()
+    go = anyio.Event()
+
+    def handler(name: str) -> Callable[[Run], Awaitable[None]]:
+        async def handle(run: Run) -> None:
+            seen[name].append(run.run_id)
+            if run.run_id == "run-held" and name == "first":
+                first_has_it.set()
+                with anyio.fail_after(10):
+                    await go.wait()
+            await steering_loop(run, echo)
+
+        return handle
+
+    async with (
+        client_end(relay_url, "w-late-1") as one,
+        client_end(relay_url, "w-late-2") as two,
+        serving(relay_url, handler("first")),
+    ):
+        held = await one.prompt("held by the first worker", run_id="run-held")
+        with anyio.fail_after(10):
+            await first_has_it.wait()
+        async with serving(relay_url, handler("second")) as second:
+            with anyio.fail_after(10):
+                while not second.connection.connected:
+                    await anyio.sleep(0.01)
+            # The least loaded worker (the second) takes this one; the relay sends
+            # anything it handed the second worker on registering before it.
+            fresh = await two.prompt("for the second worker")
+            await two.wait_status(fresh, "complete")
+            go.set()
+            await one.wait_status(held, "complete")
+    assert seen == {"first": [held], "second": [fresh]}
+    assert one.response_texts(held) == ["echo: held by the first worker"]
