@@ -165,7 +165,7 @@ class Agent:
         Runs left active end ``AGENT_LOST`` on the relay after its grace period.
         """
         self._stopped.set()
-        self._link.closing = True
+        self._link.shut()
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()

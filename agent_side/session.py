@@ -537,7 +537,8 @@ class _Link:
         self._after_connect = after_connect
         self._tg: anyio.abc.TaskGroup | None = None
         self.closing = False
-        """Set when the owner shuts down: releases then skip the detach round trip."""
+        """Set (by ``shut()``) when the owner shuts down: releases skip the detach round trip."""
+        self._detaches: set[anyio.CancelScope] = set()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[_Link]:
@@ -554,13 +555,22 @@ class _Link:
                 yield self
         finally:
             self._tg = None
+            self.shut()
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
         """Close the connection; the ``running()`` block ends its tasks on exit."""
-        self.closing = True
+        self.shut()
         await self.conn.aclose()
+
+    def shut(self) -> None:
+        """The owner shuts down: releases from now on skip the detach, and those waiting
+        on one stop waiting (its reply may never come: the connection is closing, or
+        down, and its reader may be cancelled already)."""
+        self.closing = True
+        for scope in list(self._detaches):
+            scope.cancel()
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the background while the link runs; its errors are logged."""
@@ -612,8 +622,12 @@ class _Link:
         try:
             if self.closing:
                 return
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await self.conn.request(Detach(req=0, session_id=session.session_id))
+            with anyio.CancelScope(shield=True) as scope, anyio.move_on_after(10):
+                self._detaches.add(scope)
+                try:
+                    await self.conn.request(Detach(req=0, session_id=session.session_id))
+                finally:
+                    self._detaches.discard(scope)
         except RunwireError as exc:
             log.debug("detach of %s failed: %s", session.session_id, exc)
         finally:

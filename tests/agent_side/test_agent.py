@@ -7,9 +7,11 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 from agent_side import AbortSignal, Agent, Run, steering_loop
 from transport.errors import RunwireError
+from transport.frames import Detach, RelayFrame
 from transport.messages import UIMessage
 
 from .helpers import client_end
@@ -219,3 +221,35 @@ async def test_a_worker_that_registers_later_is_not_handed_runs_another_worker_h
             await one.wait_status(held, "complete")
     assert seen == {"first": [held], "second": [fresh]}
     assert one.response_texts(held) == ["echo: held by the first worker"]
+
+
+async def test_closing_the_worker_does_not_wait_on_a_detach_that_gets_no_reply(
+    relay_url: str,
+) -> None:
+    """A session released just before the worker closes waits for its detach's reply;
+    closing (or cancelling ``serve()``, which cancels the connection's reader) must
+    not then sit out the detach's 10-second timeout."""
+    agent = Agent(relay_url)
+    detaching = anyio.Event()
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await steering_loop(run, echo)
+
+    request = agent.connection.request
+
+    async def held_detach(frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
+        if isinstance(frame, Detach):
+            detaching.set()
+            await anyio.Event().wait()  # the reply never comes (a connection going down)
+        return await request(frame, wait_ready=wait_ready)
+
+    agent.connection.request = held_detach  # type: ignore[method-assign]
+    async with client_end(relay_url, "w-close-detach") as client:
+        with anyio.fail_after(5):
+            async with agent:
+                run_id = await client.prompt("hi")
+                await client.wait_status(run_id, "complete")
+                await detaching.wait()
+    assert client.response_texts(run_id) == ["echo: hi"]
+    assert agent._link.sessions == {}
