@@ -71,7 +71,10 @@ class Agent:
     ) -> None:
         """A worker of agent ``name``; the keyword options are the ``RunOptions`` of its Runs.
 
-        Raises ``ValueError`` for a bad option.
+        ``max_in_flight`` is how many appends of one reply may wait for the
+        relay's acknowledgement at once (as for ``connect()``); it does not
+        limit Runs: a worker takes every Run the relay hands it, in any number
+        of sessions. Raises ``ValueError`` for a bad option.
         """
         self.url = url
         self.name = name

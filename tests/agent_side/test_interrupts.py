@@ -451,7 +451,7 @@ async def test_a_run_paused_when_a_waiting_rollback_branched_above_it_resumes_wi
     the rollback's turn comes then and starts a branch above it. Answered, the Run
     still reads its own prompt (it asks and gets the answer, not skip the question),
     and its reply joins its own branch."""
-    agent = Agent(relay_url, max_in_flight=3)
+    agent = Agent(relay_url)
     release = anyio.Event()
     own: list[list[str]] = []
 

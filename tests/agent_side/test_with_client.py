@@ -84,7 +84,7 @@ async def test_a_run_a_fork_left_off_the_active_branch_keeps_its_own_conversatio
     """Another device forks the conversation above a Run that goes on (a prompt naming
     an earlier message): the Run still reads its own conversation, and its next
     response joins its own branch, not the tip of the new one."""
-    agent = Agent(relay_url, max_in_flight=2)
+    agent = Agent(relay_url)
     forked = anyio.Event()
     read: list[list[str]] = []
 
