@@ -469,7 +469,13 @@ class RunRegistry:
                 adoptions += 1
                 if pause is not None:
                     pause = {**pause, "due": False}
-            elif owner is None and client_id != RELAY.client_id and entry.status != "pending":
+            elif (
+                owner is None
+                and client_id != RELAY.client_id
+                and entry.status != "pending"
+                and not self._ends_for_interrupt(record, entry)
+            ):
+                # An agent's first move makes it the owner; the relay's never does.
                 owner = client_id
             changes = [
                 replace(
@@ -511,6 +517,23 @@ class RunRegistry:
                 ]
         self.apply(changes)
         return changes
+
+    def _ends_for_interrupt(self, record: RunRecord, entry: RunEntry) -> bool:
+        """True if ``entry`` is the relay's ``run: cancelled`` for a pending Run that a
+        waiting interrupt names: ``due()`` publishes it under the interrupting sender's
+        identity, so its stamps name a client, not the relay, and it makes no owner."""
+        return (
+            entry.status == "cancelled"
+            and record.status == "pending"
+            and any(
+                r.status == "queued"
+                and not r.cancel_requested
+                and record.run_id in r.interrupts
+                and r.client_id == entry.client_id
+                and r.user_id == entry.user_id
+                for r in self.runs.values()
+            )
+        )
 
     def apply(self, records: list[RunRecord]) -> None:
         """Make planned changes current (after the store wrote them)."""
