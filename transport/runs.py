@@ -49,7 +49,10 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   while a Run waits settles that Run's pause (``moved_on``), a cancel settles
   it as declined (a worker takes the Run and applies the cancel). Once every
   question is settled the relay owes the suspended Run a ``run: pending``
-  (``due()``), so a worker adopts it with the pause in its checkpoint;
+  (``due()``), so a worker adopts it with the pause in its checkpoint; its
+  owner may instead resume it itself (``run: active``), which takes up the
+  settled pause: the resume is no longer owed, and the relay's resume worked
+  out before is refused (``RUN_NOT_ACTIVE``);
 * ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
   may put an active or suspended Run back to ``pending`` (its agent went
   away): the owner is cleared and ``adoptions`` counts the hand-over, so the
@@ -469,7 +472,9 @@ class RunRegistry:
                 adoptions += 1
                 if pause is not None:
                     pause = {**pause, "due": False}
-            elif (
+            else:
+                pause = _taken_up(record, entry.status)
+            if (
                 owner is None
                 and client_id != RELAY.client_id
                 and entry.status != "pending"
@@ -596,7 +601,7 @@ class RunRegistry:
             if record.resume_owed:
                 assert record.pause is not None
                 entry = RunEntry(
-                    id=relay_entry_id(record.run_id, "resume", str(record.pause.get("round", 0))),
+                    id=_resume_id(record.run_id, int(record.pause.get("round", 0))),
                     run_id=record.run_id,
                     status="pending",
                 )
@@ -745,6 +750,13 @@ class RunRegistry:
             raise RunwireError(UNAUTHORIZED, "only agents change a Run's status")
         self._need(sender, AGENT)
         if entry.status == "pending" and record.status in ("active", "suspended"):
+            if _is_resume(entry, record) and not record.resume_owed:
+                # Worked out while the Run waited; its owner went on (or it paused anew).
+                raise RunwireError(
+                    RUN_NOT_ACTIVE,
+                    f"run {record.run_id!r} is not owed this resume any more",
+                    details={"run_id": record.run_id, "status": record.status},
+                )
             return [self._release(record, sender, now_ms)]
         if entry.status not in TRANSITIONS[record.status]:
             if record.terminal:
@@ -784,6 +796,7 @@ class RunRegistry:
             owner=owner,
             error=entry.error.model_dump() if entry.error else None,
             durable=record.durable or bool(entry.status == "active" and entry.durable),
+            pause=_taken_up(record, entry.status),
             updated_ts=now_ms,
         )
         if entry.status == "pending" and self.slots is not None:
@@ -968,3 +981,22 @@ def rights_refusal(entry: EntryBody, sender: Sender) -> RunwireError | None:
 
 def _status(run_id: str, status: Literal["pending", "cancelled"]) -> RunEntry:
     return RunEntry(id=relay_entry_id(run_id, status), run_id=run_id, status=status)
+
+
+def _resume_id(run_id: str, round_: int) -> str:
+    """The id of the relay's resume of a Run's pause ``round_`` (see ``due()``)."""
+    return relay_entry_id(run_id, "resume", str(round_))
+
+
+def _is_resume(entry: RunEntry, record: RunRecord) -> bool:
+    """True if ``entry`` is a resume ``due()`` worked out for one of the Run's pauses."""
+    rounds = int((record.pause or {}).get("round", 0))
+    return any(entry.id == _resume_id(record.run_id, n) for n in range(rounds + 1))
+
+
+def _taken_up(record: RunRecord, status: str) -> dict[str, Any] | None:
+    """The pause once ``record`` goes to ``status``: its agent resuming a suspended Run
+    itself takes up the settled pause, so the relay no longer owes it a resume."""
+    if record.pause is None or status != "active" or record.status != "suspended":
+        return record.pause
+    return {**record.pause, "due": False}

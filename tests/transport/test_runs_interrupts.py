@@ -131,3 +131,26 @@ def test_a_queued_run_waits_for_a_resume_owed_before_its_turn(strategy: str) -> 
     publish(reg, status("r1", "active"), AGENT)
     publish(reg, status("r1", "complete"), AGENT)
     assert drain(reg) == [("r2", "pending", "relay")]
+
+
+def test_a_resume_worked_out_before_the_owner_resumed_the_run_is_stale() -> None:
+    """The owner may resume its suspended Run itself (``start()``) once the answers are
+    in: the relay's resume, worked out before that, is no longer owed and must not hand
+    the running Run to another worker."""
+    reg = suspended(Q1)
+    publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+    [(resume, relay)] = reg.due()
+    publish(reg, status("r1", "active", 2), AGENT)  # the owner went on by itself
+    assert reg.due() == []
+    assert refused(reg, resume, relay) == "RUN_NOT_ACTIVE"
+    assert reg.runs["r1"].status == "active" and reg.runs["r1"].owner == AGENT.client_id
+
+
+def test_a_run_its_owner_resumed_is_not_owed_the_old_resume_when_it_suspends_again() -> None:
+    reg = suspended(Q1)
+    publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+    publish(reg, status("r1", "active", 2), AGENT)  # the owner went on by itself
+    publish(reg, status("r1", "suspended", 3), AGENT)  # and waits again, on no question
+    assert not reg.runs["r1"].resume_owed
+    assert drain(reg) == []
+    assert reg.runs["r1"].status == "suspended" and reg.runs["r1"].adoptions == 0

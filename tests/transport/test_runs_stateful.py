@@ -53,6 +53,7 @@ class RegistryMachine(RuleBasedStateMachine):
         )
         self.log: list[EntryBody] = []
         self.ids: set[str] = set()
+        self.owed: list[tuple[EntryBody, Sender]] = []
         self.now = 1000
         self.n = 0
 
@@ -188,11 +189,15 @@ class RegistryMachine(RuleBasedStateMachine):
         entry = RunEntry(id=self._id("r"), run_id=run_id, status=status, durable=durable or None)
         self.publish(entry, self._agent(data, run_id))
 
-    @precondition(lambda self: any(r.status == "pending" for r in self.reg.runs.values()))
+    @precondition(
+        lambda self: any(r.status in ("pending", "suspended") for r in self.reg.runs.values())
+    )
     @rule(data=st.data(), durable=st.booleans())
     def agent_starts(self, data: st.DataObject, durable: bool) -> None:
-        """A worker starts (or adopts) a pending Run."""
-        pending = sorted(r.run_id for r in self.reg.runs.values() if r.status == "pending")
+        """A worker starts (or adopts) a pending Run, or its owner resumes a suspended one."""
+        pending = sorted(
+            r.run_id for r in self.reg.runs.values() if r.status in ("pending", "suspended")
+        )
         run_id = data.draw(st.sampled_from(pending))
         entry = RunEntry(id=self._id("r"), run_id=run_id, status="active", durable=durable or None)
         self.publish(entry, self._agent(data, run_id))
@@ -256,6 +261,21 @@ class RegistryMachine(RuleBasedStateMachine):
         due = self.reg.due()
         entry, sender = data.draw(st.sampled_from(due))
         self.publish(entry, sender)
+
+    @rule()
+    def relay_works_out_what_it_owes(self) -> None:
+        """A relay node reads due() now and publishes it later (after other entries)."""
+        self.owed.extend(self.reg.due())
+
+    @precondition(lambda self: bool(self.owed))
+    @rule(data=st.data())
+    def relay_publishes_late(self, data: st.DataObject) -> None:
+        """What was owed then goes through plan() now: only what is still owed passes."""
+        i = data.draw(st.integers(0, len(self.owed) - 1))
+        entry, sender = self.owed.pop(i)
+        now_owed = {e.id for e, _ in self.reg.due()}
+        if self.publish(entry, sender) is not None:
+            assert entry.id in now_owed, f"plan() took {entry.id}, which is no longer owed"
 
     @rule()
     def relay_drains(self) -> None:
