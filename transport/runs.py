@@ -71,7 +71,8 @@ relay's ``Policy.multitask``). Runs *going on* are those ``pending`` or
 * ``reject``: ``THREAD_BUSY`` while a Run is going on.
 * ``enqueue``: queued while a Run goes on (or an older enqueued Run waits);
   its turn comes when none goes on, oldest first. A suspended Run owed its
-  resume (every question settled) counts as going on.
+  resume (every question settled, by this very prompt's move on too) counts as
+  going on.
 * ``interrupt`` / ``rollback``: the Runs going on are cancelled (the relay
   publishes the cancels, see ``due()``; the sender needs the cancel right for
   each); the new Run is queued until they settle, and goes before enqueued Runs.
@@ -644,17 +645,21 @@ class RunRegistry:
             for record in going:
                 self._need_cancel(sender, record)
             interrupts = [r.run_id for r in going]
-        if strategy in _WAITING:
-            queued = bool(going) or (strategy == "enqueue" and bool(self.queued()))
-        else:
-            queued = False
-        if not queued and not child and self.slots is not None and not self.slots.free():
-            queued = True
         moved_on = [
             replace(r, pause={**(r.pause or {}), "moved_on": True, "due": True}, updated_ts=now_ms)
             for r in self._ordered(self.runs.values())
             if not r.terminal and r.waiting()
         ]
+        if strategy in _WAITING:
+            queued = bool(going) or (strategy == "enqueue" and bool(self.queued()))
+        else:
+            queued = False
+        if strategy == "enqueue" and any(r.resume_owed for r in [*self.runs.values(), *moved_on]):
+            # A suspended Run owed its resume (this prompt's own move on included) is about
+            # to go on: it counts as going on.
+            queued = True
+        if not queued and not child and self.slots is not None and not self.slots.free():
+            queued = True
         record = RunRecord(
             session_id=self.session_id,
             run_id=entry.run_id,

@@ -154,3 +154,23 @@ def test_a_run_its_owner_resumed_is_not_owed_the_old_resume_when_it_suspends_aga
     assert not reg.runs["r1"].resume_owed
     assert drain(reg) == []
     assert reg.runs["r1"].status == "suspended" and reg.runs["r1"].adoptions == 0
+
+
+def test_an_enqueued_prompt_waits_for_a_run_owed_its_resume() -> None:
+    """A suspended Run owed its resume counts as going on: ``enqueue`` queues behind it."""
+    reg = suspended(Q1)
+    publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)  # r1 is owed its resume
+    [record] = publish(reg, prompt("r2", "enqueue"), ALICE)
+    assert record.status == "queued"
+    assert drain(reg) == [("r1", "pending", "relay")]
+    publish(reg, status("r1", "active", 2), AGENT)
+    publish(reg, status("r1", "complete", 3), AGENT)
+    assert drain(reg) == [("r2", "pending", "relay")]
+
+
+def test_an_enqueued_prompt_that_moves_a_paused_run_on_waits_for_its_resume() -> None:
+    reg = suspended(Q1)
+    [record, moved] = publish(reg, prompt("r2", "enqueue"), ALICE)
+    assert moved.run_id == "r1" and moved.resume_owed
+    assert record.status == "queued"
+    assert drain(reg) == [("r1", "pending", "relay")]

@@ -89,6 +89,8 @@ class RegistryMachine(RuleBasedStateMachine):
             if prev is not None and prev.owner is not None and record.owner is not None:
                 assert record.owner == prev.owner, "a Run changed owner without a hand-over"
         target = before.get(getattr(entry, "run_id", ""))
+        if isinstance(entry, MessageEntry) and entry.intent == "prompt":
+            self._check_strategy(changes, before, free)
         started = [
             r
             for r in changes
@@ -112,6 +114,23 @@ class RegistryMachine(RuleBasedStateMachine):
         self.log.append(stamped)
         self.ids.add(stamped.id)
         return changes
+
+    def _check_strategy(
+        self, changes: list[RunRecord], before: dict[str, RunRecord], free: bool
+    ) -> None:
+        """What the module docstring says each strategy does with a new prompt."""
+        record, *moved_on = changes
+        after = {**before, **{r.run_id: r for r in moved_on}}
+        going = [r for r in before.values() if r.going_on]
+        if record.multitask == "reject":
+            assert not going, "a reject prompt started while a Run goes on"
+        if record.multitask in ("interrupt", "rollback"):
+            assert record.interrupts == [r.run_id for r in going]
+            assert record.status == ("queued" if going or not free else "pending")
+        if record.multitask == "enqueue":
+            owed = any(r.resume_owed for r in after.values())
+            waits = any(r.status == "queued" for r in before.values())
+            assert record.status == ("queued" if going or owed or waits or not free else "pending")
 
     def _run(self, data: st.DataObject, *statuses: str) -> str:
         """Mostly a Run that has not ended (of ``statuses``, if given), sometimes any id
@@ -270,11 +289,13 @@ class RegistryMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.owed))
     @rule(data=st.data())
     def relay_publishes_late(self, data: st.DataObject) -> None:
-        """What was owed then goes through plan() now: only what is still owed passes."""
+        """What was owed then goes through plan() now: a status change (a turn, a resume,
+        an end) passes only while still owed. (An interrupt's cancel passes while its Run
+        waits and names the target, as the docstring says, owed or not.)"""
         i = data.draw(st.integers(0, len(self.owed) - 1))
         entry, sender = self.owed.pop(i)
         now_owed = {e.id for e, _ in self.reg.due()}
-        if self.publish(entry, sender) is not None:
+        if self.publish(entry, sender) is not None and isinstance(entry, RunEntry):
             assert entry.id in now_owed, f"plan() took {entry.id}, which is no longer owed"
 
     @rule()
