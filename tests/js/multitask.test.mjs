@@ -5,6 +5,7 @@ import { test } from "node:test";
 
 import { ConversationTree, MULTITASK_STRATEGIES, RunwireError, connect, decodeEntry, userMessage } from "../../client_side/js/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
+import { until, withTimeout } from "./waits.mjs";
 
 const prompt = (serial, mid, runId, extra = {}) => ({
   serial,
@@ -196,18 +197,6 @@ test("history in any order gives the same branches", () => {
 });
 
 // ------------------------------------------------------------------------------ the session ---
-
-async function until(predicate, ms = 2000) {
-  const deadline = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${predicate}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
-
-function withTimeout(promise, ms = 2000) {
-  return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error("timed out")), ms))]);
-}
 
 test("send names every strategy; waiting ones name no parent unless asked", async () => {
   const relay = new FakeRelay();

@@ -5,19 +5,7 @@ import { test } from "node:test";
 
 import { connect, messageText } from "../../client_side/js/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
-
-/** Resolve when `predicate()` holds; fail after `ms`. */
-async function until(predicate, ms = 2000) {
-  const deadline = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${predicate}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
-
-function withTimeout(promise, ms = 2000) {
-  return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error("timed out")), ms))]);
-}
+import { until, withTimeout } from "./waits.mjs";
 
 const cancels = (relay) => relay.frames("publish").filter((f) => f.entry.kind === "cancel");
 

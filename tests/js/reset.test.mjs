@@ -5,20 +5,7 @@ import { test } from "node:test";
 
 import { connect } from "../../client_side/js/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
-
-const FAST = { backoffInitial: 5, backoffMax: 20 };
-
-async function until(predicate, ms = 2000) {
-  const deadline = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${predicate}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
-
-function withTimeout(promise, ms = 2000) {
-  return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error("timed out")), ms))]);
-}
+import { FAST, until, withTimeout } from "./waits.mjs";
 
 const lostError = (runId) => (e) => e.code === "EPOCH_MISMATCH" && e.details.run_id === runId;
 
