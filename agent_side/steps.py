@@ -209,24 +209,17 @@ class RunSteps:
         calls, self._unrun = self._unrun, []
         if not calls:
             return []
-        self._require_live()
-        if not self.started:
-            await self.start()
-            self._require_live()
-        stop = signal or self.abort_signal
         if self._unrun_steered:
             cut_off = AbortController()  # the steering cut that model step off
             cut_off.abort("steered")
-            stop = AbortSignal.any(stop, cut_off.signal)
-        return await self._tool_step(
+            signal = AbortSignal.any(signal or self.abort_signal, cut_off.signal)
+        return await self.run_tools(
             calls,
             tools,
-            message_id=self._next_step(tools=True),
-            signal=stop,
             parallel=parallel,
             max_parallel=max_parallel,
             timeout=timeout,
-            finished={},
+            signal=signal,
         )
 
     async def interrupt(

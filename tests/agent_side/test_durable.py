@@ -52,13 +52,7 @@ async def call_tool(name: str, **arguments: Any) -> AsyncIterator[dict[str, Any]
 
 async def test_a_run_adopted_right_after_a_tool_step_calls_the_model_with_its_results() -> None:
     booked: list[str] = []
-
-    @agent_side.tool
-    async def book_hotel(params: City) -> str:
-        """Book a hotel."""
-        booked.append(params.city)
-        return f"booked in {params.city}"
-
+    book_hotel = hotel_tool(booked)
     model = Recorder("Your hotel in Lisbon is booked.")
     adopted: list[bool] = []
     async with (
