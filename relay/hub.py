@@ -5,7 +5,10 @@ bad frames get an ``error`` frame with a stable code and change nothing.
 Publishes run as tasks (at most ``max_inflight`` per connection), so a worker
 streaming into many sessions is not held up by one session's store write;
 channel locks are FIFO, so one connection's publishes to a channel keep their
-order.
+order. One more is refused ``RATE_LIMITED`` (``details.retry_after``), and so
+is every later publish of the connection until the refused one comes again
+(``_check_rate``): a client that sends its refused publishes again in order is
+never overtaken by its own later ones.
 
 Rights. Every frame is checked against the connection's token for its
 session: ``attach`` needs ``subscribe``, ``worker`` needs ``agent`` somewhere
@@ -265,8 +268,7 @@ class Hub:
 
     async def _route(self, peer: Peer, frame: ClientFrame) -> None:
         if isinstance(frame, Publish):
-            if peer.inflight >= self.options.max_inflight:
-                raise RunwireError(RATE_LIMITED, "too many publishes waiting on this connection")
+            self._check_rate(peer, frame.entry.id)
             peer.inflight += 1
             self._spawn(self._publish(peer, frame))
         elif isinstance(frame, Attach):
@@ -323,6 +325,33 @@ class Hub:
             self.dispatcher.add_worker(peer, frame.agent, pending)
         elif isinstance(frame, Hello):
             raise RunwireError(PROTOCOL_ERROR, "hello was already received")
+
+    def _check_rate(self, peer: Peer, entry_id: str) -> None:
+        """Raise ``RATE_LIMITED`` for a publish over ``max_inflight``, or one behind such.
+
+        The first publish refused (``peer.held``) holds the connection: every later one
+        is refused too until it comes again (or ``RATE_LIMIT_HOLD`` passed), so a client
+        that sends its refused publishes again in order keeps its order.
+        """
+        now = time.monotonic()
+        if peer.held is not None and (peer.held == entry_id or now >= peer.held_until):
+            peer.held = None  # its retry came (or it never did): handled as usual
+        if peer.held is None and peer.inflight < self.options.max_inflight:
+            return
+        if peer.held is None:
+            peer.held, peer.held_until = entry_id, now + RATE_LIMIT_HOLD
+            message = "too many publishes waiting on this connection"
+        else:
+            message = "an earlier publish of this connection was refused; send it again first"
+        raise RunwireError(
+            RATE_LIMITED,
+            message,
+            details={
+                "retry_after": RATE_LIMIT_RETRY_AFTER,
+                "limit": self.options.max_inflight,
+                "held": peer.held,
+            },
+        )
 
     async def _attach(self, peer: Peer, frame: Attach) -> None:
         """Attach ``peer`` to the session's channel (``Channel.attach``: raises
@@ -650,6 +679,11 @@ REACT_RETRY = 0.1
 """Seconds before the relay tries again to publish entries it owes that the store did not take."""
 REACT_RETRY_MAX = 5.0
 """The longest wait between two such tries (the wait doubles from ``REACT_RETRY``)."""
+RATE_LIMIT_RETRY_AFTER = 0.05
+"""Seconds a publish refused ``RATE_LIMITED`` should wait before it goes again (its
+``details["retry_after"]``): about a store write, after which a slot is likely free."""
+RATE_LIMIT_HOLD = 2.0
+"""How long a refused publish holds its connection's later publishes if it is not sent again."""
 _STORE_FAILURES = frozenset({STORE_UNAVAILABLE, CONFLICT})
 """Codes that say the store did not take an entry, not that the rules refused it."""
 

@@ -85,6 +85,8 @@ class Peer:
         "attached",
         "closed",
         "connection_id",
+        "held",
+        "held_until",
         "identity",
         "inflight",
         "limit",
@@ -115,6 +117,10 @@ class Peer:
         self.agent: str | None = None
         self.attached: set[str] = set()
         self.inflight = 0
+        self.held: str | None = None
+        """The entry id of a publish refused ``RATE_LIMITED`` that later ones wait behind."""
+        self.held_until = 0.0
+        """When (``time.monotonic()``) ``held`` stops holding the connection."""
         self.closed = False
         # Items: (session_id, entry bytes) for entries, (None, frame bytes) for frames;
         # None while nothing is queued.

@@ -121,3 +121,62 @@ async def test_a_client_message_over_the_hard_limit_is_refused_not_resent_foreve
             run = await session.send("small")  # the session goes on
             assert run.prompt is not None
         assert await s.store.read("big", after=0, limit=10) != []
+
+
+async def _burst(a: RawPeer, entries: list[dict[str, object]]) -> dict[int, dict[str, object]]:
+    """Publish ``entries`` back to back (reqs 100...) and return the replies by index."""
+    for req, entry in enumerate(entries, start=100):
+        await a.send({"type": "publish", "req": req, "session_id": "s", "entry": entry})
+    replies: dict[int, dict[str, object]] = {}
+    with anyio.fail_after(10):
+        while len(replies) < len(entries):
+            frame = await a.recv()
+            if "req" in frame:
+                replies[frame["req"] - 100] = frame
+    return replies
+
+
+async def test_rate_limited_says_when_to_retry_and_holds_later_publishes_until_its_retry() -> None:
+    """``RATE_LIMITED`` names ``retry_after`` (seconds) and the ``limit``; until the refused
+    entry comes back the connection's later publishes are refused too, so a later one never
+    overtakes it (the stored ones are a prefix of what was sent, then the retry, then the
+    rest)."""
+    async with relay.serve(port=0, store="memory://", max_inflight=2) as s:
+        a = await RawPeer.open(s.url)
+        await a.attach("s")
+        entries = [prompt(text=f"m{i}") for i in range(40)]
+        replies = await _burst(a, entries)
+        limited = sorted(i for i, r in replies.items() if r["type"] == "error")
+        assert limited, "the burst never reached max_inflight"
+        first = limited[0]
+        assert limited == list(range(first, len(entries)))  # no later one was taken
+        error = replies[first]["error"]
+        assert isinstance(error, dict) and error["code"] == "RATE_LIMITED"
+        retry_after = error["details"]["retry_after"]
+        assert isinstance(retry_after, float | int) and 0 < retry_after <= 5
+        assert error["details"]["limit"] == 2
+        # Nothing is in flight now; a new publish is still refused: the first refused goes
+        # first.
+        late = prompt(text="late")
+        reply = await a.publish("s", late)
+        assert reply["type"] == "error" and reply["error"]["code"] == "RATE_LIMITED", reply
+        assert (await a.publish("s", entries[first]))["serial"] == first + 1
+        assert (await a.publish("s", late))["serial"] == first + 2
+        stored = await s.store.read("s", after=0, limit=100)
+        expected = [e["id"] for e in entries[: first + 1]] + [late["id"]]
+        assert [orjson.loads(e.data)["id"] for e in stored] == expected
+
+
+async def test_a_refused_entry_that_never_comes_back_holds_the_connection_only_a_while() -> None:
+    async with relay.serve(port=0, store="memory://", max_inflight=2) as s:
+        a = await RawPeer.open(s.url)
+        await a.attach("s")
+        replies = await _burst(a, [prompt(text=f"m{i}") for i in range(40)])
+        assert any(r["type"] == "error" for r in replies.values())
+        with anyio.fail_after(10):
+            while True:
+                reply = await a.publish("s", prompt(text="later"))
+                if reply["type"] == "ack":
+                    break
+                assert reply["error"]["code"] == "RATE_LIMITED"
+                await anyio.sleep(reply["error"]["details"]["retry_after"])
