@@ -15,6 +15,18 @@ every request still waiting for a reply. Every request of the protocol is
 idempotent (a publish carries its entry id, which the relay de-duplicates), so
 a retry never duplicates anything.
 
+Rate limits. A publish the relay refuses ``RATE_LIMITED`` (more than its
+``max_inflight`` publishes waiting on this connection) goes again with the same
+entry id (so the relay's de-duplication makes it safe) after the relay's
+``details["retry_after"]`` seconds, or, when it names none, a backoff with
+jitter from 50 ms doubling up to 2 s. Order is kept: a refused publish waits in
+line (``_held``) and no publish issued after it is sent until it went again
+(the relay, for its part, refuses the connection's later publishes until the
+refused one comes back). A publish gives up when going again would take it
+past ``rate_limit_wait`` seconds (``RATE_LIMIT_WAIT``, 30) since its first
+refusal: ``request`` raises the relay's ``RATE_LIMITED`` error, and the
+publishes behind it go on.
+
 Tokens. ``token`` is sent as ``Authorization: Bearer``. ``token_provider``
 (a plain or async callable returning a token) is asked for a fresh one before
 every connect but a first one that already has ``token``; so when the relay
@@ -31,9 +43,11 @@ holds it, ``connected`` turns false and the state callbacks hear ``"closed"``.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import inspect
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -46,14 +60,15 @@ from .. import codec
 from ..errors import (
     CLOSE_CODES,
     PAYLOAD_TOO_LARGE,
+    RATE_LIMITED,
     TOKEN_EXPIRED,
     UNAUTHORIZED,
     CloseCode,
     RunwireError,
 )
-from ..frames import Error, Hello, RelayFrame, Welcome
+from ..frames import Error, Hello, Publish, RelayFrame, Welcome
 
-__all__ = ["CONNECTION_CLOSED", "Connection", "TokenProvider"]
+__all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "Connection", "TokenProvider"]
 
 log = logging.getLogger("runwire.connection")
 
@@ -63,6 +78,13 @@ FrameHandler = Callable[[RelayFrame], None]
 TokenProvider = Callable[[], "str | Awaitable[str]"]
 ConnectHook = Callable[["Connection"], Awaitable[None]]
 
+
+RATE_LIMIT_WAIT = 30.0
+"""Seconds a publish refused ``RATE_LIMITED`` keeps going again before the error is raised."""
+RATE_LIMIT_BACKOFF_FIRST = 0.05
+"""Seconds before a refused publish goes again when the relay names no ``retry_after``."""
+RATE_LIMIT_BACKOFF_MAX = 2.0
+"""The longest such wait (it doubles from ``RATE_LIMIT_BACKOFF_FIRST``, with jitter)."""
 
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 """The largest frame a request may be before the relay's welcome says its own limit."""
@@ -99,6 +121,7 @@ class Connection:
         backoff_initial: float = 0.05,
         backoff_max: float = 5.0,
         open_timeout: float = 10.0,
+        rate_limit_wait: float = RATE_LIMIT_WAIT,
     ) -> None:
         self.url = url
         self.client_id = client_id
@@ -111,6 +134,7 @@ class Connection:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.open_timeout = open_timeout
+        self.rate_limit_wait = rate_limit_wait
         self.welcome: Welcome | None = None
         self.connects = 0
         self._ws: ClientConnection | None = None
@@ -125,6 +149,9 @@ class Connection:
         self._refused: RunwireError | None = None  # ``on_connect`` refused UNAUTHORIZED
         self._state_callbacks: list[Callable[[str], None]] = []
         self._closed_emitted = False
+        self._publish_seq = 0
+        self._held: list[int] = []  # publishes refused RATE_LIMITED, to go again in this order
+        self._lane_changed = asyncio.Event()
 
     # ------------------------------------------------------------ public --
 
@@ -175,7 +202,83 @@ class Connection:
             self._emit_closed()
 
     async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
-        """Send a request frame and return its reply; raise ``RunwireError`` on an error reply."""
+        """Send a request frame and return its reply; raise ``RunwireError`` on an error reply.
+
+        A publish the relay refuses ``RATE_LIMITED`` goes again, in order (see the module
+        docstring), until it is taken or ``rate_limit_wait`` seconds passed since its first
+        refusal: then that error is raised.
+        """
+        if not isinstance(frame, Publish):
+            return await self._exchange(frame, wait_ready)
+        self._publish_seq += 1
+        seq = self._publish_seq
+        refused_at: float | None = None
+        refusal: RunwireError | None = None
+        attempt = 0
+        while True:
+            await self._turn(seq, refused_at, refusal)
+            try:
+                return await self._exchange(frame, wait_ready)
+            except RunwireError as exc:
+                if exc.code != RATE_LIMITED:
+                    raise
+                now = time.monotonic()
+                refused_at = now if refused_at is None else refused_at
+                refusal = exc
+                delay = self._rate_limit_delay(exc, attempt)
+                attempt += 1
+                if now + delay - refused_at > self.rate_limit_wait:
+                    raise
+                log.debug("publish refused %s; again in %.3f s", exc, delay)
+                bisect.insort(self._held, seq)
+                try:
+                    await anyio.sleep(delay)
+                except BaseException:
+                    self._let_go(seq)
+                    raise
+                # Still held: its next turn sends it once every earlier refused one went.
+
+    async def _turn(self, seq: int, refused_at: float | None, refusal: RunwireError | None) -> None:
+        """Wait until publish ``seq`` may go: no publish refused before it waits to go again.
+
+        A refused one (in ``_held``) goes when it is the first there; it gives up (raises
+        the refusal) when ``rate_limit_wait`` since its first refusal ran out meanwhile.
+        """
+        deadline = None if refused_at is None else refused_at + self.rate_limit_wait
+        try:
+            while self._held and self._held[0] < seq:
+                if self._fatal is not None:
+                    raise self._fatal
+                if self._closed:
+                    raise RunwireError(CONNECTION_CLOSED, "connection closed")
+                changed = self._lane_changed
+                timeout = None if deadline is None else deadline - time.monotonic()
+                if timeout is not None and timeout <= 0 and refusal is not None:
+                    raise refusal
+                with anyio.move_on_after(timeout):
+                    await changed.wait()
+        finally:
+            if refused_at is not None:
+                self._let_go(seq)
+
+    def _let_go(self, seq: int) -> None:
+        """Take ``seq`` off the refused publishes and wake the ones behind it."""
+        if seq in self._held:
+            self._held.remove(seq)
+        self._lane_changed.set()
+        self._lane_changed = asyncio.Event()
+
+    @staticmethod
+    def _rate_limit_delay(exc: RunwireError, attempt: int) -> float:
+        """The relay's ``retry_after``; if it names none, backoff with jitter."""
+        after = exc.details.get("retry_after")
+        if isinstance(after, int | float) and not isinstance(after, bool) and 0 <= after < 3600:
+            return float(after)
+        cap = min(RATE_LIMIT_BACKOFF_MAX, RATE_LIMIT_BACKOFF_FIRST * (2 ** min(attempt, 16)))
+        return random.uniform(cap / 2, cap)
+
+    async def _exchange(self, frame: BaseModel, wait_ready: bool) -> RelayFrame:
+        """One request: send ``frame`` (again after every reconnect) and return its reply."""
         if self._fatal is not None:
             raise self._fatal
         if self._closed:
@@ -269,6 +372,7 @@ class Connection:
             if not pending.done.is_set():
                 pending.error = error
                 pending.done.set()
+        self._let_go(0)  # publishes waiting for their turn see the end too
 
     async def _fresh_token(self) -> None:
         assert self.token_provider is not None
