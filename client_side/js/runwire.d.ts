@@ -354,6 +354,11 @@ export interface ConnectOptions {
   backoffMax?: number;
   /** Ms to wait for `welcome` and `attached` (default 10000). */
   openTimeout?: number;
+  /**
+   * Ms a publish refused RATE_LIMITED keeps going again (after the relay's `retry_after`, in the
+   * order first sent) before it rejects with that error (default 30000).
+   */
+  rateLimitWait?: number;
   /** A WebSocket class (default: the global one). */
   WebSocket?: typeof WebSocket;
 }

@@ -78,6 +78,11 @@ const TOKEN_EXPIRED = "TOKEN_EXPIRED";
 const ABORTED = "ABORTED";
 const PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
 const EPOCH_MISMATCH = "EPOCH_MISMATCH";
+const RATE_LIMITED = "RATE_LIMITED";
+/** Ms before a refused publish goes again when the relay names no `retry_after` (doubling). */
+const RATE_LIMIT_BACKOFF_FIRST = 50;
+/** The longest such wait. */
+const RATE_LIMIT_BACKOFF_MAX = 2000;
 /** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
 export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
 const THREAD_ACCESS = ["own", "shared"];
@@ -154,6 +159,18 @@ export function messageText(message) {
 /** @param {string} status @returns {RunEndReason | null} */
 export function endReason(status) {
   return status === "complete" || status === "cancelled" || status === "error" ? status : null;
+}
+
+/**
+ * Ms before a publish refused RATE_LIMITED goes again: the relay's `details.retry_after` (seconds),
+ * or, when it names none, a backoff with jitter (the `attempt`-th wait).
+ * @param {RunwireError} error @param {number} attempt @returns {number}
+ */
+function rateLimitDelay(error, attempt) {
+  const after = error.details ? error.details.retry_after : undefined;
+  if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after * 1000;
+  const cap = Math.min(RATE_LIMIT_BACKOFF_MAX, RATE_LIMIT_BACKOFF_FIRST * 2 ** Math.min(attempt, 16));
+  return cap / 2 + Math.random() * (cap / 2);
 }
 
 /**
@@ -1862,6 +1879,8 @@ function reused(messageId, serial) {
  * @property {number} [backoffInitial] First reconnect delay cap in ms (default 50).
  * @property {number} [backoffMax] Largest reconnect delay cap in ms (default 5000).
  * @property {number} [openTimeout] Ms to wait for `welcome` and `attached` (default 10000).
+ * @property {number} [rateLimitWait] Ms a publish refused RATE_LIMITED keeps going again before it
+ *   rejects with that error (default 30000).
  * @property {typeof WebSocket} [WebSocket] A WebSocket class (default: the global one).
  */
 
@@ -1903,6 +1922,7 @@ export class Session {
     this._backoffInitial = options.backoffInitial ?? 50;
     this._backoffMax = options.backoffMax ?? 5000;
     this._openTimeout = options.openTimeout ?? 10000;
+    this._rateLimitWait = options.rateLimitWait ?? 30000;
     this._WebSocket = options.WebSocket || globalThis.WebSocket;
     if (typeof this._WebSocket !== "function") {
       throw new RunwireError(VALIDATION_ERROR, "no WebSocket class: pass options.WebSocket");
@@ -1921,6 +1941,9 @@ export class Session {
     this._attempt = 0;
     this._nextReq = 0;
     /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
+    this._publishSeq = 0;
+    /** @type {number[]} Publishes refused RATE_LIMITED, in the order they go again. */ this._held = [];
+    /** @type {Set<() => void>} Publishes waiting for their turn. */ this._laneWaiters = new Set();
     /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
     /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
     this.onRefusedMessage = options.onRefusedMessage || null;
@@ -2211,6 +2234,7 @@ export class Session {
     }
     for (const p of [...this._pending.values()]) p.reject(error);
     this._pending.clear();
+    this._letGo(0); // publishes waiting for their turn see the end too
     for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
     this._deliveries.clear();
     this._first.reject(error);
@@ -2497,14 +2521,79 @@ export class Session {
     ws.send(pending.text);
   }
 
-  /** @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>} */
+  /**
+   * Publish one entry. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
+   * de-duplicates) after its `details.retry_after` seconds (none named: a backoff with jitter from
+   * 50 ms doubling up to 2 s), in the order first sent: no publish issued after it is sent before
+   * it went again (and the relay refuses the later ones until it does). It rejects with that
+   * error when going again would take it past `rateLimitWait` ms since its first refusal.
+   * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
+   */
   async _publish(entry) {
     if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
-    const reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
+    const seq = ++this._publishSeq;
+    /** @type {number | null} */ let refusedAt = null;
+    /** @type {RunwireError | null} */ let refusal = null;
+    let attempt = 0;
+    /** @type {Record<string, any>} */ let reply;
+    for (;;) {
+      await this._turn(seq, refusedAt, refusal);
+      try {
+        reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
+        break;
+      } catch (err) {
+        if (!(err instanceof RunwireError) || err.code !== RATE_LIMITED) throw err;
+        const now = Date.now();
+        if (refusedAt === null) refusedAt = now;
+        refusal = err;
+        const delay = rateLimitDelay(err, attempt++);
+        if (now + delay - refusedAt > this._rateLimitWait) throw err;
+        let at = this._held.length;
+        while (at > 0 && this._held[at - 1] > seq) at--;
+        this._held.splice(at, 0, seq);
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        // Still held: its next turn sends it once every earlier refused one went.
+      }
+    }
     if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
       throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
     }
     return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
+  }
+
+  /**
+   * Wait until publish `seq` may go: no publish refused before it waits to go again. A refused
+   * one (in `_held`) goes when it is the first there, and gives up (throws its refusal) when
+   * `rateLimitWait` since its first refusal ran out meanwhile.
+   * @param {number} seq @param {number | null} refusedAt @param {RunwireError | null} refusal
+   */
+  async _turn(seq, refusedAt, refusal) {
+    try {
+      while (this._held.length > 0 && this._held[0] < seq) {
+        if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+        const left = refusedAt === null ? null : refusedAt + this._rateLimitWait - Date.now();
+        if (left !== null && left <= 0 && refusal !== null) throw refusal;
+        await new Promise((resolve) => {
+          /** @type {ReturnType<typeof setTimeout> | null} */ let timer = null;
+          const wake = () => {
+            if (timer !== null) clearTimeout(timer);
+            this._laneWaiters.delete(wake);
+            resolve(undefined);
+          };
+          this._laneWaiters.add(wake);
+          if (left !== null) timer = setTimeout(wake, left);
+        });
+      }
+    } finally {
+      if (refusedAt !== null) this._letGo(seq);
+    }
+  }
+
+  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq */
+  _letGo(seq) {
+    const at = this._held.indexOf(seq);
+    if (at >= 0) this._held.splice(at, 1);
+    for (const wake of [...this._laneWaiters]) wake();
   }
 
   /** @param {number} before @param {number} limit */

@@ -13,6 +13,9 @@ export class FakeRelay {
     this.closeCodeOnHello = null; // close code to answer hello with (4001: unauthorized)
     this.tokens = null; // a Set of the tokens it accepts (null: anonymous); others are expired
     this.readers = null; // a Set of the tokens that may attach (null: all); others: UNAUTHORIZED
+    this.rateLimited = 0; // refuse this many publishes RATE_LIMITED (each holds later ones, as the relay does)
+    this.retryAfter = 0.005; // the seconds a RATE_LIMITED refusal names (null: none)
+    this._held = null; // the refused entry id later publishes wait behind
     const relay = this;
     this.WebSocket = class extends FakeWebSocket {
       constructor(url) {
@@ -91,6 +94,17 @@ export class FakeRelay {
         return;
       }
       const entry = frame.entry;
+      if (this._held === entry.id) this._held = null; // its retry: handled as usual
+      if (this._held !== null || this.rateLimited > 0) {
+        if (this._held === null) {
+          this.rateLimited -= 1;
+          this._held = entry.id;
+        }
+        const details = { limit: 1, held: this._held };
+        if (this.retryAfter !== null) details.retry_after = this.retryAfter;
+        ws._deliver({ type: "error", req: frame.req, error: { code: "RATE_LIMITED", message: "too many", details } });
+        return;
+      }
       if (entry.kind === "message" && entry.intent !== "prompt") {
         const ended = this.entries.find((e) => e.kind === "run" && e.run_id === entry.run_id && ["complete", "cancelled", "error"].includes(e.status));
         if (ended && !this.entries.some((e) => e.id === entry.id)) {
