@@ -244,6 +244,18 @@ function optText(v, where, max) {
   return s;
 }
 
+/**
+ * A string of at most `max` characters, `fallback` when absent (null is refused, as a `str` field
+ * with a default is in Python).
+ * @param {any} v @param {string} where @param {number} max @param {string} fallback @returns {string}
+ */
+function textOr(v, where, max, fallback) {
+  if (v === undefined) return fallback;
+  if (typeof v !== "string") invalid(where, "must be a string");
+  if (v.length > max) invalid(where, `must have at most ${max} characters`);
+  return v;
+}
+
 /** @param {any} v @param {readonly string[]} choices @param {string} where */
 function optChoice(v, choices, where) {
   if (v === undefined || v === null) return null;
@@ -325,6 +337,9 @@ const INTERRUPT_FIELDS = ["id", "kind", "reason", "message", "response_schema", 
 function errorBody(raw, where) {
   if (!isObject(raw) || typeof raw.code !== "string") invalid(where, "must be an error object");
   checkKeys(raw, ["code", "message", "details"], where);
+  // Absent, they default; null is refused, as ErrorBody does.
+  if (raw.message !== undefined && typeof raw.message !== "string") invalid(`${where}.message`, "must be a string");
+  if (raw.details !== undefined && !isObject(raw.details)) invalid(`${where}.details`, "must be an object");
   return { code: raw.code, message: raw.message ?? "", details: { ...(raw.details || {}) } };
 }
 
@@ -335,11 +350,11 @@ function idList(raw, where) {
 }
 
 /**
- * An integer of at least `min` (`fallback` when absent; required when `fallback` is null).
+ * An integer of at least `min` (`fallback` when absent; required when `fallback` is null; never null).
  * @param {any} raw @param {string} where @param {number} min @param {number | null} fallback @returns {number}
  */
 function count(raw, where, min, fallback) {
-  if ((raw === undefined || raw === null) && fallback !== null) return fallback;
+  if (raw === undefined && fallback !== null) return fallback;
   if (!Number.isInteger(raw) || raw < min) invalid(where, `must be an integer of at least ${min}`);
   return raw;
 }
@@ -416,8 +431,8 @@ export function decodeEntry(raw) {
       return {
         id: checkId(q.id, `${where}.id`),
         kind: q.kind ?? "input",
-        reason: q.reason ?? "",
-        message: q.message ?? "",
+        reason: textOr(q.reason, `${where}.reason`, 200, ""),
+        message: textOr(q.message, `${where}.message`, 10000, ""),
         response_schema: q.response_schema ?? null,
         expires_at: q.expires_at ?? null,
         tool_call_id: q.tool_call_id ?? null,

@@ -1,0 +1,205 @@
+"""Shared entry vectors (tests/vectors/entries/*.json): what ``transport.codec.decode_entry``
+takes and refuses, for ``client_side/js/runwire.js``'s ``decodeEntry`` to match
+(tests/js/entries.test.mjs).
+
+``nulls.json``: a full entry of every kind with one field (at any depth, down to the
+fields a model types) set to ``null``, and whether Python takes it. Regenerate with
+``python -m tests.transport.test_entry_vectors`` after a model changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, get_args
+
+from transport import codec
+from transport.errors import RunwireError
+from transport.frames import EntryBody, ErrorBody, Interrupt
+from transport.messages import UIMessage
+
+ROOT = Path(__file__).resolve().parents[2]
+NULLS = ROOT / "tests" / "vectors" / "entries" / "nulls.json"
+
+_COMMON = {
+    "serial": 3,
+    "ts": 1700000000000,
+    "user_id": "u1",
+    "client_id": "c1",
+    "id": "e1",
+    "run_id": "r1",
+}
+_MESSAGE: dict[str, Any] = {
+    "id": "m1",
+    "role": "user",
+    "parts": [
+        {"type": "text", "text": "hi"},
+        {"type": "reasoning", "text": "hm"},
+        {"type": "tool-call", "tool_call_id": "t1", "tool_name": "f", "input": {"a": 1}},
+        {
+            "type": "tool-result",
+            "tool_call_id": "t1",
+            "tool_name": "f",
+            "output": {"b": 2},
+            "is_error": False,
+        },
+    ],
+    "metadata": {"k": "v"},
+}
+_ERROR = {"code": "X", "message": "m", "details": {"a": 1}}
+_QUESTION = {
+    "id": "q1",
+    "kind": "input",
+    "reason": "why",
+    "message": "what",
+    "response_schema": {"type": "string"},
+    "expires_at": 1800000000000,
+    "tool_call_id": "t1",
+    "tool_name": "f",
+    "details": {"d": 1},
+    "response": "yes",
+}
+BASES: dict[str, dict[str, Any]] = {
+    "message": {
+        **_COMMON,
+        "kind": "message",
+        "intent": "prompt",
+        "message": _MESSAGE,
+        "parent_id": "p1",
+        "agent": "a",
+        "multitask": "enqueue",
+        "parent_run_id": "r0",
+        "thread_access": "shared",
+        "queued": True,
+        "interrupts": ["r9"],
+    },
+    "run": {
+        **_COMMON,
+        "kind": "run",
+        "status": "error",
+        "error": _ERROR,
+        "durable": True,
+        "seen": ["m2"],
+    },
+    "cancel": {**_COMMON, "kind": "cancel", "reason": "stop", "interrupted_by": "m3"},
+    "cancel_denied": {**_COMMON, "kind": "cancel_denied", "cancel_id": "e0", "reason": "no"},
+    "response_open": {
+        **_COMMON,
+        "kind": "response_open",
+        "message_id": "a1",
+        "parent_id": "m1",
+        "seen": ["m2"],
+        "metadata": {"k": 1},
+    },
+    "response_append": {
+        **_COMMON,
+        "kind": "response_append",
+        "message_id": "a1",
+        "chunks": [{"type": "text-delta", "id": "t", "delta": "x"}],
+    },
+    "response_close": {
+        **_COMMON,
+        "kind": "response_close",
+        "message_id": "a1",
+        "message": {**_MESSAGE, "role": "assistant"},
+        "metadata": {"k": 1},
+    },
+    "refused": {
+        **_COMMON,
+        "kind": "refused",
+        "message_id": "m1",
+        "intent": "steer",
+        "error": _ERROR,
+    },
+    "checkpoint": {
+        **_COMMON,
+        "kind": "checkpoint",
+        "step": 1,
+        "turn": 2,
+        "iterations": 3,
+        "seen": ["m2"],
+        "state": {"s": 1},
+    },
+    "interrupt": {
+        **_COMMON,
+        "kind": "interrupt",
+        "status": "paused",
+        "interrupts": [_QUESTION],
+        "responses": {"q1": "yes"},
+        "checkpoint": {"v": 1},
+        "reason": "r",
+    },
+}
+_OPAQUE = frozenset(
+    {"input", "output", "details", "response_schema", "response", "metadata", "state"}
+    | {"checkpoint", "responses", "chunks"}
+)
+"""Fields typed ``Any`` or ``dict[str, Any]``: a null inside them is anybody's business."""
+
+
+def _paths(obj: Any, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield (*prefix, key)
+            if key not in _OPAQUE:
+                yield from _paths(value, (*prefix, key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield (*prefix, i)
+            yield from _paths(value, (*prefix, i))
+
+
+def _with(base: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    target: Any = out
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return out
+
+
+def takes(entry: dict[str, Any]) -> bool:
+    """Whether the Python decoder takes ``entry``."""
+    try:
+        codec.decode_entry(entry)
+    except RunwireError:
+        return False
+    return True
+
+
+def null_vectors() -> list[dict[str, Any]]:
+    """Every base with one field set to null, and whether Python takes it."""
+    out = []
+    for name, base in BASES.items():
+        for path in _paths(base):
+            entry = _with(base, path, None)
+            where = ".".join(map(str, path))
+            out.append({"name": f"{name}: {where} null", "entry": entry, "valid": takes(entry)})
+    return out
+
+
+def _dump(vectors: list[dict[str, Any]]) -> str:
+    return json.dumps(vectors, indent=1, ensure_ascii=False) + "\n"
+
+
+def test_the_bases_are_taken_and_set_every_field_of_their_models() -> None:
+    kinds = {m.model_fields["kind"].default: m for m in get_args(get_args(EntryBody)[0])}
+    assert set(BASES) == set(kinds)
+    for name, base in BASES.items():
+        assert takes(base), name
+        assert set(base) == set(kinds[name].model_fields), name
+    assert set(_MESSAGE) == set(UIMessage.model_fields)
+    assert set(_ERROR) == set(ErrorBody.model_fields)
+    assert set(_QUESTION) == set(Interrupt.model_fields)
+
+
+def test_the_null_vectors_are_what_python_does() -> None:
+    assert NULLS.read_text(encoding="utf-8") == _dump(null_vectors()), (
+        "tests/vectors/entries/nulls.json is stale: python -m tests.transport.test_entry_vectors"
+    )
+
+
+if __name__ == "__main__":
+    NULLS.write_text(_dump(null_vectors()), encoding="utf-8")
