@@ -230,6 +230,13 @@ function optString(v, where) {
   return v;
 }
 
+/** An object, or null when absent or null. @param {any} v @param {string} where */
+function optObject(v, where) {
+  if (v === undefined || v === null) return null;
+  if (!isObject(v)) invalid(where, "must be an object");
+  return v;
+}
+
 /** @param {any} v @param {string} where */
 function optInt(v, where) {
   if (v === undefined || v === null) return null;
@@ -433,11 +440,16 @@ export function decodeEntry(raw) {
         kind: q.kind ?? "input",
         reason: textOr(q.reason, `${where}.reason`, 200, ""),
         message: textOr(q.message, `${where}.message`, 10000, ""),
-        response_schema: q.response_schema ?? null,
-        expires_at: q.expires_at ?? null,
-        tool_call_id: q.tool_call_id ?? null,
-        tool_name: q.tool_name ?? null,
-        details: q.details ?? null,
+        response_schema: optObject(q.response_schema, `${where}.response_schema`),
+        expires_at:
+          q.expires_at === undefined || q.expires_at === null
+            ? null
+            : Number.isInteger(q.expires_at)
+              ? q.expires_at
+              : invalid(`${where}.expires_at`, "must be an integer"),
+        tool_call_id: optString(q.tool_call_id, `${where}.tool_call_id`),
+        tool_name: optString(q.tool_name, `${where}.tool_name`),
+        details: optObject(q.details, `${where}.details`),
         response: q.response ?? null,
       };
     });

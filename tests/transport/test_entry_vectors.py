@@ -2,8 +2,10 @@
 takes and refuses, for ``client_side/js/runwire.js``'s ``decodeEntry`` to match
 (tests/js/entries.test.mjs).
 
-``nulls.json``: a full entry of every kind with one field (at any depth, down to the
-fields a model types) set to ``null``, and whether Python takes it. Regenerate with
+``fields.json``: a full entry of every kind (``bases``); ``nulls``: each field (at any
+depth, down to the fields a model types) set to ``null``, and whether Python takes it
+(``decodeEntry`` must agree both ways); ``refused``: each field set to a value of a wrong
+type that Python refuses (``decodeEntry`` must refuse it too). Regenerate with
 ``python -m tests.transport.test_entry_vectors`` after a model changes.
 """
 
@@ -21,7 +23,7 @@ from transport.frames import EntryBody, ErrorBody, Interrupt
 from transport.messages import UIMessage
 
 ROOT = Path(__file__).resolve().parents[2]
-NULLS = ROOT / "tests" / "vectors" / "entries" / "nulls.json"
+FIELDS = ROOT / "tests" / "vectors" / "entries" / "fields.json"
 
 _COMMON = {
     "serial": 3,
@@ -169,19 +171,39 @@ def takes(entry: dict[str, Any]) -> bool:
     return True
 
 
-def null_vectors() -> list[dict[str, Any]]:
-    """Every base with one field set to null, and whether Python takes it."""
-    out = []
+WRONG = (5, 1.5, "s", True, [], {})
+"""Values of the wrong type for some field or other."""
+
+
+def vectors() -> dict[str, Any]:
+    """The bases; every field of each set to null, and whether Python takes that; and every
+    field set to each of ``WRONG`` where Python refuses that."""
+    nulls, refused = [], []
     for name, base in BASES.items():
         for path in _paths(base):
-            entry = _with(base, path, None)
-            where = ".".join(map(str, path))
-            out.append({"name": f"{name}: {where} null", "entry": entry, "valid": takes(entry)})
-    return out
+            valid = takes(_with(base, path, None))
+            nulls.append({"kind": name, "path": list(path), "valid": valid})
+            for value in WRONG:
+                if not takes(_with(base, path, value)):
+                    refused.append({"kind": name, "path": list(path), "value": value})
+    return {"bases": BASES, "nulls": nulls, "refused": refused}
 
 
-def _dump(vectors: list[dict[str, Any]]) -> str:
-    return json.dumps(vectors, indent=1, ensure_ascii=False) + "\n"
+def _dump(data: dict[str, Any]) -> str:
+    """One case a line (the file is long, but its diffs read well)."""
+
+    def lines(cases: list[dict[str, Any]]) -> str:
+        return ",\n".join("  " + json.dumps(case, ensure_ascii=False) for case in cases)
+
+    return (
+        '{\n "bases": '
+        + json.dumps(data["bases"], indent=1, ensure_ascii=False).replace("\n", "\n ")
+        + ',\n "nulls": [\n'
+        + lines(data["nulls"])
+        + '\n ],\n "refused": [\n'
+        + lines(data["refused"])
+        + "\n ]\n}\n"
+    )
 
 
 def test_the_bases_are_taken_and_set_every_field_of_their_models() -> None:
@@ -195,11 +217,12 @@ def test_the_bases_are_taken_and_set_every_field_of_their_models() -> None:
     assert set(_QUESTION) == set(Interrupt.model_fields)
 
 
-def test_the_null_vectors_are_what_python_does() -> None:
-    assert NULLS.read_text(encoding="utf-8") == _dump(null_vectors()), (
-        "tests/vectors/entries/nulls.json is stale: python -m tests.transport.test_entry_vectors"
+def test_the_vectors_are_what_python_does() -> None:
+    assert json.loads(FIELDS.read_text(encoding="utf-8")) == json.loads(_dump(vectors()))
+    assert FIELDS.read_text(encoding="utf-8") == _dump(vectors()), (
+        "tests/vectors/entries/fields.json is stale: python -m tests.transport.test_entry_vectors"
     )
 
 
 if __name__ == "__main__":
-    NULLS.write_text(_dump(null_vectors()), encoding="utf-8")
+    FIELDS.write_text(_dump(vectors()), encoding="utf-8")
