@@ -333,13 +333,13 @@ class Hub:
         is refused too until it comes again (or ``RATE_LIMIT_HOLD`` passed), so a client
         that sends its refused publishes again in order keeps its order.
         """
-        now = time.monotonic()
-        if peer.held is not None and (peer.held == entry_id or now >= peer.held_until):
-            peer.held = None  # its retry came (or it never did): handled as usual
-        if peer.held is None and peer.inflight < self.options.max_inflight:
+        held = peer.held
+        if held is not None and (held == entry_id or time.monotonic() >= peer.held_until):
+            peer.held = held = None  # its retry came (or it never did): handled as usual
+        if held is None and peer.inflight < self.options.max_inflight:
             return
-        if peer.held is None:
-            peer.held, peer.held_until = entry_id, now + RATE_LIMIT_HOLD
+        if held is None:
+            peer.held, peer.held_until = entry_id, time.monotonic() + RATE_LIMIT_HOLD
             message = "too many publishes waiting on this connection"
         else:
             message = "an earlier publish of this connection was refused; send it again first"
