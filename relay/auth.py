@@ -12,8 +12,11 @@ The relay verifies HS256 tokens with a shared ``secret``, RS256 / ES256
 tokens with a ``public_key`` (PEM), or both. Nothing else is accepted (no
 ``none``, no HMAC with the public key). Verification failures raise
 ``RunwireError``: ``TOKEN_EXPIRED`` for an expired token, ``UNAUTHORIZED``
-(``details.reason`` says why) for everything else. ``nbf`` and ``iat`` may be
-up to ``CLOCK_SKEW`` seconds ahead of the relay's clock; ``exp`` is exact.
+(``details.reason`` says why) for everything else; a token longer than
+``max_bytes`` (``RelayOptions.max_token_bytes``) is refused unread, reason
+``too_large`` with ``details.size`` and ``details.limit`` (``token_too_large``).
+``nbf`` and ``iat`` may be up to ``CLOCK_SKEW`` seconds ahead of the relay's
+clock; ``exp`` is exact.
 """
 
 from __future__ import annotations
@@ -31,7 +34,18 @@ from transport.errors import TOKEN_EXPIRED, UNAUTHORIZED, RunwireError
 from transport.policy import RELAY
 from transport.runs import AGENT, CANCEL, CANCEL_ANY, CAPABILITIES, SUBSCRIBE
 
-__all__ = ["Identity", "TokenVerifier", "matches", "mint_token", "token_from_request"]
+__all__ = [
+    "MAX_TOKEN_BYTES",
+    "Identity",
+    "TokenVerifier",
+    "matches",
+    "mint_token",
+    "token_from_request",
+    "token_too_large",
+]
+
+MAX_TOKEN_BYTES = 32 * 1024
+"""The default largest token a ``TokenVerifier`` reads (``RelayOptions.max_token_bytes``)."""
 
 _IMPLIES: dict[str, frozenset[str]] = {
     CANCEL_ANY: frozenset({CANCEL}),
@@ -99,16 +113,26 @@ class Identity:
 class TokenVerifier:
     """Checks tokens against a shared secret (HS256) and/or a public key (RS256, ES256)."""
 
-    def __init__(self, *, secret: str | None = None, public_key: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        secret: str | None = None,
+        public_key: str | None = None,
+        max_bytes: int = MAX_TOKEN_BYTES,
+    ) -> None:
         if not secret and not public_key:
             raise ValueError("a TokenVerifier needs a secret or a public key")
         self.secret = secret or None
         self.public_key = public_key or None
+        self.max_bytes = max_bytes
 
     def verify(self, token: str | None) -> Identity:
         """The token's ``Identity``; raises ``RunwireError`` (see the module docstring)."""
         if not token:
             raise _refused("no token: send 'Authorization: Bearer <token>' or ?token=", "missing")
+        size = len(token.encode())
+        if size > self.max_bytes:
+            raise token_too_large(size, self.max_bytes)
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -199,6 +223,17 @@ def _identity(claims: Mapping[str, Any]) -> Identity:
         # could not be set): an OverflowError, a 500 or a socket closed 1011, not a refusal.
         raise _refused("the token's 'exp' must be a number of seconds since 1970", "claims")
     return Identity(user_id=sub, client_id=client_id, grants=tuple(grants), expires_at=expires_at)
+
+
+def token_too_large(size: int, limit: int, where: str = "the token") -> RunwireError:
+    """The refusal of a token over ``limit`` bytes (``size``: the token's, or the size of
+    ``where``, the request line or header that carried it, when it was too long to read)."""
+    return RunwireError(
+        UNAUTHORIZED,
+        f"the token is too large: {where} is {size} bytes, and a token may be at most "
+        f"{limit} bytes (grant fewer session patterns, or wildcards)",
+        details={"reason": "too_large", "size": size, "limit": limit},
+    )
 
 
 def _refused(message: str, reason: str) -> RunwireError:

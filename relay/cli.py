@@ -18,6 +18,7 @@ from transport import checks
 from transport.errors import RunwireError
 from transport.runs import MULTITASK_STRATEGIES
 
+from .auth import MAX_TOKEN_BYTES
 from .server import serve
 
 __all__ = ["build_parser", "main", "options", "run"]
@@ -58,6 +59,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "--public-key-file", help="PEM public key RS256 / ES256 tokens are verified with"
     )
     parser.add_argument(
+        "--max-token-bytes",
+        type=int,
+        default=MAX_TOKEN_BYTES,
+        help="largest token accepted (refused UNAUTHORIZED, reason too_large, past it)",
+    )
+    parser.add_argument(
         "--allow-anonymous",
         action="store_true",
         help="without a secret or public key, listen on a non-loopback host anyway",
@@ -96,6 +103,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "max_frame_bytes": args.max_frame_bytes,
         "secret": secret,
         "public_key": public_key,
+        "max_token_bytes": args.max_token_bytes,
         "allow_anonymous": args.allow_anonymous,
         "multitask": args.multitask,
         "thread_access": args.thread_access,

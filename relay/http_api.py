@@ -89,6 +89,13 @@ websockets would refuse to parse (it drops the connection unanswered) is shown
 as a stand-in: bytes outside printable ASCII in the target percent-encoded, a
 malformed request line as ``GET /``, a malformed header line as a harmless
 header; the latter two are answered 400 ``PROTOCOL_ERROR`` (``head_error``).
+Lines longer than websockets reads (8 KiB; the request line and the
+``Authorization`` header, which may carry a token, ``max_token_bytes`` more) are
+skipped to their end unread and shown as a stand-in too: one that carried a
+token is refused as the token (``UNAUTHORIZED``, reason ``too_large``: at
+``hello`` for a WebSocket handshake, 401 otherwise), any other is answered 414
+(the request line) or 431 ``PAYLOAD_TOO_LARGE`` (websockets answered these in
+plain text).
 Bytes
 after the request (a pipelined one, a body longer than its ``Content-Length``)
 are dropped unread unless it asks for an upgrade (``BodyReader.at_eof``):
@@ -152,7 +159,7 @@ from transport.frames import (
 from transport.messages import UIMessage, new_id, user_message
 from transport.runs import SUBSCRIBE, Sender
 
-from .auth import Identity, TokenVerifier, token_from_request
+from .auth import Identity, TokenVerifier, token_from_request, token_too_large
 from .channel import Channel
 from .hub import Hub
 from .wsconn import RelayConnection
@@ -166,6 +173,7 @@ __all__ = [
     "HttpApi",
     "connection_class",
     "head_error",
+    "head_status",
     "request_method",
 ]
 
@@ -230,19 +238,25 @@ class BodyReader(StreamReader):
         "_upgrade",
         "body",
         "body_error",
+        "credentials",
         "head_error",
+        "head_status",
         "max_body",
+        "max_token",
         "method",
         "opened_at",
     )
 
-    def __init__(self, max_body: int) -> None:
+    def __init__(self, max_body: int, max_token: int = 0, *, credentials: bool = False) -> None:
         super().__init__()
         self.max_body = max_body
+        self.max_token = max_token
+        self.credentials = credentials
         self.method = "GET"
         self.body = b""
         self.body_error: RunwireError | None = None
         self.head_error: RunwireError | None = None
+        self.head_status: int | None = None
         self.opened_at = time.monotonic()
         self._phase = _REQUEST_LINE
         self._length: int | None = None
@@ -251,16 +265,30 @@ class BodyReader(StreamReader):
 
     def read_line(self, m: int, *args: Any) -> Generator[None, None, bytearray]:
         # websockets 17 passes the exception to raise for a long line; earlier ones do not.
-        line = yield from super().read_line(m, *args)
         if self._phase == _DONE:
-            return line
+            return (yield from super().read_line(m, *args))
+        # The request line and the Authorization header may carry a token: they get room
+        # for one beyond websockets' limit ``m``; other lines keep it.
+        limit = m + self.max_token
+        line, size, has_token = yield from self._head_line(limit, args)
         if self._phase == _REQUEST_LINE:
             self._phase = _HEADERS
+            if size > limit:
+                self._too_long("the request line", size, limit, has_token, 414)
+                method = bytes(line).partition(b" ")[0] or b"GET"
+                return bytearray(self._request_line(method + b" / HTTP/1.1\r\n"))
             return bytearray(self._request_line(bytes(line)))
         if bytes(line) in (b"\r\n", b"\n"):
             self._phase = _DONE
             yield from self._read_body()
             return line
+        if size > m:
+            name = bytes(line).partition(b":")[0].strip().lower()
+            token = name == b"authorization"
+            if size > (limit if token else m):
+                what = "the Authorization header" if token else "a header line"
+                self._too_long(what, size, limit if token else m, token, 431)
+                return bytearray(b"X-Runwire-Too-Long: 1\r\n")
         if not _HEADER_LINE.fullmatch(line):
             self.head_error = RunwireError(PROTOCOL_ERROR, "a malformed header line")
             return bytearray(b"X-Runwire-Malformed: 1\r\n")
@@ -280,6 +308,61 @@ class BodyReader(StreamReader):
         if colon and key == b"upgrade":
             self._upgrade = True
         return line
+
+    def _head_line(
+        self, limit: int, args: tuple[Any, ...]
+    ) -> Generator[None, None, tuple[bytearray, int, bool]]:
+        """The next line of the head and its size; a line over ``limit`` bytes is skipped to
+        its end, and its start (256 bytes) returned with its size and whether a ``token``
+        query parameter was in it. Past ``max_body`` bytes websockets' refusal is raised."""
+        p = 0
+        while True:
+            n = self.buffer.find(b"\n", p) + 1
+            if n > 0 or len(self.buffer) > limit:
+                break
+            p = len(self.buffer)
+            if self.eof:
+                raise EOFError(f"stream ends after {p} bytes, before end of line")
+            yield
+        if 0 < n <= limit:
+            line = self.buffer[:n]
+            del self.buffer[:n]
+            return line, n, False
+        start = self.buffer[:256]
+        size = 0
+        has_token = False
+        tail = b""
+        while True:
+            n = self.buffer.find(b"\n") + 1
+            end = n or len(self.buffer)
+            window = tail + bytes(self.buffer[:end])
+            has_token = has_token or _TOKEN_PARAM.search(window) is not None
+            tail = window[-6:]
+            size += end
+            del self.buffer[:end]
+            if n:
+                return start, size, has_token
+            if size > self.max_body:
+                too_long: type[Exception] = args[0] if args else RuntimeError
+                raise too_long(f"read {size} bytes, expected no more than {limit} bytes")
+            if self.eof:
+                raise EOFError(f"stream ends after {size} bytes, before end of line")
+            yield
+
+    def _too_long(self, what: str, size: int, limit: int, token: bool, status: int) -> None:
+        """A line too long to read: the token's refusal when it carried one (and the relay
+        checks tokens), else ``PAYLOAD_TOO_LARGE`` (answered ``status``, 414 or 431)."""
+        if self.head_error is not None:
+            return
+        if token and self.credentials:
+            self.head_error = token_too_large(size, self.max_token, what)
+            return
+        self.head_error = RunwireError(
+            PAYLOAD_TOO_LARGE,
+            f"{what} is {size} bytes, over the limit of {limit}",
+            details={"size": size, "limit": limit},
+        )
+        self.head_status = status
 
     def _request_line(self, line: bytes) -> bytes:
         """The request line websockets is shown: ``GET``, the target with bytes outside
@@ -352,6 +435,7 @@ class BodyReader(StreamReader):
 
 
 _NOT_IN_TARGET = re.compile(rb"[^\x21-\x7e]")
+_TOKEN_PARAM = re.compile(rb"[?&]token=")
 _HEADER_LINE = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r\n")
 """A header line as websockets takes it (``websockets.http11.parse_headers``)."""
 
@@ -361,9 +445,17 @@ def _percent(match: re.Match[bytes]) -> bytes:
 
 
 def head_error(conn: ServerConnection) -> RunwireError | None:
-    """Why the request's head is malformed (websockets was shown a stand-in), or None."""
+    """Why the request's head is malformed or too long (websockets was shown a stand-in),
+    or None. A token too long to read is ``UNAUTHORIZED`` (``auth.token_too_large``)."""
     reader = _reader(conn)
     return None if reader is None else reader.head_error
+
+
+def head_status(conn: ServerConnection) -> int | None:
+    """The HTTP status ``head_error`` is answered with, when not that of its code (414 for
+    a request line too long, 431 for a header line)."""
+    reader = _reader(conn)
+    return None if reader is None else reader.head_status
 
 
 def _too_large(size: int, limit: int) -> RunwireError:
@@ -374,14 +466,18 @@ def _too_large(size: int, limit: int) -> RunwireError:
     )
 
 
-def connection_class(max_body: int) -> type[ServerConnection]:
-    """A ``ServerConnection`` that reads request bodies of up to ``max_body`` bytes (for
-    websockets' ``serve(create_connection=...)``)."""
+def connection_class(
+    max_body: int, max_token: int = 0, *, credentials: bool = False
+) -> type[ServerConnection]:
+    """A ``ServerConnection`` that reads request bodies of up to ``max_body`` bytes, and a
+    request line or ``Authorization`` header with a token of up to ``max_token`` bytes (for
+    websockets' ``serve(create_connection=...)``); ``credentials``: the relay checks tokens,
+    so one too long to read is refused as a token."""
 
     class HttpConnection(RelayConnection):
         def __init__(self, protocol: ServerProtocol, *args: Any, **kwargs: Any) -> None:
             # No byte has arrived yet: swap the reader, and restart the parser on it.
-            protocol.reader = BodyReader(max_body)
+            protocol.reader = BodyReader(max_body, max_token, credentials=credentials)
             protocol.parser = protocol.parse()
             next(protocol.parser)
             super().__init__(protocol, *args, **kwargs)
@@ -796,9 +892,10 @@ class HttpApi:
         except ValidationError as exc:
             raise codec.validation_error(exc) from None
 
-    def refuse(self, exc: RunwireError) -> Response:
-        """The JSON error response for ``exc`` (of a request the relay will not route)."""
-        return self._error(exc)
+    def refuse(self, exc: RunwireError, status: int | None = None) -> Response:
+        """The JSON error response for ``exc`` (of a request the relay will not route), with
+        ``status`` or the code's."""
+        return self._error(exc, status)
 
     def _error(self, exc: RunwireError, status: int | None = None) -> Response:
         self.hub.metrics.errors.labels(exc.code).inc()

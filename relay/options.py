@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from transport.checks import Check
 from transport.frames import Multitask, ThreadAccess
 
+from .auth import MAX_TOKEN_BYTES
+
 __all__ = ["RelayOptions"]
 
 
@@ -33,6 +35,10 @@ class RelayOptions:
     """Verify HS256 tokens with this shared secret."""
     public_key: str | None = None
     """Verify RS256 / ES256 tokens with this PEM public key."""
+    max_token_bytes: int = MAX_TOKEN_BYTES
+    """The largest token accepted (``UNAUTHORIZED``, ``details.reason`` ``too_large``, past
+    it). The request line and the ``Authorization`` header of a handshake or HTTP request
+    get this much room beyond websockets' 8 KiB line limit, so that a token fits in either."""
     allow_anonymous: bool = False
     """Without ``secret`` / ``public_key``, listen on a non-loopback host anyway."""
     multitask: Multitask = "alongside"

@@ -15,7 +15,11 @@ Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
 which cannot set headers). A missing, forged or expired token is answered, at
 ``hello``, by an ``error`` frame (``UNAUTHORIZED`` with ``details.reason``, or
 ``TOKEN_EXPIRED``) and a close with 4001 (4003 when expired); the handshake
-itself succeeds so that browsers can read the code. A connection whose token
+itself succeeds so that browsers can read the code. A token over
+``max_token_bytes`` (32 KiB) is refused so too (``details.reason``
+``too_large``): the request line and ``Authorization`` header get that much
+room beyond websockets' 8 KiB line limit, and one longer still is skipped
+unread (``http_api.BodyReader``) and refused the same way. A connection whose token
 expires later is closed with 4003 at that moment; its SDK reconnects with a
 fresh token. A connection that sends no ``hello`` within ``hello_timeout`` (10 s) is
 answered as above, with its token's refusal (``PROTOCOL_ERROR`` and 4002 when
@@ -51,7 +55,14 @@ from transport.frames import Hello, Welcome
 from transport.messages import new_id
 
 from .auth import TokenVerifier, token_from_request
-from .http_api import OPEN_TIMEOUT, HttpApi, connection_class, head_error, request_method
+from .http_api import (
+    OPEN_TIMEOUT,
+    HttpApi,
+    connection_class,
+    head_error,
+    head_status,
+    request_method,
+)
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
@@ -97,7 +108,9 @@ async def serve(
     opts = RelayOptions(**options)
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
-        verifier = TokenVerifier(secret=opts.secret, public_key=opts.public_key)
+        verifier = TokenVerifier(
+            secret=opts.secret, public_key=opts.public_key, max_bytes=opts.max_token_bytes
+        )
     elif not opts.allow_anonymous and not _is_loopback(host):
         raise ValueError(
             f"refusing to listen on {host!r} without tokens: give a secret or public key "
@@ -122,8 +135,10 @@ async def serve(
 
         async def process_request(conn: ServerConnection, request: Request) -> Response | None:
             malformed = head_error(conn)
-            if malformed is not None:
-                return api.refuse(malformed)
+            # A token too long to read is refused at hello, as any refused token, so that
+            # browsers can read why (they cannot read a refused handshake's response).
+            if malformed is not None and not (malformed.code == UNAUTHORIZED and _upgrade(request)):
+                return api.refuse(malformed, head_status(conn))
             path = request.path.split("?", 1)[0]
             if (path == "/v1" or path.startswith("/v1/")) and not _upgrade(request):
                 return await api.handle(conn, request)
@@ -164,7 +179,9 @@ async def serve(
             host,
             port,
             process_request=process_request,
-            create_connection=connection_class(opts.hard_frame_bytes),
+            create_connection=connection_class(
+                opts.hard_frame_bytes, opts.max_token_bytes, credentials=verifier is not None
+            ),
             open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
             max_queue=64,
@@ -268,8 +285,8 @@ async def _greet(
     Returns False when the connection ends instead: it closed, or it is
     closed here after an ``error`` frame (a bad first frame, a refused token).
     """
-    refused: RunwireError | None = None
-    if verifier is not None:
+    refused = head_error(ws)  # only a token too long to read gets this far
+    if refused is None and verifier is not None:
         request = ws.request
         token = token_from_request(request.headers, request.path) if request else None
         try:

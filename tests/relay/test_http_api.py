@@ -23,7 +23,7 @@ from transport import checks
 from transport.messages import user_message
 
 from ..integration.conductor import Conductor, stack, status, until
-from .wire import RawPeer
+from .wire import RawPeer, sized_token
 
 pytestmark = pytest.mark.anyio
 
@@ -570,6 +570,50 @@ async def test_requests_without_a_good_token_are_refused(secured: Server) -> Non
     # Nothing was written.
     page = await call(secured, "GET", "/v1/sessions/trip-1/history", token=token())
     assert page.json()["entries"] == []
+
+
+MAX_TOKEN = 32 * 1024  # RelayOptions.max_token_bytes
+
+
+async def test_a_large_token_is_accepted_up_to_the_limit_and_refused_clearly_past_it(
+    secured: Server,
+) -> None:
+    # Before, a token over about 8 KiB got websockets' plain-text 414 / 431.
+    history = "/v1/sessions/trip-1/history"
+    under = sized_token(MAX_TOKEN, secret=SECRET, sessions={"trip-*": ALL})
+    assert (await call(secured, "GET", history, token=under)).status == 200
+    assert (await call(secured, "GET", f"{history}?token={under}")).status == 200
+    for size in (MAX_TOKEN + 3, 10 * MAX_TOKEN):
+        over = sized_token(size, secret=SECRET, sessions={"trip-*": ALL})
+        for reply in (
+            await call(secured, "GET", history, token=over),
+            await call(secured, "GET", f"{history}?token={over}"),
+            await post(secured, "trip-1", {"message": "x"}, token=over),
+        ):
+            assert (reply.status, reply.code) == (401, "UNAUTHORIZED"), reply.body[:200]
+            details = reply.json()["error"]["details"]
+            assert details["reason"] == "too_large" and details["limit"] == MAX_TOKEN
+            assert details["size"] >= len(over)
+            assert reply.headers["WWW-Authenticate"].startswith("Bearer")
+    assert (await call(secured, "GET", history, token=under)).json()["entries"] == []
+
+
+async def test_a_head_line_too_long_gets_a_json_answer(server: Server, secured: Server) -> None:
+    # Lines other than the token's keep websockets' limit (8 KiB), answered in JSON now.
+    long = "x" * 9000
+    reply = await call(secured, "GET", "/v1/sessions/trip-1/history", headers={"X-Junk": long})
+    assert (reply.status, reply.code) == (431, "PAYLOAD_TOO_LARGE"), reply.body[:200]
+    reply = await call(server, "GET", f"/v1/sessions/trip-1/history?q={long * 5}")
+    assert (reply.status, reply.code) == (414, "PAYLOAD_TOO_LARGE"), reply.body[:200]
+    details = reply.json()["error"]["details"]
+    assert details["size"] > 45000 and details["limit"] > 8192
+    # A WebSocket handshake too: refused, with the same answer.
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    key = b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+    data = head + key + b"X-Junk: " + long.encode() + b"\r\n\r\n"
+    raw = await anyio.to_thread.run_sync(exchange, server.port, data)
+    assert raw.startswith(b"HTTP/1.1 431 "), raw[:200]
+    assert json.loads(raw.partition(b"\r\n\r\n")[2])["error"]["code"] == "PAYLOAD_TOO_LARGE"
 
 
 async def test_a_token_in_the_query_works_as_for_browsers(secured: Server) -> None:

@@ -17,7 +17,7 @@ import relay
 from relay.auth import mint_token
 from transport.messages import new_id
 
-from .wire import RawPeer, prompt, run_status, steer
+from .wire import RawPeer, prompt, run_status, sized_token, steer
 
 pytestmark = pytest.mark.anyio
 
@@ -313,3 +313,49 @@ async def test_a_repeated_id_is_acknowledged_only_to_a_sender_with_the_right(
     assert (await agent.publish("trip-7", started))["duplicate"] is True
     for peer in (owner, viewer, agent):
         await peer.close()
+
+
+MAX_TOKEN = 32 * 1024  # RelayOptions.max_token_bytes
+
+
+@pytest.mark.parametrize("query", [False, True], ids=["header", "query"])
+async def test_a_large_token_is_accepted_up_to_the_limit_and_refused_clearly_past_it(
+    server: relay.Server, query: bool
+) -> None:
+    # Before, a token over about 8 KiB got websockets' plain-text 414 / 431 instead of a
+    # handshake: no error frame, no close code, and the SDKs retried for ever.
+    sessions = {"trip-*": ALL}
+    under = sized_token(MAX_TOKEN, secret=SECRET, sessions=sessions)
+    peer, first = await dial(server.url, under, query=query)
+    assert first["type"] == "welcome" and first["user_id"] == "alice"
+    await peer.attach("trip-1")
+    await peer.close()
+    # Just past the limit (checked by the token's size), and far past it (the line that
+    # carries it is too long to read whole): the same refusal, as any refused token's.
+    for size in (MAX_TOKEN + 3, 10 * MAX_TOKEN):
+        over = sized_token(size, secret=SECRET, sessions=sessions)
+        assert len(over) > MAX_TOKEN
+        peer, first = await dial(server.url, over, query=query)
+        assert first["type"] == "error" and first["req"] == 1, first
+        error = first["error"]
+        assert error["code"] == "UNAUTHORIZED", error
+        assert error["details"]["reason"] == "too_large"
+        assert error["details"]["limit"] == MAX_TOKEN
+        if size == MAX_TOKEN + 3:
+            assert error["details"]["size"] == len(over)
+        else:  # the size of the request line or header line that carried it
+            assert error["details"]["size"] > len(over)
+        assert await closed_with(peer) == 4001
+
+
+async def test_the_token_limit_is_an_option() -> None:
+    async with relay.serve(port=0, store="memory://", secret=SECRET, max_token_bytes=2000) as srv:
+        fits = sized_token(2000, secret=SECRET, sessions={"*": ALL})
+        peer, first = await dial(srv.url, fits)
+        assert first["type"] == "welcome"
+        await peer.close()
+        over = sized_token(2003, secret=SECRET, sessions={"*": ALL})
+        peer, first = await dial(srv.url, over)
+        details = first["error"]["details"]
+        assert details == {"reason": "too_large", "size": len(over), "limit": 2000}
+        assert await closed_with(peer) == 4001

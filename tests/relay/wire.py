@@ -8,6 +8,7 @@ import anyio
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
+from relay.auth import mint_token
 from transport.messages import new_id, user_message
 
 
@@ -130,3 +131,17 @@ def append(run_id: str, message_id: str, text: str) -> dict[str, Any]:
         "message_id": message_id,
         "chunks": [{"type": "text-delta", "id": "t", "delta": text}],
     }
+
+
+def sized_token(length: int, *, secret: str, sessions: dict[str, list[str]]) -> str:
+    """An HS256 token for ``alice`` with ``sessions`` (and a padding pattern) of ``length``
+    bytes, or up to 2 fewer: a JWT grows by 1 or 2 characters per byte of claims."""
+    pad = 0
+    while True:
+        tok = mint_token(user="alice", sessions={**sessions, "pad-" + "x" * pad: []}, secret=secret)
+        if len(tok) > length:
+            break
+        best = tok
+        pad += max(1, (length - len(tok)) * 3 // 4 - 2)
+    assert length - 2 <= len(best) <= length, (len(best), length)
+    return best
