@@ -15,6 +15,10 @@ session: ``attach`` needs ``subscribe``, ``worker`` needs ``agent`` somewhere
 (and a worker is only handed Runs of sessions where it has it); what a publish
 needs is the Run rules' business (``transport.runs``), fed the connection's
 capabilities in that session. Refusals are ``UNAUTHORIZED`` and change nothing.
+A publish needs an attach, except from a token that grants rights in the
+session but not ``subscribe`` (``publish`` alone, say: a back end that posts
+prompts): it cannot attach, so its publishes are taken unattached, as the HTTP
+API takes them, and it reads nothing (no ``deliver``, no ``history``).
 
 Consequences. When an entry changed Run records, the relay publishes what the
 rules say it owes the session (``RunRegistry.due()``: the cancels of an
@@ -370,9 +374,15 @@ class Hub:
     async def _publish(self, peer: Peer, frame: Publish) -> None:
         channel: Channel | None = None
         try:
-            channel = self._attached(peer, frame.session_id)
             sender = peer.sender_for(frame.session_id)
-            serial, duplicate = await self.publish(channel, frame.entry, sender)
+            if frame.session_id not in peer.attached and _write_only(sender):
+                # A token that may write here but not read (it cannot attach): published
+                # as the HTTP API does, the channel held for the publish alone.
+                async with self.hold(frame.session_id) as held:
+                    serial, duplicate = await self.publish(held, frame.entry, sender)
+            else:
+                channel = self._attached(peer, frame.session_id)
+                serial, duplicate = await self.publish(channel, frame.entry, sender)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
@@ -686,6 +696,11 @@ RATE_LIMIT_HOLD = 2.0
 """How long a refused publish holds its connection's later publishes if it is not sent again."""
 _STORE_FAILURES = frozenset({STORE_UNAVAILABLE, CONFLICT})
 """Codes that say the store did not take an entry, not that the rules refused it."""
+
+
+def _write_only(sender: Sender) -> bool:
+    """True for a token that grants rights in the session but not ``subscribe``."""
+    return sender.caps is not None and bool(sender.caps) and SUBSCRIBE not in sender.caps
 
 
 def _scoped(user_id: str, claimed: str) -> str:

@@ -359,3 +359,40 @@ async def test_the_token_limit_is_an_option() -> None:
         details = first["error"]["details"]
         assert details == {"reason": "too_large", "size": len(over), "limit": 2000}
         assert await closed_with(peer) == 4001
+
+
+async def test_a_publish_only_token_publishes_without_attaching_and_reads_nothing(
+    server: relay.Server,
+) -> None:
+    # Before, publishing needed an attach and attaching needs 'subscribe': a token with
+    # only 'publish' (a back end that posts prompts) could not publish at all.
+    reader, _ = await dial(server.url, token("alice", {"*": ALL}))
+    await reader.attach("trip-8")
+    run_id = new_id()
+    assert (await reader.publish("trip-8", prompt(run_id, text="first")))["serial"] == 1
+    poster, _ = await dial(server.url, token("alice", {"trip-*": ["publish"]}), client_id="hook")
+    refused = await poster.request({"type": "attach", "session_id": "trip-8"})
+    assert refused["error"]["code"] == "UNAUTHORIZED"
+    ack = await poster.publish("trip-8", prompt(text="from the hook"))
+    assert ack["type"] == "ack" and ack["serial"] == 2, ack
+    stored = (await reader.entries(2))[-1]
+    assert stored["message"]["parts"][0]["text"] == "from the hook"
+    assert (stored["user_id"], stored["client_id"]) == ("alice", "alice/hook")
+    # Its rights are still checked entry by entry, and a retry is a duplicate.
+    steering = await poster.publish("trip-8", steer(run_id, "faster"))
+    assert steering["error"]["code"] == "UNAUTHORIZED"
+    entry = prompt(text="again")
+    assert (await poster.publish("trip-8", entry))["duplicate"] is False
+    assert (await poster.publish("trip-8", entry))["duplicate"] is True
+    # It reads nothing: no history, no deliveries (its next frame is the reply it asked for).
+    history = await poster.request({"type": "history", "session_id": "trip-8", "before": 10})
+    assert history["error"]["code"] == "NOT_ATTACHED"
+    await reader.publish("trip-8", prompt(text="not for the hook"))
+    assert (await poster.request({"type": "detach", "session_id": "trip-8"}))["type"] == "error"
+    assert poster.inbox == []
+    # A session its token does not cover at all is refused as before.
+    elsewhere = await poster.publish("work-1", prompt())
+    assert elsewhere["error"]["code"] == "NOT_ATTACHED"
+    assert poster.inbox == []
+    await poster.close()
+    await reader.close()
