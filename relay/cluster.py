@@ -240,7 +240,7 @@ class RedisDispatcher:
             if record is not None and not self._hand_local(record):
                 self._spawn(self._give_back(key))
         client_id = peer.sender.client_id
-        if peer.sender.role == "agent":
+        if peer.is_agent():  # as ``Hub.hello`` counted it
             left = self.agents_present.get(client_id, 1) - 1
             if left <= 0:
                 self.agents_present.pop(client_id, None)

@@ -83,7 +83,10 @@ class Dispatcher:
             self.start_timer(record)
 
     def client_back(self, client_id: str, *, agent: bool = True) -> None:
-        """A connection with ``client_id`` arrived: its Runs' grace timers stop."""
+        """An agent connection with ``client_id`` arrived: its Runs' grace timers stop (a
+        client connection, ``agent=False``, owns no Runs and stops none)."""
+        if not agent:
+            return
         for key, (owner, handle) in list(self.timers.items()):
             if owner == client_id:
                 handle.cancel()

@@ -113,7 +113,7 @@ class Hub:
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Future[Channel]] = {}
         self.peers: set[Peer] = set()
-        self._present: dict[str, int] = {}  # client id -> its connections among ``peers``
+        self._present: dict[str, int] = {}  # client id -> its agent connections (``is_agent``)
         self.dispatcher: Dispatcher | RedisDispatcher
         if store.url.startswith(("redis://", "rediss://")):
             from .cluster import RedisDispatcher
@@ -175,7 +175,8 @@ class Hub:
     # --------------------------------------------------------- connections --
 
     def hello(self, peer: Peer, frame: Hello) -> None:
-        """Stamp the connection's identity; a returning client id stops its grace timers.
+        """Stamp the connection's identity; a returning agent (``Peer.is_agent``) stops the
+        grace timers of its client id's Runs.
 
         With a token, the user id is its ``sub`` and the client id its
         ``client_id`` claim, else the one the client asked for (or a new one)
@@ -185,8 +186,11 @@ class Hub:
         client_id, user_id = _stamped(peer.identity, frame.client_id or peer.connection_id)
         peer.stamp(Sender(client_id=client_id, user_id=user_id, role=frame.role))
         self.peers.add(peer)
-        self._present[client_id] = self._present.get(client_id, 0) + 1
-        self.dispatcher.client_back(client_id, agent=frame.role == "agent")
+        if peer.is_agent():
+            # Only agent connections count: a client of the same user that claims the
+            # agent's client id would keep a lost agent's Runs from ending AGENT_LOST.
+            self._present[client_id] = self._present.get(client_id, 0) + 1
+            self.dispatcher.client_back(client_id, agent=True)
 
     def sender(self, identity: Identity | None, claimed: str, session_id: str) -> Sender:
         """A client's identity for one request without a connection (the HTTP API): stamped
@@ -200,20 +204,22 @@ class Hub:
         """Forget a closed connection."""
         owned: list[RunRecord] = []
         client_id = peer.sender.client_id
+        agent = peer.is_agent()
         if peer in self.peers:
             self.peers.remove(peer)
-            left = self._present[client_id] - 1
-            if left:
-                self._present[client_id] = left
-            else:
-                del self._present[client_id]
+            if agent:
+                left = self._present[client_id] - 1
+                if left:
+                    self._present[client_id] = left
+                else:
+                    del self._present[client_id]
         still_here = client_id in self._present
         for session_id in list(peer.attached):
             channel = self.channels.get(session_id)
             if channel is None:
                 continue
             channel.detach(peer)
-            if not still_here and peer.sender.role == "agent":
+            if not still_here and agent:
                 owned.extend(
                     r
                     for r in channel.registry.active()
@@ -221,11 +227,7 @@ class Hub:
                 )
             self.release(channel)
         self.dispatcher.peer_gone(peer, owned)
-        if (
-            not still_here
-            and peer.sender.role == "agent"
-            and isinstance(self.dispatcher, Dispatcher)
-        ):
+        if not still_here and agent and isinstance(self.dispatcher, Dispatcher):
             # Its Runs in sessions this connection never attached (a Redis node's sweep
             # finds those by itself).
             self._spawn(self._owner_left(client_id))

@@ -29,7 +29,7 @@ from websockets.protocol import State
 
 from transport import codec
 from transport.errors import CloseCode, RunwireError
-from transport.runs import Sender
+from transport.runs import AGENT, Sender
 
 from .wsconn import send_frames
 
@@ -154,6 +154,15 @@ class Peer:
                 self.senders.clear()
             self.senders[session_id] = sender
         return sender
+
+    def is_agent(self) -> bool:
+        """True for an agent connection with the right to be one: ``role: "agent"`` and a
+        token that grants ``agent`` somewhere (any, on an anonymous relay). Only these make
+        their client id present, the presence that keeps an agent's Runs from ending
+        ``AGENT_LOST``: a client of the same user claiming that client id does not."""
+        if self.sender.role != "agent":
+            return False
+        return self.identity is None or self.identity.grants_anywhere(AGENT)
 
     def can(self, session_id: str, capability: str) -> bool:
         """True if the connection holds ``capability`` in ``session_id``."""

@@ -70,3 +70,47 @@ async def test_a_run_no_local_worker_may_take_is_not_read_again_in_a_busy_loop(
             assert (await right.next("dispatch", timeout=2))["run_id"] == run_id
         for peer in (other, client, right):
             await peer.close()
+
+
+async def test_a_client_claiming_an_agents_client_id_does_not_keep_it_present(
+    redis_prefix: str,
+) -> None:
+    # A connection of the same user with user rights, role "agent" and the agent's client
+    # id, on another node: it was marked present in Redis for that client id, so the
+    # sweep never ended the lost agent's Run AGENT_LOST.
+    def node() -> Any:
+        store = RedisStore(REDIS_URL, prefix=redis_prefix)
+        return relay.serve(port=0, store=store, secret=SECRET, agent_grace=0.6)
+
+    def hello(sessions: dict[str, list[str]], role: str) -> tuple[str, dict[str, Any]]:
+        token = mint_token(user="svc", sessions=sessions, secret=SECRET)
+        return token, {"type": "hello", "v": 1, "role": role, "client_id": "w1"}
+
+    async def as_svc(url: str, sessions: dict[str, list[str]], role: str) -> RawPeer:
+        token, frame = hello(sessions, role)
+        ws = await connect(url, additional_headers={"Authorization": f"Bearer {token}"})
+        peer = RawPeer(ws)
+        await peer.send(frame)
+        welcome = await peer.recv()
+        assert welcome["client_id"] == "svc/w1", welcome
+        return peer
+
+    async with node() as a, node() as b:
+        client = await dial(a.url, {"*": ["subscribe", "publish"]})
+        await client.attach("trip-1")
+        run_id = new_id()
+        await client.publish("trip-1", prompt(run_id))
+        agent = await as_svc(a.url, {"*": ["agent"]}, "agent")
+        await agent.attach("trip-1")
+        started = {"kind": "run", "id": new_id(), "run_id": run_id, "status": "active"}
+        assert (await agent.publish("trip-1", started))["type"] == "ack"
+        impostor = await as_svc(b.url, {"*": ["subscribe", "publish"]}, "agent")
+        agent.ws.transport.abort()
+        with anyio.fail_after(10):
+            while True:
+                [entry] = await client.entries(1, timeout=10)
+                if entry["kind"] == "run" and entry["status"] != "active":
+                    break
+        assert entry["status"] == "error" and entry["error"]["code"] == "AGENT_LOST", entry
+        await impostor.close()
+        await client.close()

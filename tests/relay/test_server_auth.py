@@ -396,3 +396,62 @@ async def test_a_publish_only_token_publishes_without_attaching_and_reads_nothin
     assert poster.inbox == []
     await poster.close()
     await reader.close()
+
+
+@pytest.mark.parametrize("role", ["client", "agent"])
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_only_an_agent_connection_keeps_an_agents_client_id_present(
+    role: str, when: str
+) -> None:
+    # The same user with user rights, claiming the agent's client id: before, its
+    # connection counted as the agent's presence, so the Run never ended AGENT_LOST.
+    async with relay.serve(port=0, store="memory://", secret=SECRET, agent_grace=0.3) as srv:
+        client, _ = await dial(srv.url, token("alice", {"*": ALL}))
+        await client.attach("trip-9")
+        run_id = new_id()
+        await client.publish("trip-9", prompt(run_id))
+        agent, welcome = await dial(
+            srv.url, token("svc", {"*": ["agent"]}), role="agent", client_id="w1"
+        )
+        await agent.attach("trip-9")
+        assert (await agent.publish("trip-9", run_status(run_id, "active")))["type"] == "ack"
+        users = token("svc", {"*": ALL})
+        impostor: RawPeer | None = None
+        if when == "before":
+            impostor, same = await dial(srv.url, users, role=role, client_id="w1")
+            assert same["client_id"] == welcome["client_id"] == "svc/w1"
+        agent.ws.transport.abort()
+        if when == "after":
+            with anyio.fail_after(5):
+                while any(p.sender.client_id == "svc/w1" for p in srv.hub.peers):
+                    await anyio.sleep(0.01)
+            impostor, same = await dial(srv.url, users, role=role, client_id="w1")
+            assert same["client_id"] == "svc/w1"
+        with anyio.fail_after(5):
+            while True:
+                [entry] = await client.entries(1)
+                if entry["kind"] == "run" and entry["status"] != "active":
+                    break
+        assert entry["status"] == "error" and entry["error"]["code"] == "AGENT_LOST", entry
+        assert impostor is not None
+        await impostor.close()
+        await client.close()
+
+
+async def test_an_agent_connection_coming_back_still_keeps_its_run() -> None:
+    async with relay.serve(port=0, store="memory://", secret=SECRET, agent_grace=0.3) as srv:
+        client, _ = await dial(srv.url, token("alice", {"*": ALL}))
+        await client.attach("trip-9")
+        run_id = new_id()
+        await client.publish("trip-9", prompt(run_id))
+        agents = token("svc", {"trip-*": ["agent"]})
+        agent, _ = await dial(srv.url, agents, role="agent", client_id="w1")
+        await agent.attach("trip-9")
+        assert (await agent.publish("trip-9", run_status(run_id, "active")))["type"] == "ack"
+        agent.ws.transport.abort()
+        back, _ = await dial(srv.url, agents, role="agent", client_id="w1")
+        await anyio.sleep(0.6)  # past the grace period: nothing may happen
+        await back.attach("trip-9")
+        assert (await back.publish("trip-9", run_status(run_id, "complete")))["type"] == "ack"
+        await back.close()
+        await client.close()
