@@ -625,6 +625,12 @@ class Run(RunSteps):
         self._session._forget(self)
         self._abort.abort(error or RunwireError(RUN_NOT_ACTIVE, f"run ended {status}"))
 
+    def _attachment_lost(self, error: RunwireError) -> None:
+        """The worker lost this Run's session (its token no longer covers it): this agent
+        can publish nothing more for the Run, which the relay ends ``AGENT_LOST`` after its
+        grace. Marked ended, and ``abort_signal`` fires with ``error``."""
+        self._ended_elsewhere("error", error)
+
     def _handed_over(self) -> None:
         """The relay gave this Run to another worker (this one was gone too long)."""
         self._ended_elsewhere(

@@ -9,6 +9,13 @@ holds, so a drop loses and repeats nothing; the driver keeps the client id
 the relay gave it, so the relay still knows this agent as the owner of the
 Runs it started.
 
+A worker's session whose re-attach is refused ``UNAUTHORIZED`` (a fresh token
+from the ``token_provider`` no longer covers it) is lost alone
+(``_Link._lose``): its ``error`` says why, its live Runs' abort signals fire
+with that error and their publishes raise it; the connection and the other
+sessions go on. (In explicit mode the session is the connection: the
+refusal ends it, as a refused token at connect does.)
+
 An ``AgentSession`` folds every delivered entry into a ``ConversationTree``
 (in serial order, each serial once; the tree answers which steering each Run
 has and which its responses stamped as seen), keeps each Run's cancel
@@ -30,7 +37,7 @@ from pydantic import ValidationError
 
 from transport.asyncio.connection import Connection, TokenProvider
 from transport.checks import Check
-from transport.errors import STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
+from transport.errors import STORE_UNAVAILABLE, UNAUTHORIZED, VALIDATION_ERROR, RunwireError
 from transport.frames import (
     Attach,
     Attached,
@@ -195,6 +202,9 @@ class AgentSession:
         self._oldest: int | None = None
         self._buffer: list[list[dict[str, Any]]] | None = None
         self._attach_error: RunwireError | None = None
+        self.error: RunwireError | None = None
+        """Why the attachment ended for good while the connection went on (``UNAUTHORIZED``:
+        a worker's fresh token no longer covers the session), or None."""
         self._runs: dict[str, Run] = {}
         self._cancels: dict[str, dict[str, CancelRequest]] = {}  # run id -> entry id -> it
         self._started: set[str] = set()  # Runs seen going active (an adopter knows by it)
@@ -479,6 +489,8 @@ class AgentSession:
 
     async def _try_publish(self, entry: EntryBody) -> bool:
         """One publish: True once acknowledged, False if the store was unavailable."""
+        if self.error is not None:
+            raise self.error
         try:
             await self._link.conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
         except RunwireError as exc:
@@ -637,9 +649,28 @@ class _Link:
 
     async def _on_connect(self, conn: Connection) -> None:
         for session in list(self.sessions.values()):
-            await session._attach(wait_ready=False)
+            try:
+                await session._attach(wait_ready=False)
+            except RunwireError as exc:
+                if exc.code != UNAUTHORIZED or session._owns_link:
+                    raise  # explicit mode: the session is the connection's reason to be
+                # A worker's fresh token that no longer covers this session: lose it
+                # alone, and keep the connection for the others (and new Runs).
+                self._lose(session, exc)
         if self._after_connect is not None:
             await self._after_connect(conn)
+
+    def _lose(self, session: AgentSession, error: RunwireError) -> None:
+        """End ``session``'s attachment (the relay refused it ``error``): its live Runs are
+        told (``Run._attachment_lost``) and its publishes fail with ``error`` from now on."""
+        log.warning("session %s is lost to this worker: %s", session.session_id, error)
+        session.error = error
+        if self.sessions.get(session.session_id) is session:
+            del self.sessions[session.session_id]
+        session.attached.set()
+        session._closed.set()
+        for run in list(session._runs.values()):
+            run._attachment_lost(error)
 
     def _on_frame(self, frame: RelayFrame) -> None:
         if isinstance(frame, Deliver):

@@ -72,7 +72,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any
 
@@ -247,8 +247,17 @@ class RedisDispatcher:
             else:
                 self.agents_present[client_id] = left
 
-    def client_back(self, client_id: str, *, agent: bool = True) -> None:
-        """Count an agent connection for the presence heartbeat (clients own no Runs)."""
+    def client_back(
+        self,
+        client_id: str,
+        *,
+        agent: bool = True,
+        covers: Callable[[str], bool] | None = None,
+    ) -> None:
+        """Count an agent connection for the presence heartbeat (clients own no Runs).
+        Presence in Redis is per client id: ``covers`` (the sessions it may act in) is not
+        kept there, so a fresh token that dropped a session keeps its Runs present."""
+        del covers
         if not agent:
             return
         self.agents_present[client_id] = self.agents_present.get(client_id, 0) + 1

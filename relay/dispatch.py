@@ -82,13 +82,20 @@ class Dispatcher:
         for record in owned_active:
             self.start_timer(record)
 
-    def client_back(self, client_id: str, *, agent: bool = True) -> None:
-        """An agent connection with ``client_id`` arrived: its Runs' grace timers stop (a
-        client connection, ``agent=False``, owns no Runs and stops none)."""
+    def client_back(
+        self,
+        client_id: str,
+        *,
+        agent: bool = True,
+        covers: Callable[[str], bool] | None = None,
+    ) -> None:
+        """An agent connection with ``client_id`` arrived: the grace timers of its Runs in
+        the sessions it ``covers`` (may act as an agent in; all without it) stop. A client
+        connection (``agent=False``) owns no Runs and stops none."""
         if not agent:
             return
         for key, (owner, handle) in list(self.timers.items()):
-            if owner == client_id:
+            if owner == client_id and (covers is None or covers(key[0])):
                 handle.cancel()
                 del self.timers[key]
 

@@ -113,7 +113,7 @@ class Hub:
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Future[Channel]] = {}
         self.peers: set[Peer] = set()
-        self._present: dict[str, int] = {}  # client id -> its agent connections (``is_agent``)
+        self._present: dict[str, set[Peer]] = {}  # client id -> its agent connections
         self.dispatcher: Dispatcher | RedisDispatcher
         if store.url.startswith(("redis://", "rediss://")):
             from .cluster import RedisDispatcher
@@ -189,8 +189,12 @@ class Hub:
         if peer.is_agent():
             # Only agent connections count: a client of the same user that claims the
             # agent's client id would keep a lost agent's Runs from ending AGENT_LOST.
-            self._present[client_id] = self._present.get(client_id, 0) + 1
-            self.dispatcher.client_back(client_id, agent=True)
+            # And only in sessions where its token grants 'agent' (a fresh token may
+            # cover fewer sessions than the one the agent started its Runs with).
+            self._present.setdefault(client_id, set()).add(peer)
+            self.dispatcher.client_back(
+                client_id, agent=True, covers=lambda session_id: peer.can(session_id, AGENT)
+            )
 
     def sender(self, identity: Identity | None, claimed: str, session_id: str) -> Sender:
         """A client's identity for one request without a connection (the HTTP API): stamped
@@ -205,21 +209,18 @@ class Hub:
         owned: list[RunRecord] = []
         client_id = peer.sender.client_id
         agent = peer.is_agent()
-        if peer in self.peers:
-            self.peers.remove(peer)
-            if agent:
-                left = self._present[client_id] - 1
-                if left:
-                    self._present[client_id] = left
-                else:
-                    del self._present[client_id]
-        still_here = client_id in self._present
+        self.peers.discard(peer)
+        others = self._present.get(client_id)
+        if agent and others is not None:
+            others.discard(peer)
+            if not others:
+                del self._present[client_id]
         for session_id in list(peer.attached):
             channel = self.channels.get(session_id)
             if channel is None:
                 continue
             channel.detach(peer)
-            if not still_here and agent:
+            if agent and not self._vouched(client_id, session_id):
                 owned.extend(
                     r
                     for r in channel.registry.active()
@@ -227,10 +228,22 @@ class Hub:
                 )
             self.release(channel)
         self.dispatcher.peer_gone(peer, owned)
-        if not still_here and agent and isinstance(self.dispatcher, Dispatcher):
+        if (
+            agent
+            and isinstance(self.dispatcher, Dispatcher)
+            and (
+                client_id not in self._present
+                or any(_grants(p) != _grants(peer) for p in self._present[client_id])
+            )
+        ):
             # Its Runs in sessions this connection never attached (a Redis node's sweep
-            # finds those by itself).
+            # finds those by itself), when no connection left vouches for all of them.
             self._spawn(self._owner_left(client_id))
+
+    def _vouched(self, client_id: str, session_id: str) -> bool:
+        """True if an agent connection of ``client_id`` may act as one in ``session_id``:
+        the owner of a Run there is present, and the Run does not end ``AGENT_LOST``."""
+        return any(p.can(session_id, AGENT) for p in self._present.get(client_id, ()))
 
     async def _owner_left(self, client_id: str) -> None:
         """Time every active Run of an agent that has no connection left."""
@@ -239,11 +252,9 @@ class Hub:
         except RunwireError as exc:
             log.warning("cannot look up the Runs of %r, gone: %s", client_id, exc)
             return
-        if client_id in self._present:
-            return  # it came back meanwhile
         for record in active:
-            if record.owner == client_id:
-                self.dispatcher.start_timer(record)
+            if record.owner == client_id and not self._vouched(client_id, record.session_id):
+                self.dispatcher.start_timer(record)  # not if it came back meanwhile
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` in a task that ``aclose`` cancels."""
@@ -632,7 +643,9 @@ class Hub:
         step that would store the end; the Run goes on.
         """
         record = channel.registry.get(run_id)
-        if record is None or record.status != "active" or record.owner in self._present:
+        if record is None or record.status != "active" or record.owner is None:
+            return
+        if self._vouched(record.owner, channel.session_id):
             return
         gone = None if record.owner is None else Gone(record.owner, self.options.agent_grace)
         try:
@@ -698,6 +711,11 @@ RATE_LIMIT_HOLD = 2.0
 """How long a refused publish holds its connection's later publishes if it is not sent again."""
 _STORE_FAILURES = frozenset({STORE_UNAVAILABLE, CONFLICT})
 """Codes that say the store did not take an entry, not that the rules refused it."""
+
+
+def _grants(peer: Peer) -> object:
+    """What a connection's token grants (``None``: everything, on an anonymous relay)."""
+    return None if peer.identity is None else peer.identity.grants
 
 
 def _write_only(sender: Sender) -> bool:

@@ -12,6 +12,7 @@ import agent_side
 import client_side
 import relay
 from agent_side import Run
+from relay.auth import mint_token
 from transport import RunwireError
 
 from .conductor import SECRET, Conductor, stack, status, texts, token, until
@@ -198,3 +199,69 @@ async def test_a_fresh_token_that_no_longer_covers_the_session_ends_it_for_good(
             await session.send("after")
         assert sent.value.code == "UNAUTHORIZED"
         assert sent.value.details["needs"] == "subscribe"
+
+
+async def test_an_agent_whose_fresh_token_drops_one_session_keeps_the_others() -> None:
+    """A worker in two sessions whose token, replaced after it expired, covers only one of
+    them: the re-attach of the other is refused. Before, that ended the worker's whole
+    connection for good (no more Runs, in any session). Now only that session's attachment
+    ends: its Run's abort signal fires with ``UNAUTHORIZED`` and the relay ends the Run
+    ``AGENT_LOST`` after its grace (the agent may not act there any more); the other
+    session's Run finishes, and the worker takes new Runs."""
+    release = anyio.Event()
+    reasons: dict[str, object] = {}
+
+    def provider() -> str:
+        return mint_token(user="svc", sessions={"keep-*": ["agent"]}, secret=SECRET)
+
+    async def handle(run: Run) -> None:
+        await run.start()
+        await run.pipe(_one("part one, "))
+        async with run.abort_signal.scope():
+            await release.wait()
+        if run.abort_signal.aborted:
+            reasons[run.session_id] = run.abort_signal.reason
+            return
+        await run.pipe(_one("part two"))
+        await run.end()
+
+    both = mint_token(
+        user="svc", sessions={"keep-*": ["agent"], "drop-*": ["agent"]}, secret=SECRET, ttl=2
+    )
+    async with relay.serve(port=0, store="memory://", secret=SECRET, agent_grace=0.5) as server:
+        worker = agent_side.Agent(server.url, token=both, token_provider=provider)
+        worker.on_run(handle)
+        states = States()
+        worker.connection.on_state(states)
+        async with (
+            worker,
+            client_side.connect(server.url, "keep-1", token=token("alice")) as kept,
+            client_side.connect(server.url, "drop-1", token=token("alice")) as dropped,
+        ):
+            first = await kept.send("go")
+            second = await dropped.send("go")
+            for session in (kept, dropped):
+                await until(session, lambda s=session: texts(s)[-1:] == ["part one, "])
+            await states.wait(lambda seen: "disconnected" in seen and seen[-1] == "connected")
+            with anyio.fail_after(10):
+                lost = await second.result()
+            assert lost.status == "error"
+            assert dropped.view.run(second.run_id).error["code"] == "AGENT_LOST"  # type: ignore[union-attr]
+            with anyio.fail_after(10):
+                while "drop-1" not in reasons:
+                    await anyio.sleep(0.01)
+            reason = reasons["drop-1"]
+            assert isinstance(reason, RunwireError) and reason.code == "UNAUTHORIZED"
+            release.set()
+            with anyio.fail_after(10):
+                done = await first.result()
+            assert done.status == "complete"
+            assert texts(kept) == ["go", "part one, ", "part two"]
+            assert worker.connection.error is None and worker.connection.connected
+            third = await kept.send("again")  # the worker still takes Runs
+            with anyio.fail_after(10):
+                assert (await third.result()).status == "complete"
+
+
+async def _one(text: str):  # type: ignore[no-untyped-def]
+    yield text
