@@ -105,6 +105,25 @@ def test_expired_tokens_are_refused_as_expired() -> None:
     assert refusal(TokenVerifier(secret=SECRET), token)[0] == "TOKEN_EXPIRED"
 
 
+def test_a_token_over_max_bytes_is_refused_unread() -> None:
+    token = jwt.encode(claims(), SECRET, algorithm="HS256")
+    assert TokenVerifier(secret=SECRET, max_bytes=len(token)).verify(token).user_id == "alice"
+    with pytest.raises(RunwireError) as info:
+        TokenVerifier(secret=SECRET, max_bytes=len(token) - 1).verify(token)
+    assert info.value.code == "UNAUTHORIZED"
+    assert info.value.details == {
+        "reason": "too_large",
+        "size": len(token),
+        "limit": len(token) - 1,
+    }
+    # Refused before anything else is looked at: even a forged one of that size.
+    assert refusal(TokenVerifier(secret=SECRET, max_bytes=10), "x" * 11) == (
+        "UNAUTHORIZED",
+        "too_large",
+    )
+    assert TokenVerifier(secret=SECRET).max_bytes == 32 * 1024
+
+
 def test_forged_tokens_are_refused() -> None:
     verifier = TokenVerifier(secret=SECRET)
     forged = jwt.encode(claims(), "another-secret-" + "x" * 60, algorithm="HS256")
