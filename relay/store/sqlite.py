@@ -177,32 +177,67 @@ def _connect(path: str, *, wait: bool) -> sqlite3.Connection:
 def _lock(path: str) -> int:
     """An open descriptor of ``path`` with an exclusive ``flock`` on it, this pid written in.
 
-    Raises ``RunwireError(STORE_UNAVAILABLE)`` if another descriptor holds the lock.
+    Raises ``RunwireError(STORE_UNAVAILABLE)`` if another descriptor holds the lock. A
+    relay that stops removes its lock file (``_unlock``) while holding it, so a lock taken
+    on a file no longer at ``path`` (removed between our open and our ``flock``) is let go
+    and taken again on the file now there: two relays never hold locks on two files.
     """
     import fcntl  # POSIX; imported here so that the module still imports elsewhere
 
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise RunwireError(
-            STORE_UNAVAILABLE, f"cannot open the relay's lock file {path!r}: {exc}"
-        ) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        database = path.removesuffix("-relay.lock")
-        raise RunwireError(
-            STORE_UNAVAILABLE,
-            f"the SQLite database {database!r} is in use by another relay (pid {holder}): "
-            "one relay at a time serves an SQLite file; stop it or use another file "
-            "(several relay nodes need Redis)",
-            details={"in_use": path, "pid": holder},
-        ) from None
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunwireError(
+                STORE_UNAVAILABLE, f"cannot open the relay's lock file {path!r}: {exc}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            database = path.removesuffix("-relay.lock")
+            raise RunwireError(
+                STORE_UNAVAILABLE,
+                f"the SQLite database {database!r} is in use by another relay (pid {holder}): "
+                "one relay at a time serves an SQLite file; stop it or use another file "
+                "(several relay nodes need Redis)",
+                details={"in_use": path, "pid": holder},
+            ) from None
+        if _is_at(fd, path):
+            break
+        os.close(fd)  # its holder removed it meanwhile: lock the one there now
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _lock_beside(database: str) -> tuple[str, int]:
+    """``_lock`` on ``<database>-relay.lock`` beside the real file, however it is named (a
+    symlink, a relative path); returns the lock file's path and descriptor."""
+    path = f"{os.path.realpath(database)}-relay.lock"
+    return path, _lock(path)
+
+
+def _is_at(fd: int, path: str) -> bool:
+    """True if ``fd`` is the file at ``path`` (not one removed or replaced since)."""
+    try:
+        here = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (here.st_dev, here.st_ino)
+
+
+def _unlock(fd: int, path: str) -> None:
+    """Remove the lock file ``fd`` holds (still holding it), then let it go."""
+    try:
+        if _is_at(fd, path):
+            os.unlink(path)
+    except OSError as exc:  # a directory made read-only meanwhile: the file stays, harmless
+        log.warning("cannot remove the relay's lock file %r: %s", path, exc)
+    finally:
+        os.close(fd)
 
 
 class SQLiteStore(Store):
@@ -239,6 +274,7 @@ class SQLiteStore(Store):
         self._checkpointing = False  # set on the loop, cleared on the background thread
         self._checkpoint_timer: asyncio.TimerHandle | None = None
         self._claim: int | None = None  # the lock file's descriptor, while claimed
+        self._claim_path = ""  # and its path
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -278,13 +314,13 @@ class SQLiteStore(Store):
                 await anyio.to_thread.run_sync(conn.close)
         self._reader = self._conn = None
         if self._claim is not None:  # only now: the file is closed and folded in
-            os.close(self._claim)
+            _unlock(self._claim, self._claim_path)
             self._claim = None
 
     async def claim(self) -> None:
         """Hold the file for this relay alone: an exclusive ``flock`` on ``<file>-relay.lock``
-        beside the real file (holding the pid), which ``aclose`` or the end of the process
-        (SIGKILL too) lets go.
+        beside the real file (holding the pid), which ``aclose`` lets go and removes; the
+        end of the process (SIGKILL too) lets it go, leaving the file for the next relay.
 
         Raises ``RunwireError(STORE_UNAVAILABLE, details={"in_use": lock file})`` if another
         relay (process, or store in this one) holds it.
@@ -293,11 +329,8 @@ class SQLiteStore(Store):
             return
         if self._closed or self._loop is None:
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
-        # Beside the file itself, however it is named (a symlink, a relative path).
         path = self.path
-        self._claim = await anyio.to_thread.run_sync(
-            lambda: _lock(f"{os.path.realpath(path)}-relay.lock")
-        )
+        self._claim_path, self._claim = await anyio.to_thread.run_sync(lambda: _lock_beside(path))
 
     async def healthy(self) -> bool:
         """True while started, not closed, and the last write transaction committed."""

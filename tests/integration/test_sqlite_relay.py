@@ -122,8 +122,40 @@ async def test_two_relays_in_one_process_cannot_share_a_file_but_can_follow_each
                 pass  # pragma: no cover - refused
         assert info.value.code == "STORE_UNAVAILABLE"
         assert "in use by another relay" in info.value.message
+        assert (tmp_path / "relay.db-relay.lock").exists()
+    # A relay that stopped cleanly leaves only the database (and SQLite's own files).
+    assert not (tmp_path / "relay.db-relay.lock").exists()
     async with relay.serve(port=0, store=store) as second:
         assert await second.store.healthy()
+    assert not (tmp_path / "relay.db-relay.lock").exists()
+
+
+def test_a_lock_taken_on_a_file_its_holder_removed_meanwhile_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relay stopping removes its lock file while a starting one may have opened it: the
+    starting one must not hold a lock on the removed file (a third could then lock a new one)."""
+    from relay.store import sqlite as sqlite_store
+
+    path = str(tmp_path / "relay.db-relay.lock")
+    real_open = os.open
+    opened: list[str] = []
+
+    def open_then_removed(file: str, flags: int, mode: int = 0o777) -> int:
+        fd = real_open(file, flags, mode)
+        if not opened:
+            os.unlink(file)  # the holder stopping between our open and our flock
+        opened.append(file)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_removed)
+    fd = sqlite_store._lock(path)
+    monkeypatch.undo()
+    try:
+        assert len(opened) == 2
+        assert os.fstat(fd).st_ino == os.stat(path).st_ino
+    finally:
+        os.close(fd)
 
 
 async def test_a_relay_on_a_symlink_to_a_file_in_use_is_refused_too(tmp_path: Path) -> None:
