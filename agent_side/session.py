@@ -151,7 +151,11 @@ class View:
         return self._session.tree.branches(message_id)
 
     def select_branch(self, message_id: str) -> None:
-        """Make the branch through ``message_id`` the active one."""
+        """Make the branch through ``message_id`` the active one.
+
+        Reports ``MessageEvent(op="removed")`` for what leaves ``messages()``,
+        then ``op="added"`` for what joins it.
+        """
         self._session._emit(self._session.tree.select_branch(message_id))
 
     def on(self, event: str, callback: EventCallback) -> Callable[[], None]:

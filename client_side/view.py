@@ -8,6 +8,13 @@ fold into the tree in serial order, and every event the tree reports goes, in
 order, to the session's own bookkeeping (steering outcomes), then to the
 ``on()`` callbacks of its kind, then to every open ``events()`` iterator.
 
+Every change of ``messages()`` is reported (``transport.tree`` explains the
+order): a fork or a rollback that leaves the shown turn behind, a refusal, a
+``select_branch`` report ``MessageEvent(op="removed")`` for what left and
+``op="added"`` for what joined; ``MessageEvent.shown`` says whether each
+event's message is in ``messages()``, so a UI that upserts shown messages and
+drops the rest shows exactly ``messages()``.
+
 Serials the view already holds are skipped before they reach the tree, so a
 resume that overlaps what the view has (or a frame that arrives twice) never
 shows a message twice. A ``reset`` (the relay lost the history the view
@@ -151,7 +158,11 @@ class View:
         return self._tree.branches(message_id)
 
     def select_branch(self, message_id: str) -> None:
-        """Show the branch through ``message_id``; reports the messages it brings into view."""
+        """Show the branch through ``message_id``.
+
+        Reports ``MessageEvent(op="removed")`` for each message it takes out of
+        ``messages()``, then ``op="added"`` for each it brings in (in path order).
+        """
         self._dispatch(self._tree.select_branch(message_id))
 
     async def load_older(self, limit: int = 50) -> int:

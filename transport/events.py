@@ -98,16 +98,28 @@ class CancelDenial:
 
 @dataclass(frozen=True)
 class MessageEvent:
-    """A message was added to the tree, or changed (content, parent, or visibility).
+    """A message was added to the tree, changed, or came onto or left ``messages()``.
 
-    ``op="removed"``: a rebuild (an older page merged) or a client's reset took
-    it out of ``messages()``: it left the active branch, or the tree no longer
-    holds it as a node (``message`` is then the tree's view of it if it still
-    has one, a held message, else the last one it had).
+    ``op="added"``: a new message, or one already held that came onto the
+    active branch (a ``select_branch``, a rebuild). ``op="updated"``: its
+    content, parent or ``refused`` changed. ``op="removed"``: it left
+    ``messages()``: a fork or rollback left its turn behind, a branch was
+    selected, it was refused, a rebuild (an older page merged) moved it, or a
+    client's reset dropped it (``message`` is then the tree's view of it if it
+    still has one, a held message, else the last one it had).
+
+    ``shown``: whether the message is in ``messages()`` once the entry (or
+    selection) that caused the event is applied; always ``False`` for
+    ``removed``. A message off the active branch (a Run a fork left behind
+    streams on, another device grows a branch not shown) is reported
+    ``added`` / ``updated`` with ``shown=False``. A UI that follows events
+    upserts a message whose event is shown and drops it otherwise; it then
+    shows exactly ``messages()``.
     """
 
     message: ViewMessage
     op: Literal["added", "updated", "removed"]
+    shown: bool = True
     kind: Literal["message"] = field(default="message", init=False)
 
 

@@ -17,8 +17,10 @@ order, then ``MessageEvent(op="removed")`` per message that left
 ``messages()`` (in the order it showed them; a steer shown while its queued
 Run's prompt was not loaded is held once the prompt is, a message follows its
 Run onto another branch) and then per other node the tree no longer holds,
-then ``RunEvent`` per new or changed Run, then ``DeliveryEvent`` for outcomes
-never reported before (each outcome is reported once, ever).
+then ``MessageEvent(op="added")`` per message that came onto ``messages()``
+without another event (in path order), then ``RunEvent`` per new or changed
+Run, then ``DeliveryEvent`` for outcomes never reported before (each outcome
+is reported once, ever).
 ``removed_since(other)`` reports the same removals between two trees (and
 ``RunEvent(op="removed")`` for Runs the other knew): a client's reset.
 
@@ -54,7 +56,9 @@ Active path (``messages()``): at each node the locally selected child, else
 the newest child. A new child drops the selection at its parent, so a fork
 off the active path becomes the active branch. ``select_branch(id)``
 selects every step from the root to ``id`` and returns
-``MessageEvent(op="updated")`` for the messages it brings onto the path.
+``MessageEvent(op="removed")`` for each message it takes off ``messages()``
+(in the order they showed), then ``MessageEvent(op="added")`` for each it
+brings on (in path order).
 
 Chunks fold into a response by the rules of ``transport.chunks``.
 
@@ -91,8 +95,19 @@ branch beside the interrupted turn, possibly a new root), else the tip of the
 default path. A queued Run that ends never adds its messages.
 ``message(id)`` finds held messages too.
 
-Events of one incremental fold: ``RunEvent`` for a new Run (or a status
-change), then ``MessageEvent``, then ``DeliveryEvent`` in resolution order.
+Events of one incremental fold, entry by entry: ``RunEvent`` for a new Run
+(or a status change), then ``MessageEvent``, then, if ``messages()`` changed,
+``MessageEvent(op="removed")`` for each message it no longer shows (a prompt
+forked above them, a rollback prompt's turn came, a refusal, a new fork at a
+selected node; in the order they showed) and ``op="added"`` for any it shows
+now that no event reported, then ``DeliveryEvent`` in resolution order.
+
+Shown. Every ``MessageEvent`` says (``shown``) whether its message is in
+``messages()`` once the entry (the selection, the rebuild) that caused it is
+applied; ``removed`` ones never are, and a message off the active branch is
+reported ``added`` / ``updated`` with ``shown=False`` (a Run a fork left
+behind streams on; a branch not shown grows). A UI that follows events,
+upserting each shown message and dropping the others, shows ``messages()``.
 """
 
 from __future__ import annotations
@@ -215,6 +230,7 @@ class _Fold:
         self.held: dict[str, ViewMessage] = {}  # queued prompts by message id (kept once dropped)
         self.denials: dict[str, CancelDenial] = {}
         self.refusals: dict[str, Refusal] = {}
+        self.version = 0  # bumped by whatever may change path(): a node added, one refused
 
     def apply(self, e: Entry) -> list[TreeEvent]:
         """Fold one entry (the newest so far); the events it caused."""
@@ -379,6 +395,7 @@ class _Fold:
         node = self.nodes.get(e.message_id)
         if node is not None and not node.response and not node.view.refused:
             node.view = replace(node.view, refused=True)
+            self.version += 1
             events.append(MessageEvent(node.view, "updated"))
         held = self.held.get(e.message_id)
         if held is not None and held.intent != "prompt":
@@ -440,6 +457,7 @@ class _Fold:
                 parent_id = self.spine[-1] if self.spine else None
         node = _Node(ViewMessage(message, run_id, serial, parent_id, intent), response)
         self.nodes[message.id] = node
+        self.version += 1
         self.latest[run_id] = message.id
         if parent_id is None:
             self.roots.append(message.id)
@@ -515,6 +533,8 @@ class ConversationTree:
         self._selected: dict[str | None, str] = {}
         self._reported: set[str] = set()
         self._state = _Fold(self._selected)
+        # Ids of messages() (and as a set) for the state and version they were computed at.
+        self._path_cache: tuple[_Fold, int, list[str], set[str]] | None = None
 
     # ------------------------------------------------------------- folding
 
@@ -548,12 +568,15 @@ class ConversationTree:
             return self._rebuild()
         events: list[TreeEvent] = []
         for serial in sorted(fresh):
-            events.extend(self._state.apply(fresh[serial]))
+            before = self._path()
+            got = self._state.apply(fresh[serial])
+            events.extend(self._path_changed(got, before))
         return self._once(events)
 
     def _rebuild(self) -> list[TreeEvent]:
         old = self._state
         shown = self._shown()
+        before = set(shown[0])
         new = _Fold(None)
         entries = {serial: _unpack(data) for serial, data in sorted(self._entries.items())}
         # A close carrying its message replaces the whole content, so appends before it
@@ -569,14 +592,24 @@ class ConversationTree:
             node = new.nodes.get(child)
             if node is None or node.view.parent_id != key:
                 del self._selected[key]
+        after = self._path_set()
         events: list[TreeEvent] = []
+        reported: set[str] = set()
         for mid, node in new.nodes.items():
-            before = old.nodes.get(mid)
-            if before is None:
-                events.append(MessageEvent(node.view, "added"))
-            elif before.view != node.view:
-                events.append(MessageEvent(node.view, "updated"))
+            before_node = old.nodes.get(mid)
+            if before_node is None:
+                events.append(MessageEvent(node.view, "added", mid in after))
+            elif before_node.view != node.view:
+                events.append(MessageEvent(node.view, "updated", mid in after))
+            else:
+                continue
+            reported.add(mid)
         events.extend(self._removed(*shown))
+        events.extend(
+            MessageEvent(new.nodes[mid].view, "added")
+            for mid in self._path()
+            if mid not in before and mid not in reported
+        )
         for run_id, run in new.runs.items():
             was = old.runs.get(run_id)
             if was is None or was.info != run.info:
@@ -609,12 +642,59 @@ class ConversationTree:
 
     def _removed(self, path: list[str], views: dict[str, ViewMessage]) -> list[TreeEvent]:
         """``MessageEvent(op="removed")`` for what ``path`` / ``views`` showed and this does not."""
-        shown = {vm.message.id for vm in self.messages()}
+        shown = self._path_set()
         nodes = self._state.nodes
         on_path = set(path)
         gone = [mid for mid in path if mid not in shown]
         gone += [mid for mid in views if mid not in on_path and mid not in nodes]
-        return [MessageEvent(self.message(mid) or views[mid], "removed") for mid in gone]
+        return [MessageEvent(self.message(mid) or views[mid], "removed", False) for mid in gone]
+
+    def _path(self) -> list[str]:
+        """Ids of ``messages()``, computed again only once the path may have changed."""
+        state = self._state
+        cached = self._path_cache
+        if cached is None or cached[0] is not state or cached[1] != state.version:
+            nodes = state.nodes
+            ids = [mid for mid in state.path() if not nodes[mid].view.refused]
+            cached = self._path_cache = (state, state.version, ids, set(ids))
+        return cached[2]
+
+    def _path_set(self) -> set[str]:
+        self._path()
+        assert self._path_cache is not None
+        return self._path_cache[3]
+
+    def _path_changed(self, events: list[TreeEvent], before: list[str]) -> list[TreeEvent]:
+        """An incremental fold's (or a selection's) events, and how ``messages()`` changed.
+
+        Each ``MessageEvent`` gets ``shown``; then come ``removed`` for each
+        message of ``before`` no longer shown (in the order they showed) and
+        ``added`` for each message now shown that ``before`` did not hold and
+        no event reported (in path order), ahead of the ``DeliveryEvent``s.
+        """
+        after = self._path()
+        shown = self._path_set()
+        out: list[TreeEvent] = [
+            replace(e, shown=False)
+            if isinstance(e, MessageEvent) and e.shown and e.message.message.id not in shown
+            else e
+            for e in events
+        ]
+        if after is before:
+            return out
+        known = set(before)
+        reported = {e.message.message.id for e in out if isinstance(e, MessageEvent)}
+        nodes = self._state.nodes
+        moved: list[TreeEvent] = [
+            MessageEvent(nodes[mid].view, "removed", False) for mid in before if mid not in shown
+        ]
+        moved += [
+            MessageEvent(nodes[mid].view, "added")
+            for mid in after
+            if mid not in known and mid not in reported
+        ]
+        at = next((i for i, e in enumerate(out) if isinstance(e, DeliveryEvent)), len(out))
+        return out[:at] + moved + out[at:]
 
     def _once(self, events: list[TreeEvent]) -> list[TreeEvent]:
         out: list[TreeEvent] = []
@@ -685,13 +765,14 @@ class ConversationTree:
     def select_branch(self, message_id: str) -> list[TreeEvent]:
         """Make the path through ``message_id`` active (a local choice).
 
-        Returns ``MessageEvent(op="updated")`` for each message it brought onto
-        the active branch, in path order; ``[]`` for an unknown id.
+        Returns ``MessageEvent(op="removed")`` for each message it took off
+        ``messages()`` (in the order they showed), then ``op="added"`` for each
+        it brought on (in path order); ``[]`` for an unknown id.
         """
         nodes = self._state.nodes
         if message_id not in nodes:
             return []
-        before = set(self._state.path())
+        before = self._path()
         current = message_id
         while True:
             parent = nodes[current].view.parent_id
@@ -699,11 +780,8 @@ class ConversationTree:
             if parent is None:
                 break
             current = parent
-        return [
-            MessageEvent(nodes[mid].view, "updated")
-            for mid in self._state.path()
-            if mid not in before
-        ]
+        self._state.version += 1
+        return self._path_changed([], before)
 
     # ---------------------------------------------------------------- runs
 

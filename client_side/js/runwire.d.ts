@@ -99,13 +99,19 @@ export interface OutcomeRecord {
 }
 
 /**
- * `op: "removed"`: a rebuild (an older page merged) or a reset took the message out of
- * `getMessages()` (it left the active branch, or the tree no longer holds it as a node).
+ * `op: "added"`: a new message, or one already held that came onto the active branch
+ * (`selectBranch`, a rebuild); `"updated"`: its content, parent or `refused` changed;
+ * `"removed"`: it left `getMessages()` (a fork or rollback left its turn behind, a branch was
+ * selected, it was refused, a rebuild moved it, a reset dropped it).
+ * `shown`: whether the message is in `getMessages()` once the entry (or selection) that caused the
+ * event is applied (false for "removed", and for messages off the active branch). A UI that
+ * follows events upserts a message whose event is shown and drops it otherwise.
  */
 export interface MessageEvent {
   kind: "message";
   message: ViewMessage;
   op: "added" | "updated" | "removed";
+  shown: boolean;
 }
 /**
  * `op: "changed"`: the Run appeared or its status (or error) changed; `"removed"`: a reset rebuilt
@@ -192,6 +198,7 @@ export class ConversationTree {
   /** Prompts of queued Runs, not yet in the conversation, oldest first. */
   waiting(): ViewMessage[];
   branches(messageId: string): string[];
+  /** Show the branch through the message: "removed" events for what leaves the view, then "added" for what joins it. */
   selectBranch(messageId: string): MessageEvent[];
   runs(): RunInfo[];
   run(runId: string): RunInfo | null;
@@ -240,6 +247,7 @@ export class View {
   hasOlder(): boolean;
   loadOlder(limit?: number): Promise<number>;
   branches(messageId: string): string[];
+  /** Show the branch through the message; reports "removed" for what leaves the view, then "added" for what joins it. */
   selectBranch(messageId: string): void;
   on<K extends keyof EventMap>(event: K, callback: (event: EventMap[K]) => void): () => void;
   events(): AsyncIterableIterator<TreeEvent>;

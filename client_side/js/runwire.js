@@ -46,7 +46,13 @@
  * @typedef {{messageId: string, runId: string, intent: Intent, error: Record<string, unknown>, serial: number, clientId: string | null}} Refusal
  */
 /** @typedef {{view: ViewMessage, closed: boolean, seen: string[]}} ResponseState */
-/** @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated" | "removed"}} MessageEvent */
+/**
+ * A message was added to the tree, changed, or came onto or left `messages()` (see MessageEvent in
+ * transport/events.py). `shown`: whether it is in `messages()` once the entry (or selection) that
+ * caused the event is applied (always false for "removed"); a UI that follows events upserts a
+ * message whose event is shown and drops it otherwise, and then shows exactly `messages()`.
+ * @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated" | "removed", shown: boolean}} MessageEvent
+ */
 /** @typedef {{kind: "run", run: RunInfo, op: "changed" | "removed"}} RunEvent */
 /** @typedef {{kind: "delivery", outcome: OutcomeRecord}} DeliveryEvent */
 /** @typedef {MessageEvent | RunEvent | DeliveryEvent} TreeEvent */
@@ -683,6 +689,7 @@ class Fold {
     /** @type {Map<string, ViewMessage>} */ this.held = new Map(); // queued prompts by message id (kept once dropped)
     /** @type {Map<string, CancelDenial>} */ this.denials = new Map();
     /** @type {Map<string, Refusal>} */ this.refusals = new Map();
+    this.version = 0; // bumped by whatever may change path(): a node added, one refused
   }
 
   /** Fold one entry (the newest so far); the events it caused. @param {Entry} e @returns {TreeEvent[]} */
@@ -840,6 +847,7 @@ class Fold {
     const node = this.nodes.get(e.message_id);
     if (node !== undefined && !node.response && !node.view.refused) {
       node.view = freezeView({ ...node.view, refused: true });
+      this.version += 1;
       events.push({ kind: "message", message: node.view, op: "updated" });
     }
     const held = this.held.get(e.message_id);
@@ -924,6 +932,7 @@ class Fold {
       partIds: new Map(),
     };
     this.nodes.set(message.id, node);
+    this.version += 1;
     this.latest.set(runId, message.id);
     if (parentId === null) {
       this.roots.push(message.id);
@@ -1064,6 +1073,8 @@ export class ConversationTree {
     /** @type {Map<string | null, string>} */ this._selected = new Map();
     /** @type {Set<string>} */ this._reported = new Set();
     this._state = new Fold(this._selected);
+    /** Ids of messages() (and as a set) for the state and version they were computed at. */
+    /** @type {{state: Fold, version: number, ids: string[], set: Set<string>} | null} */ this._pathCache = null;
   }
 
   /** Fold one stamped entry; the events it caused ([] for a serial already folded). @param {any} entry */
@@ -1096,7 +1107,11 @@ export class ConversationTree {
     if (!incremental) return this._rebuild();
     /** @type {TreeEvent[]} */
     const events = [];
-    for (const s of serials) events.push(...this._state.apply(/** @type {Entry} */ (fresh.get(s))));
+    for (const s of serials) {
+      const before = this._path();
+      const got = this._state.apply(/** @type {Entry} */ (fresh.get(s)));
+      events.push(...this._pathChanged(got, before));
+    }
     return this._once(events);
   }
 
@@ -1104,6 +1119,7 @@ export class ConversationTree {
   _rebuild() {
     const old = this._state;
     const shown = this._shown();
+    const before = new Set(shown.path);
     const fresh = new Fold(null);
     const serials = [...this._entries.keys()].sort((a, b) => a - b);
     // A close carrying its message replaces the whole content, so appends before it cannot
@@ -1120,14 +1136,24 @@ export class ConversationTree {
       const node = fresh.nodes.get(child);
       if (node === undefined || node.view.parentId !== key) this._selected.delete(key);
     }
+    const after = this._pathSet();
     /** @type {TreeEvent[]} */
     const events = [];
+    /** @type {Set<string>} */
+    const reported = new Set();
     for (const [mid, node] of fresh.nodes) {
-      const before = old.nodes.get(mid);
-      if (before === undefined) events.push({ kind: "message", message: node.view, op: "added" });
-      else if (!deepEqual(before.view, node.view)) events.push({ kind: "message", message: node.view, op: "updated" });
+      const was = old.nodes.get(mid);
+      if (was === undefined || !deepEqual(was.view, node.view)) {
+        events.push({ kind: "message", message: node.view, op: was === undefined ? "added" : "updated", shown: after.has(mid) });
+        reported.add(mid);
+      }
     }
     events.push(...this._removed(shown.path, shown.views));
+    for (const mid of this._path()) {
+      if (!before.has(mid) && !reported.has(mid)) {
+        events.push({ kind: "message", message: /** @type {TreeNode} */ (fresh.nodes.get(mid)).view, op: "added", shown: true });
+      }
+    }
     for (const [runId, run] of fresh.runs) {
       const was = old.runs.get(runId);
       if (was === undefined || !deepEqual(was.info, run.info)) events.push({ kind: "run", run: run.info, op: "changed" });
@@ -1167,7 +1193,7 @@ export class ConversationTree {
    * @param {string[]} path @param {Map<string, ViewMessage>} views @returns {TreeEvent[]}
    */
   _removed(path, views) {
-    const shown = new Set(this.messages().map((vm) => vm.message.id));
+    const shown = this._pathSet();
     const nodes = this._state.nodes;
     const onPath = new Set(path);
     const gone = path.filter((mid) => !shown.has(mid));
@@ -1176,7 +1202,52 @@ export class ConversationTree {
       kind: "message",
       message: this.message(mid) ?? /** @type {ViewMessage} */ (views.get(mid)),
       op: "removed",
+      shown: false,
     }));
+  }
+
+  /** Ids of `messages()`, computed again only once the path may have changed. @returns {string[]} */
+  _path() {
+    const state = this._state;
+    let cached = this._pathCache;
+    if (cached === null || cached.state !== state || cached.version !== state.version) {
+      const nodes = state.nodes;
+      const ids = state.path().filter((mid) => !(/** @type {TreeNode} */ (nodes.get(mid)).view.refused));
+      cached = this._pathCache = { state, version: state.version, ids, set: new Set(ids) };
+    }
+    return cached.ids;
+  }
+
+  /** @returns {Set<string>} */
+  _pathSet() {
+    this._path();
+    return /** @type {{set: Set<string>}} */ (this._pathCache).set;
+  }
+
+  /**
+   * An incremental fold's (or a selection's) events, and how `messages()` changed: each message
+   * event gets `shown`; then come "removed" for each message of `before` no longer shown (in the
+   * order they showed) and "added" for each message now shown that `before` did not hold and no
+   * event reported (in path order), ahead of the delivery events.
+   * @param {TreeEvent[]} events @param {string[]} before @returns {TreeEvent[]}
+   */
+  _pathChanged(events, before) {
+    const after = this._path();
+    const shown = this._pathSet();
+    for (const e of events) if (e.kind === "message") e.shown = shown.has(e.message.message.id);
+    if (after === before) return events;
+    const known = new Set(before);
+    const reported = new Set(events.filter((e) => e.kind === "message").map((e) => /** @type {MessageEvent} */ (e).message.message.id));
+    const nodes = this._state.nodes;
+    const view = (/** @type {string} */ mid) => /** @type {TreeNode} */ (nodes.get(mid)).view;
+    /** @type {TreeEvent[]} */
+    const moved = before.filter((mid) => !shown.has(mid)).map((mid) => ({ kind: "message", message: view(mid), op: "removed", shown: false }));
+    for (const mid of after) {
+      if (!known.has(mid) && !reported.has(mid)) moved.push({ kind: "message", message: view(mid), op: "added", shown: true });
+    }
+    let at = events.findIndex((e) => e.kind === "delivery");
+    if (at < 0) at = events.length;
+    return [...events.slice(0, at), ...moved, ...events.slice(at)];
   }
 
   /** @param {TreeEvent[]} events @returns {TreeEvent[]} */
@@ -1241,14 +1312,15 @@ export class ConversationTree {
   }
 
   /**
-   * Make the path through `messageId` active (a local choice); the messages it brought onto the
-   * active branch, as `updated` events in path order.
+   * Make the path through `messageId` active (a local choice). Returns a "removed" event for each
+   * message it took off `messages()` (in the order they showed), then an "added" one for each it
+   * brought on (in path order); [] for an unknown id.
    * @param {string} messageId @returns {MessageEvent[]}
    */
   selectBranch(messageId) {
     const nodes = this._state.nodes;
     if (!nodes.has(messageId)) return [];
-    const before = new Set(this._state.path());
+    const before = this._path();
     let current = messageId;
     for (;;) {
       const parent = /** @type {TreeNode} */ (nodes.get(current)).view.parentId;
@@ -1256,10 +1328,8 @@ export class ConversationTree {
       if (parent === null) break;
       current = parent;
     }
-    return this._state
-      .path()
-      .filter((mid) => !before.has(mid))
-      .map((mid) => ({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "updated" }));
+    this._state.version += 1;
+    return /** @type {MessageEvent[]} */ (this._pathChanged([], before));
   }
 
   /** Every Run, in order of creation. @returns {RunInfo[]} */
@@ -1438,7 +1508,10 @@ export class View {
     return this._tree.branches(messageId);
   }
 
-  /** Show the branch through `messageId`; reports the messages it brings into view. @param {string} messageId */
+  /**
+   * Show the branch through `messageId`; reports a "removed" event for each message it takes out of
+   * view, then an "added" one for each it brings into view. @param {string} messageId
+   */
   selectBranch(messageId) {
     this._dispatch(this._tree.selectBranch(messageId));
   }

@@ -108,11 +108,52 @@ def test_branches_and_select_branch() -> None:
     view._fold_live([prompt_entry(1, "a"), prompt_entry(2, "b1"), fork])
     assert view.branches("b1") == ["b1", "b2"]
     assert [vm.message.id for vm in view.messages()] == ["a", "b2"]
-    updated: list[Any] = []
-    view.on("message", updated.append)
+    seen: list[Any] = []
+    view.on("message", seen.append)
     view.select_branch("b1")
     assert [vm.message.id for vm in view.messages()] == ["a", "b1"]
-    assert [(e.op, e.message.message.id) for e in updated] == [("updated", "b1")]
+    assert [(e.op, e.message.message.id, e.shown) for e in seen] == [
+        ("removed", "b2", False),
+        ("added", "b1", True),
+    ]
+
+
+@pytest.mark.anyio
+async def test_events_follow_every_change_of_the_shown_branch() -> None:
+    # What a UI that renders from events holds: upsert what is shown, drop the rest.
+    view = make_view()
+    shown: dict[str, Any] = {}
+    stream = view.events()
+
+    def drain() -> None:
+        while stream._buffer:
+            event = stream._buffer.popleft()
+            if isinstance(event, MessageEvent):
+                if event.op != "removed" and event.shown:
+                    shown[event.message.message.id] = event.message
+                else:
+                    shown.pop(event.message.message.id, None)
+        assert list(shown) == [vm.message.id for vm in view.messages()]
+
+    view._fold_live([prompt_entry(1, "a", run_id="r1"), prompt_entry(2, "b1", run_id="r2")])
+    drain()
+    assert list(shown) == ["a", "b1"]
+    fork = prompt_entry(3, "b2", run_id="r3")
+    fork["parent_id"] = "a"  # another device edits the second question
+    view._fold_live([fork])
+    drain()
+    assert list(shown) == ["a", "b2"]
+    view.select_branch("b1")
+    drain()
+    assert list(shown) == ["a", "b1"]
+    later = prompt_entry(4, "c", run_id="r4")  # no parent: under the newest branch's tip
+    view._fold_live([later])
+    drain()
+    assert list(shown) == ["a", "b1"]
+    view.select_branch("c")
+    drain()
+    assert sorted(shown) == ["a", "b2", "c"]
+    await stream.aclose()
 
 
 @pytest.mark.anyio

@@ -65,7 +65,11 @@ test("a queued prompt waits outside the conversation and joins at its turn", () 
   tree.fold(run(8, "r1", "complete"));
   assert.deepEqual(path(tree), [["p1", null], ["a1", "p1"], ["a1b", "a1"]]);
   events = tree.fold(run(9, "r2", "pending"));
-  assert.deepEqual(events.map((e) => e.kind), ["run", "message"]);
+  // It joins beside r1's answer, which leaves the view.
+  assert.deepEqual(
+    events.map((e) => (e.kind === "message" ? [e.op, e.message.message.id] : [e.kind])),
+    [["run"], ["added", "p2"], ["removed", "a1"], ["removed", "a1b"]],
+  );
   assert.equal(tree.message("p2").parentId, "p1");
   assert.deepEqual(tree.waiting(), []);
 });

@@ -68,8 +68,15 @@ for (const name of VECTORS) {
     // As delivered, in the listed order.
     const tree = new ConversationTree();
     const events = [];
-    for (const entry of vector.entries) events.push(...tree.fold(entry));
+    const messageEvents = [];
+    for (const entry of vector.entries) {
+      const got = tree.fold(entry);
+      events.push(...got);
+      for (const e of got) if (e.kind === "message") messageEvents.push([entry.serial, e.op, e.message.message.id, e.shown]);
+    }
     assert.deepEqual(observed(tree, expect), expect);
+    // [serial folded, op, message id, shown]
+    if ("message_events" in vector) assert.deepEqual(messageEvents, vector.message_events);
     const delivered = events.filter((e) => e.kind === "delivery").map((e) => e.outcome);
     assert.equal(new Set(delivered.map((r) => r.messageId)).size, delivered.length, "an outcome reported twice");
     const resolved = Object.entries(expect.outcomes)
@@ -180,8 +187,13 @@ test("branches, selection and tail", () => {
   assert.deepEqual(tree.branches("m5"), ["m3", "m5"]);
   const events = tree.selectBranch("m3");
   assert.deepEqual(
-    events.map((e) => e.message.message.id),
-    ["m3", "m4"],
+    events.map((e) => [e.op, e.message.message.id]),
+    [
+      ["removed", "m5"],
+      ["removed", "m6"],
+      ["added", "m3"],
+      ["added", "m4"],
+    ],
   );
   assert.deepEqual(ids(tree), ["m1", "m2", "m3", "m4"]);
   assert.deepEqual(
@@ -205,8 +217,8 @@ test("refused and checkpoint entries: refusals(), checkpoint(), responses() and 
     error: { code: "PII_DETECTED", message: "no" },
   });
   assert.deepEqual(
-    events.map((e) => e.kind),
-    ["message", "delivery"],
+    events.map((e) => (e.kind === "message" ? [e.kind, e.op, e.shown] : [e.kind])),
+    [["message", "updated", false], ["message", "removed", false], ["delivery"]],
   );
   assert.equal(events[0].message.refused, true);
   assert.equal(tree.outcome("s1").refused.code, "PII_DETECTED");

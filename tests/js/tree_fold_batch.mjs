@@ -83,7 +83,7 @@ function summary(tree, entries) {
 
 /** An event as the Python test writes it. */
 function event(ev) {
-  if (ev.kind === "message") return ["message", ev.op, ev.message.message.id];
+  if (ev.kind === "message") return ["message", ev.op, ev.message.message.id, ev.shown];
   if (ev.kind === "run") return ["run", ev.run.runId, ev.run.status];
   return ["delivery", ev.outcome.messageId];
 }

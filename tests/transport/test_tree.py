@@ -163,8 +163,19 @@ def test_vector(path: Path) -> None:
 
     # As delivered, in the listed order.
     tree = ConversationTree()
-    events = fold_all(tree, vector["entries"])
+    events = []
+    message_events: list[list[Any]] = []
+    for entry in vector["entries"]:
+        got = tree.fold(entry)
+        events.extend(got)
+        message_events.extend(
+            [entry["serial"], e.op, e.message.message.id, e.shown]
+            for e in got
+            if isinstance(e, MessageEvent)
+        )
     assert _observed(tree, expect) == expect
+    if "message_events" in vector:  # [serial folded, op, message id, shown]
+        assert message_events == vector["message_events"]
     delivered = _delivered(events)
     assert len({r.message_id for r in delivered}) == len(delivered), "an outcome reported twice"
     resolved = {mid for mid, o in expect["outcomes"].items() if o is not None}
@@ -343,8 +354,12 @@ def test_select_branch_switches_the_active_path() -> None:
     tree = _forked()
     events = tree.select_branch("m3")
     assert ids(tree) == ["m1", "m2", "m3", "m4"]
-    assert [e.message.message.id for e in events if isinstance(e, MessageEvent)] == ["m3", "m4"]
-    assert all(isinstance(e, MessageEvent) and e.op == "updated" for e in events)
+    assert [(e.op, e.message.message.id) for e in events if isinstance(e, MessageEvent)] == [
+        ("removed", "m5"),
+        ("removed", "m6"),
+        ("added", "m3"),
+        ("added", "m4"),
+    ]
     assert tree.select_branch("m3") == []
     assert tree.select_branch("nope") == []
     # selecting a deep message selects every step to it
@@ -515,7 +530,8 @@ def test_a_refused_message_leaves_the_branch_but_stays_findable() -> None:
     assert ids(tree) == ["m1"]
     found = tree.message("m2")
     assert found is not None and found.refused
-    assert [type(e).__name__ for e in events] == ["MessageEvent", "DeliveryEvent"]
+    # updated (refused), then removed: it left messages()
+    assert [type(e).__name__ for e in events] == ["MessageEvent", "MessageEvent", "DeliveryEvent"]
     assert tree.inputs("r1") == [] and tree.steering("r1") == []
     (refusal,) = tree.refusals("r1")
     assert (refusal.message_id, refusal.serial, refusal.client_id) == ("m2", 4, "agent-1")

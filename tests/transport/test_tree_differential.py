@@ -453,7 +453,7 @@ def summary(tree: ConversationTree, entries: list[Json]) -> Json:
 
 def _event(ev: TreeEvent) -> list[Any]:
     if isinstance(ev, MessageEvent):
-        return ["message", ev.op, ev.message.message.id]
+        return ["message", ev.op, ev.message.message.id, ev.shown]
     if isinstance(ev, DeliveryEvent):
         return ["delivery", ev.outcome.message_id]
     return ["run", ev.run.run_id, ev.run.status]
@@ -469,10 +469,15 @@ def pages(entries: list[Json], cuts: list[int]) -> list[Json]:
 
 
 def play(steps: list[Json]) -> tuple[ConversationTree, list[list[list[Any]]]]:
-    """Fold a plan's steps into a new tree; the tree and each step's events."""
+    """Fold a plan's steps into a new tree; the tree and each step's events.
+
+    A UI that follows the events (upsert a message an event says is shown, drop it
+    otherwise) shows ``messages()`` after every step, each as the tree holds it.
+    """
     tree = ConversationTree()
     events: list[list[list[Any]]] = []
-    for step in steps:
+    ui: dict[str, ViewMessage] = {}
+    for i, step in enumerate(steps):
         if "fold" in step:
             got = tree.fold(step["fold"])
         elif "older" in step:
@@ -480,6 +485,14 @@ def play(steps: list[Json]) -> tuple[ConversationTree, list[list[list[Any]]]]:
         else:
             got = list(tree.select_branch(step["select"]))
         events.append([_event(ev) for ev in got])
+        for ev in got:
+            if isinstance(ev, MessageEvent):
+                if ev.op != "removed" and ev.shown:
+                    ui[ev.message.message.id] = ev.message
+                else:
+                    ui.pop(ev.message.message.id, None)
+        shown = {vm.message.id: vm for vm in tree.messages()}
+        assert ui == shown, f"step {i} ({step}): a UI following events shows other messages"
     return tree, events
 
 

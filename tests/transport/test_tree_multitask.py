@@ -65,7 +65,13 @@ def test_a_queued_prompt_waits_outside_the_conversation_and_joins_at_its_turn() 
     tree.fold(run(8, "r1", "complete"))
     assert path(tree) == [("p1", None), ("a1", "p1"), ("a1b", "a1")]
     events = tree.fold(run(9, "r2", "pending"))
-    assert [type(e) for e in events] == [RunEvent, MessageEvent]
+    assert [type(e) for e in events] == [RunEvent, MessageEvent, MessageEvent, MessageEvent]
+    # It joins beside r1's answer, which leaves the view.
+    assert [(e.op, e.message.message.id) for e in events if isinstance(e, MessageEvent)] == [
+        ("added", "p2"),
+        ("removed", "a1"),
+        ("removed", "a1b"),
+    ]
     # Its explicit parent is honoured when the tree holds it; here: p1 (a branch of its own).
     assert tree.message("p2").parent_id == "p1"  # type: ignore[union-attr]
     assert tree.waiting() == []

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from transport.frames import ErrorBody, RefusedEntry
 from transport.tree import ConversationTree, MessageEvent, RunEvent
 
-from .test_tree import prompt, run, steer
+from .test_tree import open_, prompt, run, steer, text
 
 
 def _ops(events: list[object]) -> list[tuple[str, str]]:
@@ -75,3 +76,132 @@ def test_removed_since_lists_what_a_reset_takes_away_messages_then_runs() -> Non
         ("run", "removed", "r0"),
         ("run", "removed", "r1"),
     ]
+
+
+# -------------------------------------------- every change of the visible path --
+#
+# A UI that follows events keeps, by message id, what it shows: it upserts on "added" /
+# "updated" of a message the event says is shown, and drops it otherwise ("removed", or an
+# event about a message off the active branch). After each call it shows ``messages()``.
+
+
+def _shown_ops(events: list[object]) -> list[tuple[str, str, bool]]:
+    return [(e.op, e.message.message.id, e.shown) for e in events if isinstance(e, MessageEvent)]
+
+
+def _forked() -> ConversationTree:
+    tree = ConversationTree()
+    for entry in [
+        prompt(1, "m1", "r1"),
+        open_(2, "r1", "m2"),
+        prompt(3, "m3", "r2"),
+        open_(4, "r2", "m4"),
+        prompt(5, "m5", "r3", parent_id="m2"),
+        open_(6, "r3", "m6"),
+    ]:
+        tree.fold(entry)
+    assert [vm.message.id for vm in tree.messages()] == ["m1", "m2", "m5", "m6"]
+    return tree
+
+
+def test_select_branch_removes_what_leaves_the_path_then_adds_what_joins_it() -> None:
+    tree = _forked()
+    events = tree.select_branch("m3")
+    assert [vm.message.id for vm in tree.messages()] == ["m1", "m2", "m3", "m4"]
+    assert _shown_ops(events) == [
+        ("removed", "m5", False),
+        ("removed", "m6", False),
+        ("added", "m3", True),
+        ("added", "m4", True),
+    ]
+    added = [e for e in events if isinstance(e, MessageEvent) and e.op == "added"]
+    assert [e.message for e in added] == tree.messages()[2:]
+    assert tree.select_branch("m4") == []  # already shown: nothing changes
+    assert _shown_ops(tree.select_branch("m6")) == [
+        ("removed", "m3", False),
+        ("removed", "m4", False),
+        ("added", "m5", True),
+        ("added", "m6", True),
+    ]
+
+
+def test_a_fork_above_the_tip_from_another_device_removes_the_turn_it_leaves() -> None:
+    tree = _forked()
+    events = tree.fold(prompt(7, "m7", "r4", parent_id="m1"))
+    assert [vm.message.id for vm in tree.messages()] == ["m1", "m7"]
+    assert [e.kind for e in events] == ["run", "message", "message", "message", "message"]
+    assert _shown_ops(events) == [
+        ("added", "m7", True),
+        ("removed", "m2", False),
+        ("removed", "m5", False),
+        ("removed", "m6", False),
+    ]
+    # The Run left behind goes on streaming on its own branch: not shown, so a UI that
+    # follows events does not bring its response back.
+    assert _shown_ops(tree.fold(text(8, "r3", "m6", "more"))) == [("updated", "m6", False)]
+    assert _shown_ops(tree.fold(steer(9, "s1", "r3"))) == [("added", "s1", False)]
+    assert [vm.message.id for vm in tree.messages()] == ["m1", "m7"]
+
+
+def test_a_new_fork_at_a_selected_node_removes_the_selected_branch() -> None:
+    tree = _forked()
+    tree.select_branch("m3")
+    events = tree.fold(prompt(7, "m7", "r4", parent_id="m2"))
+    assert _shown_ops(events) == [
+        ("added", "m7", True),
+        ("removed", "m3", False),
+        ("removed", "m4", False),
+    ]
+
+
+def test_growth_of_a_branch_not_shown_is_reported_as_not_shown() -> None:
+    tree = _forked()
+    events = tree.fold(prompt(7, "m7", "r4", parent_id="m4"))  # continues m3's branch
+    assert _shown_ops(events) == [("added", "m7", False)]
+    assert [vm.message.id for vm in tree.messages()] == ["m1", "m2", "m5", "m6"]
+
+
+def test_a_rollback_at_its_turn_removes_the_interrupted_turn() -> None:
+    tree = ConversationTree()
+    for entry in [
+        prompt(1, "m1", "r1"),
+        run(2, "r1", "active"),
+        open_(3, "r1", "m2"),
+        text(4, "r1", "m2", "Lisbon"),
+        prompt(5, "m3", "r2", multitask="rollback", queued=True, interrupts=["r1"]),
+        run(6, "r1", "cancelled"),
+    ]:
+        tree.fold(entry)
+    assert [vm.message.id for vm in tree.messages()] == ["m1", "m2"]
+    events = tree.fold(run(7, "r2", "pending"))
+    assert [vm.message.id for vm in tree.messages()] == ["m3"]
+    assert _shown_ops(events) == [
+        ("added", "m3", True),
+        ("removed", "m1", False),
+        ("removed", "m2", False),
+    ]
+
+
+def test_a_refused_message_is_removed_after_its_update() -> None:
+    tree = ConversationTree()
+    tree.fold(prompt(1, "m1", "r1"))
+    tree.fold(run(2, "r1", "active"))
+    tree.fold(steer(3, "s1", "r1"))
+    events = tree.fold(
+        RefusedEntry(
+            serial=4,
+            id="e4",
+            run_id="r1",
+            message_id="s1",
+            error=ErrorBody(code="PII_DETECTED", message="no"),
+        )
+    )
+    assert [e.kind for e in events] == ["message", "message", "delivery"]
+    assert _shown_ops(events) == [("updated", "s1", False), ("removed", "s1", False)]
+
+
+def test_shown_says_whether_an_event_message_is_in_messages() -> None:
+    tree = ConversationTree()
+    events = tree.fold(prompt(1, "m1", "r1"))
+    assert _shown_ops(events) == [("added", "m1", True)]
+    assert MessageEvent(tree.messages()[0], "added").shown  # the default: shown
