@@ -230,7 +230,10 @@ class _Fold:
         self.held: dict[str, ViewMessage] = {}  # queued prompts by message id (kept once dropped)
         self.denials: dict[str, CancelDenial] = {}
         self.refusals: dict[str, Refusal] = {}
-        self.version = 0  # bumped by whatever may change path(): a node added, one refused
+        # What a live fold changed that may move path(), for the tree to follow (it clears
+        # them): (parent, id) of each node added, ids of nodes refused.
+        self.added: list[tuple[str | None, str]] = []
+        self.refused_now: list[str] = []
 
     def apply(self, e: Entry) -> list[TreeEvent]:
         """Fold one entry (the newest so far); the events it caused."""
@@ -395,7 +398,8 @@ class _Fold:
         node = self.nodes.get(e.message_id)
         if node is not None and not node.response and not node.view.refused:
             node.view = replace(node.view, refused=True)
-            self.version += 1
+            if self.selections is not None:
+                self.refused_now.append(e.message_id)
             events.append(MessageEvent(node.view, "updated"))
         held = self.held.get(e.message_id)
         if held is not None and held.intent != "prompt":
@@ -457,7 +461,6 @@ class _Fold:
                 parent_id = self.spine[-1] if self.spine else None
         node = _Node(ViewMessage(message, run_id, serial, parent_id, intent), response)
         self.nodes[message.id] = node
-        self.version += 1
         self.latest[run_id] = message.id
         if parent_id is None:
             self.roots.append(message.id)
@@ -475,6 +478,7 @@ class _Fold:
             self.spine.append(message.id)
         if self.selections is not None:
             self.selections.pop(parent_id, None)
+            self.added.append((parent_id, message.id))
         return node
 
     def path(self) -> list[str]:
@@ -533,8 +537,11 @@ class ConversationTree:
         self._selected: dict[str | None, str] = {}
         self._reported: set[str] = set()
         self._state = _Fold(self._selected)
-        # Ids of messages() (and as a set) for the state and version they were computed at.
-        self._path_cache: tuple[_Fold, int, list[str], set[str]] | None = None
+        # The active path (refused messages included) and each id's place on it, kept for
+        # _path_of; live folds move it along (_follow), anything else computes it again.
+        self._path_of: _Fold | None = None
+        self._path: list[str] = []
+        self._path_pos: dict[str, int] = {}
 
     # ------------------------------------------------------------- folding
 
@@ -568,9 +575,8 @@ class ConversationTree:
             return self._rebuild()
         events: list[TreeEvent] = []
         for serial in sorted(fresh):
-            before = self._path()
-            got = self._state.apply(fresh[serial])
-            events.extend(self._path_changed(got, before))
+            self._sync_path()
+            events.extend(self._follow(self._state.apply(fresh[serial])))
         return self._once(events)
 
     def _rebuild(self) -> list[TreeEvent]:
@@ -592,22 +598,21 @@ class ConversationTree:
             node = new.nodes.get(child)
             if node is None or node.view.parent_id != key:
                 del self._selected[key]
-        after = self._path_set()
         events: list[TreeEvent] = []
         reported: set[str] = set()
         for mid, node in new.nodes.items():
             before_node = old.nodes.get(mid)
             if before_node is None:
-                events.append(MessageEvent(node.view, "added", mid in after))
+                events.append(MessageEvent(node.view, "added", self._shows(mid)))
             elif before_node.view != node.view:
-                events.append(MessageEvent(node.view, "updated", mid in after))
+                events.append(MessageEvent(node.view, "updated", self._shows(mid)))
             else:
                 continue
             reported.add(mid)
         events.extend(self._removed(*shown))
         events.extend(
             MessageEvent(new.nodes[mid].view, "added")
-            for mid in self._path()
+            for mid in self._shown_ids()
             if mid not in before and mid not in reported
         )
         for run_id, run in new.runs.items():
@@ -642,56 +647,76 @@ class ConversationTree:
 
     def _removed(self, path: list[str], views: dict[str, ViewMessage]) -> list[TreeEvent]:
         """``MessageEvent(op="removed")`` for what ``path`` / ``views`` showed and this does not."""
-        shown = self._path_set()
         nodes = self._state.nodes
         on_path = set(path)
-        gone = [mid for mid in path if mid not in shown]
+        gone = [mid for mid in path if not self._shows(mid)]
         gone += [mid for mid in views if mid not in on_path and mid not in nodes]
         return [MessageEvent(self.message(mid) or views[mid], "removed", False) for mid in gone]
 
-    def _path(self) -> list[str]:
-        """Ids of ``messages()``, computed again only once the path may have changed."""
-        state = self._state
-        cached = self._path_cache
-        if cached is None or cached[0] is not state or cached[1] != state.version:
-            nodes = state.nodes
-            ids = [mid for mid in state.path() if not nodes[mid].view.refused]
-            cached = self._path_cache = (state, state.version, ids, set(ids))
-        return cached[2]
+    def _sync_path(self) -> None:
+        """Compute the active path again unless it was kept for the current state."""
+        if self._path_of is not self._state:
+            self._path = self._state.path()
+            self._path_pos = {mid: i for i, mid in enumerate(self._path)}
+            self._path_of = self._state
 
-    def _path_set(self) -> set[str]:
-        self._path()
-        assert self._path_cache is not None
-        return self._path_cache[3]
+    def _shown_ids(self) -> list[str]:
+        """Ids of ``messages()``."""
+        self._sync_path()
+        nodes = self._state.nodes
+        return [mid for mid in self._path if not nodes[mid].view.refused]
 
-    def _path_changed(self, events: list[TreeEvent], before: list[str]) -> list[TreeEvent]:
-        """An incremental fold's (or a selection's) events, and how ``messages()`` changed.
+    def _shows(self, message_id: str) -> bool:
+        """Whether ``messages()`` holds the message."""
+        self._sync_path()
+        node = self._state.nodes.get(message_id)
+        return node is not None and not node.view.refused and message_id in self._path_pos
 
-        Each ``MessageEvent`` gets ``shown``; then come ``removed`` for each
-        message of ``before`` no longer shown (in the order they showed) and
-        ``added`` for each message now shown that ``before`` did not hold and
-        no event reported (in path order), ahead of the ``DeliveryEvent``s.
+    def _follow(self, events: list[TreeEvent]) -> list[TreeEvent]:
+        """One live entry's events, with how ``messages()`` changed; keeps the path current.
+
+        A node added under a node of the active path (or as a root) becomes its
+        tip: what was below leaves. Refusing a message takes it out. Each
+        ``MessageEvent`` gets ``shown``; a ``removed`` one follows for each
+        message that left (in the order they showed), ahead of the
+        ``DeliveryEvent``s. (Nothing already held comes onto the path here.)
         """
-        after = self._path()
-        shown = self._path_set()
+        state = self._state
+        nodes = state.nodes
+        path, pos = self._path, self._path_pos
+        added = {mid for _, mid in state.added}
+        gone: dict[str, int] = {}
+        for parent, mid in state.added:
+            if parent is None:
+                cut = 0
+            elif parent in pos:
+                cut = pos[parent] + 1
+            else:
+                continue  # under a node off the active path: it is off it too
+            for at in range(cut, len(path)):
+                dropped = path[at]
+                del pos[dropped]
+                if dropped not in added and not nodes[dropped].view.refused:
+                    gone[dropped] = at
+            del path[cut:]
+            pos[mid] = len(path)
+            path.append(mid)
+        for mid in state.refused_now:
+            if mid in pos and mid not in added:
+                gone.setdefault(mid, pos[mid])
+        state.added.clear()
+        state.refused_now.clear()
         out: list[TreeEvent] = [
             replace(e, shown=False)
-            if isinstance(e, MessageEvent) and e.shown and e.message.message.id not in shown
+            if isinstance(e, MessageEvent) and not self._shows(e.message.message.id)
             else e
             for e in events
         ]
-        if after is before:
+        if not gone:
             return out
-        known = set(before)
-        reported = {e.message.message.id for e in out if isinstance(e, MessageEvent)}
-        nodes = self._state.nodes
         moved: list[TreeEvent] = [
-            MessageEvent(nodes[mid].view, "removed", False) for mid in before if mid not in shown
-        ]
-        moved += [
-            MessageEvent(nodes[mid].view, "added")
-            for mid in after
-            if mid not in known and mid not in reported
+            MessageEvent(nodes[mid].view, "removed", False)
+            for mid in sorted(gone, key=gone.__getitem__)
         ]
         at = next((i for i, e in enumerate(out) if isinstance(e, DeliveryEvent)), len(out))
         return out[:at] + moved + out[at:]
@@ -772,7 +797,7 @@ class ConversationTree:
         nodes = self._state.nodes
         if message_id not in nodes:
             return []
-        before = self._path()
+        before = self._shown_ids()
         current = message_id
         while True:
             parent = nodes[current].view.parent_id
@@ -780,8 +805,15 @@ class ConversationTree:
             if parent is None:
                 break
             current = parent
-        self._state.version += 1
-        return self._path_changed([], before)
+        self._path_of = None
+        after = self._shown_ids()
+        shown = set(after)
+        known = set(before)
+        events: list[TreeEvent] = [
+            MessageEvent(nodes[mid].view, "removed", False) for mid in before if mid not in shown
+        ]
+        events += [MessageEvent(nodes[mid].view, "added") for mid in after if mid not in known]
+        return events
 
     # ---------------------------------------------------------------- runs
 

@@ -689,7 +689,10 @@ class Fold {
     /** @type {Map<string, ViewMessage>} */ this.held = new Map(); // queued prompts by message id (kept once dropped)
     /** @type {Map<string, CancelDenial>} */ this.denials = new Map();
     /** @type {Map<string, Refusal>} */ this.refusals = new Map();
-    this.version = 0; // bumped by whatever may change path(): a node added, one refused
+    // What a live fold changed that may move path(), for the tree to follow (it clears them):
+    // [parent, id] of each node added, ids of nodes refused.
+    /** @type {[string | null, string][]} */ this.added = [];
+    /** @type {string[]} */ this.refusedNow = [];
   }
 
   /** Fold one entry (the newest so far); the events it caused. @param {Entry} e @returns {TreeEvent[]} */
@@ -847,7 +850,7 @@ class Fold {
     const node = this.nodes.get(e.message_id);
     if (node !== undefined && !node.response && !node.view.refused) {
       node.view = freezeView({ ...node.view, refused: true });
-      this.version += 1;
+      if (this.selections !== null) this.refusedNow.push(e.message_id);
       events.push({ kind: "message", message: node.view, op: "updated" });
     }
     const held = this.held.get(e.message_id);
@@ -932,7 +935,6 @@ class Fold {
       partIds: new Map(),
     };
     this.nodes.set(message.id, node);
-    this.version += 1;
     this.latest.set(runId, message.id);
     if (parentId === null) {
       this.roots.push(message.id);
@@ -950,7 +952,10 @@ class Fold {
       this.spinePos.set(message.id, this.spine.length);
       this.spine.push(message.id);
     }
-    if (this.selections !== null) this.selections.delete(parentId);
+    if (this.selections !== null) {
+      this.selections.delete(parentId);
+      this.added.push([parentId, message.id]);
+    }
     return node;
   }
 
@@ -1073,8 +1078,11 @@ export class ConversationTree {
     /** @type {Map<string | null, string>} */ this._selected = new Map();
     /** @type {Set<string>} */ this._reported = new Set();
     this._state = new Fold(this._selected);
-    /** Ids of messages() (and as a set) for the state and version they were computed at. */
-    /** @type {{state: Fold, version: number, ids: string[], set: Set<string>} | null} */ this._pathCache = null;
+    // The active path (refused messages included) and each id's place on it, kept for _pathOf;
+    // live folds move it along (_follow), anything else computes it again.
+    /** @type {Fold | null} */ this._pathOf = null;
+    /** @type {string[]} */ this._path = [];
+    /** @type {Map<string, number>} */ this._pathPos = new Map();
   }
 
   /** Fold one stamped entry; the events it caused ([] for a serial already folded). @param {any} entry */
@@ -1108,9 +1116,8 @@ export class ConversationTree {
     /** @type {TreeEvent[]} */
     const events = [];
     for (const s of serials) {
-      const before = this._path();
-      const got = this._state.apply(/** @type {Entry} */ (fresh.get(s)));
-      events.push(...this._pathChanged(got, before));
+      this._syncPath();
+      events.push(...this._follow(this._state.apply(/** @type {Entry} */ (fresh.get(s)))));
     }
     return this._once(events);
   }
@@ -1136,7 +1143,6 @@ export class ConversationTree {
       const node = fresh.nodes.get(child);
       if (node === undefined || node.view.parentId !== key) this._selected.delete(key);
     }
-    const after = this._pathSet();
     /** @type {TreeEvent[]} */
     const events = [];
     /** @type {Set<string>} */
@@ -1144,12 +1150,12 @@ export class ConversationTree {
     for (const [mid, node] of fresh.nodes) {
       const was = old.nodes.get(mid);
       if (was === undefined || !deepEqual(was.view, node.view)) {
-        events.push({ kind: "message", message: node.view, op: was === undefined ? "added" : "updated", shown: after.has(mid) });
+        events.push({ kind: "message", message: node.view, op: was === undefined ? "added" : "updated", shown: this._shows(mid) });
         reported.add(mid);
       }
     }
     events.push(...this._removed(shown.path, shown.views));
-    for (const mid of this._path()) {
+    for (const mid of this._shownIds()) {
       if (!before.has(mid) && !reported.has(mid)) {
         events.push({ kind: "message", message: /** @type {TreeNode} */ (fresh.nodes.get(mid)).view, op: "added", shown: true });
       }
@@ -1193,10 +1199,9 @@ export class ConversationTree {
    * @param {string[]} path @param {Map<string, ViewMessage>} views @returns {TreeEvent[]}
    */
   _removed(path, views) {
-    const shown = this._pathSet();
     const nodes = this._state.nodes;
     const onPath = new Set(path);
-    const gone = path.filter((mid) => !shown.has(mid));
+    const gone = path.filter((mid) => !this._shows(mid));
     for (const mid of views.keys()) if (!onPath.has(mid) && !nodes.has(mid)) gone.push(mid);
     return gone.map((mid) => ({
       kind: "message",
@@ -1206,45 +1211,70 @@ export class ConversationTree {
     }));
   }
 
-  /** Ids of `messages()`, computed again only once the path may have changed. @returns {string[]} */
-  _path() {
-    const state = this._state;
-    let cached = this._pathCache;
-    if (cached === null || cached.state !== state || cached.version !== state.version) {
-      const nodes = state.nodes;
-      const ids = state.path().filter((mid) => !(/** @type {TreeNode} */ (nodes.get(mid)).view.refused));
-      cached = this._pathCache = { state, version: state.version, ids, set: new Set(ids) };
+  /** Compute the active path again unless it was kept for the current state. */
+  _syncPath() {
+    if (this._pathOf !== this._state) {
+      this._path = this._state.path();
+      this._pathPos = new Map(this._path.map((mid, i) => [mid, i]));
+      this._pathOf = this._state;
     }
-    return cached.ids;
   }
 
-  /** @returns {Set<string>} */
-  _pathSet() {
-    this._path();
-    return /** @type {{set: Set<string>}} */ (this._pathCache).set;
+  /** Ids of `messages()`. @returns {string[]} */
+  _shownIds() {
+    this._syncPath();
+    const nodes = this._state.nodes;
+    return this._path.filter((mid) => !(/** @type {TreeNode} */ (nodes.get(mid)).view.refused));
+  }
+
+  /** Whether `messages()` holds the message. @param {string} messageId */
+  _shows(messageId) {
+    this._syncPath();
+    const node = this._state.nodes.get(messageId);
+    return node !== undefined && !node.view.refused && this._pathPos.has(messageId);
   }
 
   /**
-   * An incremental fold's (or a selection's) events, and how `messages()` changed: each message
-   * event gets `shown`; then come "removed" for each message of `before` no longer shown (in the
-   * order they showed) and "added" for each message now shown that `before` did not hold and no
-   * event reported (in path order), ahead of the delivery events.
-   * @param {TreeEvent[]} events @param {string[]} before @returns {TreeEvent[]}
+   * One live entry's events, with how `messages()` changed; keeps the path current. A node added
+   * under a node of the active path (or as a root) becomes its tip: what was below leaves.
+   * Refusing a message takes it out. Each message event gets `shown`; a "removed" one follows for
+   * each message that left (in the order they showed), ahead of the delivery events. (Nothing
+   * already held comes onto the path here.)
+   * @param {TreeEvent[]} events @returns {TreeEvent[]}
    */
-  _pathChanged(events, before) {
-    const after = this._path();
-    const shown = this._pathSet();
-    for (const e of events) if (e.kind === "message") e.shown = shown.has(e.message.message.id);
-    if (after === before) return events;
-    const known = new Set(before);
-    const reported = new Set(events.filter((e) => e.kind === "message").map((e) => /** @type {MessageEvent} */ (e).message.message.id));
-    const nodes = this._state.nodes;
-    const view = (/** @type {string} */ mid) => /** @type {TreeNode} */ (nodes.get(mid)).view;
-    /** @type {TreeEvent[]} */
-    const moved = before.filter((mid) => !shown.has(mid)).map((mid) => ({ kind: "message", message: view(mid), op: "removed", shown: false }));
-    for (const mid of after) {
-      if (!known.has(mid) && !reported.has(mid)) moved.push({ kind: "message", message: view(mid), op: "added", shown: true });
+  _follow(events) {
+    const state = this._state;
+    const nodes = state.nodes;
+    const path = this._path;
+    const pos = this._pathPos;
+    const added = new Set(state.added.map(([, mid]) => mid));
+    /** @type {Map<string, number>} */
+    const gone = new Map();
+    for (const [parent, mid] of state.added) {
+      let cut;
+      if (parent === null) cut = 0;
+      else if (pos.has(parent)) cut = /** @type {number} */ (pos.get(parent)) + 1;
+      else continue; // under a node off the active path: it is off it too
+      for (let at = cut; at < path.length; at++) {
+        const dropped = path[at];
+        pos.delete(dropped);
+        if (!added.has(dropped) && !(/** @type {TreeNode} */ (nodes.get(dropped)).view.refused)) gone.set(dropped, at);
+      }
+      path.length = cut;
+      pos.set(mid, path.length);
+      path.push(mid);
     }
+    for (const mid of state.refusedNow) {
+      if (pos.has(mid) && !added.has(mid) && !gone.has(mid)) gone.set(mid, /** @type {number} */ (pos.get(mid)));
+    }
+    state.added.length = 0;
+    state.refusedNow.length = 0;
+    for (const e of events) if (e.kind === "message") e.shown = this._shows(e.message.message.id);
+    if (gone.size === 0) return events;
+    /** @type {TreeEvent[]} */
+    const moved = [...gone.entries()]
+      .sort((a, b) => a[1] - b[1])
+      .map(([mid]) => ({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "removed", shown: false }));
     let at = events.findIndex((e) => e.kind === "delivery");
     if (at < 0) at = events.length;
     return [...events.slice(0, at), ...moved, ...events.slice(at)];
@@ -1320,7 +1350,7 @@ export class ConversationTree {
   selectBranch(messageId) {
     const nodes = this._state.nodes;
     if (!nodes.has(messageId)) return [];
-    const before = this._path();
+    const before = this._shownIds();
     let current = messageId;
     for (;;) {
       const parent = /** @type {TreeNode} */ (nodes.get(current)).view.parentId;
@@ -1328,8 +1358,16 @@ export class ConversationTree {
       if (parent === null) break;
       current = parent;
     }
-    this._state.version += 1;
-    return /** @type {MessageEvent[]} */ (this._pathChanged([], before));
+    this._pathOf = null;
+    const after = this._shownIds();
+    const shown = new Set(after);
+    const known = new Set(before);
+    /** @type {MessageEvent[]} */
+    const events = before.filter((mid) => !shown.has(mid)).map((mid) => ({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "removed", shown: false }));
+    for (const mid of after) {
+      if (!known.has(mid)) events.push({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "added", shown: true });
+    }
+    return events;
   }
 
   /** Every Run, in order of creation. @returns {RunInfo[]} */
