@@ -224,3 +224,24 @@ test("a View reports every change of the shown branch to its listeners", () => {
   check();
   assert.deepEqual([...shown.keys()], ["a", "b2", "c"]);
 });
+
+test("a rebuild that moves the selected message away adds the sibling now shown", () => {
+  // C1 named a parent not loaded yet, so it went under A; the user selected it over C2.
+  const tree = new ConversationTree();
+  tree.fold(prompt(3, "A", "rA", { parent_id: "B" }));
+  tree.fold(prompt(4, "C1", "r1", { parent_id: "Y" }));
+  tree.fold(prompt(5, "C2", "r2", { parent_id: "A" }));
+  tree.selectBranch("C1");
+  assert.deepEqual(ids(tree), ["A", "C1"]);
+  // The older page: C1 belongs under Y, beside A's branch. C2 comes into view unchanged.
+  const events = tree.foldOlder([prompt(1, "B", "rB"), prompt(2, "Y", "rY", { parent_id: "B" })]);
+  assert.deepEqual(ids(tree), ["B", "A", "C2"]);
+  assert.deepEqual(shownOps(events), [
+    ["added", "B", true],
+    ["added", "Y", false],
+    ["updated", "A", true],
+    ["updated", "C1", false],
+    ["removed", "C1", false],
+    ["added", "C2", true],
+  ]);
+});

@@ -205,3 +205,24 @@ def test_shown_says_whether_an_event_message_is_in_messages() -> None:
     events = tree.fold(prompt(1, "m1", "r1"))
     assert _shown_ops(events) == [("added", "m1", True)]
     assert MessageEvent(tree.messages()[0], "added").shown  # the default: shown
+
+
+def test_a_rebuild_that_moves_the_selected_message_away_adds_the_sibling_now_shown() -> None:
+    # C1 named a parent not loaded yet, so it went under A; the user selected it over C2.
+    tree = ConversationTree()
+    tree.fold(prompt(3, "A", "rA", parent_id="B"))
+    tree.fold(prompt(4, "C1", "r1", parent_id="Y"))
+    tree.fold(prompt(5, "C2", "r2", parent_id="A"))
+    tree.select_branch("C1")
+    assert [vm.message.id for vm in tree.messages()] == ["A", "C1"]
+    # The older page: C1 belongs under Y, beside A's branch. C2 comes into view unchanged.
+    events = tree.fold_older([prompt(1, "B", "rB"), prompt(2, "Y", "rY", parent_id="B")])
+    assert [vm.message.id for vm in tree.messages()] == ["B", "A", "C2"]
+    assert _shown_ops(events) == [
+        ("added", "B", True),
+        ("added", "Y", False),
+        ("updated", "A", True),
+        ("updated", "C1", False),
+        ("removed", "C1", False),
+        ("added", "C2", True),
+    ]
