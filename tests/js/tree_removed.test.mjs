@@ -1,5 +1,7 @@
-// A rebuild reports what it takes out of the conversation (op "removed"), as the Python tree does
-// (tests/transport/test_tree_removed.py). Run: node --test tests/js/
+// Every change of messages() is reported, as the Python tree does (tests/transport/test_tree_removed.py):
+// op "removed" for what leaves it, "added" for what joins it (rebuilds, live forks and rollbacks,
+// refusals, selectBranch), and `shown` for whether each event's message is in it.
+// Run: node --test tests/js/
 import assert from "node:assert/strict";
 import { test } from "node:test";
 

@@ -1,4 +1,6 @@
-"""A rebuild reports the messages it takes out of the conversation (``op="removed"``)."""
+"""Every change of ``messages()`` is reported: ``op="removed"`` for what leaves it, ``added`` for
+what joins it (rebuilds, resets, live forks and rollbacks, refusals, ``select_branch``), and
+``MessageEvent.shown`` for whether each event's message is in it."""
 
 from __future__ import annotations
 
