@@ -40,6 +40,9 @@ Rules (each refusal is a ``RunwireError`` with the code named):
 * ``refused`` and ``checkpoint`` entries need a live Run and come from its
   agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
   clients); a checkpoint becomes the record's ``checkpoint``;
+* an agent's ``cancel_denied`` or ``checkpoint`` needs a Run its owner started:
+  on a queued or pending Run nobody started yet (no owner) it is
+  ``UNAUTHORIZED`` for every agent (only the relay may checkpoint it);
 * ``interrupt`` entries (see ``transport.interrupts``): ``paused`` comes from
   the Run's agent while the Run is active and becomes the record's ``pause``;
   ``resumed`` needs ``publish`` and a Run that waits on every interrupt it
@@ -378,6 +381,7 @@ class RunRegistry:
             record = self._live(entry.run_id)
             self._agent_only(sender, "refuse cancels")
             self._not_handed_over(record, sender)
+            self._started(record, sender, "refuse its cancels")
             self._check_owner(record, sender)
             if not record.cancel_requested:
                 return []
@@ -405,6 +409,7 @@ class RunRegistry:
             if isinstance(entry, RefusedEntry):
                 return []
             self._not_handed_over(record, sender)
+            self._started(record, sender, "checkpoint it")
             checkpoint = entry.model_dump(
                 include={"step", "turn", "iterations", "seen", "state"}, mode="json"
             )
@@ -940,6 +945,19 @@ class RunRegistry:
             RUN_NOT_ACTIVE,
             f"run {record.run_id!r} was handed to another worker; it is pending until one "
             "starts it",
+            details={"run_id": record.run_id, "status": record.status},
+        )
+
+    @staticmethod
+    def _started(record: RunRecord, sender: Sender, what: str) -> None:
+        """Only the agent that started a Run (its owner) refuses its cancels or checkpoints
+        it: a queued or pending Run has no owner yet, and any agent could otherwise clear
+        the cancel it is owed (a queued Run would then never end) or plant its checkpoint."""
+        if sender.role == "relay" or record.owner is not None:
+            return
+        raise RunwireError(
+            UNAUTHORIZED,
+            f"run {record.run_id!r} has not been started; only the agent that starts it may {what}",
             details={"run_id": record.run_id, "status": record.status},
         )
 

@@ -12,7 +12,7 @@ import client_side
 import relay
 from agent_side import CancelRequest, Invocation
 from transport.errors import RunwireError
-from transport.frames import CancelDenied, CancelEntry
+from transport.frames import CancelDenied, CancelEntry, RunEntry
 from transport.tree import RunEvent
 
 from .helpers import client_end
@@ -384,24 +384,30 @@ async def test_view_events_reach_listeners(relay_url: str) -> None:
         assert statuses[0] == "active" and statuses[-1] == "complete"
 
 
-async def test_a_cancel_another_device_sent_before_a_refusal_of_the_first_is_offered_at_start(
-    relay_url: str,
-) -> None:
+async def test_a_cancel_sent_before_a_refusal_of_the_first_is_offered_at_start() -> None:
     """The stream holds the phone's cancel, the laptop's, then a refusal of the phone's (an
-    earlier worker that went away before it answered the laptop): the next worker to start
-    the Run is offered the laptop's cancel, and only that one."""
-    async with client_end(relay_url, "two-cancels") as client:
+    earlier worker that started the durable Run refused it and went away before it answered
+    the laptop; only the agent that started a Run may refuse its cancels): the next worker
+    to start the Run is offered the laptop's cancel, and only that one."""
+    async with (
+        relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.1) as server,
+        client_end(server.url, "two-cancels") as client,
+    ):
         run_id = await client.prompt("go")
         await client.publish(CancelEntry(id="phone-cancel", run_id=run_id, reason="phone"))
         await client.publish(CancelEntry(id="laptop-cancel", run_id=run_id, reason="laptop"))
-        async with agent_side.connect(relay_url, "two-cancels") as earlier:
+        async with agent_side.connect(server.url, "two-cancels") as earlier:
+            await earlier._publish(
+                RunEntry(id="earlier-start", run_id=run_id, status="active", durable=True)
+            )
             await earlier._publish(
                 CancelDenied(id="no-to-phone", run_id=run_id, cancel_id="phone-cancel")
             )
         await client.wait_for(lambda: bool(client.of(run_id, "cancel_denied")))
-        async with agent_side.connect(relay_url, "two-cancels") as session:
+        await client.wait_for(lambda: len(client.of(run_id, "run")) == 2)  # handed over
+        async with agent_side.connect(server.url, "two-cancels") as session:
             with anyio.fail_after(5):
-                while (session.last_serial or 0) < 4:
+                while (session.last_serial or 0) < 6:
                     await anyio.sleep(0.01)
             asked: list[str | None] = []
 

@@ -109,6 +109,10 @@ class RegistryMachine(RuleBasedStateMachine):
             assert not isinstance(entry, ResponseAppend | CheckpointEntry | CancelDenied), (
                 "an agent wrote into a handed-over Run before a worker started it"
             )
+        if sender.role == "agent" and isinstance(entry, CancelDenied | CheckpointEntry):
+            assert target is not None and target.owner == sender.client_id, (
+                "an agent refused the cancels of (or checkpointed) a Run it had not started"
+            )
         stamped = self.reg.stamp(entry, sender, self.now, changes)
         self.reg.apply(changes)
         self.log.append(stamped)

@@ -1,0 +1,70 @@
+"""RunRegistry: a suspended Run owed its resume under the slot limit and the strategies,
+and who may refuse cancels of (or checkpoint) a Run nobody started."""
+
+from __future__ import annotations
+
+import pytest
+
+from transport.frames import CancelDenied, CheckpointEntry
+from transport.policy import RELAY, Sender, SlotBook
+from transport.runs import RunRegistry
+
+from .test_runs import AGENT, ALICE, cancel, drain, prompt, publish, refused, status
+from .test_runs_interrupts import Q1, answer, paused
+
+OTHER_AGENT = Sender(client_id="agent-2", user_id="svc", role="agent", caps=frozenset({"agent"}))
+
+
+def paused_run(slots: SlotBook | None = None) -> RunRegistry:
+    """Session ``s`` whose Run r1 (Alice's) is suspended on question Q1."""
+    reg = RunRegistry("s", slots=slots)
+    publish(reg, prompt("r1"), ALICE)
+    publish(reg, status("r1", "active"), AGENT)
+    publish(reg, paused(Q1), AGENT)
+    publish(reg, status("r1", "suspended"), AGENT)
+    return reg
+
+
+def owed_run(slots: SlotBook | None = None) -> RunRegistry:
+    """As ``paused_run``, with Q1 answered: the relay owes r1 its resume."""
+    reg = paused_run(slots)
+    publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+    assert reg.runs["r1"].resume_owed
+    return reg
+
+
+# ------------------------------------------- Runs nobody started yet ---
+
+
+@pytest.mark.parametrize("sender", [AGENT, OTHER_AGENT])
+def test_no_agent_refuses_the_cancel_of_a_queued_run(sender: Sender) -> None:
+    reg = RunRegistry("s")
+    publish(reg, prompt("a"), ALICE)
+    publish(reg, status("a", "active"), AGENT)
+    publish(reg, prompt("b", "enqueue"), ALICE)
+    publish(reg, cancel("b"), ALICE)
+    denied = CancelDenied(id="d", run_id="b", cancel_id="c-b-0")
+    assert refused(reg, denied, sender) == "UNAUTHORIZED"
+    checkpoint = CheckpointEntry(id="k", run_id="b", step=1)
+    assert refused(reg, checkpoint, sender) == "UNAUTHORIZED"
+    assert reg.runs["b"].cancel_requested and reg.runs["b"].checkpoint is None
+    assert drain(reg) == [("b", "cancelled", "relay")]
+
+
+def test_only_the_agent_that_started_a_run_refuses_its_cancels_or_checkpoints_it() -> None:
+    reg = RunRegistry("s")
+    publish(reg, prompt("a"), ALICE)
+    publish(reg, cancel("a"), ALICE)  # kept for the agent that starts it
+    denied = CancelDenied(id="d", run_id="a", cancel_id="c-a-0")
+    checkpoint = CheckpointEntry(id="k", run_id="a", step=1)
+    for sender in (AGENT, OTHER_AGENT):  # pending, not started: nobody owns it yet
+        assert refused(reg, denied, sender) == "UNAUTHORIZED"
+        assert refused(reg, checkpoint, sender) == "UNAUTHORIZED"
+    publish(reg, status("a", "active"), AGENT)
+    assert refused(reg, denied, OTHER_AGENT) == "UNAUTHORIZED"
+    assert refused(reg, checkpoint, OTHER_AGENT) == "UNAUTHORIZED"
+    [record] = publish(reg, denied, AGENT)
+    assert not record.cancel_requested
+    [record] = publish(reg, checkpoint, AGENT)
+    assert record.checkpoint is not None and record.checkpoint["step"] == 1
+    assert publish(reg, CheckpointEntry(id="k2", run_id="a", step=2), RELAY)
