@@ -500,8 +500,9 @@ class Hub:
     def release(self, channel: Channel) -> None:
         """Forget a channel nobody on this node watches (its store subscription ends).
 
-        A channel with queued Runs stays: a slot freed in another session gives them
-        their turn only while it is loaded. A node of several also gives back the
+        A channel with queued Runs, or suspended ones owed their resume, stays: a slot
+        freed in another session gives them their turn (their resume) only while it is
+        loaded. A node of several also gives back the
         ``max_concurrent_runs`` slots of the session's Runs (it counts the Runs of the
         sessions it has loaded and would not see these end); a single relay keeps
         them, since every Run goes through it.
@@ -512,7 +513,7 @@ class Hub:
             or channel.listeners
             or channel.busy()
             or channel.session_id in self._reacting
-            or channel.registry.queued()
+            or _waits_for_a_slot(channel)
         ):
             return
         self._forget(channel)
@@ -547,15 +548,14 @@ class Hub:
             self.dispatcher.run_changed(record)
             freed = freed or record.terminal or record.status == "suspended"
         if freed and self.slots.limit is not None:
-            # A slot came free: sessions with queued Runs take their turns oldest first,
-            # one after the other (each waits for its channel's lock), so a younger
-            # Run in another session cannot take the slot first.
-            waiting = [c for c in self.channels.values() if c.registry.queued()]
+            # A slot came free: sessions with queued Runs (or Runs owed their resume)
+            # take their turns oldest first, one after the other (each waits for its
+            # channel's lock), so a younger Run in another session cannot take the slot
+            # first.
+            waiting = [c for c in self.channels.values() if _waits_for_a_slot(c)]
             if channel not in waiting and changes:
                 waiting.append(channel)
-            waiting.sort(
-                key=lambda c: c.registry.queued()[0].created_ts if c.registry.queued() else 0
-            )
+            waiting.sort(key=_oldest_waiting)
             self._spawn(self._react_in_turn(waiting))
         elif changes:
             self._react_soon(channel)
@@ -747,3 +747,15 @@ def _stamped(identity: Identity | None, claimed: str) -> tuple[str, str | None]:
     if identity is None:
         return claimed, None
     return identity.client_id or _scoped(identity.user_id, claimed), identity.user_id
+
+
+def _waits_for_a_slot(channel: Channel) -> bool:
+    """True if a Run of the session waits for a slot: queued, or suspended and owed its
+    resume (which takes a slot)."""
+    return bool(channel.registry.queued() or channel.registry.resumes_owed())
+
+
+def _oldest_waiting(channel: Channel) -> int:
+    """When the session's oldest Run waiting for a slot was created (0: none waits)."""
+    waiting = [*channel.registry.queued(), *channel.registry.resumes_owed()]
+    return min((r.created_ts for r in waiting), default=0)

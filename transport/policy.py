@@ -78,7 +78,8 @@ class SlotBook:
     """Runs holding a slot of one relay's ``max_concurrent_runs`` (no limit: ``None``).
 
     A Run holds a slot while it goes on (``pending`` or ``active``); a queued
-    or suspended Run holds none. Registries share one book: ``plan`` holds a
+    or suspended Run holds none (a suspended Run takes one again when it
+    resumes, and waits for one to be free). Registries share one book: ``plan`` holds a
     slot for the Run it starts (so two sessions planning at once cannot both
     take the last one), ``apply`` / ``abandon`` / ``reload`` settle it.
     """
@@ -97,6 +98,12 @@ class SlotBook:
     def free(self) -> bool:
         """True if a new Run may take a slot."""
         return self.limit is None or len(self._held) < self.limit
+
+    def available(self) -> int | None:
+        """How many slots are free (``None``: no limit)."""
+        if self.limit is None:
+            return None
+        return max(0, self.limit - len(self._held))
 
     def hold(self, key: Key) -> None:
         """Take a slot for ``(session_id, run_id)``."""

@@ -52,10 +52,10 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   while a Run waits settles that Run's pause (``moved_on``), a cancel settles
   it as declined (a worker takes the Run and applies the cancel). Once every
   question is settled the relay owes the suspended Run a ``run: pending``
-  (``due()``), so a worker adopts it with the pause in its checkpoint; its
-  owner may instead resume it itself (``run: active``), which takes up the
-  settled pause: the resume is no longer owed, and the relay's resume worked
-  out before is refused (``RUN_NOT_ACTIVE``);
+  (``due()``, once a slot is free for it, see below), so a worker adopts it
+  with the pause in its checkpoint; its owner may instead resume it itself
+  (``run: active``), which takes up the settled pause: the resume is no longer
+  owed, and the relay's resume worked out before is refused (``RUN_NOT_ACTIVE``);
 * ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
   may put an active or suspended Run back to ``pending`` (its agent went
   away): the owner is cleared and ``adoptions`` counts the hand-over, so the
@@ -88,6 +88,12 @@ relay's ``Policy.multitask``). Runs *going on* are those ``pending`` or
   when none is free.
 * With a ``SlotBook`` (the relay's ``max_concurrent_runs``), a Run that would
   start while no slot is free is queued instead; a queued Run holds no slot.
+  Nor does a suspended Run: going on again (the relay's resume or hand-over
+  ``run: pending``, or its owner's ``run: active``) takes a slot, and is
+  refused while none is free (``VALIDATION_ERROR``). A resume is owed
+  (``due()``) only while a slot is free for it; the session's owed resumes take
+  free slots oldest first, before its queued Runs (they started first), so a
+  resume is never lost, only held until a slot frees.
 
 ``due()`` lists what the relay owes the session after a change (interrupt
 cancels, ends of cancelled queued Runs, the next queued Run's turn), as
@@ -340,6 +346,8 @@ class RunRegistry:
         for a free slot.
         """
         going = any(r.going_on or r.resume_owed for r in self.runs.values())
+        if not self._slot_left():
+            return None
         waiting = sorted(
             (r for r in self.runs.values() if r.status == "queued" and not r.cancel_requested),
             key=lambda r: (r.multitask not in _INTERRUPTING, r.seq),
@@ -347,10 +355,34 @@ class RunRegistry:
         for record in waiting:
             if record.multitask in _WAITING and going:
                 continue
-            if self.slots is not None and not self.slots.free():
-                return None
             return record
         return None
+
+    def resumes_owed(self) -> list[RunRecord]:
+        """Suspended Runs owed their resume (every question settled), oldest first.
+
+        A suspended Run holds no slot: its resume takes one, so it is owed
+        (``due()``) only while a slot is free, and the session's owed resumes take
+        free slots before its queued Runs do (they started first). Until then the
+        Run waits, suspended, like a queued one.
+        """
+        return self._ordered(r for r in self.runs.values() if r.resume_owed)
+
+    def _resumable(self) -> list[RunRecord]:
+        """The owed resumes the free slots let go on now, oldest first."""
+        owed = self.resumes_owed()
+        free = self.slots.available() if self.slots is not None else None
+        return owed if free is None else owed[:free]
+
+    def _slot_left(self, owed: int | None = None) -> bool:
+        """True if a slot is free for a Run that was not going on, once the session's
+        owed resumes (``owed`` of them; by default those of the records) took theirs."""
+        free = self.slots.available() if self.slots is not None else None
+        if free is None:
+            return True
+        if owed is None:
+            owed = len(self.resumes_owed())
+        return free > owed
 
     # ---------------------------------------------------------------- rules
 
@@ -603,15 +635,14 @@ class RunRegistry:
                         interrupted_by=record.run_id,
                     )
                     out.append((cancel, asker))
-        for record in self._ordered(self.runs.values()):
-            if record.resume_owed:
-                assert record.pause is not None
-                entry = RunEntry(
-                    id=_resume_id(record.run_id, int(record.pause.get("round", 0))),
-                    run_id=record.run_id,
-                    status="pending",
-                )
-                out.append((entry, RELAY))
+        for record in self._resumable():
+            assert record.pause is not None
+            entry = RunEntry(
+                id=_resume_id(record.run_id, int(record.pause.get("round", 0))),
+                run_id=record.run_id,
+                status="pending",
+            )
+            out.append((entry, RELAY))
         turn = self.promotable()
         if turn is not None:
             out.append((_status(turn.run_id, "pending"), RELAY))
@@ -663,7 +694,12 @@ class RunRegistry:
             # A suspended Run owed its resume (this prompt's own move on included) is about
             # to go on: it counts as going on.
             queued = True
-        if not queued and not child and self.slots is not None and not self.slots.free():
+        resumes = sum(
+            1 for r in {**self.runs, **{m.run_id: m for m in moved_on}}.values() if r.resume_owed
+        )
+        if not queued and not child and not self._slot_left(resumes):
+            # No slot is free, or the owed resumes (this prompt's move on included) take
+            # the free ones first.
             queued = True
         record = RunRecord(
             session_id=self.session_id,
@@ -767,7 +803,10 @@ class RunRegistry:
                     f"run {record.run_id!r} is not owed this resume any more",
                     details={"run_id": record.run_id, "status": record.status},
                 )
-            return [self._release(record, sender, now_ms)]
+            released = self._release(record, sender, now_ms)
+            if record.status == "suspended":
+                self._take_slot(record)
+            return [released]
         if entry.status not in TRANSITIONS[record.status]:
             if record.terminal:
                 raise RunwireError(
@@ -797,6 +836,8 @@ class RunRegistry:
         elif entry.status == "cancelled":
             self._relay_may_end(record)
         self._check_owner(record, sender)
+        if record.status == "suspended" and entry.status == "active":
+            self._take_slot(record)  # its owner resumes it itself
         owner = record.owner
         if sender.role == "agent" and owner is None:
             owner = sender.client_id
@@ -812,6 +853,24 @@ class RunRegistry:
         if entry.status == "pending" and self.slots is not None:
             self.slots.hold((self.session_id, record.run_id))
         return [new]
+
+    def _take_slot(self, record: RunRecord) -> None:
+        """A suspended Run going on again takes a slot: one must be free, and the session's
+        owed resumes take the free ones oldest first (``due()`` owes them in that order)."""
+        if self.slots is None:
+            return
+        if record.resume_owed:
+            ok = record in self._resumable()
+        else:
+            ok = self._slot_left()
+        if not ok:
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"no slot of max_concurrent_runs is free for run {record.run_id!r}; it stays "
+                "suspended until one frees",
+                details={"run_id": record.run_id, "status": record.status},
+            )
+        self.slots.hold((self.session_id, record.run_id))
 
     def _ordered(self, records: Iterable[RunRecord]) -> list[RunRecord]:
         return sorted(records, key=lambda r: r.seq)

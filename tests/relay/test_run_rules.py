@@ -72,3 +72,79 @@ async def test_no_agent_refuses_the_cancels_of_or_checkpoints_a_run_nobody_start
 
 def cancel(run_id: str) -> dict[str, Any]:
     return {"kind": "cancel", "id": new_id(), "run_id": run_id}
+
+
+class Log:
+    """Every entry a peer was delivered, in serial order."""
+
+    def __init__(self, peer: RawPeer) -> None:
+        self.peer = peer
+        self.entries: list[dict[str, Any]] = []
+
+    async def until(self, kind: str, run_id: str, status: str, timeout: float = 5.0) -> int:
+        """The serial of the first ``kind`` entry of ``run_id`` with ``status``."""
+        with anyio.fail_after(timeout):
+            while True:
+                for entry in self.entries:
+                    if (entry["kind"], entry["run_id"], entry.get("status")) == (
+                        kind,
+                        run_id,
+                        status,
+                    ):
+                        return int(entry["serial"])
+                self.entries.extend(await self.peer.entries(1, timeout))
+
+
+def pause(run_id: str) -> dict[str, Any]:
+    return {
+        "kind": "interrupt",
+        "id": new_id(),
+        "run_id": run_id,
+        "status": "paused",
+        "interrupts": [{"id": "q1", "message": "Which region?"}],
+    }
+
+
+def answer(run_id: str) -> dict[str, Any]:
+    return {
+        "kind": "interrupt",
+        "id": new_id(),
+        "run_id": run_id,
+        "status": "resumed",
+        "responses": {"q1": "eu"},
+    }
+
+
+async def test_a_resume_waits_for_a_free_slot_of_max_concurrent_runs() -> None:
+    """A paused Run holds no slot; answered while none is free, it stays suspended (the
+    limit holds) and resumes once one frees."""
+    async with relay.serve(
+        host="127.0.0.1", port=0, store="memory://", agent_grace=5, max_concurrent_runs=1
+    ) as server:
+        client = await RawPeer.open(server.url)
+        agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+        try:
+            await client.attach("s1")
+            await agent.attach("s1")
+            log = Log(client)
+            assert (await client.publish("s1", prompt("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await client.publish("s1", prompt("r2")))["type"] == "ack"  # no slot
+            assert (await agent.publish("s1", pause("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "suspended")))["type"] == "ack"
+            await log.until("run", "r2", "pending")  # r1's slot went to r2
+            assert (await client.publish("s1", answer("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r2", "active")))["type"] == "ack"
+            assert server.hub.slots.in_use == 1
+            assert server.hub.channels["s1"].registry.runs["r1"].status == "suspended"
+            assert (await agent.publish("s1", run_status("r2", "complete")))["type"] == "ack"
+            ended = await log.until("run", "r2", "complete")
+            resumed = await log.until("run", "r1", "pending")  # it was not lost
+            assert ended < resumed
+            assert server.hub.slots.in_use == 1
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "complete")))["type"] == "ack"
+            await log.until("run", "r1", "complete")
+        finally:
+            await client.close()
+            await agent.close()

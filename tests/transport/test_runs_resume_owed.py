@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from transport.frames import CancelDenied, CheckpointEntry
+from transport.frames import CancelDenied, CheckpointEntry, RunEntry
 from transport.policy import RELAY, Sender, SlotBook
 from transport.runs import RunRegistry
 
-from .test_runs import AGENT, ALICE, cancel, drain, prompt, publish, refused, status
+from .test_runs import AGENT, ALICE, BOB, cancel, drain, prompt, publish, refused, status
 from .test_runs_interrupts import Q1, answer, paused
 
 OTHER_AGENT = Sender(client_id="agent-2", user_id="svc", role="agent", caps=frozenset({"agent"}))
@@ -31,6 +31,60 @@ def owed_run(slots: SlotBook | None = None) -> RunRegistry:
     publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
     assert reg.runs["r1"].resume_owed
     return reg
+
+
+# ----------------------------------------------------------- slots ---
+
+
+def test_a_resume_waits_for_a_free_slot_and_goes_before_queued_runs() -> None:
+    """A suspended Run holds no slot; its resume takes one, so it is owed (and taken)
+    only while one is free, and it goes first when one frees: nothing is lost."""
+    slots = SlotBook(1)
+    reg = paused_run(slots)
+    other = RunRegistry("o", slots=slots)
+    publish(other, prompt("x"), BOB)  # takes the one slot while r1 waits on a person
+    publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+    assert reg.runs["r1"].resume_owed and not slots.free()
+    assert reg.due() == []  # no slot: the resume waits
+    resume = RunEntry(id="relay:r1:resume:1", run_id="r1", status="pending")
+    assert refused(reg, resume, RELAY) == "VALIDATION_ERROR"
+    assert slots.in_use == 1  # the refusal held nothing
+    [waiting] = publish(reg, prompt("r2"), ALICE)
+    assert waiting.status == "queued"
+    publish(other, status("x", "active"), AGENT)
+    publish(other, status("x", "complete"), AGENT)
+    assert slots.free()
+    # r1 was started before r2 was sent: it takes the slot that freed.
+    assert drain(reg) == [("r1", "pending", "relay")]
+    assert slots.in_use == 1 and reg.runs["r2"].status == "queued"
+    publish(reg, status("r1", "active", 2), OTHER_AGENT)
+    publish(reg, status("r1", "complete", 3), OTHER_AGENT)
+    assert drain(reg) == [("r2", "pending", "relay")]
+    assert slots.in_use == 1
+
+
+def test_a_planned_resume_holds_its_slot() -> None:
+    """Two sessions planning at once cannot both take the last slot."""
+    slots = SlotBook(1)
+    reg = owed_run(slots)
+    [(resume, relay)] = reg.due()
+    changes = reg.plan(resume, relay, 1)  # the store is writing it
+    other = RunRegistry("o", slots=slots)
+    assert other.plan(prompt("x"), BOB, 1)[0].status == "queued"
+    reg.abandon(changes)
+    assert slots.free()
+
+
+def test_the_owner_resuming_its_suspended_run_needs_a_free_slot() -> None:
+    slots = SlotBook(1)
+    reg = owed_run(slots)
+    other = RunRegistry("o", slots=slots)
+    publish(other, prompt("x"), BOB)
+    assert refused(reg, status("r1", "active", 2), AGENT) == "VALIDATION_ERROR"
+    assert reg.runs["r1"].status == "suspended" and slots.in_use == 1
+    publish(other, status("x", "cancelled"), AGENT)
+    publish(reg, status("r1", "active", 2), AGENT)
+    assert slots.in_use == 1 and reg.due() == []
 
 
 # ------------------------------------------- Runs nobody started yet ---

@@ -72,6 +72,7 @@ class RegistryMachine(RuleBasedStateMachine):
         before = copy.deepcopy(self.reg.runs)
         held = set(self.reg.slots._held) if self.reg.slots else set()
         free = self.reg.slots is None or self.reg.slots.free()
+        room = self.reg.slots.available() if self.reg.slots else None
         try:
             changes = self.reg.plan(entry, sender, self.now)
         except RunwireError:
@@ -90,15 +91,25 @@ class RegistryMachine(RuleBasedStateMachine):
                 assert record.owner == prev.owner, "a Run changed owner without a hand-over"
         target = before.get(getattr(entry, "run_id", ""))
         if isinstance(entry, MessageEntry) and entry.intent == "prompt":
-            self._check_strategy(changes, before, free)
+            self._check_strategy(changes, before, room)
         started = [
             r
             for r in changes
-            if r.going_on and (r.run_id not in before or before[r.run_id].status == "queued")
+            if r.going_on
+            and (r.run_id not in before or before[r.run_id].status in ("queued", "suspended"))
         ]
         for record in started:
             child = record.parent_run_id is not None and record.multitask == "alongside"
-            assert free or child, f"{record.run_id} started while no slot was free"
+            assert free or child, f"{record.run_id} started (or resumed) while no slot was free"
+        resumed = [r for r in started if r.run_id in before]
+        if resumed and before[resumed[0].run_id].status == "suspended":
+            # An owed resume goes before the session's younger owed resumes.
+            older = [
+                r
+                for r in before.values()
+                if r.resume_owed and r.seq < resumed[0].seq and r.run_id != resumed[0].run_id
+            ]
+            assert room is None or len(older) < room, "a resume took an older one's slot"
 
         if isinstance(entry, RunEntry) and target is not None and target.status == "queued":
             assert sender.role == "relay", "only the relay moves a queued Run"
@@ -120,12 +131,18 @@ class RegistryMachine(RuleBasedStateMachine):
         return changes
 
     def _check_strategy(
-        self, changes: list[RunRecord], before: dict[str, RunRecord], free: bool
+        self, changes: list[RunRecord], before: dict[str, RunRecord], room: int | None
     ) -> None:
         """What the module docstring says each strategy does with a new prompt."""
         record, *moved_on = changes
         after = {**before, **{r.run_id: r for r in moved_on}}
         going = [r for r in before.values() if r.going_on]
+        # A slot is free for the new Run once the owed resumes (its move on included) took
+        # theirs: they started first.
+        free = room is None or room > sum(1 for r in after.values() if r.resume_owed)
+        child = record.parent_run_id is not None and record.multitask == "alongside"
+        if record.multitask in ("alongside", "reject") and not child:
+            assert record.status == ("pending" if free else "queued")
         if record.multitask == "reject":
             assert not going, "a reject prompt started while a Run goes on"
         if record.multitask in ("interrupt", "rollback"):
@@ -338,6 +355,16 @@ class RegistryMachine(RuleBasedStateMachine):
         assert self.reg.slots is not None
         going = {(SESSION, r.run_id) for r in self.reg.runs.values() if r.going_on}
         assert self.reg.slots._held == going
+
+    @invariant()
+    def slots_past_the_limit_only_for_tool_call_runs(self) -> None:
+        assert self.reg.slots is not None and self.reg.slots.limit is not None
+        going = [
+            r
+            for r in self.reg.runs.values()
+            if r.going_on and not (r.parent_run_id is not None and r.multitask == "alongside")
+        ]
+        assert len(going) <= self.reg.slots.limit, f"{len(going)} Runs hold slots"
 
     @invariant()
     def the_next_queued_run_gets_its_turn(self) -> None:
