@@ -258,7 +258,9 @@ class ClientSession:
         """Start a Run with ``message``; returns once the relay acknowledged the prompt.
 
         ``multitask`` says what the Run does to Runs going on in the session
-        (``None``: the relay's default, itself ``"alongside"`` unless set):
+        (``None``: the relay's default, itself ``"alongside"`` unless set); a
+        paused Run whose questions are settled (answered, declined, or moved on
+        by this very prompt) is about to resume, and counts as going on:
 
         * ``"alongside"``: they go on side by side;
         * ``"reject"``: raises ``RunwireError(THREAD_BUSY)`` while one goes on;

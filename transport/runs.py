@@ -68,17 +68,23 @@ Rules (each refusal is a ``RunwireError`` with the code named):
 
 Multitask strategies (the strategy of a prompt is its ``multitask``, else the
 relay's ``Policy.multitask``). Runs *going on* are those ``pending`` or
-``active``: a suspended Run waits on a person and a queued one waits its turn.
+``active``, and, for a strategy, those ``suspended`` and owed their resume
+(every question settled, by this very prompt's move on too: a prompt moves on
+every Run waiting on questions, which then goes on again). A suspended Run that
+still waits on a person does not count, nor does a queued one (it waits its
+turn).
 
 * ``alongside``: the Run starts at once, whatever goes on.
-* ``reject``: ``THREAD_BUSY`` while a Run is going on.
+* ``reject``: ``THREAD_BUSY`` while a Run is going on (``details.run_ids``);
+  refused, it moves nothing on.
 * ``enqueue``: queued while a Run goes on (or an older enqueued Run waits);
-  its turn comes when none goes on, oldest first. A suspended Run owed its
-  resume (every question settled, by this very prompt's move on too) counts as
-  going on.
+  its turn comes when none goes on (none is owed its resume), oldest first.
 * ``interrupt`` / ``rollback``: the Runs going on are cancelled (the relay
   publishes the cancels, see ``due()``; the sender needs the cancel right for
   each); the new Run is queued until they settle, and goes before enqueued Runs.
+  A Run owed its resume gets the cancel while suspended: it is resumed, and
+  the worker that adopts it applies the cancel (as for any cancel of a paused
+  Run), then the new Run's turn comes.
 * Any strategy but ``alongside``: while a Run of another user goes on, the
   prompt fails with ``THREAD_ACCESS_DENIED`` before anything else, unless the
   session is shared (its first prompt said ``thread_access="shared"``, else
@@ -623,7 +629,11 @@ class RunRegistry:
             )
             for target_id in record.interrupts:
                 target = self.runs.get(target_id)
-                if target is None or not target.going_on or target.interrupted_by is not None:
+                if (
+                    target is None
+                    or not (target.going_on or target.resume_owed)
+                    or target.interrupted_by is not None
+                ):
                     continue
                 if target.status == "pending":
                     out.append((_status(target_id, "cancelled"), asker))
@@ -658,10 +668,19 @@ class RunRegistry:
                 f"run {entry.run_id!r} already exists",
                 details={"run_id": entry.run_id},
             )
-        going = self.going_on()
         parent = self.runs.get(entry.parent_run_id) if entry.parent_run_id else None
         child = parent is not None and parent.going_on
         strategy: Multitask = "alongside" if child else entry.multitask or self.policy.multitask
+        moved_on = [
+            replace(r, pause={**(r.pause or {}), "moved_on": True, "due": True}, updated_ts=now_ms)
+            for r in self._ordered(self.runs.values())
+            if not r.terminal and r.waiting()
+        ]
+        after = {**self.runs, **{r.run_id: r for r in moved_on}}
+        owed = [r for r in after.values() if r.resume_owed]
+        # A suspended Run owed its resume (this prompt's own move on included) is about to
+        # go on: every strategy treats it as a Run going on.
+        going = self._ordered([*self.going_on(), *owed])
         if strategy != "alongside":
             others = [r.run_id for r in going if r.user_id != sender.user_id]
             if others and self.thread_access(entry) != "shared":
@@ -681,23 +700,11 @@ class RunRegistry:
             for record in going:
                 self._need_cancel(sender, record)
             interrupts = [r.run_id for r in going]
-        moved_on = [
-            replace(r, pause={**(r.pause or {}), "moved_on": True, "due": True}, updated_ts=now_ms)
-            for r in self._ordered(self.runs.values())
-            if not r.terminal and r.waiting()
-        ]
         if strategy in _WAITING:
             queued = bool(going) or (strategy == "enqueue" and bool(self.queued()))
         else:
             queued = False
-        if strategy == "enqueue" and any(r.resume_owed for r in [*self.runs.values(), *moved_on]):
-            # A suspended Run owed its resume (this prompt's own move on included) is about
-            # to go on: it counts as going on.
-            queued = True
-        resumes = sum(
-            1 for r in {**self.runs, **{m.run_id: m for m in moved_on}}.values() if r.resume_owed
-        )
-        if not queued and not child and not self._slot_left(resumes):
+        if not queued and not child and not self._slot_left(len(owed)):
             # No slot is free, or the owed resumes (this prompt's move on included) take
             # the free ones first.
             queued = True

@@ -2149,7 +2149,9 @@ export class Session {
    * Start a Run with `message`; resolves once the relay acknowledged the prompt.
    *
    * `multitask` says what the Run does to Runs going on in the session (none: the relay's
-   * default, itself "alongside" unless set):
+   * default, itself "alongside" unless set); a paused Run whose questions are settled
+   * (answered, declined, or moved on by this very prompt) is about to resume, and counts as
+   * going on:
    * - "alongside": they go on side by side;
    * - "reject": rejects with RunwireError(THREAD_BUSY) while one goes on;
    * - "enqueue": the Run is "queued" until they settle, then starts;

@@ -148,3 +148,42 @@ async def test_a_resume_waits_for_a_free_slot_of_max_concurrent_runs() -> None:
         finally:
             await client.close()
             await agent.close()
+
+
+async def test_reject_and_interrupt_treat_a_run_owed_its_resume_as_going_on(
+    server: Server,
+) -> None:
+    """A prompt moves on a Run paused on a question, which then resumes: a reject prompt
+    is refused, and an interrupt cancels that Run before its own turn."""
+    client = await RawPeer.open(server.url)
+    agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+    try:
+        await client.attach("s1")
+        await agent.attach("s1")
+        log = Log(client)
+        assert (await client.publish("s1", prompt("r1")))["type"] == "ack"
+        assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+        assert (await agent.publish("s1", pause("r1")))["type"] == "ack"
+        assert (await agent.publish("s1", run_status("r1", "suspended")))["type"] == "ack"
+        busy = await client.publish("s1", {**prompt("r2"), "multitask": "reject"})
+        assert busy["type"] == "error", busy
+        assert busy["error"]["code"] == "THREAD_BUSY"
+        assert busy["error"]["details"]["run_ids"] == ["r1"]
+        ack = await client.publish("s1", {**prompt("r3"), "multitask": "interrupt"})
+        assert ack["type"] == "ack", ack
+        await log.until("message", "r3", None)
+        [stamped] = [e for e in log.entries if e["run_id"] == "r3"]
+        assert (stamped["queued"], stamped["interrupts"]) == (True, ["r1"])
+        await log.until("run", "r1", "pending")  # its resume, for a worker to apply the cancel
+        cancels = [e for e in log.entries if e["kind"] == "cancel" and e["run_id"] == "r1"]
+        if not cancels:
+            await log.until("cancel", "r1", None)
+            cancels = [e for e in log.entries if e["kind"] == "cancel" and e["run_id"] == "r1"]
+        assert cancels[0]["interrupted_by"] == "r3"
+        assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+        assert (await agent.publish("s1", run_status("r1", "cancelled")))["type"] == "ack"
+        ended = await log.until("run", "r1", "cancelled")
+        assert await log.until("run", "r3", "pending") > ended
+    finally:
+        await client.close()
+        await agent.close()

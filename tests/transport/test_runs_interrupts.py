@@ -120,13 +120,17 @@ def test_a_queued_run_waits_for_a_resume_owed_before_its_turn(strategy: str) -> 
     reg = suspended(Q1)
     publish(reg, prompt("r0"), ALICE)  # r1's pause moved on: its resume is owed
     publish(reg, status("r0", "active"), AGENT)
-    publish(reg, prompt("r2", strategy), ALICE)  # queued behind r0 (and interrupting it)
+    # queued behind r0 and r1 (and interrupting both: r1 is about to go on)
+    publish(reg, prompt("r2", strategy), ALICE)
     publish(reg, status("r0", "complete"), AGENT)  # the relay published nothing yet
     assert reg.runs["r1"].status == "suspended" and reg.runs["r2"].status == "queued"
     assert reg.promotable() is None
-    assert [(e.run_id, getattr(e, "status", e.kind)) for e, _ in reg.due()] == [("r1", "pending")]
+    owed = [("r1", "pending")]
+    if strategy != "enqueue":
+        owed.insert(0, ("r1", "cancel"))
+    assert [(e.run_id, getattr(e, "status", e.kind)) for e, _ in reg.due()] == owed
     assert refused(reg, status("r2", "pending"), RELAY) == "VALIDATION_ERROR"  # not next
-    assert drain(reg) == [("r1", "pending", "relay")]
+    assert [(run_id, what) for run_id, what, _ in drain(reg)] == owed
     assert reg.runs["r2"].status == "queued"
     publish(reg, status("r1", "active"), AGENT)
     publish(reg, status("r1", "complete"), AGENT)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from transport.frames import CancelDenied, CheckpointEntry, RunEntry
-from transport.policy import RELAY, Sender, SlotBook
+from transport.policy import RELAY, Policy, Sender, SlotBook
 from transport.runs import RunRegistry
 
 from .test_runs import AGENT, ALICE, BOB, cancel, drain, prompt, publish, refused, status
@@ -85,6 +85,62 @@ def test_the_owner_resuming_its_suspended_run_needs_a_free_slot() -> None:
     publish(other, status("x", "cancelled"), AGENT)
     publish(reg, status("r1", "active", 2), AGENT)
     assert slots.in_use == 1 and reg.due() == []
+
+
+# ------------------------------------------------------ strategies ---
+
+
+def test_reject_is_refused_while_a_run_is_owed_its_resume() -> None:
+    reg = owed_run()
+    assert refused(reg, prompt("r2", "reject"), ALICE) == "THREAD_BUSY"
+    assert reg.runs["r1"].resume_owed and "r2" not in reg.runs
+
+
+def test_reject_is_refused_when_its_move_on_would_resume_a_paused_run() -> None:
+    """A prompt settles the pause of a Run waiting on questions (it moves on), so that
+    Run goes on again: a reject prompt must not start beside it."""
+    reg = paused_run()
+    assert refused(reg, prompt("r2", "reject"), ALICE) == "THREAD_BUSY"
+    assert reg.runs["r1"].waiting()  # the refused prompt moved nothing on
+
+
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
+def test_interrupt_cancels_a_run_owed_its_resume(strategy: str) -> None:
+    reg = owed_run()
+    [record] = publish(reg, prompt("r2", strategy), ALICE)
+    assert (record.status, record.interrupts) == ("queued", ["r1"])
+    assert drain(reg) == [("r1", "cancel", "alice"), ("r1", "pending", "relay")]
+    assert reg.runs["r1"].interrupted_by == "r2" and reg.runs["r1"].cancel_requested
+    assert reg.runs["r2"].status == "queued"
+    publish(reg, status("r1", "active", 2), OTHER_AGENT)  # a worker adopts it
+    publish(reg, status("r1", "cancelled", 3), OTHER_AGENT)  # and applies the cancel
+    assert drain(reg) == [("r2", "pending", "relay")]
+
+
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
+def test_interrupt_cancels_a_paused_run_it_moves_on(strategy: str) -> None:
+    reg = paused_run()
+    [record, moved] = publish(reg, prompt("r2", strategy), ALICE)
+    assert moved.run_id == "r1" and moved.resume_owed
+    assert (record.status, record.interrupts) == ("queued", ["r1"])
+    changes = reg.plan(prompt("r3", strategy), ALICE, 1)
+    stamped = reg.stamp(prompt("r3", strategy), ALICE, 1, changes)
+    assert stamped.interrupts == ["r1"]  # type: ignore[union-attr]
+    assert ("r1", "cancel", "alice") in drain(reg)
+
+
+def test_interrupting_a_run_owed_its_resume_needs_the_cancel_right() -> None:
+    reg = owed_run()
+    bob_own_only = Sender("bob/web", "bob", caps=frozenset({"publish", "cancel"}))
+    reg.policy = Policy(thread_access="shared")
+    assert refused(reg, prompt("r2", "interrupt"), bob_own_only) == "UNAUTHORIZED"
+
+
+def test_strategies_keep_to_their_own_users_runs_owed_a_resume() -> None:
+    reg = owed_run()  # Alice's r1; the session is not shared
+    for strategy in ("reject", "enqueue", "interrupt", "rollback"):
+        assert refused(reg, prompt("r2", strategy), BOB) == "THREAD_ACCESS_DENIED"
+    assert publish(reg, prompt("r2", "alongside"), BOB)[0].status == "pending"
 
 
 # ------------------------------------------- Runs nobody started yet ---

@@ -136,22 +136,24 @@ class RegistryMachine(RuleBasedStateMachine):
         """What the module docstring says each strategy does with a new prompt."""
         record, *moved_on = changes
         after = {**before, **{r.run_id: r for r in moved_on}}
-        going = [r for r in before.values() if r.going_on]
         # A slot is free for the new Run once the owed resumes (its move on included) took
         # theirs: they started first.
         free = room is None or room > sum(1 for r in after.values() if r.resume_owed)
         child = record.parent_run_id is not None and record.multitask == "alongside"
         if record.multitask in ("alongside", "reject") and not child:
             assert record.status == ("pending" if free else "queued")
+        # A Run owed its resume (this prompt's move on included) goes on, for every strategy.
+        busy = sorted(
+            (r for r in after.values() if r.going_on or r.resume_owed), key=lambda r: r.seq
+        )
         if record.multitask == "reject":
-            assert not going, "a reject prompt started while a Run goes on"
+            assert not busy, "a reject prompt started while a Run goes on (or is owed its resume)"
         if record.multitask in ("interrupt", "rollback"):
-            assert record.interrupts == [r.run_id for r in going]
-            assert record.status == ("queued" if going or not free else "pending")
+            assert record.interrupts == [r.run_id for r in busy]
+            assert record.status == ("queued" if busy or not free else "pending")
         if record.multitask == "enqueue":
-            owed = any(r.resume_owed for r in after.values())
             waits = any(r.status == "queued" for r in before.values())
-            assert record.status == ("queued" if going or owed or waits or not free else "pending")
+            assert record.status == ("queued" if busy or waits or not free else "pending")
 
     def _run(self, data: st.DataObject, *statuses: str) -> str:
         """Mostly a Run that has not ended (of ``statuses``, if given), sometimes any id
@@ -379,6 +381,24 @@ class RegistryMachine(RuleBasedStateMachine):
             isinstance(e, RunEntry) and e.run_id == first.run_id and e.status == "pending"
             for e, _ in self.reg.due()
         )
+
+    @invariant()
+    def a_waiting_interrupt_stops_what_it_names(self) -> None:
+        """Each Run a waiting interrupt names that goes on, or is owed its resume, gets the
+        relay's cancel (or, not started, its end) unless a cancel already stands."""
+        owed = self.reg.due()
+        for record in self.reg.queued():
+            if record.cancel_requested or record.multitask not in ("interrupt", "rollback"):
+                continue
+            for target_id in record.interrupts:
+                target = self.reg.runs[target_id]
+                if not (target.going_on or target.resume_owed) or target.interrupted_by:
+                    continue
+                if target.cancel_requested and target.status != "pending":
+                    continue
+                assert any(e.run_id == target_id for e, _ in owed), (
+                    f"{record.run_id} interrupts {target_id}, and nothing stops it"
+                )
 
     @invariant()
     def interrupt_cancels_go_to_named_runs(self) -> None:
