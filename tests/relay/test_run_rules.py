@@ -12,6 +12,7 @@ import relay
 from relay import Server
 from transport.messages import new_id
 
+from .test_http_api import call
 from .wire import RawPeer, prompt, run_status
 
 pytestmark = pytest.mark.anyio
@@ -187,3 +188,40 @@ async def test_reject_and_interrupt_treat_a_run_owed_its_resume_as_going_on(
     finally:
         await client.close()
         await agent.close()
+
+
+async def test_a_run_answered_while_no_slot_is_free_resumes_when_one_frees_unwatched() -> None:
+    """Answered over HTTP with nobody attached to its session: the relay keeps the session
+    loaded while the resume waits for a slot, and resumes the Run when one frees elsewhere."""
+    async with relay.serve(
+        host="127.0.0.1", port=0, store="memory://", agent_grace=5, max_concurrent_runs=1
+    ) as server:
+        agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+        other = await RawPeer.open(server.url)
+        try:
+            await agent.attach("s1")
+            assert (await agent.publish("s1", prompt("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await agent.publish("s1", pause("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "suspended")))["type"] == "ack"
+            assert (await agent.request({"type": "detach", "session_id": "s1"}))["type"] == "ack"
+            await other.attach("s2")
+            assert (await other.publish("s2", prompt("x")))["type"] == "ack"  # the one slot
+            reply = await call(
+                server, "POST", "/v1/sessions/s1/runs/r1/resume", {"responses": {"q1": "eu"}}
+            )
+            assert reply.status == 202, reply.body
+            assert server.hub.slots.in_use == 1
+            await agent.attach("s2")
+            assert (await agent.publish("s2", run_status("x", "active")))["type"] == "ack"
+            assert (await agent.publish("s2", run_status("x", "complete")))["type"] == "ack"
+            with anyio.fail_after(5):
+                # Read the store: reading the session over the API would load it again.
+                while not any(
+                    r.run_id == "r1" for r in await server.hub.store.runs_with_status(["pending"])
+                ):
+                    await anyio.sleep(0.02)
+            assert server.hub.slots.in_use == 1
+        finally:
+            await agent.close()
+            await other.close()
