@@ -313,7 +313,11 @@ class Run(RunSteps):
         prompt is published as ``refused`` and the Run ends ``error`` with the
         check's error (``start()`` returns; the Run has ended). Cancels of
         this Run already in the view are offered at once. Raises
-        ``RunwireError`` (``RUN_NOT_ACTIVE`` once ended, or the relay's refusal).
+        ``RunwireError`` (``RUN_NOT_ACTIVE`` once ended, or the relay's refusal:
+        resuming a suspended Run takes a slot of the relay's
+        ``max_concurrent_runs``, ``VALIDATION_ERROR`` while none is free; the
+        Run stays suspended, and once its questions are settled the relay resumes
+        it, handing it to a worker, when one frees).
         """
         if self.ended:
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
