@@ -495,3 +495,27 @@ async def test_a_run_paused_when_a_waiting_rollback_branched_above_it_resumes_wi
         session.view.select_branch(ask.prompt.id)
         texts = [vm.message.text() for vm in session.view.messages()]
         assert texts[-2:] == ["ask", "asked and got True"]
+
+
+async def test_a_paused_run_a_new_prompt_moves_on_goes_on_for_reject_and_interrupt(
+    relay_url: str,
+) -> None:
+    """A prompt moves on a paused Run, which then resumes: a reject send is refused
+    (nothing moved on), an interrupt cancels the Run (its worker applies the cancel
+    when it takes it) before the new Run's turn."""
+    calls = [("i1", "deploy", {"service": "q"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "int-12") as session:
+        run = await session.send("deploy q")
+        with anyio.fail_after(10):
+            assert (await run.result()).status == "suspended"
+        with pytest.raises(RunwireError) as info:
+            await session.send("and r", multitask="reject")
+        assert info.value.code == "THREAD_BUSY" and info.value.details["run_ids"] == [run.run_id]
+        assert session.paused_run() is not None  # the refused send moved nothing on
+        again = await session.send("stop, deploy r", multitask="interrupt")
+        assert again.status == "queued"
+        with anyio.fail_after(10):
+            while run.status != "cancelled":
+                await session._wait_change()
+            while again.status == "queued":
+                await session._wait_change()
