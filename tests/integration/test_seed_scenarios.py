@@ -189,6 +189,9 @@ async def test_steering_sent_offline_to_a_run_that_ends_meanwhile_is_not_consume
                 await wait_until(lambda: not session.connected)
                 delivery = run.steer("make it shorter")
                 finish.set()  # the Run ends while this client is offline
+                async with client_side.connect(server.url, "s") as watcher:
+                    # ... before it is back (else its steer may beat the end on a busy machine)
+                    await wait_until(lambda: status(watcher, run.run_id) == "complete")
                 await proxy.heal()
                 with anyio.fail_after(10):
                     with pytest.raises(RunwireError) as refused:
