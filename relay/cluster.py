@@ -25,7 +25,12 @@ nothing a second node would need stays in one node's memory:
   whether its reader saw the outage or started after it), and
   the sweeper (below) drops, once a minute, the consumers of gone nodes that
   hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
-  one consumer per node start. One task per node reads the streams of every
+  one consumer per node start, and then deletes the streams (with their group)
+  left with no entry, none held and no consumer (no node has a worker of that
+  name), so Redis does not keep a stream and a group for every agent name ever
+  used; one script looks and deletes, so a Run stored meanwhile comes after and
+  makes the stream again, and a node makes a group from the stream's start
+  (``NOGROUP`` at a read makes it again at once). One task per node reads the streams of every
   agent name it has live workers of, in one blocking ``XREADGROUP`` (and one
   pipelined ``XAUTOCLAIM`` a second): a node holds one Redis connection for
   dispatch however many agent names it serves. A worker of a name the read in
@@ -116,20 +121,38 @@ return 0
 # KEYS: an agent's stream. ARGV: the consumer group, idle ms. Drops the group's consumers
 # that hold nothing and have been idle that long (nodes that are gone: a live reader is
 # never idle for more than its blocking read), atomically with looking, so a consumer
-# that takes an entry meanwhile is kept. Returns how many went.
+# that takes an entry meanwhile is kept. Then, if the stream holds no entry and no group
+# of it holds one (pending) or has a consumer left (a node reads it: a worker serves the
+# name), deletes the stream with its groups: every agent name ever used (by a worker, or
+# named by a prompt) no longer keeps a stream and a group for ever. In the same step as
+# looking: a Run stored after it (XADD) makes the stream again, and a node makes the group
+# again from its start (``id="0"``) before it reads, so no Run is lost. Returns {consumers
+# dropped, 1 if the stream went or 0}.
 _PRUNE = """
-local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
-if not ok then return 0 end
-local dropped = 0
-for _, consumer in ipairs(consumers) do
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local function fields(reply)
   local f = {}
-  for i = 1, #consumer, 2 do f[consumer[i]] = consumer[i + 1] end
-  if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
-    dropped = dropped + 1
+  for i = 1, #reply, 2 do f[reply[i]] = reply[i + 1] end
+  return f
+end
+local dropped = 0
+local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if ok then
+  for _, consumer in ipairs(consumers) do
+    local f = fields(consumer)
+    if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+      dropped = dropped + 1
+    end
   end
 end
-return dropped
+if redis.call('XLEN', KEYS[1]) ~= 0 then return {dropped, 0} end
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local f = fields(group)
+  if f['pending'] ~= 0 or f['consumers'] ~= 0 then return {dropped, 0} end
+end
+redis.call('DEL', KEYS[1])
+return {dropped, 1}
 """
 
 
@@ -349,6 +372,7 @@ class RedisDispatcher:
     async def _read(self) -> None:
         """Read the streams of every agent name this node has live workers of."""
         own = True  # first take back what this node holds unacknowledged
+        regrouped = False  # the last round ended in NOGROUP, and made its groups again
         claimed_at = 0.0
         while True:
             # No await from here to ``_reading``: a worker of a name not in it, from
@@ -406,13 +430,21 @@ class RedisDispatcher:
                     claimed_at = now
                     await self._claim_idle(streams)
                 await self._after_round(taken, given_back)
+                regrouped = False
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError, RunwireError) as exc:  # the store's: STORE_UNAVAILABLE
-                log.warning("dispatch reader: %s", exc)
                 self._groups.clear()
-                self._steady_since = None
                 own = True
+                if isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP"):
+                    if not regrouped:
+                        # A stream (with its group) the sweeper deleted as unused just
+                        # before this node read it (or Redis lost its data): make the group
+                        # again, from the stream's start, and read again at once.
+                        regrouped = True
+                        continue
+                log.warning("dispatch reader: %s", exc)
+                self._steady_since = None
                 await asyncio.sleep(0.5)
 
     async def _after_round(self, taken: int, given_back: int) -> None:
@@ -521,7 +553,7 @@ class RedisDispatcher:
                     await self._sweep()
                     if time.monotonic() - self._pruned >= min(60.0, self.consumer_idle):
                         self._pruned = time.monotonic()
-                        await self._prune_consumers()
+                        await self._prune()
                 if self._steady_since is None:
                     self._steady_since = time.monotonic()
             except asyncio.CancelledError:
@@ -576,16 +608,21 @@ class RedisDispatcher:
             for session_id, run_id in runs:
                 await self._expire(session_id, run_id)
 
-    async def _prune_consumers(self) -> int:
-        """Drop consumers of gone nodes from every agent stream's group; how many went.
+    async def _prune(self) -> tuple[int, int]:
+        """Drop consumers of gone nodes from every agent stream's group, then the streams
+        nobody uses; how many consumers and streams went.
 
         Each node reads as a consumer of its own id, so every node that ever had a
         worker leaves one in the group of that agent's stream; the sweeper drops
-        those idle for ``consumer_idle`` seconds that hold no entry.
+        those idle for ``consumer_idle`` seconds that hold no entry. A stream left with
+        no entry, none held and no consumer (no node has a worker of that name) is
+        deleted with its group, in the same script (``_PRUNE``).
         """
         idle_ms = int(self.consumer_idle * 1000)
-        dropped = 0
+        dropped = deleted = 0
         pattern = self.store.dispatch_streams
         async for stream in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
-            dropped += int(await self._prune_script(keys=[stream], args=[GROUP, idle_ms]))
-        return dropped
+            consumers, gone = await self._prune_script(keys=[stream], args=[GROUP, idle_ms])
+            dropped += int(consumers)
+            deleted += int(gone)
+        return dropped, deleted

@@ -10,6 +10,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis import Redis
 
 import relay
 from relay.cluster import RedisDispatcher
@@ -255,10 +256,10 @@ async def test_the_sweeper_drops_stream_consumers_of_gone_nodes_that_hold_nothin
         async def names() -> list[str]:
             return sorted(c["name"].decode() for c in await client.xinfo_consumers(stream, "relay"))
 
-        assert await node._prune_consumers() == 0  # not idle long enough yet
+        assert await node._prune() == (0, 0)  # not idle long enough yet
         await anyio.sleep(0.25)
         await take("node-live", ack=True)  # a live reader: idle 0
-        assert await node._prune_consumers() == 1
+        assert await node._prune() == (1, 0)  # both streams hold entries: kept
         assert await names() == ["node-holding", "node-live"]
         # An entry held by a consumer is never lost: it stays pending for XAUTOCLAIM.
         assert (await client.xpending(stream, "relay"))["pending"] == 1
@@ -270,6 +271,111 @@ async def test_the_sweeper_drops_stream_consumers_of_gone_nodes_that_hold_nothin
     finally:
         node.close()
         await client.aclose()
+
+
+async def test_the_sweeper_deletes_the_empty_dispatch_streams_of_names_no_worker_serves(
+    store: RedisStore,
+) -> None:
+    """Every agent name ever used (by a worker, or named by a prompt) left a stream and a
+    consumer group for ever; the sweeper deletes those with no entry, none held, and no
+    reader left, and keeps every other."""
+
+    async def expire(session_id: str, run_id: str) -> None:
+        raise AssertionError("nothing to expire")
+
+    node = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics(), consumer_idle=0.2)
+    client = store.client()
+    streams = {name: store.dispatch_stream(name) for name in ("done", "waiting", "held", "read")}
+    streams["named"] = store.dispatch_stream("named")
+    try:
+        for name in ("done", "waiting", "held", "read"):
+            await client.xgroup_create(streams[name], "relay", id="0", mkstream=True)
+
+        async def dispatched(name: str, *, ack: bool) -> None:
+            entry_id = await client.xadd(streams[name], {"s": "s", "r": name})
+            assert await client.xreadgroup("relay", f"node-{name}", {streams[name]: ">"})
+            if ack:
+                await client.xack(streams[name], "relay", entry_id)
+            await client.xdel(streams[name], entry_id)  # its Run left pending
+
+        await dispatched("done", ack=True)  # a worker started it: nothing left
+        await client.xadd(streams["waiting"], {"s": "s", "r": "w"})  # a Run waits for a worker
+        await dispatched("held", ack=False)  # a node holds an entry (its Run ended meanwhile)
+        entry_id = await client.xadd(streams["named"], {"s": "s", "r": "n"})  # no group yet
+        await client.xdel(streams["named"], entry_id)  # the Run was cancelled, never dispatched
+        await anyio.sleep(0.25)
+        await dispatched("read", ack=True)  # a node reads this one now: a worker serves it
+        assert await node._prune() == (1, 2)  # node-done; the streams "done" and "named"
+        left = {name for name, key in streams.items() if await client.exists(key)}
+        assert left == {"waiting", "held", "read"}
+        assert [c["name"] for c in await client.xinfo_consumers(streams["read"], "relay")] == [
+            b"node-read"
+        ]
+        assert (await client.xpending(streams["held"], "relay"))["pending"] == 1
+        # A name is pruned again as soon as it is unused again, by the sweep itself.
+        await client.xadd(streams["done"], {"s": "s", "r": "again"})
+        await client.xdel(streams["done"], (await client.xrange(streams["done"]))[0][0])
+        node.start()
+        with anyio.fail_after(10):
+            while await client.exists(streams["done"], streams["read"]):
+                await anyio.sleep(0.05)
+        assert await client.exists(streams["waiting"], streams["held"]) == 2
+    finally:
+        node.close()
+        await client.aclose()
+
+
+async def test_a_run_of_an_agent_name_whose_stream_was_pruned_reaches_its_next_worker(
+    redis_prefix: str,
+) -> None:
+    """A Run stored after its agent's stream and group were deleted (the check that they
+    are unused and the deletion are one script, so a Run stored meanwhile comes after)
+    makes the stream again, and the next worker of that name gets it; so does a worker
+    whose stream is deleted while it waits."""
+    store = RedisStore(REDIS_URL, prefix=redis_prefix)
+    raw = Redis.from_url(REDIS_URL)
+    stream = store.dispatch_stream("x")
+
+    async def settled() -> None:  # the started Runs' entries acknowledged and deleted
+        with anyio.fail_after(10):
+            while raw.xlen(stream) or raw.xpending(stream, "relay")["pending"]:
+                await anyio.sleep(0.05)
+
+    async with relay.serve(port=0, store=store) as server:
+        dispatcher = server.hub.dispatcher
+        assert isinstance(dispatcher, RedisDispatcher)
+        dispatcher.consumer_idle = 0.05
+        client = await RawPeer.open(server.url)
+        await client.attach("s")
+        worker = await RawPeer.open(server.url, role="agent")
+        await worker.request({"type": "worker", "agent": "x"})
+        first = new_id()
+        await client.publish("s", prompt(first, agent="x"))
+        assert (await worker.next("dispatch", timeout=10))["run_id"] == first
+        await worker.attach("s")
+        assert (await worker.publish("s", run_status(first, "active")))["type"] == "ack"
+        await settled()
+        await worker.close()
+        with anyio.fail_after(10):  # the node stops reading once its worker is gone
+            while not (dispatcher._reader is None or dispatcher._reader.done()):
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.1)
+        assert await dispatcher._prune() == (1, 1)
+        assert not raw.exists(stream)
+
+        second = new_id()
+        await client.publish("s", prompt(second, agent="x"))
+        late = await RawPeer.open(server.url, role="agent")
+        await late.request({"type": "worker", "agent": "x"})
+        assert (await late.next("dispatch", timeout=10))["run_id"] == second
+        await late.attach("s")
+        assert (await late.publish("s", run_status(second, "active")))["type"] == "ack"
+        await settled()
+        raw.delete(stream)  # as a prune would, had the reader's consumer gone quiet
+        third = new_id()
+        await client.publish("s", prompt(third, agent="x"))
+        assert (await late.next("dispatch", timeout=10))["run_id"] == third
+    raw.close()
 
 
 async def test_an_end_for_an_agents_absence_is_stored_only_while_it_is_still_absent(
