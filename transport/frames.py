@@ -77,6 +77,12 @@ tree adds a queued prompt to the conversation only then.
 Attaching names ``from_serial`` (and the ``epoch`` it belongs to) to resume, or
 nothing to get the newest page. A resume from another epoch gets ``reset: true``
 and the newest page, never a silent gap.
+
+Integers. Every integer field (``serial``, ``ts``, ``step``, ``expires_at``,
+``limit``, ``req``, ...) takes a JSON integer only: ``true``/``false`` (a
+Python ``bool`` is an ``int``), a string such as ``"5"`` and a float are
+refused ``VALIDATION_ERROR`` (``int_type``), as the JavaScript client refuses
+them; a boolean field takes ``true``/``false`` only (not ``1`` or ``"yes"``).
 """
 
 from __future__ import annotations
@@ -138,8 +144,13 @@ ThreadAccess = Literal["own", "shared"]
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:\-]+$")]
-ReqId = int | Annotated[str, Field(max_length=100)]
-Serial = Annotated[int, Field(ge=0)]
+Int = Annotated[int, Field(strict=True)]
+Bool = Annotated[bool, Field(strict=True)]
+"""A JSON ``true`` or ``false``: not ``1``, not ``"yes"`` (pydantic's lax ``bool`` takes both)."""
+"""A JSON integer: not ``true``/``false``, not ``"5"``, not ``5.0`` (pydantic's lax ``int``
+takes all three)."""
+ReqId = Int | Annotated[str, Field(max_length=100)]
+Serial = Annotated[int, Field(ge=0, strict=True)]
 
 
 class _Model(BaseModel):
@@ -160,7 +171,7 @@ class ErrorBody(_Model):
 class _Entry(_Model):
     # Stamped by the relay; a publisher's values are ignored.
     serial: Serial | None = None
-    ts: int | None = None
+    ts: Int | None = None
     user_id: str | None = None
     client_id: str | None = None
 
@@ -185,7 +196,7 @@ class MessageEntry(_Entry):
     """For a prompt: the Run whose tool call started this one (never held back by it)."""
     thread_access: ThreadAccess | None = None
     """For a session's first prompt: ``shared`` lets other users' strategies touch its Runs."""
-    queued: bool | None = None
+    queued: Bool | None = None
     """Stamped by the relay: true when the Run waits (``queued``); a sender's value is dropped."""
     interrupts: list[Id] | None = None
     """Stamped by the relay: the Runs an ``interrupt``/``rollback`` prompt cancels."""
@@ -199,7 +210,7 @@ class RunEntry(_Entry):
     """``pending`` only from the relay: a queued Run's turn came, or a durable Run's
     agent went away and another worker is to adopt it."""
     error: ErrorBody | None = None
-    durable: bool | None = None
+    durable: Bool | None = None
     """On ``active``: the agent keeps checkpoints, so the relay may hand the Run on."""
     seen: list[Id] | None = None
     """On a terminal status: queued messages taken in without a response (saved injects)."""
@@ -277,7 +288,7 @@ class Interrupt(_Model):
     message: str = Field(default="", max_length=10_000)
     response_schema: dict[str, Any] | None = None
     """The JSON Schema an answer must fit (None: anything)."""
-    expires_at: int | None = None
+    expires_at: Int | None = None
     """Milliseconds since the epoch after which no answer is taken."""
     tool_call_id: str | None = None
     tool_name: str | None = None
@@ -304,9 +315,9 @@ class CheckpointEntry(_Entry):
     """A durable Run finished step ``step``: what another worker needs to go on."""
 
     kind: Literal["checkpoint"] = "checkpoint"
-    step: int = Field(ge=0)
-    turn: int = Field(default=1, ge=1)
-    iterations: int = Field(default=0, ge=0)
+    step: int = Field(ge=0, strict=True)
+    turn: int = Field(default=1, ge=1, strict=True)
+    iterations: int = Field(default=0, ge=0, strict=True)
     seen: list[Id] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
 
@@ -333,7 +344,7 @@ class Hello(_Model):
     """The first frame a peer sends."""
 
     type: Literal["hello"] = "hello"
-    v: int = PROTOCOL_VERSION
+    v: Int = PROTOCOL_VERSION
     client_id: Id | None = None
     role: Literal["client", "agent"] = "client"
     req: ReqId | None = None
@@ -347,7 +358,7 @@ class Attach(_Model):
     session_id: SessionId
     from_serial: Serial | None = None
     epoch: str | None = Field(default=None, max_length=100)
-    limit: int = Field(default=100, ge=1, le=1000)
+    limit: int = Field(default=100, ge=1, le=1000, strict=True)
 
 
 class Detach(_Model):
@@ -374,7 +385,7 @@ class History(_Model):
     req: ReqId
     session_id: SessionId
     before: Serial
-    limit: int = Field(default=50, ge=1, le=1000)
+    limit: int = Field(default=50, ge=1, le=1000, strict=True)
 
 
 class Worker(_Model):
@@ -397,12 +408,12 @@ class Welcome(_Model):
     """The relay's answer to ``hello``."""
 
     type: Literal["welcome"] = "welcome"
-    v: int = PROTOCOL_VERSION
+    v: Int = PROTOCOL_VERSION
     req: ReqId | None = None
     client_id: str
     user_id: str | None = None
     connection_id: str
-    max_frame_bytes: int
+    max_frame_bytes: Int
     multitask: Multitask | None = None
     """The relay's default strategy for prompts that name none."""
 
@@ -416,8 +427,8 @@ class Attached(_Model):
     epoch: str
     head: Serial
     entries: list[dict[str, Any]]
-    has_older: bool
-    reset: bool = False
+    has_older: Bool
+    reset: Bool = False
 
 
 class Ack(_Model):
@@ -426,7 +437,7 @@ class Ack(_Model):
     type: Literal["ack"] = "ack"
     req: ReqId
     serial: Serial | None = None
-    duplicate: bool = False
+    duplicate: Bool = False
 
 
 class Page(_Model):
@@ -436,7 +447,7 @@ class Page(_Model):
     req: ReqId
     session_id: str
     entries: list[dict[str, Any]]
-    has_older: bool
+    has_older: Bool
 
 
 class Deliver(_Model):
@@ -455,7 +466,7 @@ class Dispatch(_Model):
     run_id: str
     agent: str
     message_id: str
-    adopted: bool | None = None
+    adopted: Bool | None = None
     """True when the Run was started by a worker that went away: this one adopts it."""
     checkpoint: dict[str, Any] | None = None
     """The Run's last checkpoint (a ``checkpoint`` entry's fields), if it kept any."""

@@ -63,7 +63,7 @@ class ToolResultPart(_Part):
     tool_call_id: str
     tool_name: str
     output: Any = None
-    is_error: bool = False
+    is_error: bool = Field(default=False, strict=True)
 
 
 Part = Annotated[

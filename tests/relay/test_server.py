@@ -109,6 +109,25 @@ async def test_first_frame_must_be_hello(server: Server) -> None:
             "NOT_ATTACHED",
         ),
         (b'{"type": "hello", "req": 3}', "PROTOCOL_ERROR"),
+        # JSON true/false is no integer (Python's bool is an int; the JS client refuses it too).
+        (b'{"type": "attach", "req": 3, "session_id": "s", "limit": true}', "VALIDATION_ERROR"),
+        (
+            b'{"type": "attach", "req": 3, "session_id": "s", "from_serial": false}',
+            "VALIDATION_ERROR",
+        ),
+        (b'{"type": "history", "req": 3, "session_id": "s", "before": true}', "VALIDATION_ERROR"),
+        (
+            b'{"type": "publish", "req": 3, "session_id": "s", "entry": {"kind": "checkpoint",'
+            b' "id": "e", "run_id": "r", "step": true}}',
+            "VALIDATION_ERROR",
+        ),
+        (
+            b'{"type": "publish", "req": 3, "session_id": "s", "entry": {"kind": "cancel",'
+            b' "id": "e", "run_id": "r", "ts": true}}',
+            "VALIDATION_ERROR",
+        ),
+        (b'{"type": "attach", "req": 3, "session_id": "s", "limit": "5"}', "VALIDATION_ERROR"),
+        (b'{"type": "attach", "req": true, "session_id": "s"}', "VALIDATION_ERROR"),
     ],
 )
 async def test_bad_frames_get_a_stable_code_and_the_connection_lives(

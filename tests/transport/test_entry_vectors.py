@@ -5,7 +5,8 @@ takes and refuses, for ``client_side/js/runwire.js``'s ``decodeEntry`` to match
 ``fields.json``: a full entry of every kind (``bases``); ``nulls``: each field (at any
 depth, down to the fields a model types) set to ``null``, and whether Python takes it
 (``decodeEntry`` must agree both ways); ``refused``: each field set to a value of a wrong
-type that Python refuses (``decodeEntry`` must refuse it too). Regenerate with
+type that Python refuses (``decodeEntry`` must refuse it too), among them booleans for
+integers and ``1`` for booleans (``test_bools_and_ints_do_not_mix``). Regenerate with
 ``python -m tests.transport.test_entry_vectors`` after a model changes.
 """
 
@@ -171,8 +172,10 @@ def takes(entry: dict[str, Any]) -> bool:
     return True
 
 
-WRONG = (5, 1.5, "s", True, [], {})
-"""Values of the wrong type for some field or other."""
+WRONG = (5, 1, 1.5, "s", "5", "true", True, False, [], {})
+"""Values of the wrong type for some field or other: ``true``/``false`` and ``"5"`` for an
+integer, ``1`` and ``"true"`` for a boolean (pydantic's lax modes take them, the models must
+not)."""
 
 
 def vectors() -> dict[str, Any]:
@@ -215,6 +218,27 @@ def test_the_bases_are_taken_and_set_every_field_of_their_models() -> None:
     assert set(_MESSAGE) == set(UIMessage.model_fields)
     assert set(_ERROR) == set(ErrorBody.model_fields)
     assert set(_QUESTION) == set(Interrupt.model_fields)
+
+
+def test_bools_and_ints_do_not_mix() -> None:
+    refused = {(c["kind"], tuple(c["path"]), json.dumps(c["value"])) for c in vectors()["refused"]}
+    for kind, path in [
+        ("message", ("serial",)),
+        ("cancel", ("ts",)),
+        ("checkpoint", ("step",)),
+        ("checkpoint", ("turn",)),
+        ("checkpoint", ("iterations",)),
+        ("interrupt", ("interrupts", 0, "expires_at")),
+    ]:
+        for value in (True, False, "5"):
+            assert (kind, path, json.dumps(value)) in refused, (kind, path, value)
+    for kind, path in [
+        ("message", ("queued",)),
+        ("run", ("durable",)),
+        ("message", ("message", "parts", 3, "is_error")),
+    ]:
+        for value in (1, "true"):
+            assert (kind, path, json.dumps(value)) in refused, (kind, path, value)
 
 
 def test_the_vectors_are_what_python_does() -> None:
