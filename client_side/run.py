@@ -38,6 +38,12 @@ returns the messages it did not take in ``undelivered``, but keeps them queued:
 their outcomes stay pending (the Ably seed's rule, which the core and interrupt
 issues keep) until the resumed Run takes them, or it ends.
 
+Write-only. On a session connected with ``subscribe=False`` the handle
+publishes as usual (``published`` resolves from the ack, or rejects with the
+relay's error) but sees nothing: ``outcome`` rejects ``NOT_ATTACHED`` at once,
+and ``status``, ``queued``, ``refused``, ``result()`` and ``cancel(wait=True)``
+raise ``RunwireError(NOT_ATTACHED)`` at once.
+
 The awaitables are ``PendingResult`` objects, not futures or tasks: one left
 unawaited never warns, and each may be awaited any number of times.
 """
@@ -54,6 +60,8 @@ from transport.errors import RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Interrupt, MessageEntry, RunEndReason, RunStatus
 from transport.messages import UIMessage
 from transport.runs import TERMINAL
+
+from .view import _write_only_error
 
 if TYPE_CHECKING:
     from .session import ClientSession
@@ -238,18 +246,27 @@ class ClientRun:
         self._resets = session._resets  # a reset after this one that loses the Run fails waits
 
     def __repr__(self) -> str:
+        if not self._session.subscribe:
+            return f"<ClientRun {self.run_id!r} write-only>"
         return f"<ClientRun {self.run_id!r} status={self.status!r}>"
+
+    def _check_readable(self, what: str) -> None:
+        if not self._session.subscribe:
+            raise _write_only_error(self._session.session_id, what)
 
     @property
     def status(self) -> RunStatus:
         """The Run's status in the view: ``"queued"`` while it waits its turn,
-        ``"pending"`` until the agent starts it, and so on."""
+        ``"pending"`` until the agent starts it, and so on. Raises
+        ``RunwireError(NOT_ATTACHED)`` on a write-only session."""
+        self._check_readable("ClientRun.status")
         info = self._session.view.run(self.run_id)
         return info.status if info is not None else "pending"
 
     @property
     def queued(self) -> list[UIMessage]:
         """Messages sent through this handle that wait (see the module docstring)."""
+        self._check_readable("ClientRun.queued")
         out: list[UIMessage] = []
         for d in self._untaken():
             if not d.outcome.done() or d.outcome.value().run_terminal_reason == "error":
@@ -259,6 +276,7 @@ class ClientRun:
     @property
     def refused(self) -> list[Refused]:
         """Queued messages of this Run an input check refused, oldest first, with the error."""
+        self._check_readable("ClientRun.refused")
         return [self._session._refused(r) for r in self._session.view.tree.refusals(self.run_id)]
 
     def steer(self, message: str | UIMessage) -> Delivery:
@@ -296,7 +314,7 @@ class ClientRun:
             msg = msg.model_copy(update={"metadata": {**msg.metadata, "queued": intent}})
         delivery = Delivery(msg, self.run_id, intent)
         self._deliveries.append(delivery)
-        info = session.view.run(self.run_id)
+        info = session.view.run(self.run_id) if session.subscribe else None
         if info is not None and info.status in TERMINAL:
             delivery._fail(
                 RunwireError(
@@ -328,8 +346,10 @@ class ClientRun:
         Raises ``RunwireError(CONNECTION_CLOSED)`` if the session closes first,
         ``RunwireError(EPOCH_MISMATCH)`` (``details["run_id"]``) if a reset (the
         relay lost the session's history) rebuilt the view without the Run: how
-        it ends can no longer be told.
+        it ends can no longer be told; ``NOT_ATTACHED`` at once on a write-only
+        session (it never sees the Run end).
         """
+        self._check_readable("ClientRun.result()")
         while True:
             info = self._session.view.run(self.run_id)
             if info is not None and (info.status in TERMINAL or info.status == "suspended"):
@@ -369,6 +389,12 @@ class ClientRun:
         had not taken in (and that no check refused): their outcomes resolve
         ``consumed=False``. A cancel that comes after the Run's last model call
         has nothing left to stop: the Run may still complete.
+
+        On a write-only session ``wait=True`` raises ``NOT_ATTACHED`` at once and
+        publishes nothing; ``wait=False`` publishes the cancel and returns ``[]``:
+        which messages the Run took cannot be seen from there.
         """
         await self._session.cancel(self.run_id, reason=reason, wait=wait, timeout=timeout)
+        if not self._session.subscribe:
+            return []
         return [d.message for d in self._untaken()]

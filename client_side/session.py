@@ -33,6 +33,21 @@ When the relay's check refuses a message this client published, the relay
 stores the ``refused`` entry (which this client folds first) and answers the
 publish with the check's error: ``published`` rejects with it and ``outcome``
 resolves from the refusal.
+
+Write-only. ``connect(..., subscribe=False)`` never attaches: it is for a token
+that grants rights in the session but not ``subscribe`` (``publish`` alone, say:
+a back end that posts prompts), whose publishes the relay takes unattached
+(docs/protocol.md, ``publish``). ``send``, steering, ``cancel``, ``resume``
+and ``cancel_pause`` publish as usual and resolve from the relay's ack (or
+raise its error); a steering ``Delivery``'s ``published`` resolves with the
+serial, its ``outcome`` rejects ``NOT_ATTACHED`` at once. Whatever reads the
+session (the view, ``ClientRun.result()`` / ``status`` / ``queued`` /
+``refused``, ``cancel(wait=True)``, ``paused_run()``) raises
+``RunwireError(NOT_ATTACHED)`` at once instead of waiting for entries that
+never come. Without a view a prompt names no parent (the relay places it at the
+tip of the conversation) and a repeated message id cannot be told from a
+re-sent publish: pass fresh message ids. A token that does grant ``subscribe``
+there gets ``NOT_ATTACHED`` for its publishes (the relay wants it attached).
 """
 
 from __future__ import annotations
@@ -51,6 +66,7 @@ from transport.errors import (
     CANCEL_DENIED,
     EPOCH_MISMATCH,
     INTERNAL_ERROR,
+    NOT_ATTACHED,
     PROTOCOL_ERROR,
     RUN_NOT_ACTIVE,
     RUN_NOT_FOUND,
@@ -81,7 +97,7 @@ from transport.runs import MULTITASK_STRATEGIES, TERMINAL
 from transport.tree import CancelDenial, DeliveryEvent, Refusal
 
 from .run import ClientRun, Delivery, Outcome, Published, Refused
-from .view import Event, View
+from .view import Event, View, _write_only_error
 
 __all__ = ["MULTITASK_STRATEGIES", "ClientSession", "Multitask", "connect"]
 
@@ -98,6 +114,7 @@ def connect(
     agent: str = "default",
     history_limit: int = 100,
     on_refused_message: Callable[[Refused], object] | None = None,
+    subscribe: bool = True,
 ) -> ClientSession:
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
 
@@ -110,6 +127,12 @@ def connect(
     that Runs started by ``send`` go to; ``history_limit`` is the size of the
     first page; ``on_refused_message(refused)`` is called the moment an input
     check (the relay's or the agent's) refuses a queued message of the session.
+
+    ``subscribe=False`` makes a write-only session (see the module docstring):
+    entering it connects without attaching, for a token with rights in the
+    session but not ``subscribe``; it publishes, and whatever reads the session
+    raises ``RunwireError(NOT_ATTACHED)`` at once. It takes no
+    ``on_refused_message`` (``VALIDATION_ERROR``): it never sees refusals.
     """
     return ClientSession(
         url,
@@ -120,6 +143,7 @@ def connect(
         agent=agent,
         history_limit=history_limit,
         on_refused_message=on_refused_message,
+        subscribe=subscribe,
     )
 
 
@@ -137,14 +161,24 @@ class ClientSession:
         agent: str = "default",
         history_limit: int = 100,
         on_refused_message: Callable[[Refused], object] | None = None,
+        subscribe: bool = True,
     ) -> None:
         if not 1 <= history_limit <= 1000:
             raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
+        if not subscribe and on_refused_message is not None:
+            raise RunwireError(
+                VALIDATION_ERROR,
+                "a session connected with subscribe=False never sees refusals:"
+                " on_refused_message is not taken (a refused publish raises its error)",
+            )
         self.url = url
         self.session_id = session_id
         self.agent = agent
         self.history_limit = history_limit
+        self.subscribe = subscribe
+        """False for a write-only session (``connect(..., subscribe=False)``)."""
         self.view = View(session_id, self._fetch_older)
+        self.view._write_only = not subscribe
         self.view._hooks.append(self._on_event)
         self._conn = Connection(
             url,
@@ -219,7 +253,7 @@ class ClientSession:
 
     @property
     def connected(self) -> bool:
-        """True while the connection is up and attached."""
+        """True while the connection is up and attached (up, for a write-only session)."""
         return self._conn.connected
 
     @property
@@ -290,12 +324,12 @@ class ClientSession:
         if signal is not None and signal.aborted:
             raise RunwireError(ABORTED, "the send's signal was aborted; nothing was sent")
         msg = self._as_message(message)
-        if self.view.tree.message(msg.id) is not None:
+        if self.subscribe and self.view.tree.message(msg.id) is not None:
             raise _reused(msg.id)
         run_id = new_id()
         welcome = self._conn.welcome
         effective = multitask or (welcome.multitask if welcome else None) or "alongside"
-        if parent_id is None and effective in ("alongside", "reject"):
+        if self.subscribe and parent_id is None and effective in ("alongside", "reject"):
             tail = self.view.messages()
             parent_id = tail[-1].message.id if tail else None
         entry = MessageEntry(
@@ -310,7 +344,7 @@ class ClientSession:
             thread_access=thread_access,
         )
         ack = await self._publish(entry)
-        if ack.duplicate and not self._is_own(msg.id, run_id, "prompt"):
+        if ack.duplicate and self.subscribe and not self._is_own(msg.id, run_id, "prompt"):
             raise _reused(msg.id, ack.serial)
         if signal is not None:
             signal.add_callback(lambda _reason: self._cancel_soon(run_id))
@@ -333,8 +367,11 @@ class ClientSession:
         refuses this cancel, ``RunwireError(EPOCH_MISMATCH)`` (``details["run_id"]``)
         if a reset meanwhile rebuilt the view without the Run. Raises
         ``RunwireError`` (``RUN_NOT_FOUND``, ``UNAUTHORIZED`` without the right,
-        ...) when the relay refuses it.
+        ...) when the relay refuses it. A write-only session cannot wait: with
+        ``wait`` it raises ``NOT_ATTACHED`` at once and publishes nothing.
         """
+        if wait and not self.subscribe:
+            raise _write_only_error(self.session_id, "cancel(wait=True)")
         cancel = CancelEntry(id=new_id(), run_id=run_id, reason=reason)
         resets = self._resets
         try:
@@ -363,7 +400,12 @@ class ClientSession:
         await self._publish(entry)
 
     def paused_run(self) -> PausedRun | None:
-        """The oldest Run of the session that waits on questions, with them; None if none."""
+        """The oldest Run of the session that waits on questions, with them; None if none.
+
+        Raises ``RunwireError(NOT_ATTACHED)`` for a write-only session.
+        """
+        if not self.subscribe:
+            raise _write_only_error(self.session_id, "paused_run()")
         for info in self.view.runs():
             questions = self.view.tree.interrupts(info.run_id)
             if questions:
@@ -404,7 +446,7 @@ class ClientSession:
             )
 
     def _cancel_soon(self, run_id: str) -> None:
-        info = self.view.run(run_id)
+        info = self.view.run(run_id) if self.subscribe else None
         if self._closed or self._tg is None or (info is not None and info.status in TERMINAL):
             return
         self._tg.start_soon(self._cancel_quietly, run_id)
@@ -420,7 +462,11 @@ class ClientSession:
 
         Steering through it works as through the handle ``send`` returned.
         Raises ``RunwireError(RUN_NOT_FOUND)`` if the view has not seen the Run.
+        A write-only session has no view: it returns a handle on any id (with
+        no ``prompt``), and the relay refuses what does not fit the Run.
         """
+        if not self.subscribe:
+            return ClientRun(self, run_id, None)
         if self.view.run(run_id) is None:
             raise RunwireError(
                 RUN_NOT_FOUND, f"the view has no run {run_id!r}", details={"run_id": run_id}
@@ -446,7 +492,14 @@ class ClientSession:
     async def _publish(self, entry: EntryBody) -> Ack:
         if self._closed:
             raise RunwireError(CONNECTION_CLOSED, "the session was closed")
-        reply = await self._conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
+        try:
+            reply = await self._conn.request(
+                Publish(req=0, session_id=self.session_id, entry=entry)
+            )
+        except RunwireError as exc:
+            if exc.code == NOT_ATTACHED and not self.subscribe:
+                raise _write_only_refused(self.session_id, exc) from None
+            raise
         if not isinstance(reply, Ack) or reply.serial is None:
             raise RunwireError(PROTOCOL_ERROR, f"expected an ack with a serial, got {reply.type}")
         return reply
@@ -455,6 +508,9 @@ class ClientSession:
         if self.closed or self._tg is None:
             delivery._fail(self._ended or RunwireError(CONNECTION_CLOSED, "the session was closed"))
             return
+        if not self.subscribe:
+            # The outcome is told by entries a write-only session never sees.
+            delivery.outcome._reject(_write_only_error(self.session_id, "Delivery.outcome"))
         self._deliveries.setdefault(delivery.message.id, []).append(delivery)
         self._tg.start_soon(self._publish_delivery, delivery, entry)
 
@@ -462,6 +518,10 @@ class ClientSession:
         try:
             ack = await self._publish(entry)
         except RunwireError as exc:
+            if not self.subscribe:
+                delivery.published._reject(exc)
+                self._forget(delivery)
+                return
             record = self.view.tree.outcome(delivery.message.id)
             if record is not None and record.refused is not None:
                 # The relay's check refused it: the refusal folded before this error.
@@ -483,6 +543,10 @@ class ClientSession:
             self._forget(delivery)
             return
         assert ack.serial is not None
+        if not self.subscribe:
+            delivery.published._resolve(Published(serial=ack.serial))
+            self._forget(delivery)
+            return
         if ack.duplicate:
             if not self._is_own(delivery.message.id, delivery.run_id, delivery.intent):
                 delivery._fail(_reused(delivery.message.id, ack.serial))
@@ -574,6 +638,8 @@ class ClientSession:
         return reply.entries, reply.has_older
 
     async def _on_connect(self, conn: Connection) -> None:
+        if not self.subscribe:
+            return  # write-only: publishes go unattached
         first = self._epoch is None
         attach = Attach(
             req=0,
@@ -665,7 +731,8 @@ class ClientSession:
         self.view._close()
 
     def __repr__(self) -> str:
-        return f"<ClientSession {self.session_id!r} connected={self.connected}>"
+        mode = "" if self.subscribe else " write-only"
+        return f"<ClientSession {self.session_id!r}{mode} connected={self.connected}>"
 
 
 def _reused(message_id: str, serial: int | None = None) -> RunwireError:
@@ -676,6 +743,17 @@ def _reused(message_id: str, serial: int | None = None) -> RunwireError:
         VALIDATION_ERROR,
         f"message id {message_id!r} is already used in this session; send a new message",
         details=details,
+    )
+
+
+def _write_only_refused(session_id: str, exc: RunwireError) -> RunwireError:
+    """The relay wants a write-only session's publish attached: say why."""
+    return RunwireError(
+        NOT_ATTACHED,
+        f"the relay refused a publish to {session_id!r} without an attach: a session"
+        " connected with subscribe=False needs a token that grants rights in that session"
+        " but not 'subscribe' (a token that may read it must attach: subscribe=True)",
+        details={**exc.details, "session_id": session_id, "subscribe": False},
     )
 
 

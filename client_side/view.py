@@ -26,6 +26,11 @@ each Run it no longer knows (``ConversationTree.removed_since``).
 ``load_older()`` asks the relay for the page before the oldest serial the
 view holds and merges it (``fold_older``); only events the merge caused are
 reported (``op="removed"`` for messages the merge took out of ``messages()``).
+
+Write-only. The view of a session connected with ``subscribe=False`` is never
+fed: every reading method and event subscription raises
+``RunwireError(NOT_ATTACHED)`` at once instead of showing an empty
+conversation or waiting for events that never come.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 
 import anyio
 
-from transport.errors import VALIDATION_ERROR, RunwireError
+from transport.errors import NOT_ATTACHED, VALIDATION_ERROR, RunwireError
 from transport.tree import (
     ConversationTree,
     DeliveryEvent,
@@ -115,12 +120,24 @@ class View:
         self._changed: anyio.Event | None = None
         self._older_lock: anyio.Lock | None = None
         self._closed = False
+        self._write_only = False
 
     # ------------------------------------------------------------ reading --
 
     @property
+    def readable(self) -> bool:
+        """False for the view of a write-only session (``connect(..., subscribe=False)``):
+        it is never fed, and every reading method raises ``NOT_ATTACHED``."""
+        return not self._write_only
+
+    def _check_readable(self, what: str) -> None:
+        if self._write_only:
+            raise _write_only_error(self.session_id, what)
+
+    @property
     def tree(self) -> ConversationTree:
         """The underlying conversation tree (read it; do not fold into it)."""
+        self._check_readable("view.tree")
         return self._tree
 
     @property
@@ -135,26 +152,32 @@ class View:
 
     def messages(self) -> list[ViewMessage]:
         """The active branch of the conversation, oldest first."""
+        self._check_readable("view.messages()")
         return self._tree.messages()
 
     def runs(self) -> list[RunInfo]:
         """Every Run the view knows, with its status."""
+        self._check_readable("view.runs()")
         return self._tree.runs()
 
     def run(self, run_id: str) -> RunInfo | None:
         """One Run, or None if the view has not seen it."""
+        self._check_readable("view.run()")
         return self._tree.run(run_id)
 
     def waiting(self) -> list[ViewMessage]:
         """Prompts of queued Runs (not yet in ``messages()``), oldest first."""
+        self._check_readable("view.waiting()")
         return self._tree.waiting()
 
     def has_older(self) -> bool:
         """True while the session has entries older than the view holds."""
+        self._check_readable("view.has_older()")
         return self._has_older
 
     def branches(self, message_id: str) -> list[str]:
         """Ids of a message's alternatives (its siblings, itself included), oldest first."""
+        self._check_readable("view.branches()")
         return self._tree.branches(message_id)
 
     def select_branch(self, message_id: str) -> None:
@@ -163,14 +186,17 @@ class View:
         Reports ``MessageEvent(op="removed")`` for each message it takes out of
         ``messages()``, then ``op="added"`` for each it brings in (in path order).
         """
+        self._check_readable("view.select_branch()")
         self._dispatch(self._tree.select_branch(message_id))
 
     async def load_older(self, limit: int = 50) -> int:
         """Fetch the page before the oldest entry the view holds and merge it.
 
         Returns how many entries the page had (0 when there is nothing older).
-        Raises ``RunwireError`` if the relay refuses or the session is closed.
+        Raises ``RunwireError`` if the relay refuses or the session is closed,
+        ``NOT_ATTACHED`` at once for a write-only session.
         """
+        self._check_readable("view.load_older()")
         if limit < 1:
             raise RunwireError(VALIDATION_ERROR, "limit must be at least 1")
         if self._older_lock is None:
@@ -192,8 +218,10 @@ class View:
         """Call ``callback(event)`` for each ``"message"``, ``"run"`` or ``"delivery"`` event.
 
         Returns a function that unsubscribes. Raises ``RunwireError(VALIDATION_ERROR)``
-        for another event name. A callback that raises is logged and skipped.
+        for another event name, ``NOT_ATTACHED`` for a write-only session. A
+        callback that raises is logged and skipped.
         """
+        self._check_readable("view.on()")
         if event not in self._callbacks:
             raise RunwireError(
                 VALIDATION_ERROR,
@@ -211,7 +239,11 @@ class View:
         return unsubscribe
 
     def events(self) -> EventStream:
-        """An async iterator of every event from now on; ends when the session closes."""
+        """An async iterator of every event from now on; ends when the session closes.
+
+        Raises ``RunwireError(NOT_ATTACHED)`` for a write-only session (no event ever comes).
+        """
+        self._check_readable("view.events()")
         stream = EventStream()
         if self._closed:
             stream._end()
@@ -314,7 +346,19 @@ class View:
         await self._changed.wait()
 
     def __repr__(self) -> str:
+        if self._write_only:
+            return f"<View {self.session_id!r} write-only>"
         return f"<View {self.session_id!r} newest={self._newest}>"
+
+
+def _write_only_error(session_id: str, what: str) -> RunwireError:
+    """The ``NOT_ATTACHED`` error for reading a session connected with ``subscribe=False``."""
+    return RunwireError(
+        NOT_ATTACHED,
+        f"{what} reads session {session_id!r}, which was connected with subscribe=False"
+        " (write-only: it publishes without attaching and never sees the session's entries)",
+        details={"session_id": session_id, "subscribe": False},
+    )
 
 
 def _serial(entry: dict[str, Any]) -> int | None:

@@ -31,11 +31,11 @@ from transport.messages import TextPart, UIMessage, new_id
 class FakeAgent:
     """``async with FakeAgent(url, session_id) as agent:``; it attaches and records entries."""
 
-    def __init__(self, url: str, session_id: str) -> None:
+    def __init__(self, url: str, session_id: str, *, token: str | None = None) -> None:
         self.session_id = session_id
         self.entries: list[dict[str, Any]] = []
         self.conn = Connection(
-            url, role="agent", on_frame=self._on_frame, on_connect=self._on_connect
+            url, role="agent", token=token, on_frame=self._on_frame, on_connect=self._on_connect
         )
         self._changed: anyio.Event | None = None
 
