@@ -233,9 +233,15 @@ export interface EventMap {
   delivery: DeliveryEvent;
 }
 
-/** A client's live picture of one session's conversation (`session.view`). */
+/**
+ * A client's live picture of one session's conversation (`session.view`). The view of a
+ * write-only session (`subscribe: false`) is never fed: every reading method, `tree`, `on()` and
+ * `events()` throw RunwireError(NOT_ATTACHED), `loadOlder()` rejects with it.
+ */
 export class View {
   readonly sessionId: string;
+  /** False for the view of a write-only session. */
+  readonly readable: boolean;
   readonly tree: ConversationTree;
   readonly newestSerial: number | null;
   readonly oldestSerial: number | null;
@@ -309,6 +315,11 @@ export class Delivery {
   readonly outcome: Promise<Outcome>;
 }
 
+/**
+ * On a write-only session (`subscribe: false`) `status`, `queued`, `refused` throw and `result()`,
+ * `cancel()` with `wait` (the default) reject NOT_ATTACHED at once; a Delivery's `outcome`
+ * rejects NOT_ATTACHED at once, its `published` resolves from the ack.
+ */
 export class ClientRun {
   readonly runId: string;
   readonly prompt: UIMessage | null;
@@ -331,7 +342,8 @@ export class ClientRun {
   /**
    * `wait` defaults to true; rejects with CANCEL_DENIED if the agent refuses the cancel,
    * EPOCH_MISMATCH if a reset loses the Run while it waits.
-   * Resolves to the messages sent through this handle that the Run never took.
+   * Resolves to the messages sent through this handle that the Run never took (`[]` on a
+   * write-only session, which cannot see them; it rejects NOT_ATTACHED there with `wait`).
    */
   cancel(options?: { reason?: string; wait?: boolean; timeout?: number | null }): Promise<UIMessage[]>;
 }
@@ -351,6 +363,14 @@ export interface ConnectOptions {
   tokenProvider?: () => string | Promise<string>;
   /** The size of the first page (1 to 1000, default 100). */
   historyLimit?: number;
+  /**
+   * false: a write-only session, for a token with rights in the session but not 'subscribe'
+   * (default true). It connects without attaching; `send`, steering, `cancel`, `resume` and
+   * `cancelPause` publish and resolve from their acks; whatever reads the session throws or
+   * rejects RunwireError(NOT_ATTACHED) at once (`details.subscribe === false`). A token that may
+   * subscribe gets NOT_ATTACHED for its publishes. Not with `onRefusedMessage` (VALIDATION_ERROR).
+   */
+  subscribe?: boolean;
   /**
    * Called the moment an input check (the relay's or the agent's) refuses a queued message of
    * the session; not for refusals in the history the session starts with.
@@ -387,7 +407,8 @@ export interface CancelOptions {
   reason?: string | null;
   /**
    * Wait until the Run ends (default false); rejects with CANCEL_DENIED if the agent refuses,
-   * CONNECTION_CLOSED if the session closes first.
+   * CONNECTION_CLOSED if the session closes first, NOT_ATTACHED at once (nothing sent) on a
+   * write-only session.
    */
   wait?: boolean;
   /** Ms to wait with `wait` (default 30000; null: no limit). */
@@ -398,6 +419,8 @@ export class Session {
   readonly url: string;
   readonly sessionId: string;
   readonly agent: string;
+  /** False for a write-only session (`connect(..., {subscribe: false})`). */
+  readonly subscribe: boolean;
   readonly clientId: string | null;
   readonly view: View;
   onRefusedMessage: ((refused: Refused) => void) | null;
@@ -408,10 +431,11 @@ export class Session {
   cancel(runId: string, options?: CancelOptions): Promise<void>;
   /** Answer questions a paused Run waits on; rejects with VALIDATION_ERROR, INTERRUPT_ANSWER_INVALID or INTERRUPT_EXPIRED. */
   resume(runId: string, responses: Record<string, unknown>): Promise<void>;
-  /** The oldest Run that waits on questions, with them; null if none. */
+  /** The oldest Run that waits on questions, with them; null if none (NOT_ATTACHED when write-only). */
   pausedRun(): { runId: string; interrupts: Interrupt[] } | null;
   /** End a pause without answers: each waiting call gets "The user declined to answer ...". */
   cancelPause(runId: string, options?: { reason?: string | null }): Promise<void>;
+  /** A handle on a Run the view knows (RUN_NOT_FOUND otherwise); any run id when write-only. */
   run(runId: string): ClientRun;
   onState(fn: (state: ConnectionState) => void): () => void;
   on(event: "state", fn: (state: ConnectionState) => void): () => void;

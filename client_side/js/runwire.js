@@ -85,6 +85,7 @@ const ABORTED = "ABORTED";
 const PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
 const EPOCH_MISMATCH = "EPOCH_MISMATCH";
 const RATE_LIMITED = "RATE_LIMITED";
+const NOT_ATTACHED = "NOT_ATTACHED";
 /** Ms before a refused publish goes again when the relay names no `retry_after` (doubling). */
 const RATE_LIMIT_BACKOFF_FIRST = 50;
 /** The longest such wait. */
@@ -1479,6 +1480,8 @@ export class ConversationTree {
  * `attached` and `deliver` frame fold into its tree in serial order; every event the tree reports
  * goes to the session's bookkeeping, then to the `on()` callbacks of its kind, then to every open
  * `events()` iterator. Serials the view holds are skipped, so a resume never shows a message twice.
+ * The view of a write-only session (`connect(..., {subscribe: false})`) is never fed: every
+ * reading method and event subscription throws RunwireError(NOT_ATTACHED) at once.
  */
 export class View {
   /**
@@ -1499,10 +1502,22 @@ export class View {
     /** @type {Set<() => void>} */ this._changed = new Set();
     /** @type {Promise<number> | null} */ this._older = null;
     this._closed = false;
+    this._writeOnly = false;
+  }
+
+  /** False for the view of a write-only session: it is never fed, and reading it throws NOT_ATTACHED. */
+  get readable() {
+    return !this._writeOnly;
+  }
+
+  /** @param {string} what */
+  _checkReadable(what) {
+    if (this._writeOnly) throw writeOnlyError(this.sessionId, what);
   }
 
   /** The underlying conversation tree (read it; do not fold into it). */
   get tree() {
+    this._checkReadable("view.tree");
     return this._tree;
   }
 
@@ -1518,31 +1533,37 @@ export class View {
 
   /** The active branch of the conversation, oldest first. @returns {ViewMessage[]} */
   getMessages() {
+    this._checkReadable("view.getMessages()");
     return this._tree.messages();
   }
 
   /** Prompts of queued Runs (not yet in `getMessages()`), oldest first. @returns {ViewMessage[]} */
   waiting() {
+    this._checkReadable("view.waiting()");
     return this._tree.waiting();
   }
 
   /** Every Run the view knows, with its status. @returns {RunInfo[]} */
   runs() {
+    this._checkReadable("view.runs()");
     return this._tree.runs();
   }
 
   /** One Run, or null if the view has not seen it. @param {string} runId */
   run(runId) {
+    this._checkReadable("view.run()");
     return this._tree.run(runId);
   }
 
   /** True while the session has entries older than the view holds. */
   hasOlder() {
+    this._checkReadable("view.hasOlder()");
     return this._hasOlder;
   }
 
   /** Ids of a message's alternatives (its siblings, itself included), oldest first. @param {string} messageId */
   branches(messageId) {
+    this._checkReadable("view.branches()");
     return this._tree.branches(messageId);
   }
 
@@ -1551,6 +1572,7 @@ export class View {
    * view, then an "added" one for each it brings into view. @param {string} messageId
    */
   selectBranch(messageId) {
+    this._checkReadable("view.selectBranch()");
     this._dispatch(this._tree.selectBranch(messageId));
   }
 
@@ -1560,6 +1582,7 @@ export class View {
    * @param {number} [limit] @returns {Promise<number>}
    */
   loadOlder(limit = 50) {
+    if (this._writeOnly) return Promise.reject(writeOnlyError(this.sessionId, "view.loadOlder()"));
     if (!(limit >= 1)) return Promise.reject(new RunwireError(VALIDATION_ERROR, "limit must be at least 1"));
     const previous = this._older || Promise.resolve(0);
     const next = previous.catch(() => 0).then(async () => {
@@ -1583,6 +1606,7 @@ export class View {
    * @returns {() => void}
    */
   on(event, callback) {
+    this._checkReadable("view.on()");
     const set = this._callbacks[event];
     if (set === undefined) {
       throw new RunwireError(VALIDATION_ERROR, `unknown view event ${JSON.stringify(event)}; expected one of ${EVENT_KINDS.join(", ")}`);
@@ -1599,6 +1623,7 @@ export class View {
    * @returns {AsyncIterableIterator<TreeEvent>}
    */
   events() {
+    this._checkReadable("view.events()");
     /** @type {TreeEvent[]} */
     const buffer = [];
     /** @type {((r: IteratorResult<TreeEvent>) => void) | null} */
@@ -1851,7 +1876,13 @@ export class ClientRun {
    * starts it, and so on. @returns {RunStatus}
    */
   get status() {
+    this._checkReadable("ClientRun.status");
     return this._session.view.run(this.runId)?.status ?? "pending";
+  }
+
+  /** @param {string} what */
+  _checkReadable(what) {
+    if (!this._session.subscribe) throw writeOnlyError(this._session.sessionId, what);
   }
 
   /**
@@ -1860,6 +1891,7 @@ export class ClientRun {
    * @returns {UIMessage[]}
    */
   get queued() {
+    this._checkReadable("ClientRun.queued");
     return this._untaken()
       .filter((d) => !d._outcome.settled || d._outcome.value?.runTerminalReason === "error")
       .map((d) => d.message);
@@ -1867,6 +1899,7 @@ export class ClientRun {
 
   /** Queued messages of this Run an input check refused, oldest first, with the error. @returns {Refused[]} */
   get refused() {
+    this._checkReadable("ClientRun.refused");
     return this._session.view.tree.refusals(this.runId).map((r) => this._session._refused(r));
   }
 
@@ -1908,7 +1941,7 @@ export class ClientRun {
     if (msg.metadata.queued !== intent) msg = { ...msg, metadata: { ...msg.metadata, queued: intent } };
     const delivery = new Delivery(msg, this.runId, intent);
     this._deliveries.push(delivery);
-    const info = session.view.run(this.runId);
+    const info = session.subscribe ? session.view.run(this.runId) : null;
     if (info !== null && TERMINAL.includes(info.status)) {
       delivery._fail(
         new RunwireError(RUN_NOT_ACTIVE, `run ${JSON.stringify(this.runId)} already ended (${info.status})`, {
@@ -1941,6 +1974,7 @@ export class ClientRun {
    * @returns {Promise<RunResult>}
    */
   async result() {
+    this._checkReadable("ClientRun.result()");
     const info = await this._session.view._until(() => {
       const i = this._session.view.run(this.runId);
       if (i === null) this._session._checkLost(this.runId, this._resets);
@@ -1967,6 +2001,8 @@ export class ClientRun {
   async cancel(options = {}) {
     const { reason, wait = true, timeout = 30000 } = options;
     await this._session.cancel(this.runId, { reason, wait, timeout });
+    // Write-only: which messages the Run took cannot be seen from here.
+    if (!this._session.subscribe) return [];
     return this._untaken().map((d) => d.message);
   }
 }
@@ -1986,6 +2022,18 @@ function denied(denial) {
     client_id: denial.clientId,
     user_id: denial.userId,
   });
+}
+
+/**
+ * The NOT_ATTACHED error for reading a session connected with `subscribe: false`.
+ * @param {string} sessionId @param {string} what
+ */
+function writeOnlyError(sessionId, what) {
+  return new RunwireError(
+    NOT_ATTACHED,
+    `${what} reads session ${JSON.stringify(sessionId)}, which was connected with subscribe: false (write-only: it publishes without attaching and never sees the session's entries)`,
+    { session_id: sessionId, subscribe: false },
+  );
 }
 
 /** @param {string} messageId @param {number} [serial] */
@@ -2011,6 +2059,11 @@ function reused(messageId, serial) {
  *   connect but a first one that has `token`, so a token the relay expires (close 4003) is
  *   replaced and the session resumes.
  * @property {number} [historyLimit] The size of the first page (1 to 1000, default 100).
+ * @property {boolean} [subscribe] false: a write-only session, for a token with rights in the
+ *   session but not 'subscribe' (default true). It connects without attaching; send, steering,
+ *   cancel, resume and cancelPause publish and resolve from their acks; whatever reads the
+ *   session (the view, `run.result()`, `status`, `queued`, `refused`, a Delivery's `outcome`,
+ *   `cancel` with `wait`, `pausedRun()`) throws or rejects NOT_ATTACHED at once.
  * @property {(refused: Refused) => void} [onRefusedMessage] Called the moment an input check (the
  *   relay's or the agent's) refuses a queued message of the session (not for refusals in the
  *   history the session starts with).
@@ -2037,7 +2090,9 @@ const OPEN = 1;
  * One session on a relay, seen and driven by a client: one self-healing WebSocket. Every time the
  * socket comes up it attaches (the first time for the newest page, afterwards from the newest
  * serial the view holds, with the epoch), then re-sends every request still waiting for a reply;
- * entry ids make the re-sends safe. Made by `connect()`.
+ * entry ids make the re-sends safe. Made by `connect()`. A write-only session (`subscribe:
+ * false`) never attaches: see ConnectOptions.subscribe; without a view a prompt names no parent
+ * and a reused message id cannot be told from a re-sent publish (give each message a fresh id).
  */
 export class Session {
   /** @param {string} url @param {string} sessionId @param {ConnectOptions} [options] */
@@ -2046,8 +2101,18 @@ export class Session {
     if (!(historyLimit >= 1 && historyLimit <= 1000)) {
       throw new RunwireError(VALIDATION_ERROR, "historyLimit must be between 1 and 1000");
     }
+    const subscribe = options.subscribe ?? true;
+    if (typeof subscribe !== "boolean") throw new RunwireError(VALIDATION_ERROR, "subscribe must be a boolean");
+    if (!subscribe && options.onRefusedMessage) {
+      throw new RunwireError(
+        VALIDATION_ERROR,
+        "a session connected with subscribe: false never sees refusals: onRefusedMessage is not taken (a refused publish rejects with its error)",
+      );
+    }
     this.url = url;
     this.sessionId = sessionId;
+    /** False for a write-only session (it never attaches). */
+    this.subscribe = subscribe;
     this.agent = options.agent || "default";
     this.historyLimit = historyLimit;
     /** @type {string | null} The client id the relay stamps on this client's entries (known once connected). */
@@ -2066,6 +2131,7 @@ export class Session {
       throw new RunwireError(VALIDATION_ERROR, "no WebSocket class: pass options.WebSocket");
     }
     this.view = new View(sessionId, (before, limit) => this._fetchOlder(before, limit));
+    this.view._writeOnly = !subscribe;
     this.view._hooks.push((event) => this._onEvent(event));
     /** @type {WebSocket | null} */ this._ws = null;
     this._ready = false;
@@ -2113,7 +2179,7 @@ export class Session {
     };
   }
 
-  /** True while the socket is up and attached. */
+  /** True while the socket is up and attached (up, for a write-only session). */
   get connected() {
     return this._ready;
   }
@@ -2184,10 +2250,10 @@ export class Session {
     }
     if (signal && signal.aborted) throw new RunwireError(ABORTED, "the send's signal was aborted; nothing was sent");
     const msg = asMessage(message);
-    if (this.view.tree.message(msg.id) !== null) throw reused(msg.id);
+    if (this.subscribe && this.view.tree.message(msg.id) !== null) throw reused(msg.id);
     const runId = newId();
     const effective = multitask || this._defaultMultitask || "alongside";
-    if (parentId === null && (effective === "alongside" || effective === "reject")) {
+    if (this.subscribe && parentId === null && (effective === "alongside" || effective === "reject")) {
       const tail = this.view.getMessages();
       if (tail.length) parentId = tail[tail.length - 1].message.id;
     }
@@ -2198,7 +2264,7 @@ export class Session {
     if (parentRunId !== undefined && parentRunId !== null) entry.parent_run_id = parentRunId;
     if (threadAccess !== undefined && threadAccess !== null) entry.thread_access = threadAccess;
     const ack = await this._publish(entry);
-    if (ack.duplicate && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
+    if (ack.duplicate && this.subscribe && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
     if (signal) {
       // Aborted while the prompt was being published: no "abort" event comes any more.
       if (signal.aborted) this._cancelSoon(runId);
@@ -2220,6 +2286,7 @@ export class Session {
    */
   async cancel(runId, options = {}) {
     const { reason, wait = false, timeout = 30000 } = options;
+    if (wait && !this.subscribe) throw writeOnlyError(this.sessionId, "cancel({wait: true})");
     /** @type {Entry} */
     const entry = { kind: "cancel", id: newId(), run_id: runId };
     if (reason !== undefined && reason !== null) entry.reason = reason;
@@ -2245,6 +2312,7 @@ export class Session {
 
   /** The oldest Run that waits on questions, with them; null if none. @returns {{runId: string, interrupts: Interrupt[]} | null} */
   pausedRun() {
+    if (!this.subscribe) throw writeOnlyError(this.sessionId, "pausedRun()");
     for (const info of this.view.runs()) {
       const questions = this.view.tree.interrupts(info.runId);
       if (questions.length) return { runId: info.runId, interrupts: questions };
@@ -2304,7 +2372,7 @@ export class Session {
 
   /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId */
   _cancelSoon(runId) {
-    const info = this.view.run(runId);
+    const info = this.subscribe ? this.view.run(runId) : null;
     if (this._closed || (info !== null && TERMINAL.includes(info.status))) return;
     this.cancel(runId, { reason: "the send's signal was aborted" }).catch((err) => {
       console.warn(`runwire: cancelling run ${runId} after its signal fired failed:`, err);
@@ -2317,6 +2385,8 @@ export class Session {
    * @param {string} runId @returns {ClientRun}
    */
   run(runId) {
+    // Write-only: no view to check; the relay refuses what does not fit the Run.
+    if (!this.subscribe) return new ClientRun(this, runId, null);
     if (this.view.run(runId) === null) {
       throw new RunwireError(RUN_NOT_FOUND, `the view has no run ${JSON.stringify(runId)}`, { run_id: runId });
     }
@@ -2472,7 +2542,8 @@ export class Session {
         this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
         if (Number.isInteger(frame.max_frame_bytes) && frame.max_frame_bytes > 0) this._maxFrameBytes = frame.max_frame_bytes;
         this._connects += 1;
-        this._attach(ws, timer);
+        if (this.subscribe) this._attach(ws, timer);
+        else this._up(ws, timer);
         return;
       }
       this._onFrame(frame);
@@ -2515,13 +2586,7 @@ export class Session {
           this._afterReset();
         } else this.view._resumed(reply.entries, reply.head);
         this._epoch = reply.epoch;
-        this._attempt = 0;
-        this._ready = true;
-        this._first.resolve(this);
-        this._emit("connected");
-        for (const p of [...this._pending.values()]) {
-          if (p.sentOn !== this._connects) this._send(p);
-        }
+        this._up(ws, timer);
       },
       reject: (error) => {
         if (this._ws !== ws) return;
@@ -2533,6 +2598,22 @@ export class Session {
         ws.close();
       },
     });
+  }
+
+  /**
+   * The socket is ready (welcomed, and attached unless write-only): re-send what waits.
+   * @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer
+   */
+  _up(ws, timer) {
+    if (this._ws !== ws) return;
+    clearTimeout(timer);
+    this._attempt = 0;
+    this._ready = true;
+    this._first.resolve(this);
+    this._emit("connected");
+    for (const p of [...this._pending.values()]) {
+      if (p.sentOn !== this._connects) this._send(p);
+    }
   }
 
   /** @param {Record<string, any>} frame */
@@ -2682,6 +2763,13 @@ export class Session {
         reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
         break;
       } catch (err) {
+        if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
+          throw new RunwireError(
+            NOT_ATTACHED,
+            `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
+            { ...err.details, session_id: this.sessionId, subscribe: false },
+          );
+        }
         if (!(err instanceof RunwireError) || err.code !== RATE_LIMITED) throw err;
         const now = Date.now();
         if (refusedAt === null) refusedAt = now;
@@ -2753,8 +2841,15 @@ export class Session {
     const id = delivery.message.id;
     if (!this._deliveries.has(id)) this._deliveries.set(id, []);
     /** @type {Delivery[]} */ (this._deliveries.get(id)).push(delivery);
+    // Write-only: the outcome is told by entries this session never sees.
+    if (!this.subscribe) delivery._outcome.reject(writeOnlyError(this.sessionId, "Delivery.outcome"));
     this._publish(entry).then(
       (ack) => {
+        if (!this.subscribe) {
+          delivery._published.resolve({ serial: ack.serial });
+          this._forget(delivery);
+          return;
+        }
         if (ack.duplicate) {
           if (!this._isOwn(id, delivery.runId, delivery.intent)) {
             delivery._fail(reused(id, ack.serial));
@@ -2768,6 +2863,11 @@ export class Session {
         delivery._published.resolve({ serial: ack.serial });
       },
       (err) => {
+        if (!this.subscribe) {
+          delivery._published.reject(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
+          this._forget(delivery);
+          return;
+        }
         const late = err instanceof RunwireError ? endedBeforeStored(id, delivery.runId, err.code, err.details) : null;
         if (late !== null) {
           // The Run ended before the relay got it: never published, never seen.

@@ -54,6 +54,11 @@ export class FakeRelay {
     for (const ws of [...this.sockets]) ws._drop(code, reason);
   }
 
+  /** A connection whose token may publish but not attach (`readers` set and without it). */
+  _writeOnly(ws) {
+    return this.readers !== null && !this.readers.has(new URL(ws.url).searchParams.get("token"));
+  }
+
   _handle(ws, frame) {
     this.received.push(frame);
     if (frame.type === "hello") {
@@ -87,6 +92,12 @@ export class FakeRelay {
       ws._attached = frame.session_id;
       ws._deliver({ type: "attached", req: frame.req, session_id: frame.session_id, epoch: this.epoch, head: this.head, entries, has_older: hasOlder, reset });
     } else if (frame.type === "publish") {
+      if (ws._attached !== frame.session_id && !this._writeOnly(ws)) {
+        // As the relay: only a token that may not read the session publishes unattached.
+        const error = { code: "NOT_ATTACHED", message: `attach to '${frame.session_id}' first`, details: { session_id: frame.session_id } };
+        ws._deliver({ type: "error", req: frame.req, error });
+        return;
+      }
       if (ws.swallowNextAck) {
         ws.swallowNextAck = false;
         this.publish(frame.entry, ws._clientId);
