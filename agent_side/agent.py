@@ -32,7 +32,7 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-from transport.asyncio.connection import Connection, TokenProvider
+from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.checks import Check
 from transport.errors import RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Dispatch, Worker
@@ -68,13 +68,17 @@ class Agent:
         history: bool = True,
         save_interrupted_reply: bool = True,
         durable: bool = False,
+        rate_limit_wait: float = RATE_LIMIT_WAIT,
+        store_wait: float = STORE_WAIT,
     ) -> None:
         """A worker of agent ``name``; the keyword options are the ``RunOptions`` of its Runs.
 
         ``max_in_flight`` is how many appends of one reply may wait for the
         relay's acknowledgement at once (as for ``connect()``); it does not
         limit Runs: a worker takes every Run the relay hands it, in any number
-        of sessions. Raises ``ValueError`` for a bad option.
+        of sessions. ``rate_limit_wait`` and ``store_wait`` bound how long a
+        publish refused ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again (as
+        for ``connect()``). Raises ``ValueError`` for a bad option.
         """
         self.url = url
         self.name = name
@@ -97,6 +101,8 @@ class Agent:
             client_id=client_id,
             on_dispatch=self._on_dispatch,
             after_connect=self._register,
+            rate_limit_wait=rate_limit_wait,
+            store_wait=store_wait,
         )
         self._taken: set[tuple[str, str]] = set()
         self._again: dict[tuple[str, str], Dispatch] = {}

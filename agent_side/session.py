@@ -35,9 +35,9 @@ import anyio
 import anyio.abc
 from pydantic import ValidationError
 
-from transport.asyncio.connection import Connection, TokenProvider
+from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.checks import Check
-from transport.errors import STORE_UNAVAILABLE, UNAUTHORIZED, VALIDATION_ERROR, RunwireError
+from transport.errors import UNAUTHORIZED, VALIDATION_ERROR, RunwireError
 from transport.frames import (
     Attach,
     Attached,
@@ -79,10 +79,6 @@ _END_REASONS: dict[str, EndReason] = {
 
 ATTACH_LIMIT = 200
 """Entries of the newest page a first attach asks for."""
-STORE_RETRY_FIRST = 0.1
-"""Seconds before a publish the relay's store refused (``STORE_UNAVAILABLE``) goes again."""
-STORE_RETRY_MAX = 2.0
-"""The longest wait between two such repeats."""
 
 EventCallback = Callable[[Any], object]
 
@@ -476,33 +472,19 @@ class AgentSession:
             del self._runs[run.run_id]
 
     async def _publish(self, entry: EntryBody) -> None:
-        """Publish one entry; one the relay's store could not take is published again.
+        """Publish one entry; returns once the relay acknowledged it.
 
-        A ``STORE_UNAVAILABLE`` refusal (Redis away or out of memory) may or may not
-        have been stored, so the same entry (same id: the relay de-duplicates it) is
-        sent again after ``STORE_RETRY_FIRST`` seconds, doubling up to
-        ``STORE_RETRY_MAX``, until the relay answers otherwise. Without it the
-        worker's Run could not even be ended and stayed active for good.
+        A publish the relay's store refused (``STORE_UNAVAILABLE``: Redis away or out of
+        memory; it may or may not have been stored) goes again with the same id (the
+        relay de-duplicates it), before anything published after it, for up to the
+        connection's ``store_wait`` seconds (``Connection.request``); then that error is
+        raised, so a Run never hangs on a store that does not come back.
         """
         if isinstance(entry, RunEntry):
             self._own.add(entry.id)
-        delay = STORE_RETRY_FIRST
-        while not await self._try_publish(entry):
-            await anyio.sleep(delay)
-            delay = min(delay * 2, STORE_RETRY_MAX)
-
-    async def _try_publish(self, entry: EntryBody) -> bool:
-        """One publish: True once acknowledged, False if the store was unavailable."""
         if self.error is not None:
             raise self.error
-        try:
-            await self._link.conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
-        except RunwireError as exc:
-            if exc.code != STORE_UNAVAILABLE:
-                raise
-            log.info("publishing %s again: %s", entry.id, exc)
-            return False
-        return True
+        await self._link.conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
 
     def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         self._link.spawn(fn, *args)
@@ -538,6 +520,8 @@ class _Link:
         client_id: str | None = None,
         on_dispatch: Callable[[Dispatch], None] | None = None,
         after_connect: Callable[[Connection], Awaitable[None]] | None = None,
+        rate_limit_wait: float = RATE_LIMIT_WAIT,
+        store_wait: float = STORE_WAIT,
     ) -> None:
         self.sessions: dict[str, AgentSession] = {}
         self.conn = Connection(
@@ -548,6 +532,8 @@ class _Link:
             token_provider=token_provider,
             on_frame=self._on_frame,
             on_connect=self._on_connect,
+            rate_limit_wait=rate_limit_wait,
+            store_wait=store_wait,
         )
         self._on_dispatch = on_dispatch
         self._after_connect = after_connect
@@ -704,6 +690,8 @@ async def connect(
     history: bool | None = None,
     save_interrupted_reply: bool | None = None,
     durable: bool | None = None,
+    rate_limit_wait: float = RATE_LIMIT_WAIT,
+    store_wait: float = STORE_WAIT,
 ) -> AsyncIterator[AgentSession]:
     """Attach to one session as an agent until the block exits (explicit mode).
 
@@ -713,9 +701,19 @@ async def connect(
     ``max_in_flight`` is how many appends a ``pipe()`` may have
     unacknowledged. Raises ``RunwireError`` if the relay cannot be reached or
     refuses, ``ValueError`` for a bad option. ``token_provider`` (plain or
-    async) gives a fresh token on each reconnect.
+    async) gives a fresh token on each reconnect. A publish the relay refuses
+    ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order, for up to
+    ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
+    refusal; then the error is raised (``pipe()`` returns ``reason="error"``).
     """
-    link = _Link(url, token=token, token_provider=token_provider, client_id=client_id)
+    link = _Link(
+        url,
+        token=token,
+        token_provider=token_provider,
+        client_id=client_id,
+        rate_limit_wait=rate_limit_wait,
+        store_wait=store_wait,
+    )
     options = RunOptions().merge(
         queue=queue,
         input_checks=input_checks,

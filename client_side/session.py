@@ -15,7 +15,9 @@ from the page.
 
 Publishing (``send``, ``cancel``, steering) goes through ``Connection.request``,
 which re-sends after a reconnect; entry ids make that safe (the relay drops a
-repeated id and acknowledges the original serial).
+repeated id and acknowledges the original serial). A publish refused
+``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again there too, in the order the
+publishes were made, for up to ``rate_limit_wait`` / ``store_wait`` seconds.
 
 Multitasking. ``send(message, multitask=...)`` names the strategy; the relay
 decides atomically and refuses with ``THREAD_BUSY`` / ``THREAD_ACCESS_DENIED``
@@ -60,7 +62,13 @@ import anyio
 import anyio.abc
 
 from transport.asyncio.abort import AbortSignal
-from transport.asyncio.connection import CONNECTION_CLOSED, Connection, TokenProvider
+from transport.asyncio.connection import (
+    CONNECTION_CLOSED,
+    RATE_LIMIT_WAIT,
+    STORE_WAIT,
+    Connection,
+    TokenProvider,
+)
 from transport.errors import (
     ABORTED,
     CANCEL_DENIED,
@@ -115,6 +123,8 @@ def connect(
     history_limit: int = 100,
     on_refused_message: Callable[[Refused], object] | None = None,
     subscribe: bool = True,
+    rate_limit_wait: float = RATE_LIMIT_WAIT,
+    store_wait: float = STORE_WAIT,
 ) -> ClientSession:
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
 
@@ -133,6 +143,11 @@ def connect(
     session but not ``subscribe``; it publishes, and whatever reads the session
     raises ``RunwireError(NOT_ATTACHED)`` at once. It takes no
     ``on_refused_message`` (``VALIDATION_ERROR``): it never sees refusals.
+
+    A publish (``send``, steering, ``cancel``, ...) the relay refuses ``RATE_LIMITED``
+    or ``STORE_UNAVAILABLE`` goes again, in the order they were made, for up to
+    ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
+    refusal; then it raises that error.
     """
     return ClientSession(
         url,
@@ -144,6 +159,8 @@ def connect(
         history_limit=history_limit,
         on_refused_message=on_refused_message,
         subscribe=subscribe,
+        rate_limit_wait=rate_limit_wait,
+        store_wait=store_wait,
     )
 
 
@@ -162,6 +179,8 @@ class ClientSession:
         history_limit: int = 100,
         on_refused_message: Callable[[Refused], object] | None = None,
         subscribe: bool = True,
+        rate_limit_wait: float = RATE_LIMIT_WAIT,
+        store_wait: float = STORE_WAIT,
     ) -> None:
         if not 1 <= history_limit <= 1000:
             raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
@@ -188,6 +207,8 @@ class ClientSession:
             token_provider=token_provider,
             on_frame=self._on_frame,
             on_connect=self._on_connect,
+            rate_limit_wait=rate_limit_wait,
+            store_wait=store_wait,
         )
         self._epoch: str | None = None
         self._resets = 0  # how many resets rebuilt the view (a Run one lost fails its waits)

@@ -20,12 +20,26 @@ Rate limits. A publish the relay refuses ``RATE_LIMITED`` (more than its
 entry id (so the relay's de-duplication makes it safe) after the relay's
 ``details["retry_after"]`` seconds, or, when it names none, a backoff with
 jitter from 50 ms doubling up to 2 s. Order is kept: a refused publish waits in
-line (``_held``) and no publish issued after it is sent until it went again
-(the relay, for its part, refuses the connection's later publishes until the
-refused one comes back). A publish gives up when going again would take it
-past ``rate_limit_wait`` seconds (``RATE_LIMIT_WAIT``, 30) since its first
-refusal: ``request`` raises the relay's ``RATE_LIMITED`` error, and the
-publishes behind it go on.
+line (``_held``, where it stays while it goes again) and no publish issued
+after it is sent until it was taken (the relay, for its part, refuses the
+connection's later publishes until the refused one comes back). A publish
+gives up when going again would take it past ``rate_limit_wait`` seconds
+(``RATE_LIMIT_WAIT``, 30) since its first refusal: ``request`` raises the
+relay's ``RATE_LIMITED`` error, and the publishes behind it go on.
+
+Store outages. A publish refused ``STORE_UNAVAILABLE`` (the relay's store, SQLite or
+Redis, cannot take writes; the entry may or may not have been stored) goes again in the
+same lane, with the same entry id, after a backoff with jitter from 0.1 s doubling up to
+2 s (``STORE_RETRY_FIRST``, ``STORE_RETRY_MAX``). A refused publish stays in line while
+it goes again, so nothing issued after it is sent before its answer came: once the
+store is back the connection's publishes are stored each once, in the order they were
+issued. It gives up when going again would take it past ``store_wait`` seconds
+(``STORE_WAIT``, 60) since its first such refusal: ``request`` raises the relay's
+``STORE_UNAVAILABLE``. Then the publishes that were refused behind it raise it too
+instead of going again (none overtakes it), and a publish refused ``STORE_UNAVAILABLE``
+raises at once until one is taken again, so an agent's Run gets the error (``pipe()``
+returns ``reason="error"``, ``end()`` raises) after one ``store_wait``, not one per
+publish.
 
 Tokens. ``token`` is sent as ``Authorization: Bearer``. ``token_provider``
 (a plain or async callable returning a token) is asked for a fresh one before
@@ -61,6 +75,7 @@ from ..errors import (
     CLOSE_CODES,
     PAYLOAD_TOO_LARGE,
     RATE_LIMITED,
+    STORE_UNAVAILABLE,
     TOKEN_EXPIRED,
     UNAUTHORIZED,
     CloseCode,
@@ -68,7 +83,7 @@ from ..errors import (
 )
 from ..frames import Error, Hello, Publish, RelayFrame, Welcome
 
-__all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "Connection", "TokenProvider"]
+__all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "STORE_WAIT", "Connection", "TokenProvider"]
 
 log = logging.getLogger("runwire.connection")
 
@@ -85,6 +100,13 @@ RATE_LIMIT_BACKOFF_FIRST = 0.05
 """Seconds before a refused publish goes again when the relay names no ``retry_after``."""
 RATE_LIMIT_BACKOFF_MAX = 2.0
 """The longest such wait (it doubles from ``RATE_LIMIT_BACKOFF_FIRST``, with jitter)."""
+STORE_WAIT = 60.0
+"""Seconds a publish refused ``STORE_UNAVAILABLE`` keeps going again before the error is raised."""
+STORE_RETRY_FIRST = 0.1
+"""Seconds (at most; with jitter) before a publish refused ``STORE_UNAVAILABLE`` goes again."""
+STORE_RETRY_MAX = 2.0
+"""The longest such wait (it doubles from ``STORE_RETRY_FIRST``, with jitter)."""
+_RETRIED = frozenset({RATE_LIMITED, STORE_UNAVAILABLE})
 
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 """The largest frame a request may be before the relay's welcome says its own limit."""
@@ -122,6 +144,7 @@ class Connection:
         backoff_max: float = 5.0,
         open_timeout: float = 10.0,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
+        store_wait: float = STORE_WAIT,
     ) -> None:
         self.url = url
         self.client_id = client_id
@@ -135,6 +158,7 @@ class Connection:
         self.backoff_max = backoff_max
         self.open_timeout = open_timeout
         self.rate_limit_wait = rate_limit_wait
+        self.store_wait = store_wait
         self.welcome: Welcome | None = None
         self.connects = 0
         self._ws: ClientConnection | None = None
@@ -152,6 +176,7 @@ class Connection:
         self._publish_seq = 0
         self._held: list[int] = []  # publishes refused RATE_LIMITED, to go again in this order
         self._lane_changed = asyncio.Event()
+        self._store_gave_up = False  # a publish gave up on the store; none was taken since
 
     # ------------------------------------------------------------ public --
 
@@ -204,62 +229,79 @@ class Connection:
     async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
         """Send a request frame and return its reply; raise ``RunwireError`` on an error reply.
 
-        A publish the relay refuses ``RATE_LIMITED`` goes again, in order (see the module
-        docstring), until it is taken or ``rate_limit_wait`` seconds passed since its first
-        refusal: then that error is raised.
+        A publish the relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in
+        order (see the module docstring), until it is taken or ``rate_limit_wait`` (or
+        ``store_wait``) seconds passed since its first such refusal: then that error is raised.
         """
         if not isinstance(frame, Publish):
             return await self._exchange(frame, wait_ready)
         self._publish_seq += 1
         seq = self._publish_seq
-        refused_at: float | None = None
         refusal: RunwireError | None = None
+        since = 0.0  # when the first refusal of ``refusal``'s code came
         attempt = 0
-        while True:
-            await self._turn(seq, refused_at, refusal)
-            try:
-                return await self._exchange(frame, wait_ready)
-            except RunwireError as exc:
-                if exc.code != RATE_LIMITED:
-                    raise
-                now = time.monotonic()
-                refused_at = now if refused_at is None else refused_at
-                refusal = exc
-                delay = self._rate_limit_delay(exc, attempt)
-                attempt += 1
-                if now + delay - refused_at > self.rate_limit_wait:
-                    raise
-                log.debug("publish refused %s; again in %.3f s", exc, delay)
-                bisect.insort(self._held, seq)
+        try:
+            while True:
+                await self._turn(seq, refusal, since)
                 try:
+                    reply = await self._exchange(frame, wait_ready)
+                except RunwireError as exc:
+                    if exc.code not in _RETRIED:
+                        raise
+                    now = time.monotonic()
+                    if refusal is None or refusal.code != exc.code:
+                        since, attempt = now, 0
+                    refusal = exc
+                    store = exc.code == STORE_UNAVAILABLE
+                    if store and self._store_gave_up:
+                        raise  # the store stayed away a whole ``store_wait`` already
+                    delay = self._retry_delay(exc, attempt)
+                    attempt += 1
+                    if now + delay - since > self._wait_for(exc):
+                        if store:
+                            self._store_gave_up = True
+                        raise
+                    log.debug("publish refused %s; again in %.3f s", exc, delay)
+                    if seq not in self._held:
+                        bisect.insort(self._held, seq)
                     await anyio.sleep(delay)
-                except BaseException:
-                    self._let_go(seq)
-                    raise
-                # Still held: its next turn sends it once every earlier refused one went.
+                    continue  # still held: nothing after it goes until it went again
+                self._store_gave_up = False
+                return reply
+        finally:
+            if refusal is not None:
+                self._let_go(seq)
 
-    async def _turn(self, seq: int, refused_at: float | None, refusal: RunwireError | None) -> None:
+    def _wait_for(self, refusal: RunwireError) -> float:
+        """Seconds a publish refused so keeps going again (from its first such refusal)."""
+        return self.store_wait if refusal.code == STORE_UNAVAILABLE else self.rate_limit_wait
+
+    async def _turn(self, seq: int, refusal: RunwireError | None, since: float) -> None:
         """Wait until publish ``seq`` may go: no publish refused before it waits to go again.
 
-        A refused one (in ``_held``) goes when it is the first there; it gives up (raises
-        the refusal) when ``rate_limit_wait`` since its first refusal ran out meanwhile.
+        A refused one (in ``_held``) stays there while it goes again, so the publishes
+        behind it wait for its answer; it goes when it is the first there. It gives up
+        (raises its refusal) when its wait (``rate_limit_wait`` or ``store_wait`` since
+        its first refusal) ran out meanwhile, or, refused ``STORE_UNAVAILABLE``, when
+        another publish gave up on the store since: what waited behind that one does not
+        overtake it.
         """
-        deadline = None if refused_at is None else refused_at + self.rate_limit_wait
-        try:
-            while self._held and self._held[0] < seq:
-                if self._fatal is not None:
-                    raise self._fatal
-                if self._closed:
-                    raise RunwireError(CONNECTION_CLOSED, "connection closed")
-                changed = self._lane_changed
-                timeout = None if deadline is None else deadline - time.monotonic()
-                if timeout is not None and timeout <= 0 and refusal is not None:
-                    raise refusal
-                with anyio.move_on_after(timeout):
-                    await changed.wait()
-        finally:
-            if refused_at is not None:
-                self._let_go(seq)
+        deadline = None if refusal is None else since + self._wait_for(refusal)
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            if self._closed:
+                raise RunwireError(CONNECTION_CLOSED, "connection closed")
+            if refusal is not None and refusal.code == STORE_UNAVAILABLE and self._store_gave_up:
+                raise refusal
+            if not (self._held and self._held[0] < seq):
+                return
+            changed = self._lane_changed
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0 and refusal is not None:
+                raise refusal
+            with anyio.move_on_after(timeout):
+                await changed.wait()
 
     def _let_go(self, seq: int) -> None:
         """Take ``seq`` off the refused publishes and wake the ones behind it."""
@@ -267,6 +309,16 @@ class Connection:
             self._held.remove(seq)
         self._lane_changed.set()
         self._lane_changed = asyncio.Event()
+
+    @classmethod
+    def _retry_delay(cls, exc: RunwireError, attempt: int) -> float:
+        """Before a refused publish goes again: for ``STORE_UNAVAILABLE`` a backoff with
+        jitter from ``STORE_RETRY_FIRST`` doubling up to ``STORE_RETRY_MAX``; for
+        ``RATE_LIMITED`` see ``_rate_limit_delay``."""
+        if exc.code == STORE_UNAVAILABLE:
+            cap = min(STORE_RETRY_MAX, STORE_RETRY_FIRST * (2 ** min(attempt, 16)))
+            return random.uniform(cap / 2, cap)
+        return cls._rate_limit_delay(exc, attempt)
 
     @staticmethod
     def _rate_limit_delay(exc: RunwireError, attempt: int) -> float:
