@@ -387,6 +387,12 @@ export interface ConnectOptions {
    * order first sent) before it rejects with that error (default 30000).
    */
   rateLimitWait?: number;
+  /**
+   * Ms a publish refused STORE_UNAVAILABLE (the relay's store cannot take writes) keeps going
+   * again (same entry id, in the order first sent) before it rejects with that error (default
+   * 60000); the publishes refused behind it reject with it too.
+   */
+  storeWait?: number;
   /** A WebSocket class (default: the global one). */
   WebSocket?: typeof WebSocket;
 }

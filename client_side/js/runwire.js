@@ -90,6 +90,13 @@ const NOT_ATTACHED = "NOT_ATTACHED";
 const RATE_LIMIT_BACKOFF_FIRST = 50;
 /** The longest such wait. */
 const RATE_LIMIT_BACKOFF_MAX = 2000;
+const STORE_UNAVAILABLE = "STORE_UNAVAILABLE";
+/** Ms (at most; with jitter) before a publish refused STORE_UNAVAILABLE goes again (doubling). */
+const STORE_RETRY_FIRST = 100;
+/** The longest such wait. */
+const STORE_RETRY_MAX = 2000;
+/** The refusals a publish goes again after. */
+const RETRIED = new Set([RATE_LIMITED, STORE_UNAVAILABLE]);
 /** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
 export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
 const THREAD_ACCESS = ["own", "shared"];
@@ -177,6 +184,17 @@ function rateLimitDelay(error, attempt) {
   const after = error.details ? error.details.retry_after : undefined;
   if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after * 1000;
   const cap = Math.min(RATE_LIMIT_BACKOFF_MAX, RATE_LIMIT_BACKOFF_FIRST * 2 ** Math.min(attempt, 16));
+  return cap / 2 + Math.random() * (cap / 2);
+}
+
+/**
+ * Ms before a refused publish goes again: for STORE_UNAVAILABLE a backoff with jitter from
+ * `STORE_RETRY_FIRST` doubling up to `STORE_RETRY_MAX`; for RATE_LIMITED `rateLimitDelay`.
+ * @param {RunwireError} error @param {number} attempt @returns {number}
+ */
+function retryDelay(error, attempt) {
+  if (error.code !== STORE_UNAVAILABLE) return rateLimitDelay(error, attempt);
+  const cap = Math.min(STORE_RETRY_MAX, STORE_RETRY_FIRST * 2 ** Math.min(attempt, 16));
   return cap / 2 + Math.random() * (cap / 2);
 }
 
@@ -2072,6 +2090,8 @@ function reused(messageId, serial) {
  * @property {number} [openTimeout] Ms to wait for `welcome` and `attached` (default 10000).
  * @property {number} [rateLimitWait] Ms a publish refused RATE_LIMITED keeps going again before it
  *   rejects with that error (default 30000).
+ * @property {number} [storeWait] Ms a publish refused STORE_UNAVAILABLE (the relay's store cannot
+ *   take writes) keeps going again, in order, before it rejects with that error (default 60000).
  * @property {typeof WebSocket} [WebSocket] A WebSocket class (default: the global one).
  */
 
@@ -2126,6 +2146,7 @@ export class Session {
     this._backoffMax = options.backoffMax ?? 5000;
     this._openTimeout = options.openTimeout ?? 10000;
     this._rateLimitWait = options.rateLimitWait ?? 30000;
+    this._storeWait = options.storeWait ?? 60000;
     this._WebSocket = options.WebSocket || globalThis.WebSocket;
     if (typeof this._WebSocket !== "function") {
       throw new RunwireError(VALIDATION_ERROR, "no WebSocket class: pass options.WebSocket");
@@ -2146,7 +2167,8 @@ export class Session {
     this._nextReq = 0;
     /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
     this._publishSeq = 0;
-    /** @type {number[]} Publishes refused RATE_LIMITED, in the order they go again. */ this._held = [];
+    /** @type {number[]} Refused publishes, in the order they go again. */ this._held = [];
+    this._storeGaveUp = false; // a publish gave up on the store; none was taken since
     /** @type {Set<() => void>} Publishes waiting for their turn. */ this._laneWaiters = new Set();
     /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
     /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
@@ -2746,42 +2768,61 @@ export class Session {
    * Publish one entry. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
    * de-duplicates) after its `details.retry_after` seconds (none named: a backoff with jitter from
    * 50 ms doubling up to 2 s), in the order first sent: no publish issued after it is sent before
-   * it went again (and the relay refuses the later ones until it does). It rejects with that
+   * it was taken (and the relay refuses the later ones until it went again). It rejects with that
    * error when going again would take it past `rateLimitWait` ms since its first refusal.
+   * One refused STORE_UNAVAILABLE (the relay's store cannot take writes; it may or may not be
+   * stored) goes again the same way, after 100 ms doubling up to 2 s, for up to `storeWait` ms;
+   * when it gives up, the publishes refused behind it reject too (none overtakes it), and so does
+   * at once any publish refused STORE_UNAVAILABLE until one is taken again.
    * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
    */
   async _publish(entry) {
     if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
     const seq = ++this._publishSeq;
-    /** @type {number | null} */ let refusedAt = null;
     /** @type {RunwireError | null} */ let refusal = null;
+    let since = 0; // when the first refusal of `refusal`'s code came
     let attempt = 0;
     /** @type {Record<string, any>} */ let reply;
-    for (;;) {
-      await this._turn(seq, refusedAt, refusal);
-      try {
-        reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
-        break;
-      } catch (err) {
-        if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
-          throw new RunwireError(
-            NOT_ATTACHED,
-            `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
-            { ...err.details, session_id: this.sessionId, subscribe: false },
-          );
+    try {
+      for (;;) {
+        await this._turn(seq, refusal, since);
+        try {
+          reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
+        } catch (err) {
+          if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
+            throw new RunwireError(
+              NOT_ATTACHED,
+              `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
+              { ...err.details, session_id: this.sessionId, subscribe: false },
+            );
+          }
+          if (!(err instanceof RunwireError) || !RETRIED.has(err.code)) throw err;
+          const now = Date.now();
+          if (refusal === null || refusal.code !== err.code) {
+            since = now;
+            attempt = 0;
+          }
+          refusal = err;
+          const store = err.code === STORE_UNAVAILABLE;
+          if (store && this._storeGaveUp) throw err; // the store stayed away a whole storeWait already
+          const delay = retryDelay(err, attempt++);
+          if (now + delay - since > this._waitFor(err)) {
+            if (store) this._storeGaveUp = true;
+            throw err;
+          }
+          if (!this._held.includes(seq)) {
+            let at = this._held.length;
+            while (at > 0 && this._held[at - 1] > seq) at--;
+            this._held.splice(at, 0, seq);
+          }
+          await new Promise((resolve) => setTimeout(resolve, delay));
+          continue; // still held: nothing after it goes until it went again
         }
-        if (!(err instanceof RunwireError) || err.code !== RATE_LIMITED) throw err;
-        const now = Date.now();
-        if (refusedAt === null) refusedAt = now;
-        refusal = err;
-        const delay = rateLimitDelay(err, attempt++);
-        if (now + delay - refusedAt > this._rateLimitWait) throw err;
-        let at = this._held.length;
-        while (at > 0 && this._held[at - 1] > seq) at--;
-        this._held.splice(at, 0, seq);
-        await new Promise((resolve) => setTimeout(resolve, delay));
-        // Still held: its next turn sends it once every earlier refused one went.
+        this._storeGaveUp = false;
+        break;
       }
+    } finally {
+      if (refusal !== null) this._letGo(seq);
     }
     if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
       throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
@@ -2789,31 +2830,37 @@ export class Session {
     return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
   }
 
+  /** Ms a publish refused so keeps going again (from its first such refusal). @param {RunwireError} refusal */
+  _waitFor(refusal) {
+    return refusal.code === STORE_UNAVAILABLE ? this._storeWait : this._rateLimitWait;
+  }
+
   /**
    * Wait until publish `seq` may go: no publish refused before it waits to go again. A refused
-   * one (in `_held`) goes when it is the first there, and gives up (throws its refusal) when
-   * `rateLimitWait` since its first refusal ran out meanwhile.
-   * @param {number} seq @param {number | null} refusedAt @param {RunwireError | null} refusal
+   * one (in `_held`) stays there while it goes again, so the publishes behind it wait for its
+   * answer; it goes when it is the first there. It gives up (throws its refusal) when its wait
+   * (`rateLimitWait` or `storeWait` since its first refusal) ran out meanwhile, or, refused
+   * STORE_UNAVAILABLE, when another publish gave up on the store since.
+   * @param {number} seq @param {RunwireError | null} refusal @param {number} since
    */
-  async _turn(seq, refusedAt, refusal) {
-    try {
-      while (this._held.length > 0 && this._held[0] < seq) {
-        if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
-        const left = refusedAt === null ? null : refusedAt + this._rateLimitWait - Date.now();
-        if (left !== null && left <= 0 && refusal !== null) throw refusal;
-        await new Promise((resolve) => {
-          /** @type {ReturnType<typeof setTimeout> | null} */ let timer = null;
-          const wake = () => {
-            if (timer !== null) clearTimeout(timer);
-            this._laneWaiters.delete(wake);
-            resolve(undefined);
-          };
-          this._laneWaiters.add(wake);
-          if (left !== null) timer = setTimeout(wake, left);
-        });
-      }
-    } finally {
-      if (refusedAt !== null) this._letGo(seq);
+  async _turn(seq, refusal, since) {
+    const deadline = refusal === null ? null : since + this._waitFor(refusal);
+    for (;;) {
+      if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+      if (refusal !== null && refusal.code === STORE_UNAVAILABLE && this._storeGaveUp) throw refusal;
+      if (!(this._held.length > 0 && this._held[0] < seq)) return;
+      const left = deadline === null ? null : deadline - Date.now();
+      if (left !== null && left <= 0 && refusal !== null) throw refusal;
+      await new Promise((resolve) => {
+        /** @type {ReturnType<typeof setTimeout> | null} */ let timer = null;
+        const wake = () => {
+          if (timer !== null) clearTimeout(timer);
+          this._laneWaiters.delete(wake);
+          resolve(undefined);
+        };
+        this._laneWaiters.add(wake);
+        if (left !== null) timer = setTimeout(wake, left);
+      });
     }
   }
 
