@@ -369,7 +369,13 @@ class Channel:
     # ------------------------------------------------------------ publish --
 
     async def publish(
-        self, entry: EntryBody, sender: Sender, now_ms: int, *, gone: Gone | None = None
+        self,
+        entry: EntryBody,
+        sender: Sender,
+        now_ms: int,
+        *,
+        gone: Gone | None = None,
+        admit: Callable[[str], None] | None = None,
     ) -> tuple[int, bool, list[RunRecord]]:
         """Store one entry (it reaches subscribers through the subscription).
 
@@ -379,9 +385,12 @@ class Channel:
         the ``refused`` entry that replaces it was stored. ``gone``: the entry ends
         a Run for that agent's absence, and is stored only if it is still absent
         (``Store.append``); if not, ``RunwireError(CONFLICT)`` with
-        ``details["present"]``, not retried.
+        ``details["present"]``, not retried. ``admit(entry_id)``, called once the channel
+        is this publish's, may refuse it (raise) before anything is looked at.
         """
         async with self.lock:
+            if admit is not None:
+                admit(entry.id)
             refusal: RunwireError | None = None
             if self.input_checks and isinstance(entry, MessageEntry):
                 # Checks never see a repeat (messages are few; streamed tokens are not checked).

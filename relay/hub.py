@@ -8,7 +8,10 @@ channel locks are FIFO, so one connection's publishes to a channel keep their
 order. One more is refused ``RATE_LIMITED`` (``details.retry_after``), and so
 is every later publish of the connection until the refused one comes again
 (``_check_rate``): a client that sends its refused publishes again in order is
-never overtaken by its own later ones.
+never overtaken by its own later ones. Likewise a publish its store refused
+(``STORE_UNAVAILABLE``) holds the connection's later publishes to that session
+(``_store_hold``, checked under the channel's lock, so also those already waiting
+for it): they are refused the same way until it comes again.
 
 Rights. Every frame is checked against the connection's token for its
 session: ``attach`` needs ``subscribe``, ``worker`` needs ``agent`` somewhere
@@ -343,6 +346,26 @@ class Hub:
         elif isinstance(frame, Hello):
             raise RunwireError(PROTOCOL_ERROR, "hello was already received")
 
+    def _store_hold(self, peer: Peer, session_id: str, entry_id: str) -> None:
+        """Refuse (``STORE_UNAVAILABLE``, ``details.held``) a publish of ``peer`` to the
+        session behind one of its publishes there that the store refused, until that one
+        comes again (or ``STORE_HOLD`` passed): those already on their way when it was
+        refused (several in flight) are not stored before it if the store is back at once,
+        and a client that sends its refused publishes again in order keeps its order."""
+        hold = peer.store_held.get(session_id)
+        if hold is None:
+            return
+        held, until = hold
+        if held == entry_id or time.monotonic() >= until:
+            del peer.store_held[session_id]  # its retry came (or it never did): as usual
+            return
+        raise RunwireError(
+            STORE_UNAVAILABLE,
+            "an earlier publish of this connection to this session was not stored; "
+            "send it again first",
+            details={"held": held},
+        )
+
     def _check_rate(self, peer: Peer, entry_id: str) -> None:
         """Raise ``RATE_LIMITED`` for a publish over ``max_inflight``, or one behind such.
 
@@ -392,10 +415,10 @@ class Hub:
                 # A token that may write here but not read (it cannot attach): published
                 # as the HTTP API does, the channel held for the publish alone.
                 async with self.hold(frame.session_id) as held:
-                    serial, duplicate = await self.publish(held, frame.entry, sender)
+                    serial, duplicate = await self.publish(held, frame.entry, sender, peer=peer)
             else:
                 channel = self._attached(peer, frame.session_id)
-                serial, duplicate = await self.publish(channel, frame.entry, sender)
+                serial, duplicate = await self.publish(channel, frame.entry, sender, peer=peer)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
@@ -411,11 +434,35 @@ class Hub:
                 # kept the channel loaded then, so let go of it now if nobody else is here.
                 self.release(channel)
 
-    async def publish(self, channel: Channel, entry: EntryBody, sender: Sender) -> tuple[int, bool]:
+    async def publish(
+        self, channel: Channel, entry: EntryBody, sender: Sender, *, peer: Peer | None = None
+    ) -> tuple[int, bool]:
         """Store one entry under the Run rules as ``sender`` and hand out the Runs it made
         pending: the one publish path of WebSocket and HTTP clients. Returns ``(serial,
-        duplicate)``; raises ``RunwireError`` when the rules refuse it or the store fails."""
-        serial, duplicate, changes = await channel.publish(entry, sender, now_ms())
+        duplicate)``; raises ``RunwireError`` when the rules refuse it or the store fails.
+
+        ``peer``: the connection it came on. An entry of it the store refused
+        (``STORE_UNAVAILABLE``) holds its later publishes to the session (``_store_hold``).
+        """
+        if peer is None:
+            serial, duplicate, changes = await channel.publish(entry, sender, now_ms())
+        else:
+            session_id = channel.session_id
+            try:
+                serial, duplicate, changes = await channel.publish(
+                    entry,
+                    sender,
+                    now_ms(),
+                    admit=lambda entry_id: self._store_hold(peer, session_id, entry_id),
+                )
+            except RunwireError as exc:
+                # Raised under the channel's lock and caught here with no wait in between:
+                # the hold is in place before the next publish waiting for the lock runs.
+                if exc.code == STORE_UNAVAILABLE and "held" not in exc.details:
+                    peer.store_held.setdefault(
+                        session_id, (entry.id, time.monotonic() + STORE_HOLD)
+                    )
+                raise
         if duplicate:
             self.metrics.duplicates.inc()
         else:
@@ -709,6 +756,9 @@ RATE_LIMIT_RETRY_AFTER = 0.05
 ``details["retry_after"]``): about a store write, after which a slot is likely free."""
 RATE_LIMIT_HOLD = 2.0
 """How long a refused publish holds its connection's later publishes if it is not sent again."""
+STORE_HOLD = 2.0
+"""How long a publish the store refused holds its connection's later publishes to the
+session if it is not sent again."""
 _STORE_FAILURES = frozenset({STORE_UNAVAILABLE, CONFLICT})
 """Codes that say the store did not take an entry, not that the rules refused it."""
 

@@ -93,6 +93,7 @@ class Peer:
         "metrics",
         "sender",
         "senders",
+        "store_held",
         "ws",
     )
 
@@ -121,6 +122,9 @@ class Peer:
         """The entry id of a publish refused ``RATE_LIMITED`` that later ones wait behind."""
         self.held_until = 0.0
         """When (``time.monotonic()``) ``held`` stops holding the connection."""
+        self.store_held: dict[str, tuple[str, float]] = {}
+        """Per session: the entry id of a publish its store refused (``STORE_UNAVAILABLE``)
+        that the connection's later publishes there wait behind, and until when."""
         self.closed = False
         # Items: (session_id, entry bytes) for entries, (None, frame bytes) for frames;
         # None while nothing is queued.

@@ -95,6 +95,10 @@ const STORE_UNAVAILABLE = "STORE_UNAVAILABLE";
 const STORE_RETRY_FIRST = 100;
 /** The longest such wait. */
 const STORE_RETRY_MAX = 2000;
+/** Ms at least a publish the relay holds behind an earlier one of this session (STORE_UNAVAILABLE
+ * with another entry's id in `details.held`) keeps going again: the hold ends 2 s after that one
+ * stops coming, even if `storeWait` is shorter. */
+const STORE_HELD_WAIT = 10000;
 /** The refusals a publish goes again after. */
 const RETRIED = new Set([RATE_LIMITED, STORE_UNAVAILABLE]);
 /** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
@@ -2169,6 +2173,8 @@ export class Session {
     this._publishSeq = 0;
     /** @type {number[]} Refused publishes, in the order they go again. */ this._held = [];
     this._storeGaveUp = false; // a publish gave up on the store; none was taken since
+    /** @type {{last: number, error: RunwireError}} The newest publish when one gave up on the store, and its error: the ones up to it still waiting for their turn throw it. */
+    this._gaveUp = { last: 0, error: new RunwireError(STORE_UNAVAILABLE, "the relay's store is unavailable") };
     /** @type {Set<() => void>} Publishes waiting for their turn. */ this._laneWaiters = new Set();
     /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
     /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
@@ -2772,8 +2778,9 @@ export class Session {
    * error when going again would take it past `rateLimitWait` ms since its first refusal.
    * One refused STORE_UNAVAILABLE (the relay's store cannot take writes; it may or may not be
    * stored) goes again the same way, after 100 ms doubling up to 2 s, for up to `storeWait` ms;
-   * when it gives up, the publishes refused behind it reject too (none overtakes it), and so does
-   * at once any publish refused STORE_UNAVAILABLE until one is taken again.
+   * when it gives up, the publishes waiting behind it reject too (none overtakes it), and so does
+   * at once any publish the store refuses until one is taken again. One the relay holds behind an
+   * earlier one of ours (`details.held`: until that one comes again, or 2 s) goes again likewise.
    * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
    */
   async _publish(entry) {
@@ -2781,11 +2788,12 @@ export class Session {
     const seq = ++this._publishSeq;
     /** @type {RunwireError | null} */ let refusal = null;
     let since = 0; // when the first refusal of `refusal`'s code came
+    let deadline = 0; // when it gives up
     let attempt = 0;
     /** @type {Record<string, any>} */ let reply;
     try {
       for (;;) {
-        await this._turn(seq, refusal, since);
+        await this._turn(seq, refusal, deadline);
         try {
           reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
         } catch (err) {
@@ -2803,11 +2811,20 @@ export class Session {
             attempt = 0;
           }
           refusal = err;
-          const store = err.code === STORE_UNAVAILABLE;
+          // Not refused by the store itself: held behind an earlier one of ours it refused (the
+          // relay's hold lasts until that one comes again, or 2 s).
+          const held = err.details ? err.details.held : undefined;
+          const behind = held !== undefined && held !== null && held !== entry.id;
+          const store = err.code === STORE_UNAVAILABLE && !behind;
           if (store && this._storeGaveUp) throw err; // the store stayed away a whole storeWait already
           const delay = retryDelay(err, attempt++);
-          if (now + delay - since > this._waitFor(err)) {
-            if (store) this._storeGaveUp = true;
+          deadline =
+            since + (err.code === RATE_LIMITED ? this._rateLimitWait : Math.max(this._storeWait, behind ? STORE_HELD_WAIT : 0));
+          if (now + delay > deadline) {
+            if (store) {
+              this._storeGaveUp = true;
+              this._gaveUp = { last: this._publishSeq, error: err };
+            }
             throw err;
           }
           if (!this._held.includes(seq)) {
@@ -2830,27 +2847,27 @@ export class Session {
     return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
   }
 
-  /** Ms a publish refused so keeps going again (from its first such refusal). @param {RunwireError} refusal */
-  _waitFor(refusal) {
-    return refusal.code === STORE_UNAVAILABLE ? this._storeWait : this._rateLimitWait;
-  }
-
   /**
    * Wait until publish `seq` may go: no publish refused before it waits to go again. A refused
    * one (in `_held`) stays there while it goes again, so the publishes behind it wait for its
-   * answer; it goes when it is the first there. It gives up (throws its refusal) when its wait
-   * (`rateLimitWait` or `storeWait` since its first refusal) ran out meanwhile, or, refused
-   * STORE_UNAVAILABLE, when another publish gave up on the store since.
-   * @param {number} seq @param {RunwireError | null} refusal @param {number} since
+   * answer; it goes when it is the first there. It gives up (throws its refusal) when its
+   * `deadline` passed meanwhile. A publish issued before one gave up on the store throws that
+   * one's error instead of going, unless it was free to go before: what waited behind that one
+   * does not overtake it.
+   * @param {number} seq @param {RunwireError | null} refusal @param {number} deadline
    */
-  async _turn(seq, refusal, since) {
-    const deadline = refusal === null ? null : since + this._waitFor(refusal);
+  async _turn(seq, refusal, deadline) {
+    let waited = false;
     for (;;) {
       if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
-      if (refusal !== null && refusal.code === STORE_UNAVAILABLE && this._storeGaveUp) throw refusal;
+      const { last, error } = this._gaveUp;
+      if (seq <= last && (waited || refusal !== null)) {
+        throw refusal !== null && refusal.code === error.code ? refusal : error;
+      }
       if (!(this._held.length > 0 && this._held[0] < seq)) return;
-      const left = deadline === null ? null : deadline - Date.now();
+      const left = refusal === null ? null : deadline - Date.now();
       if (left !== null && left <= 0 && refusal !== null) throw refusal;
+      waited = true;
       await new Promise((resolve) => {
         /** @type {ReturnType<typeof setTimeout> | null} */ let timer = null;
         const wake = () => {

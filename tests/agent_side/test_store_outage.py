@@ -52,6 +52,14 @@ class Outage:
             return appended
 
         monkeypatch.setattr(store, "append", flaky)
+        self._server = server
+
+    def refusals(self) -> int:
+        """``STORE_UNAVAILABLE`` errors the relay sent: the store's and those of publishes it
+        held behind one the store refused (``details.held``)."""
+        registry = self._server.hub.metrics.registry
+        sent = registry.get_sample_value("runwire_errors_total", {"code": STORE_UNAVAILABLE})
+        return int(sent or 0)
 
 
 def produced_order(ids: list[str]) -> list[str]:
@@ -98,7 +106,7 @@ async def test_a_run_streamed_through_a_store_outage_is_stored_once_in_order(
             await client.wait_status(run_id, "complete")
             assert outage.refused.count(first[0]) == 3
             if max_in_flight > 1:
-                assert len(set(outage.refused)) > 1  # the outage caught appends in flight
+                assert outage.refusals() > 3  # the outage caught appends in flight
             ours = [e["id"] for e in client.entries if e["run_id"] == run_id and "." in e["id"]]
             assert ours == produced_order(ours)
             assert len(ours) == len(set(ours))
@@ -115,8 +123,9 @@ async def test_a_run_whose_store_does_not_come_back_gets_store_unavailable_after
 ) -> None:
     """The store refuses the Run's writes for good: ``pipe()`` gives up after the
     connection's ``store_wait`` (``reason="error"``, ``STORE_UNAVAILABLE``) instead of
-    repeating the append forever, and ``end()`` raises the same at its first refusal (the
-    store already stayed away a whole ``store_wait``). Once the store is back the Run ends,
+    repeating the append forever, and ``end()`` raises the same at the store's first
+    refusal (the store already stayed away a whole ``store_wait``; before that the relay
+    holds it behind the append given up, at most 2 s). Once the store is back the Run ends,
     its error saying why, and nothing the agent gave up on was stored."""
     async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
         outage = Outage(server, monkeypatch)
@@ -146,3 +155,37 @@ async def test_a_run_whose_store_does_not_come_back_gets_store_unavailable_after
             assert end["error"]["code"] == STORE_UNAVAILABLE
             given_up = set(outage.refused)
             assert given_up and not given_up & {e["id"] for e in client.entries}
+
+
+async def test_appends_in_flight_behind_a_refused_one_do_not_overtake_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store refuses one append, once, slowly, and is back right after: the appends
+    sent meanwhile (``max_in_flight=4``: on their way before the refusal came back, waiting
+    on the channel behind it) must not be stored before it. The relay refuses them too
+    (``STORE_UNAVAILABLE``, ``details.held``) until the refused one comes again, and the
+    SDK sends them again behind it (they used to be stored first, the refused one last)."""
+    async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
+        outage = Outage(server, monkeypatch)
+        first: list[str] = []
+
+        def down(entry_id: str, entry: dict[str, Any]) -> bool:
+            if not first and entry["kind"] == "response_append":
+                if any(outage.kinds[i] == "response_append" for i in outage.stored):
+                    first.append(entry_id)
+            return bool(first) and entry_id == first[0] and first[0] not in outage.refused
+
+        outage.down = down
+        async with client_end(server.url, "blip") as client:
+            run_id = await client.prompt("go")
+            async with agent_side.connect(server.url, "blip", max_in_flight=4) as session:
+                run = session.create_run(run_id)
+                with anyio.fail_after(20):
+                    result = await run.pipe(tokens(30))
+                    await run.end()
+                assert result.reason == "complete", result.error
+            await client.wait_status(run_id, "complete")
+            assert outage.refused == first
+            ours = [e["id"] for e in client.entries if e["run_id"] == run_id and "." in e["id"]]
+            assert ours == produced_order(ours)
+            assert client.response_texts(run_id) == ["".join(f"t{i} " for i in range(30))]

@@ -35,11 +35,15 @@ it goes again, so nothing issued after it is sent before its answer came: once t
 store is back the connection's publishes are stored each once, in the order they were
 issued. It gives up when going again would take it past ``store_wait`` seconds
 (``STORE_WAIT``, 60) since its first such refusal: ``request`` raises the relay's
-``STORE_UNAVAILABLE``. Then the publishes that were refused behind it raise it too
-instead of going again (none overtakes it), and a publish refused ``STORE_UNAVAILABLE``
-raises at once until one is taken again, so an agent's Run gets the error (``pipe()``
+``STORE_UNAVAILABLE``. Then the publishes issued before that which wait behind it raise
+it too instead of going (none overtakes it), and a publish the store refuses raises at
+once until one is taken again, so an agent's Run gets the error (``pipe()``
 returns ``reason="error"``, ``end()`` raises) after one ``store_wait``, not one per
-publish.
+publish. The relay, for its part, refuses the connection's later publishes to the session
+(``STORE_UNAVAILABLE`` with the refused entry's id in ``details["held"]``) until the refused
+one comes again or 2 s passed, so those already on their way do not overtake it either;
+such a refusal is not the store's: it goes again (for ``STORE_HELD_WAIT`` seconds at
+least) and never counts as giving up on the store.
 
 Tokens. ``token`` is sent as ``Authorization: Bearer``. ``token_provider``
 (a plain or async callable returning a token) is asked for a fresh one before
@@ -106,6 +110,10 @@ STORE_RETRY_FIRST = 0.1
 """Seconds (at most; with jitter) before a publish refused ``STORE_UNAVAILABLE`` goes again."""
 STORE_RETRY_MAX = 2.0
 """The longest such wait (it doubles from ``STORE_RETRY_FIRST``, with jitter)."""
+STORE_HELD_WAIT = 10.0
+"""Seconds at least a publish the relay holds behind an earlier one of this connection
+(``STORE_UNAVAILABLE`` with another entry's id in ``details["held"]``) keeps going again: the
+relay's hold ends 2 s after that one stops coming, even if ``store_wait`` is shorter."""
 _RETRIED = frozenset({RATE_LIMITED, STORE_UNAVAILABLE})
 
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
@@ -177,6 +185,9 @@ class Connection:
         self._held: list[int] = []  # publishes refused RATE_LIMITED, to go again in this order
         self._lane_changed = asyncio.Event()
         self._store_gave_up = False  # a publish gave up on the store; none was taken since
+        # The newest publish when one gave up on the store, and its error: the ones up to
+        # it still waiting for their turn raise it rather than go after it.
+        self._gave_up: tuple[int, RunwireError] = (0, RunwireError(STORE_UNAVAILABLE))
 
     # ------------------------------------------------------------ public --
 
@@ -237,12 +248,14 @@ class Connection:
             return await self._exchange(frame, wait_ready)
         self._publish_seq += 1
         seq = self._publish_seq
+        entry_id = frame.entry.id
         refusal: RunwireError | None = None
         since = 0.0  # when the first refusal of ``refusal``'s code came
+        deadline = 0.0  # when it gives up
         attempt = 0
         try:
             while True:
-                await self._turn(seq, refusal, since)
+                await self._turn(seq, refusal, deadline)
                 try:
                     reply = await self._exchange(frame, wait_ready)
                 except RunwireError as exc:
@@ -252,14 +265,22 @@ class Connection:
                     if refusal is None or refusal.code != exc.code:
                         since, attempt = now, 0
                     refusal = exc
-                    store = exc.code == STORE_UNAVAILABLE
+                    # Not refused by the store itself: held behind an earlier one of ours it
+                    # refused (the relay's hold lasts until that one comes again, or 2 s).
+                    behind = exc.details.get("held") not in (None, entry_id)
+                    store = exc.code == STORE_UNAVAILABLE and not behind
                     if store and self._store_gave_up:
                         raise  # the store stayed away a whole ``store_wait`` already
                     delay = self._retry_delay(exc, attempt)
                     attempt += 1
-                    if now + delay - since > self._wait_for(exc):
+                    if exc.code == RATE_LIMITED:
+                        deadline = since + self.rate_limit_wait
+                    else:
+                        deadline = since + max(self.store_wait, STORE_HELD_WAIT if behind else 0)
+                    if now + delay > deadline:
                         if store:
                             self._store_gave_up = True
+                            self._gave_up = (self._publish_seq, exc)
                         raise
                     log.debug("publish refused %s; again in %.3f s", exc, delay)
                     if seq not in self._held:
@@ -272,34 +293,33 @@ class Connection:
             if refusal is not None:
                 self._let_go(seq)
 
-    def _wait_for(self, refusal: RunwireError) -> float:
-        """Seconds a publish refused so keeps going again (from its first such refusal)."""
-        return self.store_wait if refusal.code == STORE_UNAVAILABLE else self.rate_limit_wait
-
-    async def _turn(self, seq: int, refusal: RunwireError | None, since: float) -> None:
+    async def _turn(self, seq: int, refusal: RunwireError | None, deadline: float) -> None:
         """Wait until publish ``seq`` may go: no publish refused before it waits to go again.
 
         A refused one (in ``_held``) stays there while it goes again, so the publishes
         behind it wait for its answer; it goes when it is the first there. It gives up
-        (raises its refusal) when its wait (``rate_limit_wait`` or ``store_wait`` since
-        its first refusal) ran out meanwhile, or, refused ``STORE_UNAVAILABLE``, when
-        another publish gave up on the store since: what waited behind that one does not
-        overtake it.
+        (raises its refusal) when its ``deadline`` passed meanwhile. A publish issued
+        before one gave up on the store raises that one's error instead of going, unless
+        it was free to go before: what waited behind that one does not overtake it.
         """
-        deadline = None if refusal is None else since + self._wait_for(refusal)
+        waited = False
         while True:
             if self._fatal is not None:
                 raise self._fatal
             if self._closed:
                 raise RunwireError(CONNECTION_CLOSED, "connection closed")
-            if refusal is not None and refusal.code == STORE_UNAVAILABLE and self._store_gave_up:
-                raise refusal
+            last, error = self._gave_up
+            if seq <= last and (waited or refusal is not None):
+                raise refusal if refusal is not None and refusal.code == error.code else error
             if not (self._held and self._held[0] < seq):
                 return
+            timeout = None
+            if refusal is not None:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    raise refusal
+            waited = True
             changed = self._lane_changed
-            timeout = None if deadline is None else deadline - time.monotonic()
-            if timeout is not None and timeout <= 0 and refusal is not None:
-                raise refusal
             with anyio.move_on_after(timeout):
                 await changed.wait()
 
