@@ -10,7 +10,10 @@ detached when its last Run is done), builds the ``Run`` and calls the
 ``on_run`` handler in a task of its own, so one agent serves many Runs at
 once. A handler that raises ends its Run ``error`` (``AGENT_ERROR`` unless it
 raised a ``RunwireError``); one that returns without ending it ends it
-``complete`` (``cancelled`` if its abort signal fired).
+``complete`` (``cancelled`` if its abort signal fired). An end the relay's store
+refused (``STORE_UNAVAILABLE``, after the connection's ``store_wait``) is tried again
+in the background until the store takes it, so the Run does not stay active on the
+relay while the worker is connected.
 
 A dispatch that says ``adopted`` hands over a durable Run whose worker went
 away: the ``Run`` is built ``adopted`` from the dispatch's checkpoint and the
@@ -34,7 +37,7 @@ import anyio.abc
 
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.checks import Check
-from transport.errors import RUN_NOT_ACTIVE, RunwireError
+from transport.errors import RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
@@ -47,6 +50,11 @@ __all__ = ["Agent", "RunHandler"]
 log = logging.getLogger("runwire.agent")
 
 RunHandler = Callable[[Run], Awaitable[object]]
+
+END_RETRY_FIRST = 0.5
+"""Seconds before a Run's end the relay's store refused (``STORE_UNAVAILABLE``) is tried again."""
+END_RETRY_MAX = 5.0
+"""The longest wait between two such tries (it doubles from ``END_RETRY_FIRST``)."""
 
 
 class Agent:
@@ -259,7 +267,25 @@ class Agent:
 
     @staticmethod
     async def _end_quietly(run: Run, reason: EndReason, error: RunwireError | None) -> None:
-        try:
-            await run.end(reason, error=error)
-        except RunwireError as exc:
-            log.warning("could not end run %s: %s", run.run_id, exc)
+        """End the Run; one whose end the relay's store refused is ended again later.
+
+        ``run.end`` gives up on a store that stays away after the connection's
+        ``store_wait``; the Run would then stay active on the relay for as long as this
+        worker is connected. So its end is tried again, every ``END_RETRY_FIRST`` seconds
+        at first and every ``END_RETRY_MAX`` at most, until it is stored (or the Run ended
+        otherwise, or the worker stops).
+        """
+        delay = END_RETRY_FIRST
+        while True:
+            try:
+                await run.end(reason, error=error)
+                return
+            except RunwireError as exc:
+                if exc.code != STORE_UNAVAILABLE or run.ended:
+                    log.warning("could not end run %s: %s", run.run_id, exc)
+                    return
+                log.warning(
+                    "could not end run %s yet (again in %.1f s): %s", run.run_id, delay, exc
+                )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, END_RETRY_MAX)

@@ -16,6 +16,7 @@ import pytest
 
 import agent_side
 import relay
+import relay.hub
 from transport.errors import STORE_UNAVAILABLE, RunwireError
 
 from .helpers import client_end
@@ -189,3 +190,42 @@ async def test_appends_in_flight_behind_a_refused_one_do_not_overtake_it(
             ours = [e["id"] for e in client.entries if e["run_id"] == run_id and "." in e["id"]]
             assert ours == produced_order(ours)
             assert client.response_texts(run_id) == ["".join(f"t{i} " for i in range(30))]
+
+
+async def test_a_worker_ends_a_run_whose_end_the_store_refused_once_it_is_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Implicit mode: the handler's reply gives up on the store (``store_wait``), the Run's
+    end is refused too; the worker keeps the Run and ends it (``error``,
+    ``STORE_UNAVAILABLE``) once the store takes writes again, rather than leaving it active
+    on the relay for as long as the worker stays connected."""
+    monkeypatch.setattr(relay.hub, "STORE_HOLD", 0.1)  # each end is refused by the store soon
+    async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
+        outage = Outage(server, monkeypatch)
+        away = False
+        outage.down = lambda entry_id, entry: away and "." in entry_id
+        gave_up = anyio.Event()
+        results: list[agent_side.PipeResult] = []
+        worker = agent_side.Agent(server.url, store_wait=0.3)
+
+        @worker.on_run
+        async def handle(run: agent_side.Run) -> None:
+            nonlocal away
+            await run.start()
+            away = True
+            result = await run.pipe(tokens(3))
+            results.append(result)
+            gave_up.set()
+            if result.error is not None:
+                await run.end("error", error=result.error)
+
+        async with worker, client_end(server.url, "ends") as client:
+            run_id = await client.prompt("go")
+            with anyio.fail_after(10):
+                await gave_up.wait()
+            assert results[0].reason == "error"
+            await anyio.sleep(1.5)  # its end is refused meanwhile (the handler's, the worker's)
+            away = False
+            await client.wait_status(run_id, "error", timeout=15)
+        (end,) = [e for e in client.of(run_id, "run") if e["status"] == "error"]
+        assert end["error"]["code"] == STORE_UNAVAILABLE
