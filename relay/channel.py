@@ -34,18 +34,6 @@ get its ack), and before the input checks, which never see a repeat.
 Attaching reads the backlog (or the newest page) up to ``last`` and joins the
 subscribers with no await in between, so nothing is missed or sent twice.
 
-Loading a session nobody wrote yet writes nothing to the store (a reader cannot
-grow it by naming sessions): the channel is ``provisional``, its ``epoch`` the
-one the store handed out for the session's first entry, which its readers are
-told (on Redis every node hands out the same, mostly). The first entry through
-this node makes the session under that epoch. Where another node made it first
-under another, the channel takes that one on when it learns it (an entry, a read
-with its epoch, an append's ``CONFLICT``): its readers held nothing of any history
-yet, and their resumes here under the epoch they were told still hold (``told``;
-through another node they are answered ``reset`` and rebuild). A client resuming
-from serial 0 held no entry of any history and resumes in whichever the session
-has.
-
 Where the store can lose a loaded channel's history (``Store.loses_channels``:
 Redis without persistence, or ``history_ttl``) and another node may already
 have made the session anew, every read of entries into the channel or for an
@@ -117,13 +105,11 @@ class Channel:
         "holds",
         "input_checks",
         "last",
-        "provisional",
         "registry",
         "reset",
         "session_id",
         "store",
         "subscribers",
-        "told",
     )
 
     def __init__(
@@ -140,12 +126,6 @@ class Channel:
         self.epoch = ""
         self.first = 0
         self.last = 0
-        self.provisional = False
-        """True while the session is not written yet: ``epoch`` is the one its first entry
-        through this node would make it under (``ChannelInfo.stored``)."""
-        self.told: str | None = None
-        """The epoch this channel's readers were told while it was ``provisional``, if
-        another node then made the session under another (their resumes here hold)."""
         self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
         self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
@@ -190,8 +170,7 @@ class Channel:
         for attempt in range(_LOAD_ATTEMPTS):
             info = await self.store.open_channel(self.session_id)
             records = await self.store.runs(self.session_id)
-            held = (info.epoch if info.stored else None, info.last)
-            if await self.store.head(self.session_id) == held:
+            if await self.store.head(self.session_id) == (info.epoch, info.last):
                 break
             if attempt == _LOAD_ATTEMPTS - 1:
                 log.warning(
@@ -201,7 +180,6 @@ class Channel:
                     _LOAD_ATTEMPTS,
                 )
         self.epoch, self.first, self.last = info.epoch, info.first, info.last
-        self.provisional = not info.stored
         self.registry = self._make_registry(self.session_id, records)
         self._loaded = True
         early, self._early = self._early, None
@@ -229,8 +207,6 @@ class Channel:
             return
         if stored.serial <= self.last:
             return  # already taken in (our own append, or the head read at load)
-        if self.provisional:
-            self._made(self.store.opened_epoch(self.session_id))
         self.last = stored.serial
         if not self.first:
             self.first = stored.serial
@@ -329,30 +305,14 @@ class Channel:
         return page
 
     def _same_history(self, epoch: str | None) -> None:
-        """Reset the channel and raise ``EPOCH_MISMATCH`` if ``epoch`` is not its own.
-
-        While ``provisional`` (nothing taken in) none is its own too (not written yet),
-        and another is the one another node made the session under (``_made``).
-        """
-        if epoch == self.epoch or (self.provisional and epoch is not None):
-            self._made(epoch)
-        elif not self.provisional:
+        """Reset the channel and raise ``EPOCH_MISMATCH`` if ``epoch`` is not its own."""
+        if epoch != self.epoch:
             self._on_reset()
             raise RunwireError(
                 EPOCH_MISMATCH,
                 f"the store lost the history of {self.session_id!r} (epoch {self.epoch})",
                 details={"epoch": epoch},
             )
-
-    def _made(self, epoch: str | None) -> None:
-        """The session exists, under ``epoch`` (None: the one this channel has): from a
-        provisional channel's epoch to another, another node made it first (nodes hand
-        out one epoch for a session not written yet, but not always: see
-        ``Store.opened_epoch``). Its readers hold nothing of the new history yet, so it is
-        theirs; they resume in it here (``told``)."""
-        if self.provisional and epoch is not None and epoch != self.epoch:
-            self.told, self.epoch = self.epoch, epoch
-        self.provisional = False
 
     async def _applied(self, serial: int) -> None:
         if self.last >= serial:
@@ -496,19 +456,14 @@ class Channel:
         """
         if (
             from_serial is not None
-            and epoch in (None, self.epoch, self.told)
+            and (epoch is None or epoch == self.epoch)
             and from_serial > self.last
         ):
             # The client saw entries this node has not taken in yet (stored through
             # another node, pub/sub still on its way): take them in from the store first.
             await self._catch_up(from_serial)
         head = self.last
-        # A client at serial 0 holds no entry of any history: it resumes in whichever
-        # this is (an epoch handed out for a session not written yet is not kept once its
-        # channel is put down, and another node may have written the session first).
-        resume = from_serial is not None and (
-            epoch in (None, self.epoch, self.told) or from_serial == 0
-        )
+        resume = from_serial is not None and (epoch is None or epoch == self.epoch)
         if resume and from_serial is not None:
             if from_serial > head or head - from_serial > backlog_max:
                 resume = False

@@ -59,10 +59,9 @@ so a browser reconnects 25 ms later with ``Last-Event-ID`` set to the last
 serial it got (or the position it was at) and the epoch of that history: no
 gap, no duplicate, no mix of two histories. A bare serial (ids had no epoch
 before) is taken unchecked. A position the channel cannot continue from (of
-another epoch, as after the store lost the history, unless it is 0, which holds
-nothing of any history; a serial beyond its head; or one its store trimmed)
-gets ``event: reset`` (data ``{"epoch", "head", "first"}``) and the stream
-starts over from the oldest entry stored. Where the
+another epoch, as after the store lost the history; a serial beyond its head;
+or one its store trimmed) gets ``event: reset`` (data ``{"epoch", "head",
+"first"}``) and the stream starts over from the oldest entry stored. Where the
 store can lose a loaded channel (``Store.loses_channels``: Redis), the epoch
 is read from the store after the entries, so a node whose channel has not yet
 noticed never labels another history's entries with the old epoch. A waiting
@@ -807,7 +806,7 @@ class HttpApi:
                 # serials it never took in).
                 now, head = await self.store.head(session_id)
             if (
-                (now != expected and after)
+                (now != expected and (after or now is not None))
                 or after > head
                 or (entries and entries[0].serial != after + 1)
             ):

@@ -5,20 +5,9 @@ conformance suite (``tests/relay/store_conformance.py``).
 
 Contract
 --------
-* ``open_channel(session_id)`` loads a channel and returns its ``ChannelInfo``. It
-  must be awaited once before ``append`` is called for that session (the relay does
-  so on attach/publish). It writes nothing: a channel the store does not hold yet
-  (``stored=False``, empty) gets a fresh random epoch that the store object keeps in
-  its memory until ``close_channel``, and the channel's first ``append`` makes the
-  channel under that epoch. So reading a session nobody wrote (attach, history,
-  events: ``open_channel``, ``head``, ``since``, ``read``, ``runs``, ``find``,
-  ``subscribe``) leaves the store as it was, and a token that may only read cannot
-  grow it by naming sessions. Relay nodes sharing a backend (Redis) hand out the
-  same epoch for a session not written yet, mostly (see ``opened_epoch`` for the
-  rest). If another writer made the channel first under another epoch, Redis takes
-  that one on (``opened_epoch``; an ``append`` with ``expect_last`` raises
-  ``RunwireError(CONFLICT)``, one without goes into it); SQLite raises
-  ``RunwireError(EPOCH_MISMATCH)`` (two stores on one file): open it again.
+* ``open_channel(session_id)`` loads (or creates, with a fresh random epoch) a
+  channel and returns its ``ChannelInfo``. It must be awaited once before
+  ``append`` is called for that session (the relay does so on attach/publish).
 * ``append(session_id, entry_id, data, runs)`` assigns the next serial of the
   channel *in call order* (the append's place in line is fixed before the call
   first yields, so two appends to one channel started in order get serials in
@@ -63,14 +52,12 @@ Contract
   ``subscribe`` was called are not delivered; from the first entry it
   delivers on, it skips none. It returns ``unsubscribe``, a
   plain idempotent callable. An exception from ``fn`` is logged and does not
-  stop the subscription. A subscription to a channel not written yet delivers
-  its first entries too (whatever epoch they were made under). ``on_reset`` is
-  called (and the subscription ends) if the channel's history is lost underneath
-  it (its epoch changes, which only a store whose backend can forget, like Redis
-  without persistence, does).
+  stop the subscription. ``on_reset`` is called (and the subscription ends)
+  if the channel's history is lost underneath it (its epoch changes, which
+  only a store whose backend can forget, like Redis without persistence, does).
 * ``head(session_id)`` returns the channel's epoch (None if the store has no
-  such channel, written or opened) and newest serial as the store holds them now,
-  without opening or creating it: a relay node checks a channel it has loaded against
+  such channel) and newest serial as the store holds them now, without
+  opening or creating it: a relay node checks a channel it has loaded against
   it, which a store whose backend can forget (Redis) may have lost meanwhile.
 * ``since(session_id, after, limit)`` is ``read(after=, limit=)`` with the epoch
   the entries are of (None if the store has no such channel), so a node never
@@ -90,7 +77,6 @@ Contract
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -110,7 +96,6 @@ __all__ = [
     "Subscribers",
     "Unsubscribe",
     "read_position",
-    "unwritten_epoch",
 ]
 
 log = logging.getLogger("runwire.relay.store")
@@ -126,27 +111,14 @@ def read_position(position: int | None) -> int | None:
     return None if position is None else min(position, SERIAL_LIMIT)
 
 
-def unwritten_epoch(salt: str, session_id: str) -> str:
-    """The epoch a store whose channels live as long as the store object (memory, SQLite)
-    hands out for a session not written yet: the same each time it is opened (so readers
-    of one session agree), 16 hex digits like a random one, never repeated by another
-    store object (another ``salt``)."""
-    return hashlib.sha1(f"{salt}:{session_id}".encode()).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class ChannelInfo:
-    """A channel's epoch and serial range (``first`` is 0 and ``last`` 0 when empty).
-
-    ``stored`` is False for a channel the store does not hold yet: ``epoch`` is the one
-    its first ``append`` through this store object will make it under.
-    """
+    """A channel's epoch and serial range (``first`` is 0 and ``last`` 0 when empty)."""
 
     session_id: str
     epoch: str
     first: int
     last: int
-    stored: bool = True
 
 
 @dataclass(frozen=True)
@@ -205,18 +177,7 @@ class Store(ABC):
 
     @abstractmethod
     async def open_channel(self, session_id: str) -> ChannelInfo:
-        """Load a channel (one not written yet gets an epoch for its first append; see
-        the contract)."""
-
-    def opened_epoch(self, session_id: str) -> str | None:
-        """The epoch appends to an open session go to, as this store object knows it now.
-
-        That is the one ``open_channel`` gave, unless the session was not written yet and
-        another relay node on the same backend (Redis) made it first under another, which
-        the store then learnt (through its subscription, ``head`` or ``since``). None if
-        the store does not say (memory, SQLite: only this store object makes sessions).
-        """
-        return None
+        """Load or create a channel."""
 
     def close_channel(self, session_id: str) -> None:  # noqa: B027 - optional hook
         """The relay put the channel down: forget what is kept in memory for it.
@@ -286,13 +247,16 @@ class Store(ABC):
     async def put_runs(self, runs: Sequence[RunRecord]) -> None:
         """Write Run records without an entry."""
 
-    @abstractmethod
     async def head(self, session_id: str) -> tuple[str | None, int]:
         """The channel's epoch (None if there is none) and newest serial, as stored now.
 
-        Never opens or creates the channel: ``open_channel`` also decides which epoch
-        ``append`` expects.
+        Never opens or creates the channel in a store whose backend can forget one:
+        ``open_channel`` there also decides which epoch ``append`` expects. The
+        default asks ``open_channel``, which is the same in a store that never
+        forgets a channel it holds (memory, SQLite).
         """
+        info = await self.open_channel(session_id)
+        return info.epoch, info.last
 
     async def since(
         self, session_id: str, after: int, limit: int

@@ -2,11 +2,8 @@
 
 For tests and throwaway relays: nothing survives the process, and every
 channel keeps all its entries and ids (so its dedup window is its whole
-history). A channel exists from its first append: ``open_channel`` of one not
-written yet keeps only the epoch it handed out (until ``close_channel``), so
-reading sessions nobody wrote leaves nothing behind. Each call runs to
-completion without yielding before it returns, so serials follow call order
-trivially; ``append`` hands the new entry to the
+history). Each call runs to completion without yielding before it returns, so
+serials follow call order trivially; ``append`` hands the new entry to the
 channel's subscribers, then yields once, like a store that waits for a disk,
 so callers are exercised the same way.
 """
@@ -39,7 +36,6 @@ from .base import (
     StoredEntry,
     Subscribers,
     Unsubscribe,
-    unwritten_epoch,
 )
 
 __all__ = ["MemoryStore"]
@@ -58,9 +54,6 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self.url = "memory://"
         self._channels: dict[str, _Channel] = {}
-        self._salt = secrets.token_hex(16)
-        self._fresh: dict[str, str] = {}
-        """Opened channels not written yet: the epoch their first append makes them under."""
         self._runs: dict[str, dict[str, RunRecord]] = {}
         self._subscribers = Subscribers()
         self._closed = False
@@ -69,7 +62,6 @@ class MemoryStore(Store):
         """Drop everything; later calls raise ``RunwireError(STORE_UNAVAILABLE)``."""
         self._closed = True
         self._channels.clear()
-        self._fresh.clear()
         self._runs.clear()
         self._subscribers.clear()
 
@@ -78,25 +70,13 @@ class MemoryStore(Store):
         return not self._closed
 
     async def open_channel(self, session_id: str) -> ChannelInfo:
-        """Load a channel; one not written yet gets the epoch its first append is to make
-        it under (``unwritten_epoch``: the same each time) and is not made."""
+        """Load or create a channel (a new one gets a random epoch)."""
         self._check_open()
         channel = self._channels.get(session_id)
         if channel is None:
-            epoch = self._fresh[session_id] = unwritten_epoch(self._salt, session_id)
-            return ChannelInfo(session_id, epoch, 0, 0, stored=False)
+            channel = self._channels[session_id] = _Channel(epoch=secrets.token_hex(8))
         last = len(channel.entries)
         return ChannelInfo(session_id, channel.epoch, 1 if last else 0, last)
-
-    def close_channel(self, session_id: str) -> None:
-        """Forget the epoch handed out for a channel not written yet."""
-        self._fresh.pop(session_id, None)
-
-    async def head(self, session_id: str) -> tuple[str | None, int]:
-        """The channel's epoch (None if not written yet) and newest serial."""
-        self._check_open()
-        channel = self._channels.get(session_id)
-        return (None, 0) if channel is None else (channel.epoch, len(channel.entries))
 
     async def append(
         self,
@@ -119,10 +99,7 @@ class MemoryStore(Store):
         self._check_open()
         channel = self._channels.get(session_id)
         if channel is None:
-            epoch = self._fresh.get(session_id)
-            if epoch is None:
-                raise RunwireError(INTERNAL_ERROR, f"append to {session_id!r} before open_channel")
-            channel = _Channel(epoch=epoch)  # made below, with its first entry
+            raise RunwireError(INTERNAL_ERROR, f"append to {session_id!r} before open_channel")
         serial = channel.ids.get(entry_id)
         if serial is not None:
             result = Appended(serial, channel.entries[serial - 1], duplicate=True)
@@ -137,9 +114,6 @@ class MemoryStore(Store):
                 )
             serial = last + 1
             stored = splice_serial(data, serial)
-            if not channel.entries:
-                self._channels[session_id] = channel
-                self._fresh.pop(session_id, None)
             channel.entries.append(stored)
             channel.ids[entry_id] = serial
             self._put(runs)

@@ -39,23 +39,9 @@ session's slot, so the store needs a standalone Redis (or a proxy that keeps
 everything on one node): Redis Cluster would refuse the scripts with
 ``CROSSSLOT``. Everything else is ready for Cluster.
 
-A session's keys are made by its first append: ``open_channel`` (and every other
-read) of a session nobody wrote writes nothing, so reading made-up session ids
-cannot grow Redis. It hands out the epoch that first append is to make the
-session under, the same on every node: a hash of the session id and a salt
-(``<prefix>epoch-salt``, one key, made again with Redis's data if that is lost),
-so a client attached through one node before another node stores the first
-entry holds the session's epoch. Where two nodes hand out different epochs (the
-salt was lost in between, or a ``history_ttl`` quarter passed, below), the first
-append's is the session's, and a node that handed out the other takes it on
-(``RedisStore.made``) when its subscription, a read or an append shows it.
-
 With ``history_ttl`` (seconds, ``?history_ttl=`` in the URL) every write to a
 session refreshes an expiry on all its keys, so an idle session is dropped as
-a whole (and gets a new epoch when written again: the epoch handed out for a
-session not written yet also depends on the quarter of the ttl it is asked in,
-and an append makes a session only under the epoch of the last four quarters,
-so never under the epoch of a history that expired); off by default.
+a whole (and gets a new epoch when opened again); off by default.
 
 One Lua script per append, in one round trip: check the epoch, the dedup
 window (a repeat returns the original), ``expect_last`` (``CONFLICT``), then
@@ -312,7 +298,6 @@ class RedisStore(Store):
         """Seconds a round trip (or a connect with its handshake) may take."""
         self._ttl = "0" if history_ttl is None else str(max(1, round(history_ttl * 1000)))
         self._epochs: dict[str, str] = {}
-        self._fresh: set[str] = set()  # open sessions not written yet: appends make them
         self._session_keys: dict[str, list[str]] = {}
         # Written with Run records: the status index sets, then the agents' presence.
         self._status_keys = [self._status_key(status) for status in INDEXED]
@@ -347,12 +332,6 @@ class RedisStore(Store):
     def key(self, *parts: str) -> str:
         """A key under this store's prefix for node coordination (``<prefix>a:b``)."""
         return self.prefix + ":".join(parts)
-
-    @property
-    def epoch_salt_key(self) -> str:
-        """Where the salt of the epochs of sessions not written yet is kept (see ``open``
-        in ``redis_lua``): one key, whatever the number of sessions."""
-        return self.prefix + "epoch-salt"
 
     @property
     def presence_key(self) -> str:
@@ -430,45 +409,17 @@ class RedisStore(Store):
     # -- the Store interface ---------------------------------------------------
 
     async def open_channel(self, session_id: str) -> ChannelInfo:
-        """Load a channel. One not written yet gets the epoch its first append is to make
-        it under (the same on every node that opens it meanwhile, and never one it had
-        before: see ``open`` in ``redis_lua``), kept in this node's memory until
-        ``close_channel``: nothing of the session is written."""
-        keys = [*self._keys(session_id), self.epoch_salt_key]
-        args = [self._ttl, session_id, secrets.token_hex(16)]
-        (reply,) = await self._call(self._eval("open", keys, args))
+        """Load or create a channel (a new one gets a random epoch, kept in Redis)."""
+        keys = self._keys(session_id)
+        (reply,) = await self._call(self._eval("open", keys, [secrets.token_hex(8), self._ttl]))
         self._check(reply)
-        if reply[0] is None:
-            epoch = self._epochs.get(session_id)  # kept while open: what its readers know
-            if epoch is None or session_id not in self._fresh:
-                epoch = self._epochs[session_id] = reply[1].decode()
-            self._fresh.add(session_id)
-            return ChannelInfo(session_id, epoch, 0, 0, stored=False)
         epoch = reply[0].decode()
         self._epochs[session_id] = epoch
-        self._fresh.discard(session_id)
         return ChannelInfo(session_id, epoch, int(reply[2]), int(reply[1]))
-
-    def opened_epoch(self, session_id: str) -> str | None:
-        """The epoch this node's appends to the session go to: the one ``open_channel``
-        gave, or the one another node made the session under since (``made``)."""
-        return self._epochs.get(session_id)
-
-    def made(self, session_id: str, epoch: str) -> None:
-        """The session, open here while not written yet, was made under ``epoch``.
-
-        Nodes normally hand out one epoch for it (see ``open`` in ``redis_lua``), but
-        not across the ``history_ttl`` quarter it is given for, nor across Redis losing
-        the salt: then this node's appends go to the session as made, from now on.
-        """
-        if session_id in self._fresh:
-            self._fresh.discard(session_id)
-            self._epochs[session_id] = epoch
 
     def close_channel(self, session_id: str) -> None:
         """Forget the channel's epoch (``open_channel`` reads it again)."""
         self._epochs.pop(session_id, None)
-        self._fresh.discard(session_id)
         self._session_keys.pop(session_id, None)
         self._contended.discard(session_id)
 
@@ -512,7 +463,6 @@ class RedisStore(Store):
             session_id,
             "" if gone is None else gone.client_id,
             "0" if gone is None else str(max(0, round(gone.grace * 1000))),
-            self.epoch_salt_key if session_id in self._fresh else "",
         ]
         args.extend(self._run_args(session_id, runs))
         keys = self._keys(session_id)
@@ -526,19 +476,6 @@ class RedisStore(Store):
         code = int(reply[0])
         if code == 0:
             now = reply[1].decode() or None
-            if now is not None and session_id in self._fresh:
-                # Another node made it first, under an epoch of its own: append to that.
-                self.made(session_id, now)
-                if expect_last is None:
-                    return await self.append(
-                        session_id, entry_id, data, runs, urgent=urgent, gone=gone
-                    )
-                last = int(reply[2])
-                raise RunwireError(
-                    CONFLICT,
-                    f"{session_id!r} was made meanwhile and is at serial {last}",
-                    details={"last": last},
-                )
             raise RunwireError(
                 EPOCH_MISMATCH,
                 f"Redis lost channel {session_id!r} (epoch {epoch}); open it again",
@@ -563,7 +500,6 @@ class RedisStore(Store):
             )
         if contended:
             self._contended.discard(session_id)
-        self._fresh.discard(session_id)  # made, or found made under this epoch
         serial = int(reply[1])
         if code == 1:
             return Appended(serial, bytes(reply[2]), duplicate=True)
@@ -857,10 +793,7 @@ class RedisStore(Store):
         (reply,) = await self._call(("HMGET", self._keys(session_id)[0], "e", "s"))
         self._check(reply)
         epoch, last = reply
-        if epoch is None:
-            return None, int(last or 0)
-        self.made(session_id, epoch.decode())
-        return epoch.decode(), int(last or 0)
+        return (None if epoch is None else epoch.decode()), int(last or 0)
 
     async def since(
         self, session_id: str, after: int, limit: int
@@ -871,8 +804,6 @@ class RedisStore(Store):
         (reply,) = await self._call(self._eval("since", keys[:2], [after, limit]))
         self._check(reply)
         epoch = None if reply[0] is None else reply[0].decode()
-        if epoch is not None:
-            self.made(session_id, epoch)
         pairs = reply[1:]
         return epoch, [
             StoredEntry(_serial_of(i), d) for i, d in zip(pairs[::2], pairs[1::2], strict=True)

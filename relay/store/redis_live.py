@@ -39,9 +39,7 @@ two is not held back until the next one arrives.
 
 A message of another epoch than the subscription's (or a fill that finds the
 channel gone or re-created) means Redis lost the channel: the subscription
-ends and its ``on_reset`` is called. A subscription made before the channel
-was written (its head had no epoch) takes the epoch of the first entry, and
-the store learns it (``RedisStore.made``) before the entry is delivered.
+ends and its ``on_reset`` is called.
 
 Local fast path: when this node's own append returns, its entry is handed to
 local subscriptions whose ``last`` is just before it, without waiting for the
@@ -188,7 +186,8 @@ class Listener:
         for sub in list(channel.subs):
             if not sub.active or sub.last is None or serial != sub.last + 1:
                 continue
-            self._adopt(channel, sub, epoch)
+            if sub.epoch is None and sub.last == 0:
+                sub.epoch = epoch
             if sub.epoch == epoch:
                 self._call(channel, sub, serial, data)
 
@@ -365,7 +364,8 @@ class Listener:
         for sub in list(channel.subs):
             if not sub.active or sub.last is None:
                 continue
-            self._adopt(channel, sub, epoch)
+            if sub.epoch is None and sub.last == 0:
+                sub.epoch = epoch  # subscribed before the channel existed
             if sub.epoch != epoch:
                 self._reset(channel, sub)
             elif serial == sub.last + 1:
@@ -390,8 +390,8 @@ class Listener:
                 )
                 return
             for sub in subs:
-                if epoch is not None:
-                    self._adopt(channel, sub, epoch)
+                if sub.epoch is None and sub.last == 0 and epoch is not None:
+                    sub.epoch = epoch
                 if sub.epoch != epoch:
                     self._reset(channel, sub)
             for stored in entries:
@@ -413,14 +413,6 @@ class Listener:
                     self._call(channel, sub, serial, stored.data)
             if len(entries) < _PAGE:
                 return
-
-    def _adopt(self, channel: _Channel, sub: _Sub, epoch: str) -> None:
-        """A subscription made before its channel was written takes the epoch of the
-        channel's first write, and so does this node's store for its appends (see
-        ``RedisStore.made``)."""
-        if sub.epoch is None and sub.last == 0:
-            sub.epoch = epoch
-            self._store.made(channel.session_id, epoch)
 
     def _call(self, channel: _Channel, sub: _Sub, serial: int, data: bytes) -> None:
         sub.last = serial

@@ -28,16 +28,6 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- The epoch a session not written yet is to be made under, as the open script hands it
--- out ``back`` periods ago (see _OPEN): from the salt, the session and, with a ttl, the
--- quarter of the ttl it is in.
-local function unwritten_epoch(salt, ttl, session, back)
-  local period = '0'
-  if ttl ~= '0' then
-    period = string.format('%d', math.floor(now_ms() * 4 / tonumber(ttl)) - back)
-  end
-  return string.sub(redis.sha1hex(salt .. ':' .. period .. ':' .. session), 1, 16)
-end
 local function splice(data, serial)
   if data == '{}' then return '{"serial":' .. serial .. '}' end
   return '{"serial":' .. serial .. ',' .. string.sub(data, 2)
@@ -105,9 +95,7 @@ end
 #       deadline, ms).
 # ARGV: epoch, entry id, data, expect_last or '', max_history, dedup_window,
 #       ttl ms or '0', publish command, pub/sub channel, session id, a gone agent's
-#       client id or '', its grace ms, the epoch salt's key to make the session under
-#       the epoch if it does not exist (its first entry: opening one writes nothing)
-#       or '', then per Run record:
+#       client id or '', its grace ms, then per Run record:
 #       run id, status number (1-based), record, index member, its agent's dispatch stream,
 #       its owner or '', the owner's set of active Runs (``<prefix>owns:<owner>``).
 # A record written pending that is not on its agent's stream yet is added to it
@@ -121,29 +109,16 @@ end
 # by the AGENT_LOST sweep) it stores nothing unless that agent's deadline passed its
 # grace ago, the sweep's own test: not if a node marked it present since (it came back
 # through any node) nor if its absence was restarted (``_ABSENT_FROM_NOW``).
-# Returns {0, epoch now or '', its last serial} | {1, serial, data} (repeat) | {2, last}
-# | {3, serial} (stored: the caller splices the serial into its data as this script
-# does) | {4} (the gone agent is not gone).
+# Returns {0, epoch now or ''} | {1, serial, data} (repeat) | {2, last} | {3, serial}
+# (stored: the caller splices the serial into its data as this script does) | {4} (the
+# gone agent is not gone).
 _APPEND = (
     _COMMON
     + """
 local head = redis.call('HMGET', KEYS[1], 'e', 's')
 local epoch = head[1]
-local making = not epoch and ARGV[13] ~= ''
-if making then
-  -- Only under an epoch the open script hands out now or did lately (see _OPEN), never
-  -- one of a history this session had before.
-  local salt = redis.call('GET', ARGV[13])
-  local back = 3
-  if ARGV[7] == '0' then back = 0 end
-  for i = 0, back do
-    if salt and unwritten_epoch(salt, ARGV[7], ARGV[10], i) == ARGV[1] then epoch = ARGV[1] end
-  end
-  if not epoch then return {0, ''} end
-  head[2] = '0'
-end
-if epoch ~= ARGV[1] then return {0, epoch or '', tonumber(head[2] or '0')} end
-local known = not making and redis.call('ZSCORE', KEYS[3], ARGV[2])
+if epoch ~= ARGV[1] then return {0, epoch or ''} end
+local known = redis.call('ZSCORE', KEYS[3], ARGV[2])
 if known then
   local found = redis.call('XRANGE', KEYS[2], known .. '-0', known .. '-0')
   if found[1] then return {1, tonumber(known), found[1][2][2]} end
@@ -155,11 +130,6 @@ if ARGV[11] ~= '' then
   local deadline = redis.call('ZSCORE', KEYS[#KEYS], ARGV[11])
   if deadline and tonumber(deadline) > now_ms() - tonumber(ARGV[12]) then return {4} end
 end
-if making then
-  -- What an earlier history of the session left (a key that outlived the others).
-  redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('HSET', KEYS[1], 'e', epoch)
-end
 local serial = last + 1
 local stored = splice(ARGV[3], serial)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], serial .. '-0', 'd', stored)
@@ -169,7 +139,7 @@ local window = tonumber(ARGV[6])
 if serial > window then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', serial - window)
 end
-write_runs(14, ARGV[10])
+write_runs(13, ARGV[10])
 touch(ARGV[7])
 redis.call(ARGV[8], ARGV[9], epoch .. ' ' .. stored)
 return {3, serial}
@@ -186,34 +156,18 @@ return 1
 """
 )
 
-# KEYS: meta, log, ids, runs, order, the epoch salt (``<prefix>epoch-salt``).
-# ARGV: ttl ms or '0', session id, a random salt to keep if there is none (the one
-# write, once per data set).
-# Returns {epoch, last, first}, or {false, epoch} for a session not written yet: the
-# epoch its first append is to make it under, and nothing of it is written (a session is
-# made by its first append), so reading sessions nobody wrote leaves no keys behind.
-# That epoch is the same on every node (so their readers agree before anyone writes)
-# and never one the session had before: it comes from the salt, which goes with Redis's
-# data (made again after a restart that lost it, a FLUSHALL), and with history_ttl from
-# the quarter of the ttl it is asked in. The append script makes a session only under
-# the epoch of this quarter or of the three before: a history that expired was opened
-# (its epoch handed out) a whole ttl, four quarters, before it expired, so its epoch is
-# never handed out or taken again. (A node whose readers were told an epoch for that
-# long before the first write, or before Redis lost the salt, has the append refused,
-# EPOCH_MISMATCH, and its readers rebuild.) A session that exists has its expiry
-# refreshed (history_ttl).
+# KEYS: meta, log, ids, runs, order. ARGV: a new epoch, ttl ms or '0'.
+# Returns {epoch, last, first}. Writes only for a new session: a Redis out of memory
+# refuses a write command (HSETNX too) even when it would change nothing, and a session
+# that exists must still load then (reads go on).
 _OPEN = (
     _COMMON
     + """
 if redis.call('HEXISTS', KEYS[1], 'e') == 0 then
-  local salt = redis.call('GET', KEYS[6])
-  if not salt then
-    salt = ARGV[3]
-    redis.call('SET', KEYS[6], salt)
-  end
-  return {false, unwritten_epoch(salt, ARGV[1], ARGV[2], 0)}
+  redis.call('HSET', KEYS[1], 'e', ARGV[1], 's', 0)
+  redis.call('DEL', KEYS[2], KEYS[3])
 end
-touch(ARGV[1])
+touch(ARGV[2])
 local head = redis.call('HMGET', KEYS[1], 'e', 's')
 local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
 local first = 0

@@ -24,12 +24,6 @@ conflicting append fails alone (``RunwireError(CONFLICT)``). After the commit
 the flush wakes the callers and calls the subscribers in job order, so in
 serial order; they see this store object's appends only.
 
-Channels: a channel's row (its epoch) is inserted with its first entry, in the
-same transaction. ``open_channel`` only reads: a channel not written yet gets an
-epoch (``unwritten_epoch``, kept in memory until ``close_channel``) that its first
-append inserts, unless another store on the file inserted one first (``EPOCH_MISMATCH``:
-open it again). So reading sessions nobody wrote writes nothing.
-
 Dedup: ``open_channel`` loads the channel's newest ``DEDUP_WINDOW`` entry ids
 and each append adds its id (the pending job, then the serial), so ``find``
 and ``append`` answer repeats without the disk. An older repeat hits the
@@ -64,7 +58,6 @@ import anyio.to_thread
 from transport.codec import dumps, loads, splice_serial
 from transport.errors import (
     CONFLICT,
-    EPOCH_MISMATCH,
     INTERNAL_ERROR,
     STORE_UNAVAILABLE,
     VALIDATION_ERROR,
@@ -84,7 +77,6 @@ from .base import (
     Unsubscribe,
     log,
     read_position,
-    unwritten_epoch,
 )
 
 __all__ = ["BUSY_TIMEOUT", "CHECKPOINT_COMMITS", "DEDUP_WINDOW", "WAL_LIMIT", "SQLiteStore"]
@@ -134,10 +126,6 @@ _INSERT_ENTRY = (
     " ON CONFLICT (session_id, entry_id) DO NOTHING"
 )
 _SELECT_HEAD = "SELECT COALESCE(MAX(serial), 0) FROM entries WHERE session_id = ?"
-_SELECT_EPOCH = "SELECT epoch FROM channels WHERE session_id = ?"
-_INSERT_CHANNEL = (
-    "INSERT INTO channels (session_id, epoch) VALUES (?, ?) ON CONFLICT (session_id) DO NOTHING"
-)
 _UPSERT_RUN = (
     "INSERT INTO runs (session_id, run_id, record, status, agent) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (session_id, run_id) DO UPDATE SET"
@@ -154,8 +142,6 @@ class _Write:
     data: bytes
     runs: Sequence[RunRecord]
     expect_last: int | None
-    epoch: str | None = None
-    """The epoch of a channel not written yet: the append inserts its row."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     value: Appended | None = None
     error: RunwireError | None = None
@@ -269,9 +255,6 @@ class SQLiteStore(Store):
         self.commits = 0
         self._recent: dict[str, _Recent | None] = {}
         """Open channels' newest ids; None until a channel that had none gets one."""
-        self._salt = secrets.token_hex(16)
-        self._fresh: dict[str, str] = {}
-        """Open channels not written yet: the epoch their first append inserts."""
         self._subscribers = Subscribers()
         self._closed = False
         self._ok = False
@@ -356,27 +339,19 @@ class SQLiteStore(Store):
     # -- the Store interface ---------------------------------------------------
 
     async def open_channel(self, session_id: str) -> ChannelInfo:
-        """Load a channel; one not written yet gets the epoch its first append is to insert
-        (``unwritten_epoch``: the same each time). Writes nothing."""
-        epoch, first, last, ids = await self._read(lambda c: _load_channel(c, session_id))
+        """Load or create a channel (a new one gets a random epoch, kept in the file)."""
+        info, ids, created = await self._read(lambda c: _load_channel(c, session_id))
+        if created:
+            self._count_commit()  # its row went into the WAL too
         if session_id not in self._recent:
             # A new (or empty) channel gets its OrderedDict with its first append.
             self._recent[session_id] = OrderedDict(ids) if ids else None
-        if epoch is not None:
-            self._fresh.pop(session_id, None)
-            return ChannelInfo(session_id, epoch, first, last)
-        epoch = self._fresh[session_id] = unwritten_epoch(self._salt, session_id)
-        return ChannelInfo(session_id, epoch, 0, 0, stored=False)
+        return info
 
     def close_channel(self, session_id: str) -> None:
         """Forget the channel's newest ids and head (read again when next needed)."""
         self._recent.pop(session_id, None)
         self._heads.pop(session_id, None)
-        self._fresh.pop(session_id, None)
-
-    async def head(self, session_id: str) -> tuple[str | None, int]:
-        """The channel's epoch (None if not written yet) and newest serial."""
-        return await self._read(lambda c: _select_head(c, session_id))
 
     async def append(
         self,
@@ -407,9 +382,7 @@ class SQLiteStore(Store):
             found = await self._repeat(session_id, known)
             if found is not None:
                 return found
-        job = _Write(
-            session_id, entry_id, data, tuple(runs), expect_last, self._fresh.get(session_id)
-        )
+        job = _Write(session_id, entry_id, data, tuple(runs), expect_last)
         self._enqueue(job)
         recent[entry_id] = job
         if len(recent) > DEDUP_WINDOW:
@@ -573,25 +546,8 @@ class SQLiteStore(Store):
         outcomes: list[_Outcome] = []
         entries: list[tuple[str, int, str, bytes]] = []
         records: list[tuple[str, str, bytes, str, str]] = []
-        made: dict[str, str] = {}  # the channels' epochs, where a job brought one
         for job in batch:
             if job.entry_id is not None:
-                if job.epoch is not None:  # the channel's first entry: insert the channel
-                    epoch = made.get(job.session_id)
-                    if epoch is None:
-                        conn.execute(_INSERT_CHANNEL, (job.session_id, job.epoch))
-                        (epoch,) = conn.execute(_SELECT_EPOCH, (job.session_id,)).fetchone()
-                        made[job.session_id] = epoch
-                    if epoch != job.epoch:
-                        outcomes.append(
-                            RunwireError(
-                                EPOCH_MISMATCH,
-                                f"{job.session_id!r} was made under epoch {epoch}, not "
-                                f"{job.epoch}; open it again",
-                                details={"epoch": epoch},
-                            )
-                        )
-                        continue
                 head = heads.get(job.session_id, self._heads.get(job.session_id))
                 if head is None:
                     (head,) = conn.execute(_SELECT_HEAD, (job.session_id,)).fetchone()
@@ -644,9 +600,6 @@ class SQLiteStore(Store):
             job.error = outcome
         else:
             job.value = outcome
-        if job.epoch is not None and job.value is not None:
-            if self._fresh.get(job.session_id) == job.epoch:
-                del self._fresh[job.session_id]  # made
         if job.entry_id is not None:
             recent = self._recent.get(job.session_id)
             if recent is not None and recent.get(job.entry_id) is job:
@@ -717,12 +670,13 @@ class SQLiteStore(Store):
 
 def _load_channel(
     conn: sqlite3.Connection, session_id: str
-) -> tuple[str | None, int, int, list[tuple[str, int]]]:
-    """A channel's epoch (None if it is not written yet), first and last serials, and
-    newest ``DEDUP_WINDOW`` ids, oldest first. Reads only."""
+) -> tuple[ChannelInfo, list[tuple[str, int]], bool]:
+    """A channel (its row inserted if new), its newest ``DEDUP_WINDOW`` ids, oldest first,
+    and whether it was new."""
+    select_epoch = "SELECT epoch FROM channels WHERE session_id = ?"
     conn.execute("BEGIN")
     try:
-        found = conn.execute(_SELECT_EPOCH, (session_id,)).fetchone()
+        found = conn.execute(select_epoch, (session_id,)).fetchone()
         first, last = conn.execute(
             "SELECT COALESCE(MIN(serial), 0), COALESCE(MAX(serial), 0)"
             " FROM entries WHERE session_id = ?",
@@ -735,20 +689,16 @@ def _load_channel(
         ).fetchall()
     finally:
         conn.execute("COMMIT")
+    created = found is None
+    if created:  # a new channel (unless another store just made it: keep its epoch)
+        conn.execute(
+            "INSERT INTO channels (session_id, epoch) VALUES (?, ?)"
+            " ON CONFLICT (session_id) DO NOTHING",
+            (session_id, secrets.token_hex(8)),
+        )
+        found = conn.execute(select_epoch, (session_id,)).fetchone()
     ids = [(str(entry_id), int(serial)) for entry_id, serial in reversed(rows)]
-    epoch = None if found is None else str(found[0])
-    return epoch, int(first), int(last), ids
-
-
-def _select_head(conn: sqlite3.Connection, session_id: str) -> tuple[str | None, int]:
-    """A channel's epoch (None if not written yet) and newest serial, read together."""
-    conn.execute("BEGIN")
-    try:
-        found = conn.execute(_SELECT_EPOCH, (session_id,)).fetchone()
-        (last,) = conn.execute(_SELECT_HEAD, (session_id,)).fetchone()
-    finally:
-        conn.execute("COMMIT")
-    return (None if found is None else str(found[0])), int(last)
+    return ChannelInfo(session_id, str(found[0]), int(first), int(last)), ids, created
 
 
 def _select_id(conn: sqlite3.Connection, session_id: str, entry_id: str) -> Appended | None:

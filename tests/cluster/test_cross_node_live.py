@@ -267,37 +267,3 @@ async def test_a_client_that_leaves_while_its_publish_is_stored_leaves_no_subscr
     with Redis.from_url(REDIS_URL) as raw, anyio.fail_after(5):
         while raw.execute_command("PUBSUB", "SHARDNUMSUB", store.live_channel("s"))[1]:
             await anyio.sleep(0.01)
-
-
-async def test_reading_sessions_nobody_wrote_leaves_no_key_and_an_early_reader_gets_the_first_entry(
-    nodes: tuple[Server, Server], redis_prefix: str
-) -> None:
-    """Attaching to, paging and streaming made-up sessions through either node writes
-    nothing to Redis; a client on node B attached before node A stores a session's first
-    entry gets it live, under the epoch it was told (every node tells the same)."""
-    a, b = nodes
-    with Redis.from_url(REDIS_URL) as raw:
-        before = sorted(raw.scan_iter(match=f"{redis_prefix}*"))
-    reader = await RawPeer.open(b.url)
-    for i in range(20):
-        session = f"nobody-{i}"
-        assert (await reader.attach(session))["head"] == 0
-        await reader.request({"type": "detach", "session_id": session})
-        for node in (a, b):
-            page = await call(node, "GET", f"/v1/sessions/{session}/history")
-            assert page.status == 200 and page.json()["entries"] == []
-            events = await call(node, "GET", f"/v1/sessions/{session}/events?wait=0")
-            assert events.status == 200 and b"event: entry" not in events.body
-    with Redis.from_url(REDIS_URL) as raw:
-        after = sorted(raw.scan_iter(match=f"{redis_prefix}*"))
-    assert [k for k in after if k not in before] in ([], [f"{redis_prefix}epoch-salt".encode()])
-
-    early = await reader.attach("s")
-    writer = await RawPeer.open(a.url)
-    assert (await writer.attach("s"))["epoch"] == early["epoch"]
-    assert (await writer.publish("s", prompt()))["serial"] == 1
-    assert serials(await reader.entries(1)) == [1]
-    await reader.close()
-    back = await RawPeer.open(a.url)  # the balancer sends it to the other node
-    resumed = await back.attach("s", from_serial=1, epoch=early["epoch"])
-    assert (resumed["reset"], resumed["epoch"], resumed["head"]) == (False, early["epoch"], 1)

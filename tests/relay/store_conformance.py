@@ -131,11 +131,6 @@ class StoreConformance(abc.ABC):
     def make_store(self) -> Store:
         """A new, empty, not yet started store."""
 
-    @abc.abstractmethod
-    async def footprint(self, store: Store) -> object:
-        """What ``store`` holds, durably and in its memory: equal before and after calls
-        that must leave no trace (rows, keys, the store object's dicts)."""
-
     @asynccontextmanager
     async def opened(self) -> AsyncIterator[Store]:
         """A started store, closed on exit."""
@@ -169,60 +164,6 @@ class StoreConformance(abc.ABC):
         assert again.epoch == first.epoch
         assert (again.first, again.last) == (1, 1)
         assert (await store.open_channel("t")).epoch != first.epoch
-
-    async def test_reading_never_written_sessions_leaves_the_store_as_it_was(
-        self, store: Store
-    ) -> None:
-        """Everything a reader does to a session nobody wrote (a relay node loads it for
-        an attach, a history page, an event stream) writes nothing: a token that may only
-        read cannot grow the store by naming sessions."""
-        await store.open_channel("written")
-        await store.append("written", "e1", body("e1"))
-        before = await self.footprint(store)
-        for i in range(25):
-            session_id = f"nobody-{i}"
-            unsubscribe = await store.subscribe(session_id, Collector())
-            info = await store.open_channel(session_id)
-            assert (info.first, info.last) == (0, 0)
-            assert info.epoch and set(info.epoch) <= set(string.hexdigits)
-            assert await store.head(session_id) == (None, 0)
-            assert await store.since(session_id, 0, 10) == (None, [])
-            assert await store.read(session_id) == []
-            assert await store.read(session_id, after=0) == []
-            assert await store.runs(session_id) == []
-            assert await store.run(session_id, "r1") is None
-            assert await store.find(session_id, "e1") is None
-            unsubscribe()
-            store.close_channel(session_id)
-        assert await self.footprint(store) == before
-
-    async def test_the_first_append_makes_the_channel_under_the_epoch_it_was_opened_with(
-        self, store: Store
-    ) -> None:
-        """A subscriber that came before the session's first entry gets it, and the epoch
-        a reader was told before it is the session's."""
-        got = Collector()
-        await store.subscribe("s", got)
-        info = await store.open_channel("s")
-        assert await store.open_channel("s") == info  # the same, until put down
-        first = await store.append("s", "e1", body("e1"))
-        assert [(e.serial, e.data) for e in await got.until(1)] == [(1, first.data)]
-        assert await store.head("s") == (info.epoch, 1)
-        assert await store.since("s", 0, 10) == (info.epoch, [StoredEntry(1, first.data)])
-        store.close_channel("s")
-        again = await store.open_channel("s")
-        assert (again.epoch, again.first, again.last) == (info.epoch, 1, 1)
-
-    async def test_a_channel_put_down_unwritten_is_opened_with_a_new_epoch_that_holds(
-        self, store: Store
-    ) -> None:
-        await store.open_channel("s")
-        store.close_channel("s")
-        second = await store.open_channel("s")
-        assert await store.head("s") == (None, 0)
-        await store.append("s", "e1", body("e1"))
-        assert await store.head("s") == (second.epoch, 1)
-        assert (await store.open_channel("s")).epoch == second.epoch
 
     async def test_append_gives_serials_from_one_and_splices_them_in(self, store: Store) -> None:
         await store.open_channel("s")

@@ -6,11 +6,9 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import sqlite3
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -21,12 +19,11 @@ import client_side
 import relay
 from relay import Server
 from relay.auth import mint_token
-from relay.store import MemoryStore
 from transport import checks
 from transport.messages import user_message
 
 from ..integration.conductor import Conductor, stack, status, until
-from .wire import RawPeer, prompt, sized_token
+from .wire import RawPeer, sized_token
 
 pytestmark = pytest.mark.anyio
 
@@ -732,43 +729,3 @@ async def test_a_repeated_id_tells_nothing_to_a_token_without_the_right(checked:
         assert (retry.status, retry.json()["duplicate"]) == (201, True)
         retry_stop = await cancel(secured, "work-1", run_id, {"id": "stop-1"}, token=owner)
         assert (retry_stop.status, retry_stop.json()["duplicate"]) == (202, True)
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_reading_sessions_nobody_wrote_stores_nothing_and_an_early_reader_gets_its_entry(
-    tmp_path: Path, kind: str
-) -> None:
-    """Attaching to, paging and streaming sessions nobody wrote (what a token that may only
-    read can do with made-up ids) leaves nothing in the store; a client attached before a
-    session's first entry is delivered it, under the epoch it was told."""
-    path = tmp_path / "relay.db"
-    store = "memory://" if kind == "memory" else f"sqlite:///{path}"
-    async with relay.serve(host="127.0.0.1", port=0, store=store) as server:
-        reader = await RawPeer.open(server.url)
-        for i in range(20):
-            session = f"nobody-{i}"
-            attached = await reader.attach(session)
-            assert (attached["head"], attached["entries"], attached["reset"]) == (0, [], False)
-            assert (await reader.request({"type": "detach", "session_id": session}))["type"]
-            page = await call(server, "GET", f"/v1/sessions/{session}/history")
-            assert page.status == 200 and page.json()["entries"] == []
-            _, found, _ = await events(server, session, "wait=0")
-            assert found == []
-        assert server.hub.channels == {}
-        if isinstance(server.store, MemoryStore):
-            assert (server.store._channels, server.store._fresh) == ({}, {})
-
-        early = await reader.attach("s")
-        writer = await RawPeer.open(server.url)
-        assert (await writer.attach("s"))["epoch"] == early["epoch"]
-        assert (await writer.publish("s", prompt()))["serial"] == 1
-        assert [e["serial"] for e in await reader.entries(1)] == [1]
-        later = await RawPeer.open(server.url)
-        assert (await later.attach("s"))["epoch"] == early["epoch"]
-        await reader.close()
-        back = await RawPeer.open(server.url)
-        resumed = await back.attach("s", from_serial=1, epoch=early["epoch"])
-        assert (resumed["reset"], resumed["epoch"], resumed["head"]) == (False, early["epoch"], 1)
-    if kind == "sqlite":
-        with sqlite3.connect(path) as conn:
-            assert conn.execute("SELECT session_id FROM channels").fetchall() == [("s",)]

@@ -13,12 +13,6 @@ class TestMemoryStore(StoreConformance):
     def make_store(self) -> Store:
         return MemoryStore()
 
-    async def footprint(self, store: Store) -> object:
-        assert isinstance(store, MemoryStore)
-        memory = {k: dict(v) for k, v in vars(store).items() if isinstance(v, dict)}
-        memory["subscribers"] = dict(store._subscribers._channels)
-        return memory
-
 
 @pytest.mark.anyio
 async def test_a_new_memory_store_starts_empty() -> None:
