@@ -43,17 +43,28 @@ nothing a second node would need stays in one node's memory:
   a worker whose token covers other sessions does not make its node read the
   same Run again and again while no node can take it.
 * **Liveness.** Every node marks the agent client ids it holds connections of
-  present, each heartbeat, in one sorted set (``<prefix>presence``: client id ->
-  deadline, three heartbeats ahead, on Redis's clock). The append script keeps,
+  present, each heartbeat, in one script (one round trip): per client id in one sorted
+  set (``<prefix>presence``: client id -> deadline, three heartbeats ahead, on
+  Redis's clock) for a connection that may act as an agent in every session, and
+  per client id and scope in another (``<prefix>scoped``: ``[client id, [pattern,
+  ...]]`` -> deadline, each client id's members listed in
+  ``<prefix>scopes:<client id>``) for one whose token grants ``agent`` in the
+  sessions of some patterns only (``Peer.agent_scope``). An agent is present in a
+  session where one of its deadlines covers it, as on one relay
+  (``Peer.can(session, 'agent')``): a worker whose fresh token drops a session
+  keeps its Runs in the others, and those in the dropped one end once the deadline
+  of its earlier scope has passed the grace. The append script keeps,
   per owner, the set of its active Runs (``<prefix>owns:<client id>``), and
-  puts an owner that no node has marked yet in the presence set as absent from
-  the moment its Run became active. One node at a time sweeps: the holder of a
+  puts an owner that no node has marked present in the Run's session yet in the
+  presence set as absent from the moment its Run became active. One node at a
+  time sweeps: the holder of a
   lease (``<prefix>sweeper``, renewed every heartbeat, expiring after three, so
   another node takes over within three heartbeats of its holder's end), so the
   sweep's cost does not grow with the number of nodes; nor with the number of
-  Runs under way: one script, one round trip, returns the owners whose deadline
-  passed ``agent_grace`` seconds ago, each with the Runs it still owns, and
-  forgets the gone owners that own nothing. A node that has just taken the
+  Runs under way: one script, one round trip, returns the owners with a deadline
+  (everywhere, or in some sessions) that passed ``agent_grace`` seconds ago, each
+  with the Runs it still owns in sessions none of its other deadlines covers, and
+  forgets what lapsed of the owners left with none. A node that has just taken the
   lease, or takes up the sweep again after its maintenance failed (Redis away,
   or refusing writes: out of memory, a read-only replica), first moves deadlines
   that have passed to "now": while no node could write presence, absence does
@@ -101,6 +112,9 @@ BOUNCE_WAIT = 0.05
 """Seconds a node's dispatch reader first pauses after a round in which no local worker
 could take any Run it read (see ``RedisDispatcher._after_round``)."""
 _WIDENED = object()
+Presence = tuple[str, tuple[str, ...] | None]
+"""An agent connection's client id and the patterns of the sessions it may act in (None:
+every session), as ``Peer.agent_scope`` gives them."""
 
 # KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
 # 2 if it has just taken it (it was free). Renewed with SET, not PEXPIRE: a Redis out of
@@ -190,7 +204,8 @@ class RedisDispatcher:
         self.assigned: dict[RunKey, Peer] = {}
         self.held: dict[RunKey, tuple[str, str]] = {}  # run -> (agent, stream entry id)
         self.records: dict[RunKey, RunRecord] = {}
-        self.agents_present: dict[str, int] = {}
+        self.agents_present: dict[Presence, int] = {}
+        """This node's agent connections by client id and scope (``Peer.agent_scope``)."""
         self._reader: asyncio.Task[None] | None = None
         self._reading: frozenset[str] = frozenset()  # agent names the read in progress covers
         self._widen = asyncio.Event()  # a worker of a name it does not cover arrived
@@ -203,7 +218,7 @@ class RedisDispatcher:
         """Since when (monotonic) this node has had Redis without a failure, or None: not yet
         (its maintenance has not gone through once) or its maintenance or reader failed
         since (see ``_claim_due``)."""
-        self._arrived: set[str] = set()  # agent client ids whose presence is not written yet
+        self._arrived: set[Presence] = set()  # agents whose presence is not written yet
         self._toucher: asyncio.Task[None] | None = None
         self._groups: set[str] = set()
         # Where each stream's next XAUTOCLAIM goes on (it looks at 100 pending entries a
@@ -262,13 +277,13 @@ class RedisDispatcher:
             record = self.records.get(key)
             if record is not None and not self._hand_local(record):
                 self._spawn(self._give_back(key))
-        client_id = peer.sender.client_id
         if peer.is_agent():  # as ``Hub.hello`` counted it
-            left = self.agents_present.get(client_id, 1) - 1
+            present = (peer.sender.client_id, peer.agent_scope())
+            left = self.agents_present.get(present, 1) - 1
             if left <= 0:
-                self.agents_present.pop(client_id, None)
+                self.agents_present.pop(present, None)
             else:
-                self.agents_present[client_id] = left
+                self.agents_present[present] = left
 
     def client_back(
         self,
@@ -276,15 +291,17 @@ class RedisDispatcher:
         *,
         agent: bool = True,
         covers: Callable[[str], bool] | None = None,
+        scope: tuple[str, ...] | None = None,
     ) -> None:
-        """Count an agent connection for the presence heartbeat (clients own no Runs).
-        Presence in Redis is per client id: ``covers`` (the sessions it may act in) is not
-        kept there, so a fresh token that dropped a session keeps its Runs present."""
-        del covers
+        """Count an agent connection for the presence heartbeat (clients own no Runs), by
+        client id and ``scope``, the patterns of the sessions it may act in (``covers``
+        them; None: every session), so its presence keeps its Runs there only."""
+        del covers  # ``scope`` says the same, in a form Redis can keep
         if not agent:
             return
-        self.agents_present[client_id] = self.agents_present.get(client_id, 0) + 1
-        self._arrived.add(client_id)
+        present = (client_id, scope)
+        self.agents_present[present] = self.agents_present.get(present, 0) + 1
+        self._arrived.add(present)
         if self._toucher is None or self._toucher.done():
             self._toucher = self._spawn(self._touch_arrived())
 
@@ -296,9 +313,9 @@ class RedisDispatcher:
         connection each.
         """
         while self._arrived:
-            client_ids = list(self._arrived)
+            arrived = list(self._arrived)
             self._arrived.clear()
-            await self._touch(client_ids)
+            await self._touch(arrived)
 
     def start_timer(self, record: RunRecord) -> None:
         """Liveness is swept from Redis; nothing to time locally."""
@@ -519,12 +536,21 @@ class RedisDispatcher:
                 if fields:
                     await self._take(agent, entry_id.decode(), fields)
 
-    async def _touch(self, client_ids: list[str]) -> bool:
-        """Mark ``client_ids`` present; False if Redis did not take it."""
-        if not client_ids:
+    async def _touch(self, present: list[Presence] | list[str]) -> bool:
+        """Mark agents present (client ids, or client ids with their scope: see
+        ``RedisStore.mark_present``), in one round trip; False if Redis did not take it."""
+        if not present:
             return True
+        everywhere: list[str] = []
+        scoped: list[tuple[str, tuple[str, ...]]] = []
+        for item in present:
+            client_id, scope = (item, None) if isinstance(item, str) else item
+            if scope is None:
+                everywhere.append(client_id)
+            else:
+                scoped.append((client_id, scope))
         try:
-            await self.store.mark_present(client_ids, self.heartbeat * 3)
+            await self.store.mark_present(everywhere, self.heartbeat * 3, scoped=scoped)
         except RunwireError as exc:
             log.warning("presence heartbeat failed: %s", exc)
             return False

@@ -88,10 +88,13 @@ class Dispatcher:
         *,
         agent: bool = True,
         covers: Callable[[str], bool] | None = None,
+        scope: tuple[str, ...] | None = None,
     ) -> None:
         """An agent connection with ``client_id`` arrived: the grace timers of its Runs in
         the sessions it ``covers`` (may act as an agent in; all without it) stop. A client
-        connection (``agent=False``) owns no Runs and stops none."""
+        connection (``agent=False``) owns no Runs and stops none. (``scope``, the patterns
+        behind ``covers`` as ``Peer.agent_scope`` gives them, is for a Redis node.)"""
+        del scope
         if not agent:
             return
         for key, (owner, handle) in list(self.timers.items()):

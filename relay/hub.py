@@ -196,7 +196,10 @@ class Hub:
             # cover fewer sessions than the one the agent started its Runs with).
             self._present.setdefault(client_id, set()).add(peer)
             self.dispatcher.client_back(
-                client_id, agent=True, covers=lambda session_id: peer.can(session_id, AGENT)
+                client_id,
+                agent=True,
+                covers=lambda session_id: peer.can(session_id, AGENT),
+                scope=peer.agent_scope(),
             )
 
     def sender(self, identity: Identity | None, claimed: str, session_id: str) -> Sender:

@@ -168,6 +168,18 @@ class Peer:
             return False
         return self.identity is None or self.identity.grants_anywhere(AGENT)
 
+    def agent_scope(self) -> tuple[str, ...] | None:
+        """The session-id patterns in which this connection may act as an agent (sorted,
+        each once), or None for every session: an anonymous relay, or a pattern of stars
+        only. ``can(session_id, AGENT)`` is True exactly where one of them matches; a Redis
+        node marks its agents present per client id and scope (``relay.cluster``)."""
+        if self.identity is None:
+            return None
+        patterns = sorted({pattern for pattern, caps in self.identity.grants if AGENT in caps})
+        if any(not pattern.strip("*") for pattern in patterns):
+            return None
+        return tuple(patterns)
+
     def can(self, session_id: str, capability: str) -> bool:
         """True if the connection holds ``capability`` in ``session_id``."""
         return self.sender_for(session_id).can(capability)

@@ -40,8 +40,9 @@ Contract
   its agent's absence (``AGENT_LOST``, or a durable Run handed on) only if that agent
   is still gone when the append's turn comes: a store that shares agent presence
   between relay nodes (Redis) writes nothing if a node has marked ``client_id``
-  present since its deadline passed ``grace`` seconds ago (it came back, through any
-  node) and raises ``RunwireError(CONFLICT, details={"present": client_id})``, which
+  present in the entry's session since its deadline passed ``grace`` seconds ago (it
+  came back, through any node, with a token that grants it ``agent`` there)
+  and raises ``RunwireError(CONFLICT, details={"present": client_id})``, which
   no retry changes. A store of one relay (memory, SQLite) takes no notice: that
   relay knows its own connections.
 * ``subscribe(session_id, fn)`` is live fan-out. Once it returns, ``fn`` (a
@@ -141,8 +142,9 @@ class Appended:
 @dataclass(frozen=True)
 class Gone:
     """What an append that ends a Run for its agent's absence requires (``append``'s
-    ``gone``): the agent ``client_id`` still absent ``grace`` seconds past its presence
-    deadline, as the AGENT_LOST sweep found it, when the append's turn comes."""
+    ``gone``): the agent ``client_id`` still absent from the session ``grace`` seconds
+    past its presence deadline there, as the AGENT_LOST sweep found it, when the append's
+    turn comes."""
 
     client_id: str
     grace: float

@@ -28,13 +28,17 @@ step by the same scripts, and so are the agents' dispatch streams
 when written with another status, so a stored prompt cannot lose its dispatch
 and no stream entry outlives its Run's ``pending``. The scripts also keep each
 owner's active Runs (``rw:owns:<client id>``, members as in the status index)
-and put an owner no node has marked present yet in the agents' presence
-(``rw:presence``, a sorted set client id -> deadline in ms on Redis's clock,
-which the nodes refresh: ``mark_present``), so ``relay.cluster``'s AGENT_LOST
-sweep asks only after owners past their deadline (``gone_owners``, one script)
-instead of reading every Run under way; the append that then ends such an owner's
-Run tests its deadline again in the same script (``append(..., gone=)``), so an
-owner marked present meanwhile keeps its Run. Those keys are outside the
+and put an owner no node has marked present in the Run's session yet in the
+agents' presence (``rw:presence``, a sorted set client id -> deadline in ms on
+Redis's clock, for agents that may act in every session; ``rw:scoped``,
+``[client id, [pattern, ...]]`` -> deadline, for those whose token grants ``agent``
+in some sessions only, each client id's members in ``rw:scopes:<client id>``; the
+nodes refresh both: ``mark_present``), so ``relay.cluster``'s AGENT_LOST
+sweep asks only after owners past a deadline (``gone_owners``, one script)
+instead of reading every Run under way, and returns their Runs in sessions no
+deadline of theirs still covers; the append that then ends such an owner's
+Run tests that again in the same script (``append(..., gone=)``), so an
+owner marked present there meanwhile keeps its Run. Those keys are outside the
 session's slot, so the store needs a standalone Redis (or a proxy that keeps
 everything on one node): Redis Cluster would refuse the scripts with
 ``CROSSSLOT``. Everything else is ready for Cluster.
@@ -338,6 +342,16 @@ class RedisStore(Store):
         """The agents' presence: a sorted set, client id -> deadline (ms, Redis's clock)."""
         return self.prefix + "presence"
 
+    @property
+    def scoped_presence_key(self) -> str:
+        """The agents' presence in some sessions only: a sorted set, ``scope_member`` ->
+        deadline (ms, Redis's clock); each client id's members also in ``scopes_key``."""
+        return self.prefix + "scoped"
+
+    def scopes_key(self, client_id: str) -> str:
+        """The set of an agent's members of ``scoped_presence_key``."""
+        return self.prefix + "scopes:" + client_id
+
     def owner_key(self, owner: str) -> str:
         """The set of an owner's active Runs (members as in the status index)."""
         return self.prefix + "owns:" + owner
@@ -438,9 +452,9 @@ class RedisStore(Store):
 
         One script, one round trip. Raises ``RunwireError(CONFLICT)`` if
         ``expect_last`` is given and is not the newest serial, or if ``gone`` is
-        given and that agent's presence deadline (``rw:presence``) is no longer
-        ``gone.grace`` seconds past (a node marked it present: it came back;
-        ``details["present"]`` names it),
+        given and that agent has a presence deadline that covers the session (``rw:presence``,
+        or one of its scopes in ``rw:scoped``) and is less than ``gone.grace`` seconds past
+        (a node marked it present there: it came back; ``details["present"]`` names it),
         ``RunwireError(EPOCH_MISMATCH)`` if Redis lost the channel since
         ``open_channel``, ``RunwireError(INTERNAL_ERROR)`` if ``open_channel``
         was not called first, ``RunwireError(VALIDATION_ERROR)`` for a Run
@@ -655,28 +669,49 @@ class RedisStore(Store):
 
     # -- agent presence (relay.cluster's AGENT_LOST sweep) ------------------------
 
-    async def mark_present(self, client_ids: Sequence[str], ttl: float) -> None:
-        """Count the agents ``client_ids`` present until ``ttl`` seconds from now."""
+    async def mark_present(
+        self,
+        client_ids: Sequence[str],
+        ttl: float,
+        *,
+        scoped: Sequence[tuple[str, Sequence[str]]] = (),
+    ) -> None:
+        """Count the agents ``client_ids`` present in every session, and those of
+        ``scoped`` (client id, session-id patterns) present in the sessions their patterns
+        match, until ``ttl`` seconds from now. One round trip (a script per 1,000)."""
         ttl_ms = str(max(1, round(ttl * 1000)))
+        keys = [self.presence_key, self.scoped_presence_key]
         ids = list(client_ids)
-        commands = [
-            self._eval("present", [self.presence_key], [ttl_ms, *ids[i : i + 1000]])
-            for i in range(0, len(ids), 1000)
-        ]
+        pairs = [(client_id, self.scope_member(client_id, p)) for client_id, p in scoped]
+        commands = []
+        for i in range(0, max(len(ids), len(pairs)), 1000):
+            chunk = ids[i : i + 1000]
+            args: list[Any] = [ttl_ms, str(len(chunk)), *chunk]
+            for client_id, member in pairs[i : i + 1000]:
+                args += [client_id, member]
+            commands.append(self._eval("present", keys, args))
         for reply in await self._call(*commands) if commands else []:
             self._check(reply)
+
+    @staticmethod
+    def scope_member(client_id: str, patterns: Sequence[str]) -> bytes:
+        """An agent's member of ``scoped_presence_key``: present where ``patterns`` match."""
+        return dumps([client_id, sorted(set(patterns))])
 
     async def gone_owners(
         self, grace: float, *, limit: int = 1000
     ) -> dict[str, list[tuple[str, str]]]:
-        """The owners absent for ``grace`` seconds past their presence deadline, each with
-        the Runs it still owns (session id, run id); those owning nothing are forgotten.
+        """The owners absent for ``grace`` seconds past a presence deadline (everywhere, or
+        in some sessions: ``mark_present``), each with the Runs it still owns (session id,
+        run id) in sessions where no deadline of it is that recent; of those left owning
+        nothing so, what lapsed is forgotten.
 
         One round trip, whatever the number of active Runs: the work follows the
         agents that left, not the Runs under way.
         """
         args = [str(max(0, round(grace * 1000))), self.owner_key(""), self.prefix, str(limit)]
-        (reply,) = await self._call(self._eval("gone", [self.presence_key], args))
+        keys = [self.presence_key, self.scoped_presence_key]
+        (reply,) = await self._call(self._eval("gone", keys, args))
         self._check(reply)
         gone: dict[str, list[tuple[str, str]]] = {}
         for owner, members in zip(reply[::2], reply[1::2], strict=True):
@@ -689,7 +724,8 @@ class RedisStore(Store):
     async def absent_from_now(self) -> int:
         """Restart the absence of owners whose deadline has passed: from now, as if they
         had just been marked for the last time. How many there were."""
-        (reply,) = await self._call(self._eval("absent_from_now", [self.presence_key], []))
+        keys = [self.presence_key, self.scoped_presence_key]
+        (reply,) = await self._call(self._eval("absent_from_now", keys, []))
         self._check(reply)
         return int(reply)
 

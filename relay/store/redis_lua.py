@@ -37,17 +37,74 @@ local function touch(ttl)
     for k = 1, 5 do redis.call('PEXPIRE', KEYS[k], ttl) end
   end
 end
--- Puts the Run (meta hash, run id, index member) in the set ``owns`` of ``owner``, out of
--- the one it was in (meta ``o:<run id>``), and an owner no node has marked yet in the
--- presence set as of now. True if it moved.
-local function own(meta, run_id, member, owner, owns, presence)
+-- True if ``pattern`` (``*`` matches any run of characters, nothing else is special)
+-- matches the whole of ``s``: relay.auth.matches, on bytes (a UTF-8 literal found in UTF-8
+-- text starts and ends on characters).
+local function matches(pattern, s)
+  local parts, from = {}, 1
+  while true do
+    local star = string.find(pattern, '*', from, true)
+    if not star then break end
+    parts[#parts + 1] = string.sub(pattern, from, star - 1)
+    from = star + 1
+  end
+  if #parts == 0 then return pattern == s end
+  local first, last = parts[1], string.sub(pattern, from)
+  if #s < #first + #last then return false end
+  if string.sub(s, 1, #first) ~= first then return false end
+  if string.sub(s, #s - #last + 1) ~= last then return false end
+  local pos, stop = #first + 1, #s - #last
+  for k = 2, #parts do
+    local part = parts[k]
+    if #part > 0 then
+      local at = string.find(s, part, pos, true)
+      if not at or at + #part - 1 > stop then return false end
+      pos = at + #part
+    end
+  end
+  return true
+end
+-- Where an agent may act, from the presence (``<prefix>presence``, client id -> deadline:
+-- every session) and, beside it, ``<prefix>scoped`` (``[client id, [pattern, ...]]`` ->
+-- deadline: the sessions those patterns match) with each client id's members of it in
+-- ``<prefix>scopes:<client id>``. Deadlines past ``since`` (ms) count. Returns true (every
+-- session) or the patterns (none: nowhere).
+local function acts_in(presence, owner, since)
+  local deadline = redis.call('ZSCORE', presence, owner)
+  if deadline and tonumber(deadline) > since then return true end
+  local prefix = string.sub(presence, 1, #presence - #'presence')
+  local scoped = prefix .. 'scoped'
+  local patterns = {}
+  for _, member in ipairs(redis.call('SMEMBERS', prefix .. 'scopes:' .. owner)) do
+    deadline = redis.call('ZSCORE', scoped, member)
+    if deadline and tonumber(deadline) > since then
+      for _, pattern in ipairs(cjson.decode(member)[2]) do patterns[#patterns + 1] = pattern end
+    end
+  end
+  return patterns
+end
+local function covers(where, session)
+  if where == true then return true end
+  for _, pattern in ipairs(where) do
+    if matches(pattern, session) then return true end
+  end
+  return false
+end
+-- Puts the Run (meta hash, run id, index member, session) in the set ``owns`` of
+-- ``owner``, out of the one it was in (meta ``o:<run id>``), and an owner no node has
+-- marked present in that session yet in the presence set as of now (so the sweep looks
+-- at it once the grace has passed). True if it moved.
+local function own(meta, run_id, member, session, owner, owns, presence)
   local field = 'o:' .. run_id
   local was = redis.call('HGET', meta, field)
   if was == owns then return false end
   if was then redis.call('SREM', was, member) end
   redis.call('SADD', owns, member)
   redis.call('HSET', meta, field, owns)
-  redis.call('ZADD', presence, 'NX', now_ms(), owner)
+  local now = now_ms()
+  if not covers(acts_in(presence, owner, now), session) then
+    redis.call('ZADD', presence, 'NX', now, owner)
+  end
   return true
 end
 local function write_runs(start, session)
@@ -76,7 +133,7 @@ local function write_runs(start, session)
       redis.call('HDEL', KEYS[1], field)
     end
     if status == ACTIVE and ARGV[i + 5] ~= '' then
-      own(KEYS[1], ARGV[i], ARGV[i + 3], ARGV[i + 5], ARGV[i + 6], KEYS[#KEYS])
+      own(KEYS[1], ARGV[i], ARGV[i + 3], session, ARGV[i + 5], ARGV[i + 6], KEYS[#KEYS])
     else
       field = 'o:' .. ARGV[i]
       local owns = redis.call('HGET', KEYS[1], field)
@@ -127,8 +184,8 @@ end
 local last = tonumber(head[2] or '0')
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= last then return {2, last} end
 if ARGV[11] ~= '' then
-  local deadline = redis.call('ZSCORE', KEYS[#KEYS], ARGV[11])
-  if deadline and tonumber(deadline) > now_ms() - tonumber(ARGV[12]) then return {4} end
+  local since = now_ms() - tonumber(ARGV[12])
+  if covers(acts_in(KEYS[#KEYS], ARGV[11], since), ARGV[10]) then return {4} end
 end
 local serial = last + 1
 local stored = splice(ARGV[3], serial)
@@ -212,46 +269,84 @@ return id
 """
 
 # Agent presence and the AGENT_LOST sweep. Deadlines are Redis's clock (``TIME``), so
-# the nodes' clocks need not agree.
-# KEYS: presence. ARGV: ttl ms, then client ids. Each present until now + ttl.
+# the nodes' clocks need not agree. An agent is present per client id in every session
+# (``presence``) or in the sessions of some patterns (``scoped``: see acts_in).
+# KEYS: presence, scoped. ARGV: ttl ms, how many client ids present everywhere, those
+# client ids, then per agent present in some sessions only: its client id, its member of
+# ``scoped`` (``[client id, [pattern, ...]]``). Each present until now + ttl; a member of
+# ``scoped`` is also put in its client id's set (``<prefix>scopes:<client id>``).
 _PRESENT = (
     _COMMON
     + """
 local deadline = now_ms() + tonumber(ARGV[1])
+local everywhere = 2 + tonumber(ARGV[2])
 local args = {}
-for i = 2, #ARGV do
+for i = 3, everywhere do
   args[#args + 1] = deadline
   args[#args + 1] = ARGV[i]
 end
 if #args > 0 then redis.call('ZADD', KEYS[1], unpack(args)) end
-return #args / 2
+local marked = #args / 2
+args = {}
+local scopes = string.sub(KEYS[1], 1, #KEYS[1] - #'presence') .. 'scopes:'
+for i = everywhere + 1, #ARGV, 2 do
+  args[#args + 1] = deadline
+  args[#args + 1] = ARGV[i + 1]
+  redis.call('SADD', scopes .. ARGV[i], ARGV[i + 1])
+end
+if #args > 0 then redis.call('ZADD', KEYS[2], unpack(args)) end
+return marked + #args / 2
 """
 )
 
-# KEYS: presence. ARGV: grace ms, owners' set prefix (``<prefix>owns:``), the store's
-# prefix, at most how many owners. Owners whose deadline passed ``grace`` ago: the
-# Runs each still owns (checked against meta ``o:<run id>``: a member the Run no
-# longer backs, or of a session that expired, is dropped), as {owner, {member, ...},
-# ...}; an owner with none is forgotten (taken out of the presence set).
+# KEYS: presence, scoped. ARGV: grace ms, owners' set prefix (``<prefix>owns:``), the
+# store's prefix, at most how many owners. Owners with a deadline (everywhere, or in some
+# sessions) that passed ``grace`` ago: the Runs each still owns in sessions where no
+# deadline of it has not (checked against meta ``o:<run id>``: a member the Run no longer
+# backs, or of a session that expired, is dropped), as {owner, {member, ...}, ...}; of an
+# owner with none, what passed is forgotten (taken out of the presence sets).
 _GONE = (
     _COMMON
     + """
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms() - tonumber(ARGV[1]),
-  'LIMIT', 0, tonumber(ARGV[4]))
+local since = now_ms() - tonumber(ARGV[1])
+local limit = tonumber(ARGV[4])
+local owners, seen = {}, {}
+local function lapsed(owner)
+  if not seen[owner] then
+    seen[owner] = true
+    owners[#owners + 1] = owner
+  end
+end
+for _, owner in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', since, 'LIMIT', 0, limit)) do
+  lapsed(owner)
+end
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', since, 'LIMIT', 0, limit)) do
+  lapsed(cjson.decode(member)[1])
+end
 local out = {}
-for _, owner in ipairs(gone) do
+for _, owner in ipairs(owners) do
   local owns = ARGV[2] .. owner
+  local where = acts_in(KEYS[1], owner, since)
   local runs = {}
   for _, member in ipairs(redis.call('SMEMBERS', owns)) do
     local ids = cjson.decode(member)
-    if redis.call('HGET', ARGV[3] .. '{' .. ids[1] .. '}:meta', 'o:' .. ids[2]) == owns then
-      runs[#runs + 1] = member
-    else
+    if redis.call('HGET', ARGV[3] .. '{' .. ids[1] .. '}:meta', 'o:' .. ids[2]) ~= owns then
       redis.call('SREM', owns, member)
+    elseif not covers(where, ids[1]) then
+      runs[#runs + 1] = member
     end
   end
   if #runs == 0 then
-    redis.call('ZREM', KEYS[1], owner)
+    local deadline = redis.call('ZSCORE', KEYS[1], owner)
+    if deadline and tonumber(deadline) <= since then redis.call('ZREM', KEYS[1], owner) end
+    local scopes = ARGV[3] .. 'scopes:' .. owner
+    for _, member in ipairs(redis.call('SMEMBERS', scopes)) do
+      deadline = redis.call('ZSCORE', KEYS[2], member)
+      if not deadline or tonumber(deadline) <= since then
+        redis.call('ZREM', KEYS[2], member)
+        redis.call('SREM', scopes, member)
+      end
+    end
   else
     out[#out + 1] = owner
     out[#out + 1] = runs
@@ -261,15 +356,19 @@ return out
 """
 )
 
-# KEYS: presence. Deadlines already passed become now: absence counts from now (a sweeper
-# that has just taken over, or is back after losing Redis). Returns how many moved.
+# KEYS: presence, scoped. Deadlines already passed become now: absence counts from now (a
+# sweeper that has just taken over, or is back after losing Redis). Returns how many moved.
 _ABSENT_FROM_NOW = (
     _COMMON
     + """
 local now = now_ms()
-local lapsed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-for _, owner in ipairs(lapsed) do redis.call('ZADD', KEYS[1], now, owner) end
-return #lapsed
+local moved = 0
+for _, key in ipairs(KEYS) do
+  local lapsed = redis.call('ZRANGEBYSCORE', key, '-inf', now)
+  for _, member in ipairs(lapsed) do redis.call('ZADD', key, now, member) end
+  moved = moved + #lapsed
+end
+return moved
 """
 )
 
@@ -288,7 +387,8 @@ for i = 3, #ARGV do
   if raw then
     local record = cjson.decode(raw)
     if record.status == 'active' and type(record.owner) == 'string'
-      and own(base .. 'meta', ids[2], ARGV[i], record.owner, ARGV[1] .. record.owner, KEYS[1])
+      and own(base .. 'meta', ids[2], ARGV[i], ids[1], record.owner, ARGV[1] .. record.owner,
+        KEYS[1])
     then
       added = added + 1
     end

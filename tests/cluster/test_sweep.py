@@ -509,3 +509,68 @@ async def test_any_run_and_agent_ids_make_the_round_trip_through_the_sweep(
         assert await client.zcard(store.presence_key) == 0
     finally:
         await client.aclose()
+
+
+async def test_an_agent_present_in_some_sessions_only_keeps_its_runs_there_only(
+    store: RedisStore,
+) -> None:
+    # Its first connection may act in "keep-*" and "drop-*"; its fresh one in "keep-*"
+    # only. Once the first one's deadline is past the grace, the sweep returns its Run in
+    # "drop-1" and not the one in "keep-1"; the end of the first is stored, of the second
+    # refused; then what lapsed is forgotten, and the sweep reads nothing of the Run the
+    # agent is still present for.
+    runs = [active("keep-1", "w"), active("drop-1", "w"), active("other", "elsewhere")]
+    await store.put_runs(runs)
+    both, fresh = ["keep-*", "drop-*"], ["keep-*"]
+    await store.mark_present(["elsewhere"], 30, scoped=[("w", both)])
+    await store.mark_present([], 0.001, scoped=[("w", both)])  # its last mark
+    await store.mark_present([], 30, scoped=[("w", fresh)])
+    await anyio.sleep(0.15)
+    assert await store.gone_owners(0.1) == {"w": [("drop-1", "r-drop-1")]}
+    for run in runs[:2]:
+        await store.open_channel(run.session_id)
+    gone = Gone("w", 0.1)
+    kept = replace(runs[0], status="error", owner=None)
+    with pytest.raises(RunwireError) as refused:
+        await store.append("keep-1", "end", b"{}", [kept], gone=gone)
+    assert refused.value.code == CONFLICT
+    ended = replace(runs[1], status="error", owner=None)
+    assert not (await store.append("drop-1", "end", b"{}", [ended], gone=gone)).duplicate
+    assert await store.gone_owners(0.1) == {}
+    client = store.client()
+    try:
+        assert await client.smembers(store.scopes_key("w")) == {store.scope_member("w", fresh)}
+        assert await client.zcard(store.scoped_presence_key) == 1
+        assert await client.zscore(store.presence_key, "w") is None
+        before = await client.info("commandstats")
+        assert await store.gone_owners(0.1) == {}
+        after = await client.info("commandstats")
+        assert after["cmdstat_hget"]["calls"] == before.get("cmdstat_hget", {"calls": 0})["calls"]
+        assert await store.run("keep-1", "r-keep-1") == runs[0]
+    finally:
+        await client.aclose()
+
+
+_PATTERNS = st.text(alphabet="ab.é*", max_size=6)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+)
+@given(patterns=st.lists(_PATTERNS, min_size=1, max_size=3), session=_PATTERNS.filter(bool))
+async def test_the_sweep_matches_session_patterns_as_tokens_do(
+    store: RedisStore, anyio_backend: str, patterns: list[str], session: str
+) -> None:
+    # The scripts match an agent's patterns against a Run's session as relay.auth does.
+    session = session.replace("*", "x")
+    owner = new_id()
+    await store.mark_present([], 30, scoped=[(owner, patterns)])
+    await store.put_runs([active(session, owner)])
+    await store.mark_present([owner], 0.001)  # lapsed everywhere: the sweep looks at it
+    await anyio.sleep(0.005)
+    gone = (await store.gone_owners(0)).get(owner, [])
+    covered = any(relay.auth.matches(pattern, session) for pattern in patterns)
+    assert gone == ([] if covered else [(session, f"r-{session}")])
+    await store.put_runs([replace(active(session, owner), status="complete")])

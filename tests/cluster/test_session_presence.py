@@ -1,0 +1,86 @@
+"""Agent presence per session on several nodes: an agent whose fresh token drops one of
+its sessions keeps its Runs in the others; its Runs in the dropped one end AGENT_LOST."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from websockets.asyncio.client import connect
+
+from relay.auth import mint_token
+from transport.messages import new_id
+
+from ..relay.wire import RawPeer, prompt, run_status
+from .conftest import Cluster
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "cluster-presence-secret-" + "0123456789abcdef" * 3
+
+
+async def dial(
+    url: str, sessions: dict[str, list[str]], *, role: str = "client", client_id: str = "w1"
+) -> RawPeer:
+    token = mint_token(user="svc", sessions=sessions, secret=SECRET)
+    ws = await connect(url, additional_headers={"Authorization": f"Bearer {token}"})
+    peer = RawPeer(ws)
+    await peer.send({"type": "hello", "v": 1, "role": role, "client_id": client_id})
+    welcome = await peer.recv()
+    assert welcome["type"] == "welcome", welcome
+    return peer
+
+
+async def next_status(client: RawPeer, run_id: str, timeout: float) -> dict[str, object]:
+    """The next ``run`` entry of ``run_id`` the client is delivered."""
+    with anyio.fail_after(timeout):
+        while True:
+            [entry] = await client.entries(1, timeout=timeout)
+            if entry["kind"] == "run" and entry["run_id"] == run_id:
+                return entry
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_an_agent_whose_fresh_token_drops_a_session_loses_its_runs_there_only(
+    cluster: Cluster, tmp_path: Path, durable: bool
+) -> None:
+    # Its first connection (node b) may act in both sessions and starts a Run in each; it
+    # comes back through node a with a token for "keep-*" only, and the first goes. The
+    # agent is present (on a), but not in "drop-1": that Run ends AGENT_LOST after the
+    # grace (a durable one is handed on: pending again, for another worker), as on one
+    # relay, and the Run in "keep-1" goes on and ends as its agent says.
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    a = await cluster.start_node(0.6, "--secret-file", str(secret))
+    b = await cluster.start_node(0.6, "--secret-file", str(secret))
+    client = await dial(a.url, {"*": ["subscribe", "publish"]}, client_id="phone")
+    runs = {"keep-1": new_id(), "drop-1": new_id()}
+    for session_id, run_id in runs.items():
+        await client.attach(session_id)
+        assert (await client.publish(session_id, prompt(run_id)))["type"] == "ack"
+    first = await dial(b.url, {"keep-*": ["agent"], "drop-*": ["agent"]}, role="agent")
+    for session_id, run_id in runs.items():
+        await first.attach(session_id)
+        started = {**run_status(run_id, "active"), "durable": durable}
+        assert (await first.publish(session_id, started))["type"] == "ack"
+        assert (await next_status(client, run_id, 10))["status"] == "active"
+    fresh = await dial(a.url, {"keep-*": ["agent"]}, role="agent")
+    await fresh.attach("keep-1")
+    first.ws.transport.abort()
+
+    lost = await next_status(client, runs["drop-1"], 15)
+    if durable:
+        assert lost["status"] == "pending" and lost.get("owner") is None, lost
+    else:
+        assert lost["status"] == "error", lost
+        assert lost["error"]["code"] == "AGENT_LOST", lost  # type: ignore[index]
+    await anyio.sleep(1.5)  # sweeps past the grace several times over: the kept Run stays
+    assert not [
+        f for f in client.inbox if f["type"] == "deliver" and f["entries"][0]["kind"] == "run"
+    ]
+    ended = run_status(runs["keep-1"], "complete")
+    assert (await fresh.publish("keep-1", ended))["type"] == "ack"
+    assert (await next_status(client, runs["keep-1"], 10))["status"] == "complete"
+    for peer in (fresh, client):
+        await peer.close()
