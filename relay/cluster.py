@@ -57,8 +57,8 @@ nothing a second node would need stays in one node's memory:
   per owner, the set of its active Runs (``<prefix>owns:<client id>``), and
   puts an owner that no node has marked present in the Run's session yet in the
   presence set as absent from the moment its Run became active. One node at a
-  time sweeps: the holder of a
-  lease (``<prefix>sweeper``, renewed every heartbeat, expiring after three, so
+  time sweeps: the holder of a lease (``<prefix>sweeper``, renewed every
+  heartbeat, expiring after three, so
   another node takes over within three heartbeats of its holder's end), so the
   sweep's cost does not grow with the number of nodes; nor with the number of
   Runs under way: one script, one round trip, returns the owners with a deadline
