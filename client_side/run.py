@@ -15,7 +15,9 @@ same Run; an injected message joins the conversation at the next model call
 without causing one (saved at the Run's end if no call was left). The message
 goes out with ``metadata.queued`` set to its kind. If the view already shows
 the Run ended, both awaitables reject with ``RUN_NOT_ACTIVE`` and nothing is
-published. Otherwise the message is published in the background:
+published. Otherwise the message is published in the background, in the place
+among the connection's publishes it took when the call was made: a ``cancel()``,
+``send()`` or another steer made after it is stored after it:
 ``published`` resolves with the serial the relay gave it (or rejects with the
 relay's error, and ``outcome`` with it), and ``outcome`` resolves from the
 view's ``DeliveryEvent`` for that message id (see ``transport.outcomes``).

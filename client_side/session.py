@@ -17,7 +17,10 @@ Publishing (``send``, ``cancel``, steering) goes through ``Connection.request``,
 which re-sends after a reconnect; entry ids make that safe (the relay drops a
 repeated id and acknowledges the original serial). A publish refused
 ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again there too, in the order the
-publishes were made, for up to ``rate_limit_wait`` / ``store_wait`` seconds.
+publishes were made, for up to ``rate_limit_wait`` / ``store_wait`` seconds. The
+order is the user's: steering (and the cancel of an aborted ``signal``), published from a
+task, takes its place with ``Connection.reserve()`` when the call is made, so a
+``cancel()`` awaited right after a ``steer()`` is stored after it.
 
 Multitasking. ``send(message, multitask=...)`` names the strategy; the relay
 decides atomically and refuses with ``THREAD_BUSY`` / ``THREAD_ACCESS_DENIED``
@@ -470,13 +473,17 @@ class ClientSession:
         info = self.view.run(run_id) if self.subscribe else None
         if self._closed or self._tg is None or (info is not None and info.status in TERMINAL):
             return
-        self._tg.start_soon(self._cancel_quietly, run_id)
+        # In the lane now, when the signal fired: after what the user did before, before
+        # what they do next.
+        self._tg.start_soon(self._cancel_quietly, run_id, self._conn.reserve())
 
-    async def _cancel_quietly(self, run_id: str) -> None:
+    async def _cancel_quietly(self, run_id: str, slot: int) -> None:
+        cancel = CancelEntry(id=new_id(), run_id=run_id, reason="the send's signal was aborted")
         try:
-            await self.cancel(run_id, reason="the send's signal was aborted")
+            await self._publish(cancel, slot)
         except RunwireError as exc:
-            log.warning("cancelling run %s after its signal fired failed: %s", run_id, exc)
+            if exc.code != RUN_NOT_ACTIVE:  # it ended meanwhile: nothing to cancel
+                log.warning("cancelling run %s after its signal fired failed: %s", run_id, exc)
 
     def run(self, run_id: str) -> ClientRun:
         """A handle on a Run the view knows (one this client or another one started).
@@ -510,12 +517,17 @@ class ClientSession:
             f"a message is a str or a UIMessage, not {type(message).__name__}",
         )
 
-    async def _publish(self, entry: EntryBody) -> Ack:
+    async def _publish(self, entry: EntryBody, slot: int | None = None) -> Ack:
+        """Publish ``entry`` in its place in the connection's lane: ``slot`` (taken with
+        ``Connection.reserve()`` when the user acted, for a publish made from a task), or
+        now."""
         if self._closed:
+            if slot is not None:
+                self._conn.release(slot)
             raise RunwireError(CONNECTION_CLOSED, "the session was closed")
         try:
             reply = await self._conn.request(
-                Publish(req=0, session_id=self.session_id, entry=entry)
+                Publish(req=0, session_id=self.session_id, entry=entry), slot=slot
             )
         except RunwireError as exc:
             if exc.code == NOT_ATTACHED and not self.subscribe:
@@ -533,11 +545,13 @@ class ClientSession:
             # The outcome is told by entries a write-only session never sees.
             delivery.outcome._reject(_write_only_error(self.session_id, "Delivery.outcome"))
         self._deliveries.setdefault(delivery.message.id, []).append(delivery)
-        self._tg.start_soon(self._publish_delivery, delivery, entry)
+        # Its place among this connection's publishes is taken now, as the user acts: a
+        # cancel (or send, or steer) made right after is stored after it.
+        self._tg.start_soon(self._publish_delivery, delivery, entry, self._conn.reserve())
 
-    async def _publish_delivery(self, delivery: Delivery, entry: MessageEntry) -> None:
+    async def _publish_delivery(self, delivery: Delivery, entry: MessageEntry, slot: int) -> None:
         try:
-            ack = await self._publish(entry)
+            ack = await self._publish(entry, slot)
         except RunwireError as exc:
             if not self.subscribe:
                 delivery.published._reject(exc)

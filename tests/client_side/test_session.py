@@ -29,7 +29,9 @@ class ScriptedConn:
         self.sent: list[BaseModel] = []
         self.welcome = None
 
-    async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
+    async def request(
+        self, frame: BaseModel, *, wait_ready: bool = True, slot: int | None = None
+    ) -> RelayFrame:
         self.sent.append(frame)
         return self.replies.pop(0)(frame)
 

@@ -15,6 +15,15 @@ every request still waiting for a reply. Every request of the protocol is
 idempotent (a publish carries its entry id, which the relay de-duplicates), so
 a retry never duplicates anything.
 
+Order. Publishes (``Publish`` frames) are sent in the order their place in the
+connection's lane was taken: when ``request`` was called, or earlier, with
+``reserve()``, for one sent later from a task (``request(frame, slot=...)``): an SDK
+call that returns at once and publishes in the background (``ClientRun.steer``) takes
+its place as the user acts, so what they do next (a cancel) is sent, and stored, after
+it. A publish waits in ``_turn`` until every one before it in the lane is in line on the
+socket (``_unsent``); in the usual case, one publish at a time, nothing waits. A place
+no publish will use is given back with ``release()``.
+
 Rate limits. A publish the relay refuses ``RATE_LIMITED`` (more than its
 ``max_inflight`` publishes waiting on this connection) goes again with the same
 entry id (so the relay's de-duplication makes it safe) after the relay's
@@ -183,6 +192,10 @@ class Connection:
         self._closed_emitted = False
         self._publish_seq = 0
         self._held: list[int] = []  # publishes refused RATE_LIMITED, to go again in this order
+        # Places taken in the publish lane (``reserve``, or ``request`` itself) whose
+        # publish was not handed to the socket yet, oldest first: no later one goes first.
+        self._unsent: list[int] = []
+        self._lane_waiting = 0  # publishes waiting in ``_turn``
         self._lane_changed = asyncio.Event()
         self._store_gave_up = False  # a publish gave up on the store; none was taken since
         # The newest publish when one gave up on the store, and its error: the ones up to
@@ -237,17 +250,50 @@ class Connection:
                 await tg.__aexit__(None, None, None)
             self._emit_closed()
 
-    async def request(self, frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
+    def reserve(self) -> int:
+        """Take the next place in the publish lane now; pass it to ``request(slot=...)``.
+
+        For a publish made from a task (or awaited later): it goes after every publish
+        whose place was taken before, and before every one taken after, whenever its
+        task runs. A place taken must be used by ``request`` or given back with
+        ``release``: the publishes behind it wait for it.
+        """
+        self._publish_seq += 1
+        seq = self._publish_seq
+        self._unsent.append(seq)
+        return seq
+
+    def release(self, slot: int) -> None:
+        """Give back a place ``reserve`` took that no publish will use (idempotent)."""
+        self._handed(slot)
+
+    def _handed(self, seq: int) -> None:
+        """Publish ``seq`` is in the socket's queue (or will never be): the next may go."""
+        if self._unsent and self._unsent[0] == seq:
+            del self._unsent[0]  # the usual case: the oldest place goes first
+        elif seq in self._unsent:
+            self._unsent.remove(seq)
+        else:
+            return
+        if self._lane_waiting:
+            self._let_go(0)
+
+    async def request(
+        self, frame: BaseModel, *, wait_ready: bool = True, slot: int | None = None
+    ) -> RelayFrame:
         """Send a request frame and return its reply; raise ``RunwireError`` on an error reply.
 
-        A publish the relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in
-        order (see the module docstring), until it is taken or ``rate_limit_wait`` (or
+        Publishes are sent in the order their place in the lane was taken: when
+        ``request`` is called, or earlier with ``reserve()`` (``slot``). A publish the
+        relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order (see
+        the module docstring), until it is taken or ``rate_limit_wait`` (or
         ``store_wait``) seconds passed since its first such refusal: then that error is raised.
         """
         if not isinstance(frame, Publish):
+            if slot is not None:
+                self.release(slot)
             return await self._exchange(frame, wait_ready)
-        self._publish_seq += 1
-        seq = self._publish_seq
+        seq = self.reserve() if slot is None else slot
         entry_id = frame.entry.id
         refusal: RunwireError | None = None
         since = 0.0  # when the first refusal of ``refusal``'s code came
@@ -257,7 +303,7 @@ class Connection:
             while True:
                 await self._turn(seq, refusal, deadline)
                 try:
-                    reply = await self._exchange(frame, wait_ready)
+                    reply = await self._exchange(frame, wait_ready, seq)
                 except RunwireError as exc:
                     if exc.code not in _RETRIED:
                         raise
@@ -290,11 +336,14 @@ class Connection:
                 self._store_gave_up = False
                 return reply
         finally:
+            self._handed(seq)  # raised before it was sent (closed, too large, gave up)
             if refusal is not None:
                 self._let_go(seq)
 
     async def _turn(self, seq: int, refusal: RunwireError | None, deadline: float) -> None:
-        """Wait until publish ``seq`` may go: no publish refused before it waits to go again.
+        """Wait until publish ``seq`` may go: every publish whose place in the lane was
+        taken before it was handed to the socket, and none refused before it waits to go
+        again.
 
         A refused one (in ``_held``) stays there while it goes again, so the publishes
         behind it wait for its answer; it goes when it is the first there. It gives up
@@ -302,7 +351,7 @@ class Connection:
         before one gave up on the store raises that one's error instead of going, unless
         it was free to go before: what waited behind that one does not overtake it.
         """
-        waited = False
+        waited = False  # behind a refused one
         while True:
             if self._fatal is not None:
                 raise self._fatal
@@ -311,17 +360,22 @@ class Connection:
             last, error = self._gave_up
             if seq <= last and (waited or refusal is not None):
                 raise refusal if refusal is not None and refusal.code == error.code else error
-            if not (self._held and self._held[0] < seq):
+            held = bool(self._held) and self._held[0] < seq
+            if not held and not (self._unsent and self._unsent[0] < seq):
                 return
             timeout = None
             if refusal is not None:
                 timeout = deadline - time.monotonic()
                 if timeout <= 0:
                     raise refusal
-            waited = True
+            waited = waited or held
             changed = self._lane_changed
-            with anyio.move_on_after(timeout):
-                await changed.wait()
+            self._lane_waiting += 1
+            try:
+                with anyio.move_on_after(timeout):
+                    await changed.wait()
+            finally:
+                self._lane_waiting -= 1
 
     def _let_go(self, seq: int) -> None:
         """Take ``seq`` off the refused publishes and wake the ones behind it."""
@@ -349,8 +403,13 @@ class Connection:
         cap = min(RATE_LIMIT_BACKOFF_MAX, RATE_LIMIT_BACKOFF_FIRST * (2 ** min(attempt, 16)))
         return random.uniform(cap / 2, cap)
 
-    async def _exchange(self, frame: BaseModel, wait_ready: bool) -> RelayFrame:
-        """One request: send ``frame`` (again after every reconnect) and return its reply."""
+    async def _exchange(self, frame: BaseModel, wait_ready: bool, seq: int = 0) -> RelayFrame:
+        """One request: send ``frame`` (again after every reconnect) and return its reply.
+
+        ``seq``: the publish's place in the lane, handed on (the next publish may go) once
+        the frame is in line to be sent: sent at once, or on the next connect in ``req``
+        order, before anything issued after it.
+        """
         if self._fatal is not None:
             raise self._fatal
         if self._closed:
@@ -371,6 +430,8 @@ class Connection:
             )
         pending = _Pending(data, text)
         self._pending[req] = pending
+        if seq:
+            self._handed(seq)
         try:
             if wait_ready:
                 await self._wait_ready(pending)
