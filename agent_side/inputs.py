@@ -45,7 +45,7 @@ from transport.tree import ViewMessage
 
 __all__ = ["RunInputs"]
 
-Spawn = Callable[..., None]
+Spawn = Callable[..., object]
 
 
 class RunInputs:

@@ -27,7 +27,11 @@ offered to ``on_cancel(request)`` (default: accept); once accepted,
 and every device sees the Run go on; a later cancel is offered again. An
 ``on_cancel`` that raises refuses the cancel the same way (fail closed: a
 broken authorisation check lets no cancel through), with a reason naming the
-failure; the exception is logged. Cancels that folded in before ``start()``
+failure; the exception is logged. The ``cancel_denied`` of a plain ``on_cancel`` is
+published from a task but takes its place among the connection's publishes when the
+hook refused, so it is stored before what the Run publishes next (``end()`` right after
+``start()``): the asker hears the refusal, not a Run that ended before it could be
+refused. Cancels that folded in before ``start()``
 (several devices may have asked) are offered right after it, each on its own,
 oldest first, until one is accepted. A terminal lifecycle entry that this Run
 did not publish (the relay ending it ``AGENT_LOST``), or the relay handing the
@@ -583,14 +587,23 @@ class Run(RunSteps):
         except Exception as exc:
             # An authorisation hook that fails must not let the cancel through.
             log.exception("on_cancel of run %s failed; refusing the cancel", self.run_id)
-            self._session._spawn(self._deny, request, _hook_failed(exc))
+            self._deny_soon(request, _hook_failed(exc))
             return
         if inspect.isawaitable(decision):
             self._session._spawn(self._await_cancel, decision, request)
         elif decision is not False:
             self._abort.abort(request)
         else:
-            self._session._spawn(self._deny, request)
+            self._deny_soon(request)
+
+    def _deny_soon(
+        self, request: CancelRequest, reason: str = "the agent refused to cancel this run"
+    ) -> None:
+        """Refuse the cancel from a task, in the place among the connection's publishes
+        taken now: before what the Run publishes next (its end), which the asker hears after."""
+        slot = self._session._reserve()
+        if not self._session._spawn(self._deny, request, reason, slot):
+            self._session._release(slot)
 
     async def _await_cancel(self, decision: Awaitable[bool | None], request: CancelRequest) -> None:
         try:
@@ -605,10 +618,15 @@ class Run(RunSteps):
             await self._deny(request)
 
     async def _deny(
-        self, request: CancelRequest, reason: str = "the agent refused to cancel this run"
+        self,
+        request: CancelRequest,
+        reason: str = "the agent refused to cancel this run",
+        slot: int | None = None,
     ) -> None:
         """Tell everyone the cancel was refused (the asker's SDK raises ``CANCEL_DENIED``)."""
         if self.ended or self.abort_signal.aborted:
+            if slot is not None:
+                self._session._release(slot)
             return
         entry = CancelDenied(
             id=self._entry_id(),
@@ -617,7 +635,7 @@ class Run(RunSteps):
             reason=reason,
         )
         try:
-            await self._session._publish(entry)
+            await self._session._publish(entry, slot)
         except RunwireError as exc:
             log.warning("could not refuse the cancel of run %s: %s", self.run_id, exc)
 

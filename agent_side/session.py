@@ -471,8 +471,16 @@ class AgentSession:
         if self._runs.get(run.run_id) is run:
             del self._runs[run.run_id]
 
-    async def _publish(self, entry: EntryBody) -> None:
+    def _reserve(self) -> int:
+        """Take the next place among the connection's publishes now (``Connection.reserve``),
+        for an entry decided now and published from a task (``_publish(entry, slot)``)."""
+        return self._link.conn.reserve()
+
+    async def _publish(self, entry: EntryBody, slot: int | None = None) -> None:
         """Publish one entry; returns once the relay acknowledged it.
+
+        ``slot``: its place among the connection's publishes, taken with ``_reserve()``
+        when it was decided (none: now); it is used, or given back, either way.
 
         A publish the relay's store refused (``STORE_UNAVAILABLE``: Redis away or out of
         memory; it may or may not have been stored) goes again with the same id (the
@@ -483,11 +491,21 @@ class AgentSession:
         if isinstance(entry, RunEntry):
             self._own.add(entry.id)
         if self.error is not None:
+            if slot is not None:
+                self._release(slot)
             raise self.error
-        await self._link.conn.request(Publish(req=0, session_id=self.session_id, entry=entry))
+        frame = Publish(req=0, session_id=self.session_id, entry=entry)
+        if slot is None:
+            await self._link.conn.request(frame)
+        else:
+            await self._link.conn.request(frame, slot=slot)
 
-    def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        self._link.spawn(fn, *args)
+    def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
+        return self._link.spawn(fn, *args)
+
+    def _release(self, slot: int) -> None:
+        """Give back a place ``_reserve()`` took that no publish will use."""
+        self._link.conn.release(slot)
 
     def __repr__(self) -> str:
         return f"AgentSession(session_id={self.session_id!r}, last_serial={self.last_serial})"
@@ -574,10 +592,12 @@ class _Link:
         for scope in list(self._detaches):
             scope.cancel()
 
-    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run ``fn(*args)`` in the background while the link runs; its errors are logged."""
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
+        """Run ``fn(*args)`` in the background while the link runs; its errors are logged.
+
+        False (and nothing runs) when the link does not run."""
         if self._tg is None:
-            return
+            return False
 
         async def guarded() -> None:
             try:
@@ -586,6 +606,7 @@ class _Link:
                 log.exception("background task failed")
 
         self._tg.start_soon(guarded)
+        return True
 
     async def acquire(self, session_id: str, make: Callable[[], AgentSession]) -> AgentSession:
         """The session's attachment, attaching it if this is its first user."""
