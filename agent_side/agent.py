@@ -42,7 +42,7 @@ from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
-from .run import Run, RunPaused
+from .run import END_RETRY_FIRST, END_RETRY_MAX, Run, RunPaused
 from .session import AgentSession, _Link
 
 __all__ = ["Agent", "RunHandler"]
@@ -50,11 +50,6 @@ __all__ = ["Agent", "RunHandler"]
 log = logging.getLogger("runwire.agent")
 
 RunHandler = Callable[[Run], Awaitable[object]]
-
-END_RETRY_FIRST = 0.5
-"""Seconds before a Run's end the relay's store refused (``STORE_UNAVAILABLE``) is tried again."""
-END_RETRY_MAX = 5.0
-"""The longest wait between two such tries (it doubles from ``END_RETRY_FIRST``)."""
 
 
 class Agent:

@@ -51,9 +51,11 @@ import logging
 from collections.abc import AsyncIterable, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
+
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check, first_refusal, refusal_entry_id
-from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, RunwireError
+from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import (
     CancelDenied,
     ErrorBody,
@@ -109,6 +111,11 @@ __all__ = [
 
 log = logging.getLogger("runwire.agent")
 
+END_RETRY_FIRST = 0.5
+"""Seconds before a Run's end the relay's store refused (``STORE_UNAVAILABLE``) is tried again."""
+END_RETRY_MAX = 5.0
+"""The longest wait between two such tries (it doubles from ``END_RETRY_FIRST``)."""
+
 LifecycleStatus = Literal["active", "suspended", "complete", "cancelled", "error"]
 _QUEUED = ("steer", "follow_up", "inject")
 
@@ -152,6 +159,9 @@ class Run(RunSteps):
         self._session = session
         self._abort = AbortController()
         self._ending = False
+        # The end ``end()`` asked for that the store refused, tried again in the background
+        # (explicit mode) until stored: its reason and error.
+        self._end_again: tuple[EndReason, RunwireError | BaseException | str | None] | None = None
         self._seq = 0
         self._nonce = new_id()[:10]
         self._prefix = run_prefix(self.run_id)
@@ -386,12 +396,19 @@ class Run(RunSteps):
         when asked to end ``complete``. A ``complete`` end saves the injects
         no model call took in (unless the Run keeps no history). Raises
         ``RunwireError`` if the relay refuses for another reason than the Run
-        having ended already.
+        having ended already. ``STORE_UNAVAILABLE`` (the relay's store stayed away
+        the connection's ``store_wait``) is raised too, and in explicit mode
+        (``agent_side.connect``) this same end is then tried again in the background,
+        every 0.5 s at first and every 5 s at most, while the session is open, until
+        the store takes it (``ended`` turns true) or the Run ended otherwise; calling
+        ``end()`` again is allowed, not needed. (A worker, ``agent_side.Agent``, tries
+        it again itself.)
         """
         if reason not in ("complete", "cancelled", "error"):
             raise ValueError(f"reason must be complete, cancelled or error, not {reason!r}")
         if self.ended or self._ending:
             return
+        asked = reason
         if (
             reason == "complete"
             and self._inputs.limit_reached
@@ -421,6 +438,8 @@ class Run(RunSteps):
             await self._publish_status(reason, error=body, seen=saved)
         except RunwireError as exc:
             self._ending = False
+            if exc.code == STORE_UNAVAILABLE and not self.ended:
+                self._end_later(asked, error)
             if exc.code != RUN_NOT_ACTIVE:
                 raise
             log.debug("run %s had already ended: %s", self.run_id, exc)
@@ -430,6 +449,43 @@ class Run(RunSteps):
             if not self.ended:
                 self.status = reason
         self._session._forget(self)
+
+    def _end_later(
+        self, reason: EndReason, error: RunwireError | BaseException | str | None
+    ) -> None:
+        """The store refused this Run's end: in explicit mode, try it again in the background.
+
+        A worker (``agent_side.Agent``) tries its Runs' ends again itself, holding the
+        session meanwhile; here the session is the caller's, open until their block exits.
+        """
+        if not self._session._owns_link:
+            return
+        pending = self._end_again is not None
+        self._end_again = (reason, error)  # the newest asked for
+        if not pending and not self._session._spawn(self._end_retry):
+            self._end_again = None
+
+    async def _end_retry(self) -> None:
+        """Try the end the store refused again, every ``END_RETRY_FIRST`` seconds at first
+        and every ``END_RETRY_MAX`` at most, until it is stored, the Run ended otherwise, or
+        the session closes (a Run nobody ends is ended ``AGENT_LOST`` by the relay)."""
+        delay = END_RETRY_FIRST
+        try:
+            while self._end_again is not None and not self.ended:
+                await anyio.sleep(delay)
+                delay = min(delay * 2, END_RETRY_MAX)
+                if self.ended or self._ending or self._end_again is None:
+                    continue  # an end of the caller's is on its way
+                reason, error = self._end_again
+                try:
+                    await self.end(reason, error=error)
+                except RunwireError as exc:
+                    if exc.code != STORE_UNAVAILABLE:
+                        log.warning("could not end run %s: %s", self.run_id, exc)
+                        return
+                    log.info("could not end run %s yet: %s", self.run_id, exc)
+        finally:
+            self._end_again = None
 
     # ------------------------------------------------------------ output --
 

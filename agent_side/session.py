@@ -319,8 +319,10 @@ class AgentSession:
             raise RuntimeError("a worker's session closes with its Agent")
         for run in list(self._runs.values()):
             if run.status == "active":
+                # One whose end the store refused ends as its code asked, not cancelled.
+                reason, error = run._end_again or ("cancelled", None)
                 try:
-                    await run.end("cancelled")
+                    await run.end(reason, error=error)
                 except RunwireError as exc:
                     log.warning("could not end run %s at the session's end: %s", run.run_id, exc)
         await self.aclose()

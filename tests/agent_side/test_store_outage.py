@@ -229,3 +229,61 @@ async def test_a_worker_ends_a_run_whose_end_the_store_refused_once_it_is_back(
             await client.wait_status(run_id, "error", timeout=15)
         (end,) = [e for e in client.of(run_id, "run") if e["status"] == "error"]
         assert end["error"]["code"] == STORE_UNAVAILABLE
+
+
+async def test_explicit_mode_ends_a_run_whose_end_the_store_refused_once_it_is_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Explicit mode: ``end()`` raises ``STORE_UNAVAILABLE`` after ``store_wait`` (the caller
+    hears it), and the session tries that same end again in the background while it is
+    open, so the Run does not stay active on the relay until the caller's code ends it
+    again: once the store is back it is stored, with the reason the caller gave."""
+    monkeypatch.setattr(relay.hub, "STORE_HOLD", 0.1)
+    async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
+        outage = Outage(server, monkeypatch)
+        away = False
+        outage.down = lambda entry_id, entry: away and "." in entry_id  # the agent's entries
+        async with client_end(server.url, "end-again") as client:
+            run_id = await client.prompt("go")
+            async with agent_side.connect(server.url, "end-again", store_wait=0.3) as session:
+                run = session.create_run(run_id)
+                await run.start()
+                away = True
+                with anyio.fail_after(10), pytest.raises(RunwireError) as caught:
+                    await run.end()
+                assert caught.value.code == STORE_UNAVAILABLE
+                assert not run.ended
+                away = False
+                await client.wait_status(run_id, "complete", timeout=10)
+                with anyio.fail_after(5):
+                    while not run.ended:
+                        await anyio.sleep(0.05)
+                assert run.status == "complete"
+                await run.end()  # ended: nothing more to do
+        ends = [e for e in client.of(run_id, "run") if e["status"] in ("complete", "error")]
+        assert [e["status"] for e in ends] == ["complete"]
+
+
+async def test_the_sessions_end_ends_such_a_run_as_its_code_asked_not_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``session.end()`` ends the active Runs ``cancelled``; one whose ``end("complete")``
+    the store refused (and whose end is still to be tried again) ends ``complete``."""
+    monkeypatch.setattr(relay.hub, "STORE_HOLD", 0.1)
+    monkeypatch.setattr(agent_side.run, "END_RETRY_FIRST", 30.0)  # the session's end comes first
+    async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
+        outage = Outage(server, monkeypatch)
+        away = False
+        outage.down = lambda entry_id, entry: away and "." in entry_id
+        async with client_end(server.url, "end-asked") as client:
+            run_id = await client.prompt("go")
+            async with agent_side.connect(server.url, "end-asked", store_wait=0.3) as session:
+                run = session.create_run(run_id)
+                await run.start()
+                away = True
+                with anyio.fail_after(10), pytest.raises(RunwireError):
+                    await run.end()
+                away = False
+                await session.end()  # (it closes the connection: not under a cancel scope)
+            await client.wait_status(run_id, "complete", "cancelled")
+            assert client.tree.run(run_id).status == "complete"  # type: ignore[union-attr]
