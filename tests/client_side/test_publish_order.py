@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 import client_side
+from transport.asyncio.abort import AbortController
 from transport.asyncio.connection import Connection
 from transport.frames import Attach, MessageEntry, Publish
 from transport.messages import new_id, user_message
@@ -129,4 +130,29 @@ async def test_a_place_reserved_in_the_lane_goes_first_and_one_given_back_holds_
             assert _stored(entries, first.entry.id, second.entry.id) == [
                 first.entry.id,
                 second.entry.id,
+            ]
+
+
+async def test_the_cancel_of_an_aborted_signal_goes_before_what_is_sent_next(
+    relay_url: str, session_id: str
+) -> None:
+    """Aborting a send's signal cancels its Run from a task; the cancel takes its place
+    when the signal fires, so a send made right after is stored after it."""
+    with anyio.fail_after(10):
+        async with (
+            client_side.connect(relay_url, session_id) as session,
+            FakeAgent(relay_url, session_id) as agent,
+        ):
+            controller = AbortController()
+            run = await session.send("plan a trip", signal=controller.signal)
+            await agent.start(run.run_id)
+            controller.abort()
+            other = await session.send("something else")
+            assert other.prompt is not None
+            cancel = await agent.wait_for(lambda e: e["kind"] == "cancel")
+            assert cancel["run_id"] == run.run_id
+            entries = await channel_entries(relay_url, session_id)
+            assert _stored(entries, cancel["id"], other.prompt.id) == [
+                cancel["id"],
+                other.prompt.id,
             ]
