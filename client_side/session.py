@@ -20,7 +20,10 @@ repeated id and acknowledges the original serial). A publish refused
 publishes were made, for up to ``rate_limit_wait`` / ``store_wait`` seconds. The
 order is the user's: steering (and the cancel of an aborted ``signal``), published from a
 task, takes its place with ``Connection.reserve()`` when the call is made, so a
-``cancel()`` awaited right after a ``steer()`` is stored after it.
+``cancel()`` awaited right after a ``steer()`` is stored after it. The coroutines
+(``send``, ``cancel``, ``resume``, ``cancel_pause``) take theirs when they start running
+(awaited, or when the task made of them starts), not when the coroutine object is made:
+one held unawaited must not hold up every publish after it.
 
 Multitasking. ``send(message, multitask=...)`` names the strategy; the relay
 decides atomically and refuses with ``THREAD_BUSY`` / ``THREAD_ACCESS_DENIED``
