@@ -171,12 +171,13 @@ class Peer:
     def agent_scope(self) -> tuple[str, ...] | None:
         """The session-id patterns in which this connection may act as an agent (sorted,
         each once), or None for every session: an anonymous relay, or a pattern of stars
-        only. ``can(session_id, AGENT)`` is True exactly where one of them matches; a Redis
-        node marks its agents present per client id and scope (``relay.cluster``)."""
+        only (not ``""``: that one matches no session id). ``can(session_id, AGENT)`` is
+        True exactly where one of them matches; a Redis node marks its agents present per
+        client id and scope (``relay.cluster``)."""
         if self.identity is None:
             return None
         patterns = sorted({pattern for pattern, caps in self.identity.grants if AGENT in caps})
-        if any(not pattern.strip("*") for pattern in patterns):
+        if any(pattern and not pattern.strip("*") for pattern in patterns):
             return None
         return tuple(patterns)
 

@@ -84,3 +84,31 @@ async def test_an_agent_whose_fresh_token_drops_a_session_loses_its_runs_there_o
     assert (await next_status(client, runs["keep-1"], 10))["status"] == "complete"
     for peer in (fresh, client):
         await peer.close()
+
+
+async def test_an_empty_pattern_in_a_fresh_token_does_not_make_its_agent_present_everywhere(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # A token may name the pattern "" (it matches no session id: on one relay the agent may
+    # act nowhere by it). The fresh token grants 'agent' in "keep-*" and in "" only, so
+    # the agent's Run in "drop-1" still ends AGENT_LOST: "" is not "every session".
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    a = await cluster.start_node(0.6, "--secret-file", str(secret))
+    b = await cluster.start_node(0.6, "--secret-file", str(secret))
+    client = await dial(a.url, {"*": ["subscribe", "publish"]}, client_id="phone")
+    run_id = new_id()
+    await client.attach("drop-1")
+    assert (await client.publish("drop-1", prompt(run_id)))["type"] == "ack"
+    first = await dial(b.url, {"keep-*": ["agent"], "drop-*": ["agent"]}, role="agent")
+    await first.attach("drop-1")
+    assert (await first.publish("drop-1", run_status(run_id, "active")))["type"] == "ack"
+    assert (await next_status(client, run_id, 10))["status"] == "active"
+    fresh = await dial(a.url, {"keep-*": ["agent"], "": ["agent"]}, role="agent")
+    first.ws.transport.abort()
+
+    lost = await next_status(client, run_id, 15)
+    assert lost["status"] == "error", lost
+    assert lost["error"]["code"] == "AGENT_LOST", lost  # type: ignore[index]
+    for peer in (fresh, client):
+        await peer.close()
