@@ -112,3 +112,73 @@ async def test_an_empty_pattern_in_a_fresh_token_does_not_make_its_agent_present
     assert lost["error"]["code"] == "AGENT_LOST", lost  # type: ignore[index]
     for peer in (fresh, client):
         await peer.close()
+
+
+async def test_an_agent_on_two_nodes_with_overlapping_scopes_keeps_what_the_one_left_covers(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # The agent is connected through node a for "s.*:x" (a star in the middle, '.' and '-'
+    # in the session ids) and through node b for "s.-1:x" alone. Its connection to a goes:
+    # its Run in "s.-2:x" ends AGENT_LOST, the one in "s.-1:x" (node b may act there) goes on.
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    a = await cluster.start_node(0.6, "--secret-file", str(secret))
+    b = await cluster.start_node(0.6, "--secret-file", str(secret))
+    client = await dial(a.url, {"*": ["subscribe", "publish"]}, client_id="phone")
+    kept, dropped = "s.-1:x", "s.-2:x"
+    runs = {kept: new_id(), dropped: new_id()}
+    for session_id, run_id in runs.items():
+        await client.attach(session_id)
+        assert (await client.publish(session_id, prompt(run_id)))["type"] == "ack"
+    wide = await dial(a.url, {"s.*:x": ["agent"]}, role="agent")
+    narrow = await dial(b.url, {kept: ["agent"], "zz*": ["agent"]}, role="agent")
+    for session_id, run_id in runs.items():
+        await wide.attach(session_id)
+        assert (await wide.publish(session_id, run_status(run_id, "active")))["type"] == "ack"
+        assert (await next_status(client, run_id, 10))["status"] == "active"
+    await narrow.attach(kept)
+    wide.ws.transport.abort()
+
+    lost = await next_status(client, runs[dropped], 15)
+    assert lost["status"] == "error", lost
+    await anyio.sleep(1.5)  # sweeps past the grace several times over: the kept Run stays
+    assert not [
+        f for f in client.inbox if f["type"] == "deliver" and f["entries"][0]["kind"] == "run"
+    ]
+    ended = run_status(runs[kept], "complete")
+    assert (await narrow.publish(kept, ended))["type"] == "ack"
+    assert (await next_status(client, runs[kept], 10))["status"] == "complete"
+    for peer in (narrow, client):
+        await peer.close()
+
+
+async def test_an_agent_back_through_another_node_with_another_token_keeps_its_run(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Its connection to node a (for "k-*") goes; within the grace it is back through node b
+    # with a token for "*-1" (another pattern, that covers the Run's session too): the Run
+    # does not end, however long after the grace, and ends as its agent says.
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    a = await cluster.start_node(1.5, "--secret-file", str(secret))
+    b = await cluster.start_node(1.5, "--secret-file", str(secret))
+    client = await dial(a.url, {"*": ["subscribe", "publish"]}, client_id="phone")
+    session_id, run_id = "k-1", new_id()
+    await client.attach(session_id)
+    assert (await client.publish(session_id, prompt(run_id)))["type"] == "ack"
+    first = await dial(a.url, {"k-*": ["agent"]}, role="agent")
+    await first.attach(session_id)
+    assert (await first.publish(session_id, run_status(run_id, "active")))["type"] == "ack"
+    assert (await next_status(client, run_id, 10))["status"] == "active"
+    first.ws.transport.abort()
+    await anyio.sleep(0.3)
+    again = await dial(b.url, {"*-1": ["agent"]}, role="agent")
+    await anyio.sleep(4.0)  # past the first connection's deadline and the grace, and sweeps
+    assert not [
+        f for f in client.inbox if f["type"] == "deliver" and f["entries"][0]["kind"] == "run"
+    ]
+    await again.attach(session_id)
+    assert (await again.publish(session_id, run_status(run_id, "complete")))["type"] == "ack"
+    assert (await next_status(client, run_id, 10))["status"] == "complete"
+    for peer in (again, client):
+        await peer.close()
