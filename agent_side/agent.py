@@ -188,9 +188,12 @@ class Agent:
         await conn.request(Worker(req=0, agent=self.name), wait_ready=False)
 
     def _on_dispatch(self, frame: Dispatch) -> None:
+        if self._stopped.is_set():
+            # Closing (its task group may have ended already): the relay hands the Run
+            # to another worker once this one is gone.
+            return
         if self._tg is None:
-            if not self._stopped.is_set():
-                self._early.append(frame)
+            self._early.append(frame)
             return
         key = (frame.session_id, frame.run_id)
         if key in self._taken:

@@ -6,12 +6,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.abc
 import pytest
 from pydantic import BaseModel
 
 from agent_side import AbortSignal, Agent, Run, steering_loop
 from transport.errors import RunwireError
-from transport.frames import Detach, RelayFrame
+from transport.frames import Detach, Dispatch, RelayFrame
 from transport.messages import UIMessage
 
 from .helpers import client_end
@@ -253,3 +254,50 @@ async def test_closing_the_worker_does_not_wait_on_a_detach_that_gets_no_reply(
                 await detaching.wait()
     assert client.response_texts(run_id) == ["echo: hi"]
     assert agent._link.sessions == {}
+
+
+async def test_a_run_dispatched_while_the_worker_closes_is_left_to_the_relay(
+    relay_url: str,
+) -> None:
+    """A dispatch frame the connection's reader delivers while ``aclose`` has already
+    ended the worker's task group (closing its connection is the last step) is dropped:
+    the relay hands the Run to another worker once this one is gone. It raised
+    ``RuntimeError`` (task group not active) in the reader, which broke the close."""
+    agent = Agent(relay_url)
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await steering_loop(run, echo)
+
+    async with agent:
+        pass
+    late = Dispatch(session_id="s-late", run_id="r-late", agent="default", message_id="m-late")
+    agent._on_dispatch(late)  # what the reader does with a frame read during the close
+    assert ("s-late", "r-late") not in agent._taken
+
+
+async def test_a_worker_cancelled_while_it_connects_unwinds_cleanly() -> None:
+    """Cancelled before its first connect completes (a worker restarted at once, say),
+    the connection leaves its task group, so the caller's cancel scopes unwind in order
+    (it raised "Attempted to exit a cancel scope that isn't the current task's")."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+        async def never_answer(stream: anyio.abc.SocketStream) -> None:
+            async with stream:
+                await anyio.sleep_forever()  # accepts, never completes the handshake
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, never_answer)
+            agent = Agent(f"ws://127.0.0.1:{port}")
+
+            @agent.on_run
+            async def handle(run: Run) -> None:
+                await steering_loop(run, echo)
+
+            with anyio.fail_after(5):
+                with anyio.move_on_after(0.3) as scope:
+                    async with agent:
+                        pytest.fail("connected to a server that never answers")
+            assert scope.cancelled_caught
+            tg.cancel_scope.cancel()

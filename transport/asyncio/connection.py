@@ -222,7 +222,13 @@ class Connection:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._run)
-        await self._first.wait()
+        try:
+            await self._first.wait()
+        except BaseException:
+            # Cancelled while connecting: leave the task group (aclose does), or the
+            # caller's cancel scopes unwind out of order and its cancellation escapes them.
+            await self.aclose()
+            raise
         if self._first_error is not None:
             await self.aclose()
             raise self._first_error
