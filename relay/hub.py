@@ -160,8 +160,16 @@ class Hub:
         # stopped before it published the resume: owed too, whether or not anyone comes back
         # to the session (the answer came over HTTP, its device left).
         owed = [r for r in await self.store.runs_with_status(["suspended"]) if r.resume_owed]
-        for session_id in dict.fromkeys(r.session_id for r in [*queued, *owed]):
-            await self.channel(session_id)  # loading it publishes what it owes
+        loaded = [
+            await self.channel(session_id, react=False)
+            for session_id in dict.fromkeys(r.session_id for r in [*queued, *owed])
+        ]
+        # What they owe is published session after session, the oldest Run waiting for a
+        # slot first (as when a slot frees), or a younger queued Run of another session
+        # could take the slot an older resume waits for.
+        owing = sorted((c for c in loaded if c.registry.due()), key=_oldest_waiting)
+        if owing:
+            self._spawn(self._react_in_turn(owing))
 
     def close(self) -> None:
         """Stop timers and background tasks."""
@@ -482,11 +490,12 @@ class Hub:
 
     # ------------------------------------------------------------ channels --
 
-    async def channel(self, session_id: str) -> Channel:
+    async def channel(self, session_id: str, *, react: bool = True) -> Channel:
         """The loaded channel of a session (loading it once, however many ask at once).
 
         A session that loads owing entries (its node stopped between storing an entry
-        and publishing what the entry called for) has them published now.
+        and publishing what the entry called for) has them published now (unless not
+        ``react``: the caller sees to it).
         """
         channel = self.channels.get(session_id)
         if channel is not None:
@@ -515,7 +524,7 @@ class Hub:
                 raise
             self.channels[session_id] = channel
             self.metrics.channels.set(len(self.channels))
-            if channel.registry.due():
+            if react and channel.registry.due():
                 # Owed by a node that stored the entry and stopped before it published
                 # what that entry called for (a resume, a queued Run's turn): owed still.
                 self._react_soon(channel)

@@ -225,3 +225,47 @@ async def test_a_run_answered_while_no_slot_is_free_resumes_when_one_frees_unwat
         finally:
             await agent.close()
             await other.close()
+
+
+async def test_a_restarted_relay_gives_a_free_slot_to_the_oldest_waiting_run(
+    tmp_path: Any,
+) -> None:
+    """A relay that restarts (SQLite) with a resume owed in one session and a younger
+    queued Run in another, one slot free: the resume takes it (oldest first), as it
+    would have had the slot freed while the relay ran; the queued Run waits."""
+    store = f"sqlite:///{tmp_path / 'relay.db'}"
+    async with relay.serve(
+        host="127.0.0.1", port=0, store=store, agent_grace=60, max_concurrent_runs=1
+    ) as server:
+        client = await RawPeer.open(server.url)
+        agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+        try:
+            for session_id in ("s0", "s1", "s2"):
+                await client.attach(session_id)
+                await agent.attach(session_id)
+            assert (await client.publish("s1", prompt("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await agent.publish("s1", pause("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "suspended")))["type"] == "ack"
+            assert (await client.publish("s0", prompt("x")))["type"] == "ack"  # the one slot
+            assert (await agent.publish("s0", run_status("x", "active")))["type"] == "ack"
+            assert (await client.publish("s1", answer("r1")))["type"] == "ack"  # owed, no slot
+            assert (await client.publish("s2", prompt("b")))["type"] == "ack"  # queued
+            registry = server.hub.channels["s1"].registry
+            assert registry.runs["r1"].resume_owed
+            assert server.hub.channels["s2"].registry.runs["b"].status == "queued"
+        finally:
+            await client.close()
+            await agent.close()
+    # Restarted with one more slot: x still holds one, the other is free.
+    async with relay.serve(
+        host="127.0.0.1", port=0, store=store, agent_grace=60, max_concurrent_runs=2
+    ) as server:
+        with anyio.fail_after(5):
+            while not await server.hub.store.runs_with_status(["pending"]):
+                await anyio.sleep(0.02)
+        await anyio.sleep(0.2)  # let every session loaded at start have its turn
+        pending = {r.run_id for r in await server.hub.store.runs_with_status(["pending"])}
+        queued = {r.run_id for r in await server.hub.store.runs_with_status(["queued"])}
+        assert (pending, queued) == ({"r1"}, {"b"})
+        assert server.hub.slots.in_use == 2
