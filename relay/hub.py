@@ -455,25 +455,26 @@ class Hub:
         ``peer``: the connection it came on. An entry of it the store refused
         (``STORE_UNAVAILABLE``) holds its later publishes to the session (``_store_hold``).
         """
-        if peer is None:
-            serial, duplicate, changes = await channel.publish(entry, sender, now_ms())
-        else:
-            session_id = channel.session_id
-            try:
-                serial, duplicate, changes = await channel.publish(
-                    entry,
-                    sender,
-                    now_ms(),
-                    admit=lambda entry_id: self._store_hold(peer, session_id, entry_id),
-                )
-            except RunwireError as exc:
-                # Raised under the channel's lock and caught here with no wait in between:
-                # the hold is in place before the next publish waiting for the lock runs.
-                if exc.code == STORE_UNAVAILABLE and "held" not in exc.details:
-                    peer.store_held.setdefault(
-                        session_id, (entry.id, time.monotonic() + STORE_HOLD)
-                    )
-                raise
+        session_id = channel.session_id
+        try:
+            serial, duplicate, changes = await channel.publish(
+                entry,
+                sender,
+                now_ms(),
+                admit=None
+                if peer is None
+                else lambda entry_id: self._store_hold(peer, session_id, entry_id),
+            )
+        except RunwireError as exc:
+            # Raised under the channel's lock and caught here with no wait in between:
+            # the hold is in place before the next publish waiting for the lock runs.
+            if peer is not None and exc.code == STORE_UNAVAILABLE and "held" not in exc.details:
+                peer.store_held.setdefault(session_id, (entry.id, time.monotonic() + STORE_HOLD))
+            self._slot_given_back(entry)
+            raise
+        except BaseException:
+            self._slot_given_back(entry)
+            raise
         if duplicate:
             self.metrics.duplicates.inc()
         else:
@@ -607,17 +608,33 @@ class Hub:
             self.dispatcher.run_changed(record)
             freed = freed or record.terminal or record.status == "suspended"
         if freed and self.slots.limit is not None:
-            # A slot came free: sessions with queued Runs (or Runs owed their resume)
-            # take their turns oldest first, one after the other (each waits for its
-            # channel's lock), so a younger Run in another session cannot take the slot
-            # first.
-            waiting = [c for c in self.channels.values() if _waits_for_a_slot(c)]
-            if channel not in waiting and changes:
-                waiting.append(channel)
-            waiting.sort(key=_oldest_waiting)
-            self._spawn(self._react_in_turn(waiting))
+            self._give_turns(channel)
         elif changes:
             self._react_soon(channel)
+
+    def _give_turns(self, channel: Channel | None = None) -> None:
+        """A slot came free: sessions with queued Runs (or Runs owed their resume) take
+        their turns oldest first, one after the other (each waits for its channel's
+        lock), so a younger Run in another session cannot take the slot first.
+        ``channel``: the session whose entry freed it (it reacts to that entry too)."""
+        waiting = [c for c in self.channels.values() if _waits_for_a_slot(c)]
+        if channel is not None and channel not in waiting:
+            waiting.append(channel)
+        if not waiting:
+            return
+        waiting.sort(key=_oldest_waiting)
+        self._spawn(self._react_in_turn(waiting))
+
+    def _slot_given_back(self, entry: EntryBody) -> None:
+        """A publish failed: the slot its plan may have held for a Run (a prompt, or an
+        owner's resume, the store refused) is free again. No entry frees it, so the Runs
+        waiting for one are told here, or a resume owed (a Run queued) meanwhile would
+        wait for the next Run to end."""
+        takes_slot = isinstance(entry, RunEntry) or (
+            isinstance(entry, MessageEntry) and entry.intent == "prompt"
+        )
+        if takes_slot and self.slots.limit is not None and self.slots.free():
+            self._give_turns()
 
     async def _react_in_turn(self, channels: list[Channel]) -> None:
         for channel in channels:

@@ -10,6 +10,7 @@ import pytest
 
 import relay
 from relay import Server
+from transport.errors import STORE_UNAVAILABLE, RunwireError
 from transport.messages import new_id
 
 from .test_http_api import call
@@ -269,3 +270,56 @@ async def test_a_restarted_relay_gives_a_free_slot_to_the_oldest_waiting_run(
         queued = {r.run_id for r in await server.hub.store.runs_with_status(["queued"])}
         assert (pending, queued) == ({"r1"}, {"b"})
         assert server.hub.slots.in_use == 2
+
+
+async def test_a_slot_given_back_by_a_prompt_the_store_refused_goes_to_a_waiting_resume(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prompt holds the last slot while the store writes it; a Run answered meanwhile is
+    owed its resume but finds no slot. The store refuses the prompt, which gives the slot
+    back: the waiting resume takes it then, not only when some Run ends later."""
+    async with relay.serve(
+        host="127.0.0.1", port=0, store="memory://", agent_grace=60, max_concurrent_runs=1
+    ) as server:
+        store = server.hub.store
+        append = store.append
+        answered = anyio.Event()
+        b = prompt("b")
+
+        async def slow_then_refused(session_id: str, entry_id: str, *a: Any, **kw: Any) -> Any:
+            if entry_id == b["id"]:
+                await answered.wait()  # holds its slot until the answer is in
+                raise RunwireError(STORE_UNAVAILABLE, "the store is away")
+            return await append(session_id, entry_id, *a, **kw)
+
+        monkeypatch.setattr(store, "append", slow_then_refused)
+        client = await RawPeer.open(server.url)
+        writer = await RawPeer.open(server.url)
+        agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+        try:
+            await client.attach("s1")
+            await agent.attach("s1")
+            await writer.attach("s2")
+            log = Log(client)
+            assert (await client.publish("s1", prompt("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await agent.publish("s1", pause("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "suspended")))["type"] == "ack"
+            assert server.hub.slots.free()
+            await writer.send({"type": "publish", "req": 7, "session_id": "s2", "entry": b})
+            with anyio.fail_after(5):
+                while server.hub.slots.free():  # b's plan took the slot
+                    await anyio.sleep(0.01)
+            assert (await client.publish("s1", answer("r1")))["type"] == "ack"
+            assert server.hub.channels["s1"].registry.runs["r1"].resume_owed
+            answered.set()
+            with anyio.fail_after(5):
+                while (frame := await writer.recv()).get("req") != 7:
+                    pass
+            assert frame["error"]["code"] == STORE_UNAVAILABLE
+            await log.until("run", "r1", "pending")  # the slot b gave back
+            assert server.hub.slots.in_use == 1
+        finally:
+            await client.close()
+            await writer.close()
+            await agent.close()
