@@ -299,7 +299,7 @@ class Hub:
 
     async def _route(self, peer: Peer, frame: ClientFrame) -> None:
         if isinstance(frame, Publish):
-            self._check_rate(peer, frame.entry.id)
+            self._check_rate(peer, frame.session_id, frame.entry.id)
             peer.inflight += 1
             self._spawn(self._publish(peer, frame))
         elif isinstance(frame, Attach):
@@ -377,20 +377,23 @@ class Hub:
             details={"held": held},
         )
 
-    def _check_rate(self, peer: Peer, entry_id: str) -> None:
+    def _check_rate(self, peer: Peer, session_id: str, entry_id: str) -> None:
         """Raise ``RATE_LIMITED`` for a publish over ``max_inflight``, or one behind such.
 
         The first publish refused (``peer.held``) holds the connection: every later one
-        is refused too until it comes again (or ``RATE_LIMIT_HOLD`` passed), so a client
-        that sends its refused publishes again in order keeps its order.
+        is refused too until it comes again (the same entry id to the same session: ids
+        are unique per session only) or ``RATE_LIMIT_HOLD`` passed, so a client that sends
+        its refused publishes again in order keeps its order.
         """
         held = peer.held
-        if held is not None and (held == entry_id or time.monotonic() >= peer.held_until):
+        key = (session_id, entry_id)
+        if held is not None and (held == key or time.monotonic() >= peer.held_until):
             peer.held = held = None  # its retry came (or it never did): handled as usual
         if held is None and peer.inflight < self.options.max_inflight:
             return
         if held is None:
-            peer.held, peer.held_until = entry_id, time.monotonic() + RATE_LIMIT_HOLD
+            peer.held = held = key
+            peer.held_until = time.monotonic() + RATE_LIMIT_HOLD
             message = "too many publishes waiting on this connection"
         else:
             message = "an earlier publish of this connection was refused; send it again first"
@@ -400,7 +403,7 @@ class Hub:
             details={
                 "retry_after": RATE_LIMIT_RETRY_AFTER,
                 "limit": self.options.max_inflight,
-                "held": peer.held,
+                "held": held[1],
             },
         )
 

@@ -118,8 +118,9 @@ class Peer:
         self.agent: str | None = None
         self.attached: set[str] = set()
         self.inflight = 0
-        self.held: str | None = None
-        """The entry id of a publish refused ``RATE_LIMITED`` that later ones wait behind."""
+        self.held: tuple[str, str] | None = None
+        """The session and entry id of a publish refused ``RATE_LIMITED`` that later ones
+        wait behind."""
         self.held_until = 0.0
         """When (``time.monotonic()``) ``held`` stops holding the connection."""
         self.store_held: dict[str, tuple[str, float]] = {}

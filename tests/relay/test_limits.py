@@ -180,3 +180,26 @@ async def test_a_refused_entry_that_never_comes_back_holds_the_connection_only_a
                     break
                 assert reply["error"]["code"] == "RATE_LIMITED"
                 await anyio.sleep(reply["error"]["details"]["retry_after"])
+
+
+async def test_the_same_entry_id_in_another_session_does_not_end_the_rate_limited_hold() -> None:
+    """The hold waits for the refused publish itself: an entry of the same id sent to another
+    session is a different publish (ids are unique per session), so it is refused too, and
+    the connection's later publishes still do not overtake the refused one."""
+    async with relay.serve(port=0, store="memory://", max_inflight=2) as s:
+        a = await RawPeer.open(s.url)
+        await a.attach("s")
+        await a.attach("t")
+        entries = [prompt(text=f"m{i}") for i in range(40)]
+        replies = await _burst(a, entries)
+        limited = sorted(i for i, r in replies.items() if r["type"] == "error")
+        assert limited, "the burst never reached max_inflight"
+        first = limited[0]
+        reply = await a.publish("t", {**prompt(text="other"), "id": entries[first]["id"]})
+        assert reply["type"] == "error" and reply["error"]["code"] == "RATE_LIMITED", reply
+        assert reply["error"]["details"]["held"] == entries[first]["id"]
+        late = prompt(text="late")
+        reply = await a.publish("s", late)
+        assert reply["type"] == "error" and reply["error"]["code"] == "RATE_LIMITED", reply
+        assert (await a.publish("s", entries[first]))["serial"] == first + 1
+        assert (await a.publish("s", late))["serial"] == first + 2
