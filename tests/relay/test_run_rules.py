@@ -323,3 +323,38 @@ async def test_a_slot_given_back_by_a_prompt_the_store_refused_goes_to_a_waiting
             await client.close()
             await writer.close()
             await agent.close()
+
+
+async def test_a_freed_slot_goes_to_an_older_resume_before_a_younger_queued_run_elsewhere() -> None:
+    """Two sessions wait for the one slot: a Run owed its resume (started first) and a Run
+    queued in another session. When the slot frees, the resume takes it; the queued Run
+    takes the next one."""
+    async with relay.serve(
+        host="127.0.0.1", port=0, store="memory://", agent_grace=60, max_concurrent_runs=1
+    ) as server:
+        client = await RawPeer.open(server.url)
+        agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+        try:
+            for session_id in ("s0", "s1", "s2"):
+                await client.attach(session_id)
+                await agent.attach(session_id)
+            log = Log(client)
+            assert (await client.publish("s1", prompt("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await agent.publish("s1", pause("r1")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "suspended")))["type"] == "ack"
+            assert (await client.publish("s0", prompt("x")))["type"] == "ack"
+            assert (await agent.publish("s0", run_status("x", "active")))["type"] == "ack"
+            assert (await client.publish("s1", answer("r1")))["type"] == "ack"
+            assert (await client.publish("s2", prompt("b")))["type"] == "ack"
+            assert (await agent.publish("s0", run_status("x", "complete")))["type"] == "ack"
+            await log.until("run", "r1", "pending")
+            assert server.hub.channels["s2"].registry.runs["b"].status == "queued"
+            assert server.hub.slots.in_use == 1
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "complete")))["type"] == "ack"
+            await log.until("run", "b", "pending")
+            assert server.hub.slots.in_use == 1
+        finally:
+            await client.close()
+            await agent.close()

@@ -178,3 +178,61 @@ def test_only_the_agent_that_started_a_run_refuses_its_cancels_or_checkpoints_it
     [record] = publish(reg, checkpoint, AGENT)
     assert record.checkpoint is not None and record.checkpoint["step"] == 1
     assert publish(reg, CheckpointEntry(id="k2", run_id="a", step=2), RELAY)
+
+
+# ------------------------------------ owed while no slot is free ---
+
+
+def full(slots: SlotBook) -> RunRegistry:
+    """Another session whose Run x holds the one slot."""
+    other = RunRegistry("o", slots=slots)
+    publish(other, prompt("x"), BOB)
+    publish(other, status("x", "active"), AGENT)
+    assert not slots.free()
+    return other
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_a_run_cancelled_while_its_resume_waits_for_a_slot_resumes_to_apply_it(
+    answered: bool,
+) -> None:
+    """Cancelled while owed its resume (or still waiting on its question) with no slot
+    free: it holds none, stays suspended, nothing else is owed; once a slot frees it
+    resumes (the cancel standing) and its worker ends it, which frees the slot again."""
+    slots = SlotBook(1)
+    reg = paused_run(slots)
+    other = full(slots)
+    if answered:
+        publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+    publish(reg, cancel("r1"), ALICE)
+    r1 = reg.runs["r1"]
+    assert r1.status == "suspended" and r1.cancel_requested and r1.resume_owed
+    assert reg.due() == [] and slots.in_use == 1
+    publish(other, status("x", "complete", 2), AGENT)
+    assert drain(reg) == [("r1", "pending", "relay")]
+    assert slots.in_use == 1 and reg.runs["r1"].cancel_requested
+    publish(reg, status("r1", "active", 2), OTHER_AGENT)
+    publish(reg, status("r1", "cancelled", 3), OTHER_AGENT)
+    assert slots.in_use == 0 and drain(reg) == []
+
+
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
+def test_an_interrupt_of_a_run_whose_resume_waits_for_a_slot_waits_for_its_end(
+    strategy: str,
+) -> None:
+    """The interrupt's cancel is stored at once; the interrupted Run resumes only once a
+    slot frees (the limit holds), and the interrupting Run's turn comes after its end."""
+    slots = SlotBook(1)
+    reg = owed_run(slots)
+    other = full(slots)
+    [record] = publish(reg, prompt("r2", strategy), ALICE)
+    assert (record.status, record.interrupts) == ("queued", ["r1"])
+    assert drain(reg) == [("r1", "cancel", "alice")]
+    assert reg.runs["r1"].status == "suspended" and slots.in_use == 1
+    publish(other, status("x", "complete", 2), AGENT)
+    assert drain(reg) == [("r1", "pending", "relay")]
+    assert reg.runs["r2"].status == "queued" and slots.in_use == 1
+    publish(reg, status("r1", "active", 2), OTHER_AGENT)
+    publish(reg, status("r1", "cancelled", 3), OTHER_AGENT)
+    assert drain(reg) == [("r2", "pending", "relay")]
+    assert slots.in_use == 1

@@ -331,7 +331,31 @@ class RegistryMachine(RuleBasedStateMachine):
                 self.publish(entry, sender)
         raise AssertionError(f"draining due() does not end: {self.reg.due()}")
 
+    @rule(take=st.booleans())
+    def another_session(self, take: bool) -> None:
+        """A Run of another session sharing the relay's slots starts, or one ends."""
+        book = self.reg.slots
+        assert book is not None
+        others = sorted(k for k in book._held if k[0] != SESSION)
+        if take and book.free():
+            self.n += 1
+            book.hold(("other", f"x{self.n}"))
+        elif not take and others:
+            book._held.discard(others[0])
+
     # ---------------------------------------------------------- invariants
+
+    @invariant()
+    def a_free_slot_goes_to_the_oldest_owed_resume(self) -> None:
+        """Nothing waits for a slot while one is free: the oldest owed resume is due."""
+        assert self.reg.slots is not None
+        owed = self.reg.resumes_owed()
+        if not owed or not self.reg.slots.free():
+            return
+        assert any(
+            isinstance(e, RunEntry) and e.run_id == owed[0].run_id and e.status == "pending"
+            for e, _ in self.reg.due()
+        ), f"{owed[0].run_id} is owed its resume, a slot is free, and due() does not say so"
 
     @invariant()
     def due_entries_pass_the_rules(self) -> None:
@@ -356,7 +380,7 @@ class RegistryMachine(RuleBasedStateMachine):
     def slots_held_by_the_runs_going_on(self) -> None:
         assert self.reg.slots is not None
         going = {(SESSION, r.run_id) for r in self.reg.runs.values() if r.going_on}
-        assert self.reg.slots._held == going
+        assert {k for k in self.reg.slots._held if k[0] == SESSION} == going
 
     @invariant()
     def slots_past_the_limit_only_for_tool_call_runs(self) -> None:
@@ -366,7 +390,8 @@ class RegistryMachine(RuleBasedStateMachine):
             for r in self.reg.runs.values()
             if r.going_on and not (r.parent_run_id is not None and r.multitask == "alongside")
         ]
-        assert len(going) <= self.reg.slots.limit, f"{len(going)} Runs hold slots"
+        others = sum(1 for k in self.reg.slots._held if k[0] != SESSION)
+        assert len(going) + others <= self.reg.slots.limit, f"{len(going)} Runs hold slots"
 
     @invariant()
     def the_next_queued_run_gets_its_turn(self) -> None:
@@ -374,7 +399,10 @@ class RegistryMachine(RuleBasedStateMachine):
         waiting = [r for r in runs if r.status == "queued" and not r.cancel_requested]
         if not waiting or any(r.going_on or r.resume_owed for r in runs):
             return
-        assert self.reg.slots is not None and self.reg.slots.free()
+        assert self.reg.slots is not None
+        if any(k[0] != SESSION for k in self.reg.slots._held) and not self.reg.slots.free():
+            return  # another session's Runs hold the slots: it waits for one
+        assert self.reg.slots.free()
         first = min(waiting, key=lambda r: (r.multitask not in ("interrupt", "rollback"), r.seq))
         assert self.reg.promotable() is first
         assert any(
