@@ -228,13 +228,9 @@ async def test_a_run_answered_while_no_slot_is_free_resumes_when_one_frees_unwat
             await other.close()
 
 
-async def test_a_restarted_relay_gives_a_free_slot_to_the_oldest_waiting_run(
-    tmp_path: Any,
-) -> None:
-    """A relay that restarts (SQLite) with a resume owed in one session and a younger
-    queued Run in another, one slot free: the resume takes it (oldest first), as it
-    would have had the slot freed while the relay ran; the queued Run waits."""
-    store = f"sqlite:///{tmp_path / 'relay.db'}"
+async def waiting_for_the_one_slot(store: str) -> None:
+    """On a relay of ``store`` with one slot, which x (session s0) holds: r1 (s1) owed its
+    resume, and b (s2, sent after r1 started) queued; the relay stops."""
     async with relay.serve(
         host="127.0.0.1", port=0, store=store, agent_grace=60, max_concurrent_runs=1
     ) as server:
@@ -258,6 +254,16 @@ async def test_a_restarted_relay_gives_a_free_slot_to_the_oldest_waiting_run(
         finally:
             await client.close()
             await agent.close()
+
+
+async def test_a_restarted_relay_gives_a_free_slot_to_the_oldest_waiting_run(
+    tmp_path: Any,
+) -> None:
+    """A relay that restarts (SQLite) with a resume owed in one session and a younger
+    queued Run in another, one slot free: the resume takes it (oldest first), as it
+    would have had the slot freed while the relay ran; the queued Run waits."""
+    store = f"sqlite:///{tmp_path / 'relay.db'}"
+    await waiting_for_the_one_slot(store)
     # Restarted with one more slot: x still holds one, the other is free.
     async with relay.serve(
         host="127.0.0.1", port=0, store=store, agent_grace=60, max_concurrent_runs=2
@@ -357,4 +363,37 @@ async def test_a_freed_slot_goes_to_an_older_resume_before_a_younger_queued_run_
             assert server.hub.slots.in_use == 1
         finally:
             await client.close()
+            await agent.close()
+
+
+async def test_a_resume_waiting_for_a_slot_across_a_restart_takes_the_one_x_frees(
+    tmp_path: Any,
+) -> None:
+    """Restarted (SQLite) with the same limit: the resume is still owed, x still holds the
+    slot; x's agent never comes back, so x ends AGENT_LOST and its slot goes to r1, then
+    (r1 ended) to b."""
+    store = f"sqlite:///{tmp_path / 'relay.db'}"
+    await waiting_for_the_one_slot(store)
+    async with relay.serve(
+        host="127.0.0.1", port=0, store=store, agent_grace=0.3, max_concurrent_runs=1
+    ) as server:
+        hub = server.hub
+        assert hub.slots.in_use == 1
+        with anyio.fail_after(5):
+            while not await hub.store.runs_with_status(["pending"]):
+                await anyio.sleep(0.02)
+        pending = {r.run_id for r in await hub.store.runs_with_status(["pending"])}
+        queued = {r.run_id for r in await hub.store.runs_with_status(["queued"])}
+        assert (pending, queued) == ({"r1"}, {"b"})
+        assert [r.run_id for r in await hub.store.runs_with_status(["error"])] == ["x"]
+        agent = await RawPeer.open(server.url, role="agent", client_id="agent-2")
+        try:
+            await agent.attach("s1")
+            assert (await agent.publish("s1", run_status("r1", "active")))["type"] == "ack"
+            assert (await agent.publish("s1", run_status("r1", "complete")))["type"] == "ack"
+            with anyio.fail_after(5):
+                while not await hub.store.runs_with_status(["pending"]):
+                    await anyio.sleep(0.02)
+            assert [r.run_id for r in await hub.store.runs_with_status(["pending"])] == ["b"]
+        finally:
             await agent.close()
