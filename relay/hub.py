@@ -29,7 +29,9 @@ interrupt, the end of a queued Run its sender cancelled, the next queued Run's
 turn), in one place: ``_react``, right after the commit. Those entries have
 deterministic ids and go through the rules again, so a repeat (on this node
 or another) is a duplicate and a stale one is refused. When a Run leaves a
-slot of ``max_concurrent_runs``, every session with queued Runs is looked at.
+slot of ``max_concurrent_runs`` (or a publish that failed gives back the slot its
+plan held), every session with queued Runs, or Runs owed their resume, is looked
+at, the one whose Run has waited longest first (at start too).
 What the store did not take is tried again with backoff, and a session that
 loads owing entries (its node stopped in between) has them published then.
 """
