@@ -835,7 +835,10 @@ def _stamped(identity: Identity | None, claimed: str) -> tuple[str, str | None]:
 
 def _waits_for_a_slot(channel: Channel) -> bool:
     """True if a Run of the session waits for a slot: queued, or suspended and owed its
-    resume (which takes a slot)."""
+    resume (which takes a slot). Not once the store lost the session (``reset``): its
+    records are stale, nothing of it waits (it is let go, giving back its slots)."""
+    if channel.reset:
+        return False
     return bool(channel.registry.queued() or channel.registry.resumes_owed())
 
 

@@ -21,7 +21,7 @@ from relay.store.redis import RedisStore
 from relay.store.redis_live import Listener, _Channel, _Sub
 
 from ..relay.test_http_api import call, post
-from ..relay.wire import RawPeer, prompt
+from ..relay.wire import RawPeer, prompt, run_status
 from .conftest import REDIS_URL
 
 pytestmark = pytest.mark.anyio
@@ -303,3 +303,36 @@ async def test_a_session_whose_keys_redis_lost_but_not_the_salt_gets_a_new_epoch
         back = await RawPeer.open(a.url)
         resumed = await back.attach("s", from_serial=3, epoch=first["epoch"])
         assert resumed["reset"] is True, f"resumed after 3 in another history: {resumed}"
+
+
+async def test_a_session_redis_dropped_while_its_run_waited_for_a_slot_gives_its_slots_back(
+    redis_prefix: str,
+) -> None:
+    """A node keeps a session loaded while a Run of it waits for a slot of
+    ``max_concurrent_runs``. When Redis drops that session (``history_ttl``) and everyone
+    there leaves, the node puts it down as any other: its Runs are gone, so the slot its
+    active Run held is free for another session's, and it is not offered freed slots."""
+    store = RedisStore(REDIS_URL, prefix=redis_prefix, history_ttl=0.5)
+    async with relay.serve(port=0, store=store, max_concurrent_runs=1) as node:
+        client = await RawPeer.open(node.url)
+        agent = await RawPeer.open(node.url, role="agent", client_id="agent-1")
+        await client.attach("s")
+        await agent.attach("s")
+        assert (await client.publish("s", prompt(run_id="a1")))["type"] == "ack"
+        assert (await agent.publish("s", run_status("a1", "active")))["type"] == "ack"
+        reply = await client.publish("s", prompt(run_id="q"))
+        assert reply["type"] == "ack"
+        assert node.hub.channels["s"].registry.runs["q"].status == "queued"  # no slot
+        await expired(f"{redis_prefix}{{s}}:meta")  # idle for longer than history_ttl
+        await client.send({"type": "publish", "req": 9, "session_id": "s", "entry": prompt()})
+        assert await close_code(client) == 4009
+        await close_code(agent)
+        with anyio.fail_after(5):
+            while "s" in node.hub.channels:
+                await anyio.sleep(0.02)
+        assert node.hub.slots.in_use == 0
+        other = await RawPeer.open(node.url)
+        await other.attach("t")
+        assert (await other.publish("t", prompt(run_id="t1")))["type"] == "ack"
+        assert node.hub.channels["t"].registry.runs["t1"].status == "pending"
+        await other.close()
