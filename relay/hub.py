@@ -569,8 +569,8 @@ class Hub:
         freed in another session gives them their turn (their resume) only while it is
         loaded. A node of several also gives back the
         ``max_concurrent_runs`` slots of the session's Runs (it counts the Runs of the
-        sessions it has loaded and would not see these end); a single relay keeps
-        them, since every Run goes through it.
+        sessions it has loaded and would not see these end), to the Runs waiting for
+        one on it; a single relay keeps them, since every Run goes through it.
         """
         if (
             channel.subscribers
@@ -589,7 +589,10 @@ class Hub:
             del self.channels[channel.session_id]
             channel.close()
             if not isinstance(self.dispatcher, Dispatcher):
+                before = self.slots.in_use
                 self.slots.replace_session(channel.session_id, [])
+                if self.slots.in_use < before and self.slots.limit is not None:
+                    self._give_turns()  # the slots given back go to the Runs waiting here
             self.metrics.channels.set(len(self.channels))
 
     async def _published(self, entry: EntryBody, changes: list[RunRecord]) -> None:

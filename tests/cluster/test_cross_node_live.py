@@ -336,3 +336,35 @@ async def test_a_session_redis_dropped_while_its_run_waited_for_a_slot_gives_its
         assert (await other.publish("t", prompt(run_id="t1")))["type"] == "ack"
         assert node.hub.channels["t"].registry.runs["t1"].status == "pending"
         await other.close()
+
+
+async def test_a_slot_a_node_gives_back_when_it_puts_a_session_down_goes_to_a_queued_run(
+    redis_prefix: str,
+) -> None:
+    """Node B counts the slots of the Runs of the sessions it has loaded. A client on B
+    leaves a session whose Run goes on (through node A): B puts the session down and gives
+    back its slot, which a Run queued on B in another session then takes; before, nothing
+    told it, and it waited for a Run on B to end."""
+    async with (
+        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as a,
+        relay.serve(
+            port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix), max_concurrent_runs=1
+        ) as b,
+    ):
+        agent = await RawPeer.open(a.url, role="agent", client_id="agent-a")
+        await agent.attach("first")
+        leaving = await RawPeer.open(b.url)
+        await leaving.attach("first")
+        assert (await leaving.publish("first", prompt(run_id="r")))["type"] == "ack"
+        assert (await agent.publish("first", run_status("r", "active")))["type"] == "ack"
+        waiting = await RawPeer.open(b.url)
+        await waiting.attach("second")
+        assert (await waiting.publish("second", prompt(run_id="q")))["type"] == "ack"
+        assert b.hub.channels["second"].registry.runs["q"].status == "queued"  # no slot
+        await leaving.close()  # B puts "first" down
+        with anyio.fail_after(5):
+            while b.hub.channels["second"].registry.runs["q"].status == "queued":
+                await anyio.sleep(0.02)
+        assert b.hub.channels["second"].registry.runs["q"].status == "pending"
+        await waiting.close()
+        await agent.close()
