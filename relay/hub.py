@@ -119,6 +119,8 @@ class Hub:
         self._loading: dict[str, asyncio.Future[Channel]] = {}
         self.peers: set[Peer] = set()
         self._present: dict[str, set[Peer]] = {}  # client id -> its agent connections
+        self._lost_failures: dict[tuple[str, str], tuple[float, int]] = {}
+        """Runs whose AGENT_LOST end failed: when it was last logged, how many since."""
         self.dispatcher: Dispatcher | RedisDispatcher
         if store.url.startswith(("redis://", "rediss://")):
             from .cluster import RedisDispatcher
@@ -711,11 +713,29 @@ class Hub:
         held only for this: a node that sweeps (on Redis, any node) does not keep
         a session none of its clients watch.
         """
+        key = (session_id, run_id)
         try:
             async with self.hold(session_id) as channel:
                 await self._end_lost(channel, run_id)
         except RunwireError as exc:
-            log.warning("could not end run %s/%s: %s", session_id, run_id, exc)
+            # The sweep (on Redis) tries again every heartbeat while this fails: one
+            # warning per Run per ``LOST_LOG_EVERY`` seconds, with how many were not logged.
+            now = time.monotonic()
+            last, missed = self._lost_failures.get(key, (None, 0))
+            if last is not None and now - last < LOST_LOG_EVERY:
+                self._lost_failures[key] = (last, missed + 1)
+                return
+            if len(self._lost_failures) >= LOST_LOG_KEEP:
+                self._lost_failures = {
+                    k: v for k, v in self._lost_failures.items() if now - v[0] < LOST_LOG_EVERY
+                }
+                if len(self._lost_failures) >= LOST_LOG_KEEP:
+                    self._lost_failures.clear()
+            self._lost_failures[key] = (now, 0)
+            more = f" ({missed} more failures since the last warning)" if missed else ""
+            log.warning("could not end run %s/%s: %s%s", session_id, run_id, exc, more)
+        else:
+            self._lost_failures.pop(key, None)
 
     async def _end_lost(self, channel: Channel, run_id: str) -> None:
         """End (or hand on, if durable) an active Run whose owner is not connected here,
@@ -784,6 +804,10 @@ class Hub:
         }
 
 
+LOST_LOG_EVERY = 60.0
+"""Seconds between two warnings that one Run's AGENT_LOST end (or hand-over) failed."""
+LOST_LOG_KEEP = 10_000
+"""How many Runs' failed ends are remembered for that before the old ones are forgotten."""
 REACT_RETRY = 0.1
 """Seconds before the relay tries again to publish entries it owes that the store did not take."""
 REACT_RETRY_MAX = 5.0
