@@ -64,7 +64,12 @@ nothing a second node would need stays in one node's memory:
   Runs under way: one script, one round trip, returns the owners with a deadline
   (everywhere, or in some sessions) that passed ``agent_grace`` seconds ago, each
   with the Runs it still owns in sessions none of its other deadlines covers, and
-  forgets what lapsed of the owners left with none. A node that has just taken the
+  forgets what lapsed of the owners left with none. It takes at most ``sweep_limit``
+  (1,000) owners, oldest deadline first, and puts those it returns Runs of at the back
+  (their lapsed deadlines become ``now - grace``: still gone), so owners whose Runs'
+  ends keep failing (``Hub._agent_lost`` logs it, once per ``LOST_LOG_EVERY`` per Run)
+  cannot keep the sweep from the owners behind them; each pass retries them after
+  those. A node that has just taken the
   lease, or takes up the sweep again after its maintenance failed (Redis away,
   or refusing writes: out of memory, a read-only replica), first moves deadlines
   that have passed to "now": while no node could write presence, absence does
@@ -185,8 +190,11 @@ class RedisDispatcher:
         metrics: Metrics,
         claim_idle: float = 10.0,
         consumer_idle: float = 600.0,
+        sweep_limit: int = 1000,
     ) -> None:
         self.store = store
+        self.sweep_limit = sweep_limit
+        """At most how many gone owners one sweep takes (oldest first)."""
         self.grace = grace
         self.metrics = metrics
         metrics.count_store_round_trips(lambda: store.round_trips)
@@ -630,7 +638,7 @@ class RedisDispatcher:
         One round trip when nobody left, however many Runs are active; the Runs of
         owners that did take one ``expire`` each.
         """
-        for runs in (await self.store.gone_owners(self.grace)).values():
+        for runs in (await self.store.gone_owners(self.grace, limit=self.sweep_limit)).values():
             for session_id, run_id in runs:
                 await self._expire(session_id, run_id)
 

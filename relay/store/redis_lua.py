@@ -304,7 +304,10 @@ return marked + #args / 2
 # sessions) that passed ``grace`` ago: the Runs each still owns in sessions where no
 # deadline of it has not (checked against meta ``o:<run id>``: a member the Run no longer
 # backs, or of a session that expired, is dropped), as {owner, {member, ...}, ...}; of an
-# owner with none, what passed is forgotten (taken out of the presence sets).
+# owner with none, what passed is forgotten (taken out of the presence sets); of an owner
+# returned, what passed moves to ``now - grace``, behind every owner already gone, so a
+# sweep that returns an owner whose Runs' ends keep failing does not return it first for
+# ever (the ``limit`` oldest would starve the rest).
 _GONE = (
     _COMMON
     + """
@@ -350,6 +353,19 @@ for _, owner in ipairs(owners) do
   else
     out[#out + 1] = owner
     out[#out + 1] = runs
+    -- To the back of the queue: its lapsed deadlines become ``since`` (still gone, so
+    -- its Runs' ends are stored), and the next pass starts with the owners behind it,
+    -- should these ends fail every time.
+    local deadline = redis.call('ZSCORE', KEYS[1], owner)
+    if deadline and tonumber(deadline) < since then
+      redis.call('ZADD', KEYS[1], 'XX', since, owner)
+    end
+    for _, member in ipairs(redis.call('SMEMBERS', ARGV[3] .. 'scopes:' .. owner)) do
+      deadline = redis.call('ZSCORE', KEYS[2], member)
+      if deadline and tonumber(deadline) < since then
+        redis.call('ZADD', KEYS[2], 'XX', since, member)
+      end
+    end
   end
 end
 return out

@@ -574,3 +574,47 @@ async def test_the_sweep_matches_session_patterns_as_tokens_do(
     covered = any(relay.auth.matches(pattern, session) for pattern in patterns)
     assert gone == ([] if covered else [(session, f"r-{session}")])
     await store.put_runs([replace(active(session, owner), status="complete")])
+
+
+async def test_owners_whose_runs_never_end_do_not_starve_the_others(store: RedisStore) -> None:
+    """The sweep takes at most ``sweep_limit`` owners a pass, oldest first. An owner whose
+    Run's end keeps failing (``hub._agent_lost`` only logs: the session cannot be loaded,
+    its append is refused) must not keep that place for ever: the owners behind it get
+    their turn, and the stuck ones are still tried."""
+    stuck = {"s-stuck1", "s-stuck2"}
+    tried: list[str] = []
+    expired: list[tuple[str, str]] = []
+    end = ending(store, expired)
+
+    async def expire(session_id: str, run_id: str) -> None:
+        tried.append(session_id)
+        if session_id in stuck:
+            return  # the end failed, as the hub logs and leaves it
+        await end(session_id, run_id)
+
+    node = RedisDispatcher(store, grace=0.2, expire=expire, metrics=Metrics(), sweep_limit=2)
+    for name in ("s-stuck1", "s-stuck2", "s-later1", "s-later2", "s-later3"):
+        await store.put_runs([active(name, f"owner-{name}")])  # absent, oldest first
+        await anyio.sleep(0.01)
+    await anyio.sleep(0.25)
+    with anyio.fail_after(10):
+        for _ in range(6):
+            await node._sweep()
+    assert sorted(expired) == [(s, f"r-{s}") for s in ("s-later1", "s-later2", "s-later3")]
+    assert tried.count("s-stuck1") >= 2 and tried.count("s-stuck2") >= 2  # still retried
+
+
+async def test_agents_gone_from_some_sessions_take_turns_in_the_sweep(store: RedisStore) -> None:
+    # Two agents present by session patterns, both gone, one a pass (``limit=1``): the one
+    # returned goes behind the other, whose turn is next, and then its own again.
+    await store.put_runs([active("x-1", "sw1"), active("x-2", "sw2")])
+    await store.mark_present([], 0.001, scoped=[("sw1", ["x-*"])])
+    await anyio.sleep(0.01)
+    await store.mark_present([], 0.001, scoped=[("sw2", ["x-*"])])
+    await anyio.sleep(0.15)
+    passes = [await store.gone_owners(0.1, limit=1) for _ in range(3)]
+    assert passes == [
+        {"sw1": [("x-1", "r-x-1")]},
+        {"sw2": [("x-2", "r-x-2")]},
+        {"sw1": [("x-1", "r-x-1")]},
+    ]
