@@ -113,6 +113,7 @@ class Agent:
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._stopped = anyio.Event()
+        self._handlers: set[anyio.CancelScope] = set()  # one per ``_take``; aclose cancels
 
     @property
     def client_id(self) -> str | None:
@@ -169,18 +170,27 @@ class Agent:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        try:
+            await self.aclose()
+        finally:
+            # The block that entered the task groups leaves them, in its own scope.
+            stack, self._stack = self._stack, None
+            if stack is not None:
+                await stack.aclose()
 
     async def aclose(self) -> None:
         """Stop taking Runs, cancel the handlers still running and close the connection.
 
-        Runs left active end ``AGENT_LOST`` on the relay after its grace period.
+        Safe from any task or cancel scope (a caller's ``fail_after``, say): the
+        ``async with`` block (or ``serve()``) that entered the Agent leaves its task
+        groups when it exits. Runs left active end ``AGENT_LOST`` on the relay after
+        its grace period.
         """
         self._stopped.set()
         self._link.shut()
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
+        for scope in list(self._handlers):
+            scope.cancel()  # not the task group's: it covers the body of ``async with``
+        await self._link.aclose()
 
     # ---------------------------------------------------------- internal --
 
@@ -201,13 +211,20 @@ class Agent:
                 self._again[key] = frame  # handed back while its old handler winds down
             return
         self._taken.add(key)
-        self._tg.start_soon(self._take, frame)
+        scope = anyio.CancelScope()
+        self._handlers.add(scope)
+        self._tg.start_soon(self._take, frame, scope)
 
-    async def _take(self, frame: Dispatch) -> None:
+    async def _take(self, frame: Dispatch, scope: anyio.CancelScope) -> None:
         try:
-            await self._take_run(frame)
+            with scope:
+                await self._take_run(frame)
         except Exception:  # a bug here must not bring down the other Runs
             log.exception("run %s of session %s failed", frame.run_id, frame.session_id)
+        finally:
+            self._handlers.discard(scope)
+        if scope.cancel_called:
+            return
         again = self._again.pop((frame.session_id, frame.run_id), None)
         if again is not None:
             self._on_dispatch(again)

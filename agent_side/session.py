@@ -317,15 +317,20 @@ class AgentSession:
         """
         if not self._owns_link:
             raise RuntimeError("a worker's session closes with its Agent")
-        for run in list(self._runs.values()):
-            if run.status == "active":
-                # One whose end the store refused ends as its code asked, not cancelled.
-                reason, error = run._end_again or ("cancelled", None)
-                try:
-                    await run.end(reason, error=error)
-                except RunwireError as exc:
-                    log.warning("could not end run %s at the session's end: %s", run.run_id, exc)
-        await self.aclose()
+        try:
+            for run in list(self._runs.values()):
+                if run.status == "active":
+                    # One whose end the store refused ends as its code asked, not cancelled.
+                    reason, error = run._end_again or ("cancelled", None)
+                    try:
+                        await run.end(reason, error=error)
+                    except RunwireError as exc:
+                        log.warning(
+                            "could not end run %s at the session's end: %s", run.run_id, exc
+                        )
+        finally:
+            # Cancelled midway (the caller's timeout fired): the session still closes.
+            await self.aclose()
 
     # ---------------------------------------------------------- internal --
 
@@ -582,7 +587,8 @@ class _Link:
             await tg.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
-        """Close the connection; the ``running()`` block ends its tasks on exit."""
+        """Close the connection (from any task or cancel scope); the ``running()`` block
+        ends its tasks and leaves its task groups on exit, where it entered them."""
         self.shut()
         await self.conn.aclose()
 

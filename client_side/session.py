@@ -61,7 +61,8 @@ there gets ``NOT_ATTACHED`` for its publishes (the relay wants it attached).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
@@ -224,6 +225,8 @@ class ClientSession:
         self._state_callbacks: list[Callable[[str], None]] = []
         self._conn.on_state(self._on_conn_state)
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None  # what ``async with`` entered
+        self._background: set[anyio.CancelScope] = set()  # one per task; aclose cancels
         self._entered = False
         self._closed = False
         self._ended: RunwireError | None = None  # the relay ended the session for good
@@ -237,39 +240,67 @@ class ClientSession:
         if self._entered:
             raise RuntimeError("a ClientSession can be entered once")
         self._entered = True
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        stack = AsyncExitStack()
         try:
-            await self._conn.__aenter__()
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)
+            await stack.enter_async_context(self._conn)
         except BaseException:
             self._tg = None
             self._closed = True
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
-            self.view._close()
+            try:
+                await stack.aclose()
+            finally:
+                self.view._close()
             raise
+        self._stack = stack
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        try:
+            await self.aclose()
+        finally:
+            # The block that entered the task groups leaves them, in its own scope.
+            self._tg = None
+            stack, self._stack = self._stack, None
+            if stack is not None:
+                await stack.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection; pending steering outcomes reject with ``CONNECTION_CLOSED``."""
+        """Close the connection; pending steering outcomes reject with ``CONNECTION_CLOSED``.
+
+        Safe from any task or cancel scope (a caller's ``fail_after``, say): the
+        ``async with`` block leaves the session's task groups when it exits. A close
+        cancelled midway (its timeout fired) still leaves the session closed."""
         if self._closed:
             return
         self._closed = True
-        await self._conn.aclose()
-        error = RunwireError(CONNECTION_CLOSED, "the session was closed")
-        for deliveries in self._deliveries.values():
-            for delivery in deliveries:
-                delivery._fail(error)
-        self._deliveries.clear()
-        self.view._close()
-        tg, self._tg = self._tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+        for scope in list(self._background):
+            scope.cancel()  # not the task group's: it covers the body of ``async with``
+        try:
+            await self._conn.aclose()
+        finally:
+            error = RunwireError(CONNECTION_CLOSED, "the session was closed")
+            for deliveries in self._deliveries.values():
+                for delivery in deliveries:
+                    delivery._fail(error)
+            self._deliveries.clear()
+            self.view._close()
+
+    def _start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        """Run ``fn(*args)`` in the session's task group until it ends or ``aclose()``."""
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._background.add(scope)
+
+        async def guarded() -> None:
+            try:
+                with scope:
+                    await fn(*args)
+            finally:
+                self._background.discard(scope)
+
+        self._tg.start_soon(guarded)
 
     # -------------------------------------------------------------- state --
 
@@ -478,7 +509,7 @@ class ClientSession:
             return
         # In the lane now, when the signal fired: after what the user did before, before
         # what they do next.
-        self._tg.start_soon(self._cancel_quietly, run_id, self._conn.reserve())
+        self._start_soon(self._cancel_quietly, run_id, self._conn.reserve())
 
     async def _cancel_quietly(self, run_id: str, slot: int) -> None:
         cancel = CancelEntry(id=new_id(), run_id=run_id, reason="the send's signal was aborted")
@@ -550,7 +581,7 @@ class ClientSession:
         self._deliveries.setdefault(delivery.message.id, []).append(delivery)
         # Its place among this connection's publishes is taken now, as the user acts: a
         # cancel (or send, or steer) made right after is stored after it.
-        self._tg.start_soon(self._publish_delivery, delivery, entry, self._conn.reserve())
+        self._start_soon(self._publish_delivery, delivery, entry, self._conn.reserve())
 
     async def _publish_delivery(self, delivery: Delivery, entry: MessageEntry, slot: int) -> None:
         try:

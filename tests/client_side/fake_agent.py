@@ -44,7 +44,7 @@ class FakeAgent:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.conn.aclose()
+        await self.conn.__aexit__(*exc_info)
 
     # ---------------------------------------------------------- receiving --
 

@@ -64,7 +64,10 @@ token and resumes. ``UNAUTHORIZED`` is final (at ``hello``, or when
 without a provider: pending and later requests fail with that error, ``error``
 holds it, ``connected`` turns false and the state callbacks hear ``"closed"``.
 ``aclose()`` ends everything; pending requests then fail with
-``RunwireError("CONNECTION_CLOSED")``.
+``RunwireError("CONNECTION_CLOSED")``. It may be called from any task or cancel
+scope (inside the caller's ``fail_after``, say): it cancels the background task's
+own scope, and the ``async with`` that entered the connection leaves its task
+group on exit, so the caller's cancel scopes always unwind in order.
 """
 
 from __future__ import annotations
@@ -185,6 +188,9 @@ class Connection:
         self._next_req = 0
         self._pending: dict[int, _Pending] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        # The background task's own scope: ``aclose()`` cancels it, not the task
+        # group's, which also covers the body of the caller's ``async with``.
+        self._stop = anyio.CancelScope()
         self._first = anyio.Event()
         self._first_error: BaseException | None = None
         self._refused: RunwireError | None = None  # ``on_connect`` refused UNAUTHORIZED
@@ -206,8 +212,8 @@ class Connection:
 
     @property
     def connected(self) -> bool:
-        """True while a socket is up and ready."""
-        return self._ready.is_set()
+        """True while a socket is up and ready (never after ``aclose()``)."""
+        return self._ready.is_set() and not self._closed
 
     @property
     def error(self) -> RunwireError | None:
@@ -221,24 +227,41 @@ class Connection:
     async def __aenter__(self) -> Connection:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._run)
+        self._tg.start_soon(self._run_until_closed)
         try:
             await self._first.wait()
         except BaseException:
-            # Cancelled while connecting: leave the task group (aclose does), or the
-            # caller's cancel scopes unwind out of order and its cancellation escapes them.
-            await self.aclose()
+            # Cancelled while connecting: leave the task group, or the caller's
+            # cancel scopes unwind out of order and its cancellation escapes them.
+            await self._leave()
             raise
         if self._first_error is not None:
-            await self.aclose()
+            await self._leave()
             raise self._first_error
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        await self._leave()
+
+    async def _leave(self) -> None:
+        """Close, then leave the task group: only the ``async with`` that entered it
+        does this, in the task and scope nesting it was entered in."""
+        try:
+            await self.aclose()
+        finally:
+            tg, self._tg = self._tg, None
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+            self._emit_closed()
 
     async def aclose(self) -> None:
-        """Close the socket, stop reconnecting, fail pending requests."""
+        """Close the socket, stop reconnecting, fail pending requests.
+
+        Safe from any task or cancel scope (inside the caller's ``fail_after``, say):
+        it stops the background tasks, and the ``async with`` block that entered the
+        connection leaves their task group when it exits. A close cancelled midway
+        (its timeout fired) still leaves the connection closed."""
         if self._closed:
             return
         self._closed = True
@@ -247,14 +270,12 @@ class Connection:
             if self._ws is not None:
                 await self._ws.close()
         finally:
-            # Even when the close is cancelled (aclose() called from a cancelled
-            # task), leave the task group, or the caller's cancel scopes unwind
-            # out of order.
-            tg, self._tg = self._tg, None
-            if tg is not None:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
+            self._stop.cancel()
             self._emit_closed()
+
+    async def _run_until_closed(self) -> None:
+        with self._stop:
+            await self._run()
 
     def reserve(self) -> int:
         """Take the next place in the publish lane now; pass it to ``request(slot=...)``.
