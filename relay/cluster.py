@@ -93,7 +93,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from contextlib import suppress
 from typing import Any
 
@@ -293,20 +293,11 @@ class RedisDispatcher:
             else:
                 self.agents_present[present] = left
 
-    def client_back(
-        self,
-        client_id: str,
-        *,
-        agent: bool = True,
-        covers: Callable[[str], bool] | None = None,
-        scope: tuple[str, ...] | None = None,
-    ) -> None:
+    def client_back(self, client_id: str, *, scope: tuple[str, ...] | None = None) -> None:
         """Count an agent connection for the presence heartbeat (clients own no Runs), by
-        client id and ``scope``, the patterns of the sessions it may act in (``covers``
-        them; None: every session), so its presence keeps its Runs there only."""
-        del covers  # ``scope`` says the same, in a form Redis can keep
-        if not agent:
-            return
+        client id and ``scope``, the patterns of the sessions it may act in
+        (``Peer.agent_scope``; None: every session), so its presence keeps its Runs there
+        only."""
         present = (client_id, scope)
         self.agents_present[present] = self.agents_present.get(present, 0) + 1
         self._arrived.add(present)

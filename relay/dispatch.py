@@ -30,7 +30,7 @@ from transport.frames import Dispatch
 from transport.runs import AGENT, RunRecord
 
 from .metrics import Metrics
-from .peer import Peer
+from .peer import Peer, in_scope
 
 __all__ = ["Dispatcher", "Expire", "RunKey", "discharge", "enlist", "hand_to_worker"]
 
@@ -82,23 +82,13 @@ class Dispatcher:
         for record in owned_active:
             self.start_timer(record)
 
-    def client_back(
-        self,
-        client_id: str,
-        *,
-        agent: bool = True,
-        covers: Callable[[str], bool] | None = None,
-        scope: tuple[str, ...] | None = None,
-    ) -> None:
+    def client_back(self, client_id: str, *, scope: tuple[str, ...] | None = None) -> None:
         """An agent connection with ``client_id`` arrived: the grace timers of its Runs in
-        the sessions it ``covers`` (may act as an agent in; all without it) stop. A client
-        connection (``agent=False``) owns no Runs and stops none. (``scope``, the patterns
-        behind ``covers`` as ``Peer.agent_scope`` gives them, is for a Redis node.)"""
-        del scope
-        if not agent:
-            return
+        the sessions it may act as an agent in stop: those ``scope`` matches
+        (``Peer.agent_scope``: the patterns its token grants ``agent`` in; None, every
+        session)."""
         for key, (owner, handle) in list(self.timers.items()):
-            if owner == client_id and (covers is None or covers(key[0])):
+            if owner == client_id and in_scope(scope, key[0]):
                 handle.cancel()
                 del self.timers[key]
 

@@ -207,12 +207,7 @@ class Hub:
             # And only in sessions where its token grants 'agent' (a fresh token may
             # cover fewer sessions than the one the agent started its Runs with).
             self._present.setdefault(client_id, set()).add(peer)
-            self.dispatcher.client_back(
-                client_id,
-                agent=True,
-                covers=lambda session_id: peer.can(session_id, AGENT),
-                scope=peer.agent_scope(),
-            )
+            self.dispatcher.client_back(client_id, scope=peer.agent_scope())
 
     def sender(self, identity: Identity | None, claimed: str, session_id: str) -> Sender:
         """A client's identity for one request without a connection (the HTTP API): stamped
@@ -472,14 +467,16 @@ class Hub:
                 if peer is None
                 else lambda entry_id: self._store_hold(peer, session_id, entry_id),
             )
-        except RunwireError as exc:
+        except BaseException as exc:
             # Raised under the channel's lock and caught here with no wait in between:
             # the hold is in place before the next publish waiting for the lock runs.
-            if peer is not None and exc.code == STORE_UNAVAILABLE and "held" not in exc.details:
+            if (
+                peer is not None
+                and isinstance(exc, RunwireError)
+                and exc.code == STORE_UNAVAILABLE
+                and "held" not in exc.details
+            ):
                 peer.store_held.setdefault(session_id, (entry.id, time.monotonic() + STORE_HOLD))
-            self._slot_given_back(entry)
-            raise
-        except BaseException:
             self._slot_given_back(entry)
             raise
         if duplicate:

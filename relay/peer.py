@@ -31,13 +31,14 @@ from transport import codec
 from transport.errors import CloseCode, RunwireError
 from transport.runs import AGENT, Sender
 
+from .auth import matches
 from .wsconn import send_frames
 
 if TYPE_CHECKING:
     from .auth import Identity
     from .metrics import Metrics
 
-__all__ = ["Flusher", "Peer"]
+__all__ = ["Flusher", "Peer", "in_scope"]
 
 log = logging.getLogger("runwire.relay")
 
@@ -305,3 +306,9 @@ class Peer:
             size += len(more)
             entries.append(more)
         return codec.deliver_frame(session_id, entries)
+
+
+def in_scope(scope: tuple[str, ...] | None, session_id: str) -> bool:
+    """True if an agent connection of ``scope`` (``Peer.agent_scope``) may act as an agent
+    in ``session_id``: what ``Peer.can(session_id, AGENT)`` says of that connection."""
+    return scope is None or any(matches(pattern, session_id) for pattern in scope)
