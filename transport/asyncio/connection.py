@@ -417,8 +417,7 @@ class Connection:
         jitter from ``STORE_RETRY_FIRST`` doubling up to ``STORE_RETRY_MAX``; for
         ``RATE_LIMITED`` see ``_rate_limit_delay``."""
         if exc.code == STORE_UNAVAILABLE:
-            cap = min(STORE_RETRY_MAX, STORE_RETRY_FIRST * (2 ** min(attempt, 16)))
-            return random.uniform(cap / 2, cap)
+            return backoff(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt)
         return cls._rate_limit_delay(exc, attempt)
 
     @staticmethod
@@ -427,8 +426,7 @@ class Connection:
         after = exc.details.get("retry_after")
         if isinstance(after, int | float) and not isinstance(after, bool) and 0 <= after < 3600:
             return float(after)
-        cap = min(RATE_LIMIT_BACKOFF_MAX, RATE_LIMIT_BACKOFF_FIRST * (2 ** min(attempt, 16)))
-        return random.uniform(cap / 2, cap)
+        return backoff(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt)
 
     async def _exchange(self, frame: BaseModel, wait_ready: bool, seq: int = 0) -> RelayFrame:
         """One request: send ``frame`` (again after every reconnect) and return its reply.
@@ -585,9 +583,8 @@ class Connection:
                 self._fail_all(RunwireError(CONNECTION_CLOSED, "connection lost"))
                 return
             self._emit("disconnected")
-            cap = min(self.backoff_max, self.backoff_initial * (2**attempt))
-            attempt = min(attempt + 1, 16)
-            await anyio.sleep(random.uniform(cap / 2, cap))
+            await anyio.sleep(backoff(self.backoff_initial, self.backoff_max, attempt))
+            attempt += 1
 
     async def _connect_once(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
@@ -684,3 +681,10 @@ def close_error(code: str, reason: str) -> RunwireError:
     is not repeated in the message."""
     prefix = f"{code}: "
     return RunwireError(code, reason.removeprefix(prefix) or None)
+
+
+def backoff(first: float, most: float, attempt: int) -> float:
+    """Seconds to wait before try ``attempt`` (0 first) goes again: ``first`` doubling
+    up to ``most``, with jitter (between half of that and all of it)."""
+    cap = min(most, first * (2 ** min(attempt, 16)))
+    return random.uniform(cap / 2, cap)
