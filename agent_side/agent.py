@@ -42,7 +42,7 @@ from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
-from .run import END_RETRY_FIRST, END_RETRY_MAX, Run, RunPaused
+from .run import Run, RunPaused
 from .session import AgentSession, _Link
 
 __all__ = ["Agent", "RunHandler"]
@@ -290,17 +290,11 @@ class Agent:
         at first and every ``END_RETRY_MAX`` at most, until it is stored (or the Run ended
         otherwise, or the worker stops).
         """
-        delay = END_RETRY_FIRST
-        while True:
-            try:
-                await run.end(reason, error=error)
+        try:
+            await run.end(reason, error=error)
+        except RunwireError as exc:
+            if exc.code != STORE_UNAVAILABLE or run.ended:
+                log.warning("could not end run %s: %s", run.run_id, exc)
                 return
-            except RunwireError as exc:
-                if exc.code != STORE_UNAVAILABLE or run.ended:
-                    log.warning("could not end run %s: %s", run.run_id, exc)
-                    return
-                log.warning(
-                    "could not end run %s yet (again in %.1f s): %s", run.run_id, delay, exc
-                )
-            await anyio.sleep(delay)
-            delay = min(delay * 2, END_RETRY_MAX)
+            log.warning("could not end run %s yet (trying again): %s", run.run_id, exc)
+            await run._end_until_stored(reason, error)

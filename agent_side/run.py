@@ -465,6 +465,14 @@ class Run(RunSteps):
         if not pending and not self._session._spawn(self._end_retry):
             self._end_again = None
 
+    async def _end_until_stored(
+        self, reason: EndReason, error: RunwireError | BaseException | str | None
+    ) -> None:
+        """The store refused this Run's end: try it again until it is stored (see
+        ``_end_retry``). A worker awaits this while it holds the Run's session."""
+        self._end_again = (reason, error)
+        await self._end_retry()
+
     async def _end_retry(self) -> None:
         """Try the end the store refused again, every ``END_RETRY_FIRST`` seconds at first
         and every ``END_RETRY_MAX`` at most, until it is stored, the Run ended otherwise, or
