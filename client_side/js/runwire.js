@@ -187,8 +187,7 @@ export function endReason(status) {
 function rateLimitDelay(error, attempt) {
   const after = error.details ? error.details.retry_after : undefined;
   if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after * 1000;
-  const cap = Math.min(RATE_LIMIT_BACKOFF_MAX, RATE_LIMIT_BACKOFF_FIRST * 2 ** Math.min(attempt, 16));
-  return cap / 2 + Math.random() * (cap / 2);
+  return backoff(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt);
 }
 
 /**
@@ -198,7 +197,16 @@ function rateLimitDelay(error, attempt) {
  */
 function retryDelay(error, attempt) {
   if (error.code !== STORE_UNAVAILABLE) return rateLimitDelay(error, attempt);
-  const cap = Math.min(STORE_RETRY_MAX, STORE_RETRY_FIRST * 2 ** Math.min(attempt, 16));
+  return backoff(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt);
+}
+
+/**
+ * Ms to wait before try `attempt` (0 first) goes again: `first` doubling up to `most`, with
+ * jitter (between half of that and all of it).
+ * @param {number} first @param {number} most @param {number} attempt @returns {number}
+ */
+function backoff(first, most, attempt) {
+  const cap = Math.min(most, first * 2 ** Math.min(attempt, 16));
   return cap / 2 + Math.random() * (cap / 2);
 }
 
@@ -2691,9 +2699,8 @@ export class Session {
       return;
     }
     if (wasReady || this._attempt === 0) this._emit("disconnected");
-    const cap = Math.min(this._backoffMax, this._backoffInitial * 2 ** this._attempt);
+    const delay = backoff(this._backoffInitial, this._backoffMax, this._attempt);
     this._attempt = Math.min(this._attempt + 1, 16);
-    const delay = cap / 2 + Math.random() * (cap / 2);
     this._retryTimer = setTimeout(() => {
       this._retryTimer = null;
       this._open();
