@@ -535,15 +535,14 @@ class RedisDispatcher:
                 if fields:
                     await self._take(agent, entry_id.decode(), fields)
 
-    async def _touch(self, present: list[Presence] | list[str]) -> bool:
-        """Mark agents present (client ids, or client ids with their scope: see
+    async def _touch(self, present: list[Presence]) -> bool:
+        """Mark agents present (client ids with their scope: see
         ``RedisStore.mark_present``), in one round trip; False if Redis did not take it."""
         if not present:
             return True
         everywhere: list[str] = []
         scoped: list[tuple[str, tuple[str, ...]]] = []
-        for item in present:
-            client_id, scope = (item, None) if isinstance(item, str) else item
+        for client_id, scope in present:
             if scope is None:
                 everywhere.append(client_id)
             else:

@@ -67,11 +67,11 @@ async def test_the_sweep_ends_only_runs_whose_owner_stayed_away_for_the_grace(
     runs.append(active("back", "returns"))
     await store.put_runs(runs)
     node.client_back("here")
-    await node._touch(["here"])
+    await node._touch([("here", None)])
     await node._sweep()
     assert expired == []  # the others absent since their Runs started: not past the grace
     node.client_back("returns")
-    await node._touch(["returns"])
+    await node._touch([("returns", None)])
     await anyio.sleep(0.35)  # past the grace for those never marked present
     await node._sweep()
     assert sorted(expired) == [("s0", "r-s0"), ("s2", "r-s2"), ("s4", "r-s4")]
@@ -86,7 +86,7 @@ async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: Redis
     node = RedisDispatcher(store, grace=0.2, expire=expire, metrics=Metrics())
     here = [active(f"s{i}", f"agent-{i % 30}") for i in range(300)]
     await store.put_runs(here)
-    await node._touch([f"agent-{i}" for i in range(30)])
+    await node._touch([(f"agent-{i}", None) for i in range(30)])
     client = store.client()
     try:
         before = await client.info("commandstats")
@@ -101,7 +101,7 @@ async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: Redis
         await store.put_runs([active("t", "leaver"), active("u", "leaver")])
         await store.mark_present(["idle"], 0.01)
         await anyio.sleep(0.25)
-        await node._touch([f"agent-{i}" for i in range(30)])
+        await node._touch([(f"agent-{i}", None) for i in range(30)])
         await node._sweep()
         assert sorted(expired) == [("t", "r-t"), ("u", "r-u")]
         # Ended, its Runs left its set; the next sweep forgets it; "idle" owned nothing.
