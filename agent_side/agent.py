@@ -36,6 +36,7 @@ import anyio
 import anyio.abc
 
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
+from transport.asyncio.tasks import Background
 from transport.checks import Check
 from transport.errors import RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
@@ -113,7 +114,7 @@ class Agent:
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._stopped = anyio.Event()
-        self._handlers: set[anyio.CancelScope] = set()  # one per ``_take``; aclose cancels
+        self._handlers = Background()  # one ``_take`` per Run; aclose cancels them
 
     @property
     def client_id(self) -> str | None:
@@ -188,8 +189,7 @@ class Agent:
         """
         self._stopped.set()
         self._link.shut()
-        for scope in list(self._handlers):
-            scope.cancel()  # not the task group's: it covers the body of ``async with``
+        self._handlers.cancel()  # not the task group: it covers the body of ``async with``
         await self._link.aclose()
 
     # ---------------------------------------------------------- internal --
@@ -211,20 +211,13 @@ class Agent:
                 self._again[key] = frame  # handed back while its old handler winds down
             return
         self._taken.add(key)
-        scope = anyio.CancelScope()
-        self._handlers.add(scope)
-        self._tg.start_soon(self._take, frame, scope)
+        self._handlers.start_soon(self._tg, self._take, frame)
 
-    async def _take(self, frame: Dispatch, scope: anyio.CancelScope) -> None:
+    async def _take(self, frame: Dispatch) -> None:
         try:
-            with scope:
-                await self._take_run(frame)
+            await self._take_run(frame)
         except Exception:  # a bug here must not bring down the other Runs
             log.exception("run %s of session %s failed", frame.run_id, frame.session_id)
-        finally:
-            self._handlers.discard(scope)
-        if scope.cancel_called:
-            return
         again = self._again.pop((frame.session_id, frame.run_id), None)
         if again is not None:
             self._on_dispatch(again)

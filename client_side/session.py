@@ -76,6 +76,7 @@ from transport.asyncio.connection import (
     Connection,
     TokenProvider,
 )
+from transport.asyncio.tasks import Background
 from transport.errors import (
     ABORTED,
     CANCEL_DENIED,
@@ -226,7 +227,7 @@ class ClientSession:
         self._conn.on_state(self._on_conn_state)
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: AsyncExitStack | None = None  # what ``async with`` entered
-        self._background: set[anyio.CancelScope] = set()  # one per task; aclose cancels
+        self._background = Background()  # its tasks; aclose cancels them
         self._entered = False
         self._closed = False
         self._ended: RunwireError | None = None  # the relay ended the session for good
@@ -275,8 +276,7 @@ class ClientSession:
         if self._closed:
             return
         self._closed = True
-        for scope in list(self._background):
-            scope.cancel()  # not the task group's: it covers the body of ``async with``
+        self._background.cancel()  # not the task group: it covers the body of ``async with``
         try:
             await self._conn.aclose()
         finally:
@@ -290,17 +290,7 @@ class ClientSession:
     def _start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
         """Run ``fn(*args)`` in the session's task group until it ends or ``aclose()``."""
         assert self._tg is not None
-        scope = anyio.CancelScope()
-        self._background.add(scope)
-
-        async def guarded() -> None:
-            try:
-                with scope:
-                    await fn(*args)
-            finally:
-                self._background.discard(scope)
-
-        self._tg.start_soon(guarded)
+        self._background.start_soon(self._tg, fn, *args)
 
     # -------------------------------------------------------------- state --
 
