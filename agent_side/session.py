@@ -502,10 +502,7 @@ class AgentSession:
                 self._release(slot)
             raise self.error
         frame = Publish(req=0, session_id=self.session_id, entry=entry)
-        if slot is None:
-            await self._link.conn.request(frame)
-        else:
-            await self._link.conn.request(frame, slot=slot)
+        await self._link.conn.request(frame, slot=slot)
 
     def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
         return self._link.spawn(fn, *args)

@@ -239,11 +239,13 @@ async def test_closing_the_worker_does_not_wait_on_a_detach_that_gets_no_reply(
 
     request = agent.connection.request
 
-    async def held_detach(frame: BaseModel, *, wait_ready: bool = True) -> RelayFrame:
+    async def held_detach(
+        frame: BaseModel, *, wait_ready: bool = True, slot: int | None = None
+    ) -> RelayFrame:
         if isinstance(frame, Detach):
             detaching.set()
             await anyio.Event().wait()  # the reply never comes (a connection going down)
-        return await request(frame, wait_ready=wait_ready)
+        return await request(frame, wait_ready=wait_ready, slot=slot)
 
     agent.connection.request = held_detach  # type: ignore[method-assign]
     async with client_end(relay_url, "w-close-detach") as client:
