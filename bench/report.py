@@ -4,7 +4,9 @@
 per metric and relay; ``render_table`` prints them as a Markdown table with
 the ratio to the baseline and the issue's targets. ``compute_redis_metrics``
 and ``render_redis_table`` do the same for the SQLite relay against one and
-two relay nodes on Redis (``--redis``).
+two relay nodes on Redis (``--redis``); ``compute_half_load`` and
+``render_half_table`` put the per-node CPU of two nodes next to what half the
+load costs single relays (the baseline, the memory store, one node on Redis).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ __all__ = [
     "Metric",
     "RedisMetric",
     "Sizes",
+    "compute_half_load",
     "compute_metrics",
     "compute_redis_metrics",
     "metrics_of",
     "redis_metrics_of",
+    "render_half_table",
     "render_redis_table",
     "render_table",
 ]
@@ -536,6 +540,70 @@ def render_redis_table(
                 else:
                     marks.append(f"{k} {'yes' if m.check(value, one) else 'NO'}")
         rows.append([*row, m.target, ", ".join(marks)])
+    return _markdown(rows)
+
+
+HALF_KINDS = ("baseline", "memory", "redis1")
+"""The single relays ``compute_half_load`` compares at the whole and at half the load."""
+
+
+def compute_half_load(
+    results: dict[str, dict[str, Any]], kinds: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Relay CPU per 10k delivered tokens at the fixed load (``latency``) and at half its
+    sessions (``latency_half``), and their ratio, for each single relay of ``HALF_KINDS``
+    in ``kinds``; and ``redis2``: one node's figure at the whole load against the busier
+    node of two, each of which carries half of it (the per-node target's ratio).
+
+    A relay that was not measured at both loads is left out.
+    """
+    out: dict[str, dict[str, float]] = {}
+
+    def cpu(phase: str, kind: str) -> float:
+        value = results.get(phase, {}).get(kind)
+        if not value or "failed" in value:
+            return math.nan
+        return _node_cpu_per_10k(value)
+
+    pairs = {k: (cpu("latency", k), cpu("latency_half", k)) for k in HALF_KINDS if k in kinds}
+    if "redis2" in kinds and "redis1" in kinds:
+        pairs["redis2"] = (cpu("latency", "redis1"), cpu("latency", "redis2"))
+    for kind, (full, half) in pairs.items():
+        if math.isnan(full) and math.isnan(half):
+            continue
+        out[kind] = {"cpu_s_per_10k_full": full, "cpu_s_per_10k_half": half}
+        out[kind]["half_over_full"] = _div(half, full)
+    return out
+
+
+def render_half_table(half_load: dict[str, dict[str, float]], sizes: Sizes) -> str:
+    """``compute_half_load`` as a Markdown table (empty when nothing was measured)."""
+    if not half_load:
+        return ""
+    n, half = sizes.sessions, max(1, sizes.sessions // 2)
+    labels = {
+        "baseline": "baseline (one process, no store)",
+        "memory": "memory (one relay, no Redis)",
+        "redis1": "redis1 (one node on Redis)",
+        "redis2": "redis2, per node (two nodes share the whole; whole: redis1)",
+    }
+    head = [
+        "relay CPU s / 10k delivered",
+        f"whole: {n} x {sizes.rate:g} tok/s (s)",
+        f"half: {half} x {sizes.rate:g} tok/s (s)",
+        "half / whole",
+    ]
+    rows = [head]
+    for kind, values in half_load.items():
+        ratio = values["half_over_full"]
+        rows.append(
+            [
+                labels.get(kind, kind),
+                _fmt(values["cpu_s_per_10k_full"]),
+                _fmt(values["cpu_s_per_10k_half"]),
+                "n/a" if math.isnan(ratio) else _fmt(ratio) + "x",
+            ]
+        )
     return _markdown(rows)
 
 

@@ -49,10 +49,12 @@ from report import (
     QUICK,
     REDIS_KINDS,
     Sizes,
+    compute_half_load,
     compute_metrics,
     compute_redis_metrics,
     metrics_of,
     redis_metrics_of,
+    render_half_table,
     render_redis_table,
     render_table,
 )
@@ -81,7 +83,11 @@ REDIS_PHASES = {
     "latency_half": ("redis1",),
     "steer": REDIS_KINDS,
 }
-"""What the relays on Redis are measured on (``latency_half`` is for them only)."""
+"""What the relays on Redis are measured on (``latency_half`` is for them, and for the
+single relays of ``HALF_REFERENCES`` in a run that measures them)."""
+HALF_REFERENCES = ("baseline", "memory")
+"""Single relays also measured at half the sessions in a run with relays on Redis: what
+half the load costs per token on this machine without a second node or Redis."""
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 PHASE_TIMEOUT = 120.0
 
@@ -452,11 +458,12 @@ def measure(
     """
     results: dict[str, dict[str, Any]] = {}
     began = time.monotonic()
+    clustered = any(kind in NODES for kind in relays)
     todo = [
         (name, fields, kind)
         for name, fields in plan(sizes, sdk=sdk)
         for kind in relays
-        if _measures(name, kind) and (phases is None or name in phases)
+        if _measures(name, kind, clustered) and (phases is None or name in phases)
     ]
     if redis is None and any(kind in NODES for _, _, kind in todo):
         raise ValueError("relays on Redis need redis=RedisKeys(url)")
@@ -492,12 +499,15 @@ def measure(
     return results
 
 
-def _measures(name: str, kind: str) -> bool:
-    """Whether relay ``kind`` is measured on phase ``name``."""
+def _measures(name: str, kind: str, clustered: bool = False) -> bool:
+    """Whether relay ``kind`` is measured on phase ``name`` (``clustered``: in a run that
+    measures relays on Redis too)."""
     if kind in NODES:
         return kind in REDIS_PHASES.get(name, ())
     if name == "latency_half":
-        return False  # a reference for the relays on Redis only
+        # A reference for the relays on Redis only: what half the load costs a single
+        # relay with no cluster at all (the bare baseline, the memory store).
+        return clustered and kind in HALF_REFERENCES
     # The baseline is always driven by raw frames: it has no SDK rows.
     return not (kind == "baseline" and (name.endswith("_raw") or name == "steer_all"))
 
@@ -698,8 +708,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     compared = [k for k in ("sqlite", *REDIS_KINDS) if k in relays and (k != "sqlite" or redis)]
     redis_metrics = compute_redis_metrics(results, compared) if redis else {}
     redis_table = render_redis_table(redis_metrics, sizes, compared) if redis else ""
+    half_load = compute_half_load(results, relays) if redis else {}
+    half_table = render_half_table(half_load, sizes)
     print()
-    print("\n\n".join(t for t in (table, redis_table) if t))
+    print("\n\n".join(t for t in (table, redis_table, half_table) if t))
     print(f"\n({time.monotonic() - started:.0f} s)", flush=True)
     report = {
         "command": command,
@@ -723,6 +735,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "metrics": redis_metrics,
             "targets": {m.key: m.target for m in redis_metrics_of(sizes) if m.target},
             "table": redis_table,
+            "half_load": half_load,
+            "half_table": half_table,
         }
     if args.out is not None:
         args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))

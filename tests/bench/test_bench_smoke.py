@@ -107,6 +107,7 @@ def test_quick_run_reports_every_metric_for_every_relay(tmp_path: Path) -> None:
     assert report["phases"]["steer_all"]["sqlite"]["phase"]["sdk_sessions"] is None
     assert "baseline" not in report["phases"]["steer_all"]
     assert report["command"].startswith("python bench/run.py --quick")
+    assert "latency_half" not in report["phases"]  # a reference for runs with Redis only
     assert "| metric" in proc.stdout
     for label in ("delivered tokens/s", "steer->on_steer p99", "KiB per idle client"):
         assert label in proc.stdout
@@ -153,6 +154,12 @@ def test_quick_redis_run_reports_one_and_two_nodes_and_leaves_no_keys(tmp_path: 
     ratio = math.nan if ratio is None else ratio  # NaN is written as null in the JSON
     assert half_cpu >= 0
     assert math.isnan(ratio) if half_cpu == 0 else ratio > 0  # no ratio over a zero reading
+    # The per-node ratio beside what half the load costs one node (SQLite has no half).
+    half_load = report["redis"]["half_load"]
+    assert set(half_load) == {"redis1", "redis2"}
+    assert half_load["redis2"]["cpu_s_per_10k_full"] == table["redis1"]["cpu_s_per_10k_fixed"]
+    assert half_load["redis2"]["cpu_s_per_10k_half"] == table["redis2"]["cpu_s_per_10k_fixed"]
+    assert "half / whole" in proc.stdout
     for phase in ("throughput_n", "latency", "steer"):
         for kind in ("redis1", "redis2"):
             result = report["phases"][phase][kind]
@@ -191,3 +198,72 @@ def test_the_kernel_share_is_a_share_whatever_the_float_sums() -> None:
     assert _sys_share({"node_sys_s": [0.1], "relay_cpu_s": 0.4}) == 25.0
     assert math.isnan(_sys_share({"node_sys_s": [0.1], "relay_cpu_s": 0.0}))
     assert math.isnan(_sys_share({}))
+
+
+def test_half_load_pairs_each_relay_with_itself_and_two_nodes_with_one() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from report import QUICK, compute_half_load, render_half_table
+        from run import _measures
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    def phase(cpu: float, tokens: int, nodes: int = 1) -> dict[str, object]:
+        if nodes == 1:
+            return {"relay_cpu_s": cpu, "tokens": tokens}
+        # Each node's CPU over the tokens its own subscribers got; the busier one counts.
+        return {"relay_cpu_s": cpu * nodes, "node_cpu_s": [cpu, cpu * 0.9],
+                "node_tokens": [tokens // 2, tokens // 2]}  # fmt: skip
+
+    results = {
+        "latency": {
+            "baseline": phase(1.0, 20_000),
+            "memory": phase(2.0, 20_000),
+            "redis1": phase(2.0, 20_000),
+            "redis2": phase(1.5, 20_000, nodes=2),
+        },
+        "latency_half": {
+            "baseline": phase(0.6, 10_000),
+            "memory": {"failed": "the relay did not start"},
+            "redis1": phase(1.3, 10_000),
+        },
+    }
+    half = compute_half_load(results, ["baseline", "memory", "redis1", "redis2"])
+    assert half["baseline"] == {
+        "cpu_s_per_10k_full": 0.5, "cpu_s_per_10k_half": 0.6, "half_over_full": 1.2,
+    }  # fmt: skip
+    assert math.isnan(half["memory"]["cpu_s_per_10k_half"])
+    assert math.isnan(half["memory"]["half_over_full"])
+    assert half["redis1"]["half_over_full"] == pytest.approx(1.3)
+    # A node of two against one node at the whole load: 1.5 s over 10k tokens -> 1.5x 1.0.
+    assert half["redis2"]["cpu_s_per_10k_full"] == 1.0
+    assert half["redis2"]["cpu_s_per_10k_half"] == pytest.approx(1.5)
+    assert compute_half_load(results, ["sqlite"]) == {}
+    table = render_half_table(half, QUICK)
+    assert "1.20x" in table and "1.50x" in table and "n/a" in table
+    assert render_half_table({}, QUICK) == ""
+    # Single relays run at half the load only beside relays on Redis.
+    assert _measures("latency_half", "baseline", clustered=True)
+    assert not _measures("latency_half", "baseline", clustered=False)
+    assert not _measures("latency_half", "sqlite", clustered=True)
+    assert _measures("latency_half", "redis1") and not _measures("latency_half", "redis2")
+
+
+def test_fixed_work_reports_cpu_per_unit_at_each_rate() -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/fixed_work.py", "--rates", "200,100", "--seconds", "0.3",
+         "--rounds", "1", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    result = json.loads(done.stdout)
+    assert [run["rate"] for run in result["runs"]] == [200.0, 100.0]
+    for run in result["runs"]:
+        # The ticker's schedule: about rate x seconds units, each done (never how fast).
+        assert 0.5 * run["rate"] * 0.3 <= run["units"] <= run["rate"] * 0.3 + 1, run
+        assert run["cpu_s"] > 0 and run["us_per_unit"] > 0
+    assert set(result["us_per_unit"]) == {"200", "100"}
+    refused = subprocess.run(
+        [sys.executable, "bench/fixed_work.py", "--rates", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "must be positive" in refused.stderr

@@ -1,0 +1,155 @@
+"""What this machine charges a process for half the load: the same work at two rates.
+
+No relay here. A ticker process sends one byte over a socket pair ``rate`` times
+a second, evenly spaced; the worker (another process) wakes on each in an
+asyncio event loop, as a relay does, and does one unit of fixed Python work
+(orjson round trips of an entry-sized dict, about 25 us). Its CPU time per
+unit at the full rate and at half of it, alternating round by round, is what
+any process on the machine pays per unit of work for being woken half as
+often. ``bench/run.py --redis`` runs it beside the relays (full rate: the
+appends one node takes at the fixed load, sessions x tok/s), because the
+per-node CPU target compares a node of two, at half the load, with one node
+at the whole load.
+
+    .venv/bin/python bench/fixed_work.py [--rates 2000,1000] [--seconds 3] [--rounds 2]
+
+prints one line per measurement (``--json``: one JSON object for them all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+__all__ = ["compare", "measure", "unit"]
+
+_ENTRY: dict[str, Any] = {
+    "serial": 1,
+    "id": "e" * 21,
+    "kind": "response_append",
+    "run_id": "r" * 21,
+    "text": "1733331234567890",
+    "meta": {"n": list(range(16))},
+}
+_QUIT = b"q"
+
+
+def unit() -> None:
+    """One unit of the fixed work: what a relay does to a small entry, a dozen times."""
+    entry = _ENTRY
+    for _ in range(12):
+        entry = orjson.loads(orjson.dumps(entry))
+        entry["serial"] += 1
+
+
+def _tick(fd: int, rate: float, seconds: float) -> None:
+    """Send one byte ``rate`` times a second for ``seconds``, on an absolute schedule."""
+    out = socket.socket(fileno=fd)
+    period = 1.0 / rate
+    at = time.monotonic()
+    end = at + seconds
+    while at < end:
+        at += period
+        wait = at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        out.send(b"x")
+    out.send(_QUIT)
+    out.close()
+
+
+async def _work(sock: socket.socket) -> tuple[int, float]:
+    """Do one unit per byte read until the ticker quits; (units, CPU seconds)."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    units = 0
+
+    def readable() -> None:
+        nonlocal units
+        data = sock.recv(65536)
+        for byte in data:
+            if byte == _QUIT[0] or not data:
+                if not done.done():
+                    done.set_result(None)
+                return
+            unit()
+            units += 1
+
+    began = time.process_time()
+    loop.add_reader(sock.fileno(), readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(sock.fileno())
+    return units, time.process_time() - began
+
+
+def _worker(sock: socket.socket, answer: Any) -> None:
+    sock.setblocking(False)
+    units, cpu = asyncio.run(_work(sock))
+    answer.send((units, cpu))
+
+
+def measure(rate: float, seconds: float) -> dict[str, float]:
+    """CPU microseconds per unit of a worker process woken ``rate`` times a second."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = socket.socketpair()
+    receive, answer = ctx.Pipe(duplex=False)
+    worker = ctx.Process(target=_worker, args=(ours, answer))
+    worker.start()
+    ours.close()
+    time.sleep(0.3)  # the worker is up and waiting (a spawned interpreter starts in ~0.1 s)
+    _tick(theirs.detach(), rate, seconds)
+    if not receive.poll(seconds + 30):
+        worker.kill()
+        raise RuntimeError("the fixed-work worker did not answer")
+    units, cpu = receive.recv()
+    worker.join()
+    if units == 0:
+        raise RuntimeError("the fixed-work worker did no work")
+    return {"rate": rate, "units": float(units), "cpu_s": cpu, "us_per_unit": 1e6 * cpu / units}
+
+
+def compare(rates: Sequence[float], seconds: float, rounds: int) -> dict[str, Any]:
+    """Each rate measured ``rounds`` times, alternating; the mean CPU per unit of each
+    (``us_per_unit``, keyed by rate as text) and every measurement (``runs``)."""
+    runs = [measure(rate, seconds) for _ in range(rounds) for rate in rates]
+    means = {}
+    for rate in rates:
+        mine = [r for r in runs if r["rate"] == rate]
+        means[f"{rate:g}"] = sum(r["cpu_s"] for r in mine) * 1e6 / sum(r["units"] for r in mine)
+    return {"seconds": seconds, "rounds": rounds, "us_per_unit": means, "runs": runs}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="2000,1000", help="wake-ups per second (2000,1000)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="measurements per rate")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args(argv)
+    rates = [float(r) for r in args.rates.split(",") if r]
+    if not rates or min(rates) <= 0 or args.seconds <= 0 or args.rounds < 1:
+        parser.error("rates and seconds must be positive, rounds at least 1")
+    result = compare(rates, args.seconds, args.rounds)
+    if args.json:
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return
+    for run in result["runs"]:
+        print(f"{run['rate']:8g}/s {run['us_per_unit']:7.1f} us CPU per unit", flush=True)
+    first = result["us_per_unit"][f"{rates[0]:g}"]
+    for rate in rates[1:]:
+        here = result["us_per_unit"][f"{rate:g}"]
+        print(f"{rate:g}/s over {rates[0]:g}/s: {here / first:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
