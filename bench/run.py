@@ -15,7 +15,9 @@ turns the numbers into the table. See ``bench/README.md``.
 ``--redis`` adds one (``redis1``) and two (``redis2``) relay processes on a
 Redis store (``--redis-url``, a fresh key prefix per measurement, its keys
 deleted afterwards) for the throughput and latency measurements, and a second
-table that compares them with the SQLite relay of the same run.
+table that compares them with the SQLite relay of the same run; a third puts
+the per-node CPU of two nodes beside what half the load costs single relays
+(the baseline and the memory relay are then measured at half the sessions too).
 """
 
 from __future__ import annotations
