@@ -75,8 +75,8 @@ async def _work(sock: socket.socket) -> tuple[int, float]:
     def readable() -> None:
         nonlocal units
         data = sock.recv(65536)
-        for byte in data:
-            if byte == _QUIT[0] or not data:
+        for byte in data or _QUIT:  # an empty read: the ticker's end closed the socket
+            if byte == _QUIT[0]:
                 if not done.done():
                     done.set_result(None)
                 return
