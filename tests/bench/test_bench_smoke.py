@@ -252,7 +252,7 @@ def test_half_load_pairs_each_relay_with_itself_and_two_nodes_with_one() -> None
 def test_fixed_work_reports_cpu_per_unit_at_each_rate() -> None:
     done = subprocess.run(
         [sys.executable, "bench/fixed_work.py", "--rates", "200,100", "--seconds", "0.3",
-         "--rounds", "1", "--json"],
+         "--rounds", "1", "--companions", "1", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     result = json.loads(done.stdout)
@@ -261,9 +261,14 @@ def test_fixed_work_reports_cpu_per_unit_at_each_rate() -> None:
         # The ticker's schedule: about rate x seconds units, each done (never how fast).
         assert 0.5 * run["rate"] * 0.3 <= run["units"] <= run["rate"] * 0.3 + 1, run
         assert run["cpu_s"] > 0 and run["us_per_unit"] > 0
-    assert set(result["us_per_unit"]) == {"200", "100"}
+    assert set(result["us_per_unit"]) == {"200", "100"} and result["companions"] == 1
     refused = subprocess.run(
         [sys.executable, "bench/fixed_work.py", "--rates", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode == 2 and "must be positive" in refused.stderr
+    refused = subprocess.run(
+        [sys.executable, "bench/fixed_work.py", "--companions", "-1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "companions must be 0 or more" in refused.stderr
