@@ -6,7 +6,11 @@ takes and refuses, for ``client_side/js/runwire.js``'s ``decodeEntry`` to match
 depth, down to the fields a model types) set to ``null``, and whether Python takes it
 (``decodeEntry`` must agree both ways); ``refused``: each field set to a value of a wrong
 type that Python refuses (``decodeEntry`` must refuse it too), among them booleans for
-integers and ``1`` for booleans (``test_bools_and_ints_do_not_mix``). Regenerate with
+integers and ``1``, ``0``, ``"true"`` and ``"false"`` for booleans
+(``test_bools_and_ints_do_not_mix``); ``lengths``: each string field set to ``astral`` (an
+emoji, two UTF-16 code units but one code point) repeated ``repeat`` times, at and just past
+every length limit, and whether Python takes it: limits count code points, as Python's ``len``
+does, not UTF-16 code units (``test_length_limits_count_code_points``). Regenerate with
 ``python -m tests.transport.test_entry_vectors`` after a model changes.
 """
 
@@ -154,6 +158,12 @@ def _paths(obj: Any, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str |
             yield from _paths(value, (*prefix, i))
 
 
+def _at(obj: Any, path: tuple[str | int, ...]) -> Any:
+    for step in path:
+        obj = obj[step]
+    return obj
+
+
 def _with(base: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
     out = copy.deepcopy(base)
     target: Any = out
@@ -172,16 +182,23 @@ def takes(entry: dict[str, Any]) -> bool:
     return True
 
 
-WRONG = (5, 1, 1.5, "s", "5", "true", True, False, [], {})
+WRONG = (5, 1, 0, 1.5, "s", "5", "true", "false", True, False, [], {})
 """Values of the wrong type for some field or other: ``true``/``false`` and ``"5"`` for an
-integer, ``1`` and ``"true"`` for a boolean (pydantic's lax modes take them, the models must
-not)."""
+integer, ``1``, ``0``, ``"true"`` and ``"false"`` for a boolean (pydantic's lax modes take
+them, the models must not)."""
+
+ASTRAL = "\U0001f600"
+"""One code point outside the BMP: ``len`` 1 in Python, ``length`` 2 in JavaScript."""
+REPEATS = (1, 200, 201, 1000, 1001, 10_000, 10_001)
+"""At and just past every length limit of an entry (ids 200, reasons 1000 or 200, a
+question's message 10 000)."""
 
 
 def vectors() -> dict[str, Any]:
-    """The bases; every field of each set to null, and whether Python takes that; and every
-    field set to each of ``WRONG`` where Python refuses that."""
-    nulls, refused = [], []
+    """The bases; every field of each set to null, and whether Python takes that; every
+    field set to each of ``WRONG`` where Python refuses that; and every string field set to
+    ``ASTRAL`` repeated each of ``REPEATS`` times, and whether Python takes that."""
+    nulls, refused, lengths = [], [], []
     for name, base in BASES.items():
         for path in _paths(base):
             valid = takes(_with(base, path, None))
@@ -189,7 +206,17 @@ def vectors() -> dict[str, Any]:
             for value in WRONG:
                 if not takes(_with(base, path, value)):
                     refused.append({"kind": name, "path": list(path), "value": value})
-    return {"bases": BASES, "nulls": nulls, "refused": refused}
+            if isinstance(_at(base, path), str):
+                for n in REPEATS:
+                    valid = takes(_with(base, path, ASTRAL * n))
+                    lengths.append({"kind": name, "path": list(path), "repeat": n, "valid": valid})
+    return {
+        "bases": BASES,
+        "nulls": nulls,
+        "refused": refused,
+        "astral": ASTRAL,
+        "lengths": lengths,
+    }
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -205,6 +232,10 @@ def _dump(data: dict[str, Any]) -> str:
         + lines(data["nulls"])
         + '\n ],\n "refused": [\n'
         + lines(data["refused"])
+        + '\n ],\n "astral": '
+        + json.dumps(data["astral"], ensure_ascii=False)
+        + ',\n "lengths": [\n'
+        + lines(data["lengths"])
         + "\n ]\n}\n"
     )
 
@@ -236,9 +267,35 @@ def test_bools_and_ints_do_not_mix() -> None:
         ("message", ("queued",)),
         ("run", ("durable",)),
         ("message", ("message", "parts", 3, "is_error")),
+        ("response_close", ("message", "parts", 3, "is_error")),
     ]:
-        for value in (1, "true"):
+        for value in (1, 0, "true", "false"):
             assert (kind, path, json.dumps(value)) in refused, (kind, path, value)
+    # ``is_error`` defaults to false but is not ``bool | None``: null is refused.
+    nulls = {(c["kind"], tuple(c["path"])): c["valid"] for c in vectors()["nulls"]}
+    assert nulls[("message", ("message", "parts", 3, "is_error"))] is False
+    assert nulls[("message", ("queued",))] is True
+    assert nulls[("run", ("durable",))] is True
+
+
+def test_length_limits_count_code_points() -> None:
+    """A limit of N takes N astral characters (2N UTF-16 code units) and refuses N + 1."""
+    lengths = {(c["kind"], tuple(c["path"]), c["repeat"]): c["valid"] for c in vectors()["lengths"]}
+    for kind, path, limit in [
+        ("message", ("id",), 200),
+        ("message", ("message", "id"), 200),
+        ("message", ("interrupts", 0), 200),
+        ("run", ("seen", 0), 200),
+        ("cancel", ("reason",), 1000),
+        ("cancel_denied", ("reason",), 1000),
+        ("interrupt", ("reason",), 1000),
+        ("interrupt", ("interrupts", 0, "reason"), 200),
+        ("interrupt", ("interrupts", 0, "message"), 10_000),
+    ]:
+        assert lengths[(kind, path, limit)] is True, (kind, path, limit)
+        assert lengths[(kind, path, limit + 1)] is False, (kind, path, limit)
+    # No limit on a text part.
+    assert lengths[("message", ("message", "parts", 0, "text"), 10_001)] is True
 
 
 def test_the_vectors_are_what_python_does() -> None:
