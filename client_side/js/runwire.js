@@ -253,10 +253,33 @@ function invalid(where, msg) {
   throw new RunwireError(VALIDATION_ERROR, `${where}: ${msg}`, { errors: [{ loc: where.split("."), msg }] });
 }
 
+/**
+ * Whether `s` has more than `max` characters as Python's `len` counts them: code points (a
+ * surrogate pair is one), not UTF-16 code units, so an emoji counts one on both sides. Only a
+ * string of more than `max` code units and at most twice that is counted.
+ * @param {string} s @param {number} max @returns {boolean}
+ */
+function longerThan(s, max) {
+  if (s.length <= max) return false;
+  if (s.length > 2 * max) return true;
+  let n = s.length;
+  for (let i = 0; i < s.length - 1; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        n -= 1;
+        i += 1;
+      }
+    }
+  }
+  return n > max;
+}
+
 /** @param {any} v @param {string} where @param {boolean} [nullable] */
 function checkId(v, where, nullable = false) {
   if (nullable && (v === undefined || v === null)) return null;
-  if (typeof v !== "string" || v.length < 1 || v.length > 200) invalid(where, "must be a string of 1 to 200 characters");
+  if (typeof v !== "string" || v.length < 1 || longerThan(v, 200)) invalid(where, "must be a string of 1 to 200 characters");
   return v;
 }
 
@@ -284,7 +307,7 @@ function optInt(v, where) {
 /** @param {any} v @param {string} where @param {number} max */
 function optText(v, where, max) {
   const s = optString(v, where);
-  if (s !== null && s.length > max) invalid(where, `must have at most ${max} characters`);
+  if (s !== null && longerThan(s, max)) invalid(where, `must have at most ${max} characters`);
   return s;
 }
 
@@ -296,7 +319,7 @@ function optText(v, where, max) {
 function textOr(v, where, max, fallback) {
   if (v === undefined) return fallback;
   if (typeof v !== "string") invalid(where, "must be a string");
-  if (v.length > max) invalid(where, `must have at most ${max} characters`);
+  if (longerThan(v, max)) invalid(where, `must have at most ${max} characters`);
   return v;
 }
 
