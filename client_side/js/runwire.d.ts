@@ -158,8 +158,17 @@ export function userMessage(
 ): UIMessage;
 export function messageText(message: UIMessage): string;
 export function endReason(status: string): RunEndReason | null;
-/** Validate an entry as the relay's models do; throws RunwireError("VALIDATION_ERROR"). */
+/**
+ * Validate an entry as the relay's models do (length limits count code points, as Python's
+ * `len`, not UTF-16 code units); throws RunwireError("VALIDATION_ERROR").
+ */
 export function decodeEntry(raw: unknown): Entry;
+/**
+ * Check a relay frame's boolean fields as the relay's models do: `true`/`false` only, null only
+ * where optional. Throws RunwireError("VALIDATION_ERROR") (the session drops such a frame, as the
+ * Python client does), or "PROTOCOL_ERROR" for a frame that is not an object.
+ */
+export function checkRelayFrame(frame: unknown): void;
 
 /**
  * The outcome of a queued message the relay refused with RUN_NOT_ACTIVE because its Run had ended:

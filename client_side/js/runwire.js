@@ -550,6 +550,36 @@ export function decodeEntry(raw) {
   return e;
 }
 
+/**
+ * The boolean fields of the relay frames (transport/frames.py): `required`, `default` (absent:
+ * false) or `optional` (absent or null: none).
+ * @type {Record<string, Record<string, "required" | "default" | "optional">>}
+ */
+const FRAME_BOOLEANS = {
+  attached: { has_older: "required", reset: "default" },
+  ack: { duplicate: "default" },
+  page: { has_older: "required" },
+  dispatch: { adopted: "optional" },
+};
+
+/**
+ * Check a relay frame's boolean fields as transport.codec.decode_relay_frame does: `true` or
+ * `false` only (not 1, 0, "true" or "false"), null only where the field is optional, a required one
+ * present. Its other fields are not checked here. The session drops a frame this refuses, as the
+ * Python client drops a frame it cannot decode.
+ * @param {any} frame
+ * @throws {RunwireError} VALIDATION_ERROR
+ */
+export function checkRelayFrame(frame) {
+  if (!isObject(frame)) throw new RunwireError(PROTOCOL_ERROR, "frame must be a JSON object");
+  const fields = Object.prototype.hasOwnProperty.call(FRAME_BOOLEANS, frame.type) ? FRAME_BOOLEANS[frame.type] : {};
+  for (const [name, rule] of Object.entries(fields)) {
+    const v = frame[name];
+    if (typeof v === "boolean" || (v === undefined && rule !== "required") || (v === null && rule === "optional")) continue;
+    invalid(`${frame.type}.${name}`, v === undefined ? "field required" : "must be a boolean");
+  }
+}
+
 // ------------------------------------------------------------------------------ outcomes ---
 
 /**
@@ -2603,6 +2633,12 @@ export class Session {
         this._connects += 1;
         if (this.subscribe) this._attach(ws, timer);
         else this._up(ws, timer);
+        return;
+      }
+      try {
+        checkRelayFrame(frame);
+      } catch (err) {
+        console.warn(`runwire: dropping a frame this client cannot read: ${err instanceof Error ? err.message : err}`);
         return;
       }
       this._onFrame(frame);

@@ -16,6 +16,7 @@ export class FakeRelay {
     this.rateLimited = 0; // refuse this many publishes RATE_LIMITED (each holds later ones, as the relay does)
     this.retryAfter = 0.005; // the seconds a RATE_LIMITED refusal names (null: none)
     this._held = null; // the refused entry id later publishes wait behind
+    this.rewrite = null; // (frame) => frame: what a socket sends instead (frames no relay sends)
     const relay = this;
     this.WebSocket = class extends FakeWebSocket {
       constructor(url) {
@@ -169,7 +170,7 @@ class FakeWebSocket {
   }
 
   _deliver(frame) {
-    const data = JSON.stringify(frame);
+    const data = JSON.stringify(this._relay.rewrite ? this._relay.rewrite(frame) : frame);
     setTimeout(() => {
       if (this.readyState === 1) this._emit("message", { data });
     }, 0);
