@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
+from typing import Any
 
 import anyio
 import pytest
@@ -15,10 +16,12 @@ from redis import Redis
 import relay
 from relay.cluster import RedisDispatcher
 from relay.dispatch import Expire
+from relay.hub import Hub
 from relay.metrics import Metrics
-from relay.store.base import Gone
+from relay.options import RelayOptions
+from relay.store.base import Appended, Gone
 from relay.store.redis import RedisStore
-from transport.errors import CONFLICT, RunwireError
+from transport.errors import CONFLICT, STORE_UNAVAILABLE, RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
@@ -618,3 +621,51 @@ async def test_agents_gone_from_some_sessions_take_turns_in_the_sweep(store: Red
         {"sw2": [("x-2", "r-x-2")]},
         {"sw1": [("x-1", "r-x-1")]},
     ]
+
+
+def hub_on(store: RedisStore, grace: float) -> tuple[Hub, RedisDispatcher]:
+    """A hub on ``store`` (not serving): its dispatcher sweeps with the hub's own
+    ``_agent_lost``, so what the sweep returns is ended as on a running node."""
+    hub = Hub(store, RelayOptions(agent_grace=grace), Metrics())
+    node = hub.dispatcher
+    assert isinstance(node, RedisDispatcher)
+    return hub, node
+
+
+async def test_a_run_whose_end_redis_refuses_is_kept_and_ended_by_a_later_sweep(
+    store: RedisStore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not to be taken for a Run Redis lost: its record is there, only its end failed.
+    _hub, node = hub_on(store, 0.2)
+    await store.open_channel("s")
+    await store.put_runs([active("s", "leaver")])
+    append = store.append
+    refusals = 2
+
+    async def refusing(*args: Any, **kwargs: Any) -> Appended:
+        nonlocal refusals
+        if refusals:
+            refusals -= 1
+            raise RunwireError(
+                STORE_UNAVAILABLE, "Redis is out of memory: OOM", details={"redis": "OOM"}
+            )
+        return await append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append", refusing)
+    client = store.client()
+    try:
+        await anyio.sleep(0.25)
+        with caplog.at_level("WARNING", logger="runwire.relay"):
+            for _ in range(2):
+                await node._sweep()
+                assert await client.smembers(store.owner_key("leaver")) == {b'["s","r-s"]'}
+                record = await store.run("s", "r-s")
+                assert record is not None and record.status == "active"
+        assert any("could not end run s/r-s" in r.getMessage() for r in caplog.records)
+        assert not any("lost its record" in r.getMessage() for r in caplog.records)
+        await node._sweep()  # Redis takes writes again
+        record = await store.run("s", "r-s")
+        assert record is not None and record.status == "error"
+        assert await client.scard(store.owner_key("leaver")) == 0
+    finally:
+        await client.aclose()
