@@ -627,10 +627,30 @@ class RedisDispatcher:
 
         One round trip when nobody left, however many Runs are active; the Runs of
         owners that did take one ``expire`` each.
+
+        A Run whose record Redis lost (evicted, or deleted, while its owner's set still
+        names it) is given to ``expire`` too (a node that has its session loaded still
+        knows it, and its end writes the record again), then dropped from its owner's set
+        if its record is still missing: one more round trip, only when there is such a Run,
+        and a warning for each dropped (once: it is in no set after that). Its owner is
+        then forgotten as any other owning nothing. A Run whose record is there stays,
+        whatever became of its end (``Hub._agent_lost`` logs a failed one; the next sweeps
+        try again).
         """
-        for runs in (await self.store.gone_owners(self.grace, limit=self.sweep_limit)).values():
+        found = await self.store.gone_and_lost(self.grace, limit=self.sweep_limit)
+        for runs in found.runs.values():
             for session_id, run_id in runs:
                 await self._expire(session_id, run_id)
+        if found.lost:
+            for owner, session_id, run_id in await self.store.forget_lost(found.lost):
+                log.warning(
+                    "run %s/%s of agent %r: Redis lost its record (evicted or deleted; "
+                    "see maxmemory-policy), so it cannot be ended AGENT_LOST; dropped from "
+                    "its owner's active Runs",
+                    session_id,
+                    run_id,
+                    owner,
+                )
 
     async def _prune(self) -> tuple[int, int]:
         """Drop consumers of gone nodes from every agent stream's group, then the streams

@@ -103,6 +103,7 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -143,7 +144,7 @@ from .redis_live import Listener, connect, stop
 from .redis_lua import INDEXED, SCRIPTS, SHA, STATUSES
 from .redis_wire import Wire, unsupported
 
-__all__ = ["URL_OPTIONS", "RedisStore", "glob_escape"]
+__all__ = ["URL_OPTIONS", "GoneOwners", "RedisStore", "glob_escape"]
 
 log = logging.getLogger("runwire.relay.store")
 
@@ -156,6 +157,16 @@ LINGER_FULL = 32
 
 URL_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
 """Query options of a ``redis://`` URL that are the store's own, not redis-py's."""
+
+
+@dataclass(frozen=True)
+class GoneOwners:
+    """What one AGENT_LOST sweep found (``RedisStore.gone_and_lost``)."""
+
+    runs: dict[str, list[tuple[str, str]]]
+    """Per owner gone past the grace, the Runs (session id, run id) it still owns there."""
+    lost: list[tuple[str, str, str]]
+    """Of those, the Runs Redis has no record of (owner, session id, run id)."""
 
 
 def _serial_of(stream_id: bytes) -> int:
@@ -712,17 +723,49 @@ class RedisStore(Store):
         One round trip, whatever the number of active Runs: the work follows the
         agents that left, not the Runs under way.
         """
+        return (await self.gone_and_lost(grace, limit=limit)).runs
+
+    async def gone_and_lost(self, grace: float, *, limit: int = 1000) -> GoneOwners:
+        """``gone_owners``, and which of the Runs it returns Redis has no record of
+        (``GoneOwners.lost``): Redis evicted or lost them while their owner's set still
+        names them. Drop those with ``forget_lost`` once the hub had its try at ending
+        them (a node that has the session loaded still knows the Run, and its end writes
+        the record again). The same one round trip as ``gone_owners``."""
         args = [str(max(0, round(grace * 1000))), self.owner_key(""), self.prefix, str(limit)]
         keys = [self.presence_key, self.scoped_presence_key]
         (reply,) = await self._call(self._eval("gone", keys, args))
         self._check(reply)
-        gone: dict[str, list[tuple[str, str]]] = {}
-        for owner, members in zip(reply[::2], reply[1::2], strict=True):
-            runs = gone[owner.decode()] = []
+        found = GoneOwners({}, [])
+        for owner, members, lost in zip(reply[::3], reply[1::3], reply[2::3], strict=True):
+            client_id = owner.decode()
+            runs = found.runs[client_id] = []
             for member in members:
                 session_id, run_id = loads(member)
                 runs.append((session_id, run_id))
-        return gone
+            for member in lost:
+                session_id, run_id = loads(member)
+                found.lost.append((client_id, session_id, run_id))
+        return found
+
+    async def forget_lost(self, lost: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        """Drop from their owners' sets the Runs of ``lost`` (owner, session id, run id)
+        whose record is still not in Redis (``GoneOwners.lost``): the sweep would return
+        them for ever, and keep their owners, since the hub finds no such Run. A Run whose
+        record is there (its end was stored meanwhile, or it was never lost) is left alone.
+        The ones dropped. One round trip (a script per 500)."""
+        commands = []
+        for i in range(0, len(lost), 500):
+            args: list[Any] = [self.owner_key(""), self.prefix]
+            for owner, session_id, run_id in lost[i : i + 500]:
+                args += [owner, dumps([session_id, run_id])]
+            commands.append(self._eval("forget_lost", [], args))
+        dropped: list[tuple[str, str, str]] = []
+        for reply in await self._call(*commands) if commands else []:
+            self._check(reply)
+            for owner, member in zip(reply[::2], reply[1::2], strict=True):
+                session_id, run_id = loads(member)
+                dropped.append((owner.decode(), session_id, run_id))
+        return dropped
 
     async def absent_from_now(self) -> int:
         """Restart the absence of owners whose deadline has passed: from now, as if they

@@ -303,11 +303,14 @@ return marked + #args / 2
 # store's prefix, at most how many owners. Owners with a deadline (everywhere, or in some
 # sessions) that passed ``grace`` ago: the Runs each still owns in sessions where no
 # deadline of it has not (checked against meta ``o:<run id>``: a member the Run no longer
-# backs, or of a session that expired, is dropped), as {owner, {member, ...}, ...}; of an
-# owner with none, what passed is forgotten (taken out of the presence sets); of an owner
-# returned, what passed moves to ``now - grace``, behind every owner already gone, so a
-# sweep that returns an owner whose Runs' ends keep failing does not return it first for
-# ever (the ``limit`` oldest would starve the rest).
+# backs, or of a session that expired, is dropped), as {owner, {member, ...}, {lost
+# member, ...}, ...}: the lost are those of its members whose Run record the session's
+# ``runs`` hash no longer holds (Redis evicted or lost it; the caller drops them with
+# _FORGET_LOST once the hub had its try); of an owner with none, what passed is forgotten
+# (taken out of the presence sets); of an owner returned, what passed moves to ``now -
+# grace``, behind every owner already gone, so a sweep that returns an owner whose Runs'
+# ends keep failing does not return it first for ever (the ``limit`` oldest would starve
+# the rest).
 _GONE = (
     _COMMON
     + """
@@ -330,13 +333,15 @@ local out = {}
 for _, owner in ipairs(owners) do
   local owns = ARGV[2] .. owner
   local where = acts_in(KEYS[1], owner, since)
-  local runs = {}
+  local runs, lost = {}, {}
   for _, member in ipairs(redis.call('SMEMBERS', owns)) do
     local ids = cjson.decode(member)
-    if redis.call('HGET', ARGV[3] .. '{' .. ids[1] .. '}:meta', 'o:' .. ids[2]) ~= owns then
+    local base = ARGV[3] .. '{' .. ids[1] .. '}:'
+    if redis.call('HGET', base .. 'meta', 'o:' .. ids[2]) ~= owns then
       redis.call('SREM', owns, member)
     elseif not covers(where, ids[1]) then
       runs[#runs + 1] = member
+      if redis.call('HEXISTS', base .. 'runs', ids[2]) == 0 then lost[#lost + 1] = member end
     end
   end
   if #runs == 0 then
@@ -353,6 +358,7 @@ for _, owner in ipairs(owners) do
   else
     out[#out + 1] = owner
     out[#out + 1] = runs
+    out[#out + 1] = lost
     -- To the back of the queue: its lapsed deadlines become ``since`` (still gone, so
     -- its Runs' ends are stored), and the next pass starts with the owners behind it,
     -- should these ends fail every time.
@@ -371,6 +377,32 @@ end
 return out
 """
 )
+
+# KEYS: none. ARGV: owners' set prefix (``<prefix>owns:``), the store's prefix, then per
+# Run: its owner, its index member. Drops from the owner's set each Run it still owns (meta
+# ``o:<run id>`` names that set) whose record is not in its session's ``runs`` hash
+# (Redis evicted or lost it: the hub finds no such Run, so the sweep would return it for
+# ever), with its meta field, so the append script puts it in a set again should it be
+# written active again. A Run whose record is there is left alone, whatever became of
+# its end. Returns {owner, member, ...} of those dropped.
+_FORGET_LOST = """
+local out = {}
+for i = 3, #ARGV, 2 do
+  local owns = ARGV[1] .. ARGV[i]
+  local ids = cjson.decode(ARGV[i + 1])
+  local base = ARGV[2] .. '{' .. ids[1] .. '}:'
+  local field = 'o:' .. ids[2]
+  if redis.call('HGET', base .. 'meta', field) == owns
+    and redis.call('HEXISTS', base .. 'runs', ids[2]) == 0
+  then
+    redis.call('SREM', owns, ARGV[i + 1])
+    redis.call('HDEL', base .. 'meta', field)
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = ARGV[i + 1]
+  end
+end
+return out
+"""
 
 # KEYS: presence, scoped. Deadlines already passed become now: absence counts from now (a
 # sweeper that has just taken over, or is back after losing Redis). Returns how many moved.
@@ -417,6 +449,6 @@ return added
 SCRIPTS = {name: text.encode() for name, text in [
     ("append", _APPEND), ("put_runs", _PUT_RUNS), ("open", _OPEN), ("find", _FIND),
     ("since", _SINCE), ("requeue", _REQUEUE), ("present", _PRESENT), ("gone", _GONE),
-    ("own", _OWN), ("absent_from_now", _ABSENT_FROM_NOW),
+    ("own", _OWN), ("absent_from_now", _ABSENT_FROM_NOW), ("forget_lost", _FORGET_LOST),
 ]}  # fmt: skip
 SHA = {name: hashlib.sha1(text).hexdigest() for name, text in SCRIPTS.items()}

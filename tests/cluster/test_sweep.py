@@ -21,7 +21,7 @@ from relay.metrics import Metrics
 from relay.options import RelayOptions
 from relay.store.base import Appended, Gone
 from relay.store.redis import RedisStore
-from transport.errors import CONFLICT, STORE_UNAVAILABLE, RunwireError
+from transport.errors import AGENT_LOST, CONFLICT, STORE_UNAVAILABLE, RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
@@ -630,6 +630,67 @@ def hub_on(store: RedisStore, grace: float) -> tuple[Hub, RedisDispatcher]:
     node = hub.dispatcher
     assert isinstance(node, RedisDispatcher)
     return hub, node
+
+
+async def test_a_run_whose_record_redis_lost_is_dropped_from_its_owners_set_with_a_warning(
+    store: RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Under an evicting ``maxmemory-policy`` Redis may drop a session's ``runs`` hash on
+    # its own while the owner's set still names the Run: the hub finds no such Run, so it
+    # would come back in every sweep for ever and its owner would never be forgotten.
+    _hub, node = hub_on(store, 0.2)
+    for session_id in ("kept", "lost"):
+        await store.open_channel(session_id)
+    await store.put_runs([active("kept", "leaver"), active("lost", "leaver")])
+    client = store.client()
+    try:
+        await client.delete(f"{store.prefix}{{lost}}:runs")  # as an eviction would
+        await anyio.sleep(0.25)  # the owner never marked present: past the grace
+        with caplog.at_level("WARNING", logger="runwire.relay"):
+            await node._sweep()
+        record = await store.run("kept", "r-kept")
+        assert record is not None and record.status == "error"
+        assert record.error is not None and record.error["code"] == AGENT_LOST
+        assert await client.scard(store.owner_key("leaver")) == 0  # the lost Run dropped too
+        assert await client.hget(f"{store.prefix}{{lost}}:meta", "o:r-lost") is None
+        warned = [r.getMessage() for r in caplog.records if "lost its record" in r.getMessage()]
+        assert len(warned) == 1 and "lost/r-lost" in warned[0]
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="runwire.relay"):
+            await node._sweep()  # owning nothing now: forgotten
+            assert await client.zscore(store.presence_key, "leaver") is None
+            assert await store.gone_owners(0.2) == {}
+            await node._sweep()
+        assert [r for r in caplog.records if r.levelname == "WARNING"] == []  # warned once
+    finally:
+        await client.aclose()
+
+
+async def test_a_run_redis_lost_that_the_sweeping_node_has_loaded_is_ended_not_dropped(
+    store: RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The sweeping node watches the session (loaded before Redis lost the record): its
+    # registry still knows the Run, so the end is stored (the record written again) and
+    # there is nothing to drop.
+    hub, node = hub_on(store, 0.2)
+    await store.open_channel("lost")
+    await store.put_runs([active("lost", "leaver")])
+    channel = await hub.channel("lost")
+    channel.holds += 1  # as a watcher on this node keeps it loaded
+    client = store.client()
+    try:
+        await client.delete(f"{store.prefix}{{lost}}:runs")
+        await anyio.sleep(0.25)
+        with caplog.at_level("WARNING", logger="runwire.relay"):
+            await node._sweep()
+        record = await store.run("lost", "r-lost")
+        assert record is not None and record.status == "error"
+        assert record.error is not None and record.error["code"] == AGENT_LOST
+        assert await client.scard(store.owner_key("leaver")) == 0
+        assert not any("lost its record" in r.getMessage() for r in caplog.records)
+    finally:
+        channel.holds -= 1
+        await client.aclose()
 
 
 async def test_a_run_whose_end_redis_refuses_is_kept_and_ended_by_a_later_sweep(
