@@ -69,8 +69,16 @@ nothing a second node would need stays in one node's memory:
   (their lapsed deadlines become ``now - grace``: still gone), so owners whose Runs'
   ends keep failing (``Hub._agent_lost`` logs it, once per ``LOST_LOG_EVERY`` per Run)
   cannot keep the sweep from the owners behind them; each pass retries them after
-  those. A node that has just taken the
-  lease, or takes up the sweep again after its maintenance failed (Redis away,
+  those. The same script tells which of those Runs have no record left in their
+  session (Redis evicted its ``runs`` hash, under a ``maxmemory-policy`` other than
+  ``noeviction``, or it was deleted, while the owner's set still names them): they go to
+  the hub as the others (a node that has the session loaded still knows the Run, and the
+  end it stores writes the record again), and then one more script, only in a sweep that
+  found such a Run, drops from the owner's set those whose record is still missing,
+  with a warning each (once: they are in no set after that), so that the sweep does not
+  return them for ever and their owner is forgotten once it owns nothing. A Run whose
+  record is there is never dropped so, whatever became of its end. A node that has just
+  taken the lease, or takes up the sweep again after its maintenance failed (Redis away,
   or refusing writes: out of memory, a read-only replica), first moves deadlines
   that have passed to "now": while no node could write presence, absence does
   not count. The lease is renewed with ``SET``, which a Redis out of memory

@@ -36,7 +36,9 @@ in some sessions only, each client id's members in ``rw:scopes:<client id>``; th
 nodes refresh both: ``mark_present``), so ``relay.cluster``'s AGENT_LOST
 sweep asks only after owners past a deadline (``gone_owners``, one script)
 instead of reading every Run under way, and returns their Runs in sessions no
-deadline of theirs still covers; the append that then ends such an owner's
+deadline of theirs still covers (telling which of them have no record left: Redis
+evicted or lost it; ``forget_lost`` drops those from their owner's set once the hub
+had its try, ``gone_and_lost``); the append that then ends such an owner's
 Run tests that again in the same script (``append(..., gone=)``), so an
 owner marked present there meanwhile keeps its Run. Those keys are outside the
 session's slot, so the store needs a standalone Redis (or a proxy that keeps
