@@ -79,9 +79,11 @@ class SlotBook:
 
     A Run holds a slot while it goes on (``pending`` or ``active``); a queued
     or suspended Run holds none (a suspended Run takes one again when it
-    resumes, and waits for one to be free). Registries share one book: ``plan`` holds a
-    slot for the Run it starts (so two sessions planning at once cannot both
-    take the last one), ``apply`` / ``abandon`` / ``reload`` settle it.
+    resumes, and waits for one to be free, unless a cancel stands: then it
+    resumes at once to end, holding a slot past the limit if none is free).
+    Registries share one book: ``plan`` holds a slot for the Run it starts (so
+    two sessions planning at once cannot both take the last one), ``apply`` /
+    ``abandon`` / ``reload`` settle it.
     """
 
     def __init__(self, limit: int | None = None) -> None:

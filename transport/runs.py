@@ -50,12 +50,14 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   fitting its JSON Schema (``INTERRUPT_ANSWER_INVALID``, details name the
   interrupt); ``declined`` needs ``publish`` and a Run that waits. A prompt
   while a Run waits settles that Run's pause (``moved_on``), a cancel settles
-  it as declined (a worker takes the Run and applies the cancel). Once every
-  question is settled the relay owes the suspended Run a ``run: pending``
-  (``due()``, once a slot is free for it, see below), so a worker adopts it
-  with the pause in its checkpoint; its owner may instead resume it itself
-  (``run: active``), which takes up the settled pause: the resume is no longer
-  owed, and the relay's resume worked out before is refused (``RUN_NOT_ACTIVE``);
+  it as declined (a worker takes the Run and applies the cancel: it may run
+  ``on_cancel`` and refuse it, so the relay does not end the Run itself). Once
+  every question is settled the relay owes the suspended Run a ``run: pending``
+  (``due()``: once a slot is free for it, or at once while a cancel stands, see
+  below), so a worker adopts it with the pause in its checkpoint; its owner
+  may instead resume it itself (``run: active``), which takes up the settled
+  pause: the resume is no longer owed, and the relay's resume worked out before
+  is refused (``RUN_NOT_ACTIVE``);
 * ``run: active`` with ``durable`` marks the Run ``durable``; only the relay
   may put an active or suspended Run back to ``pending`` (its agent went
   away): the owner is cleared and ``adoptions`` counts the hand-over, so the
@@ -82,9 +84,9 @@ turn).
 * ``interrupt`` / ``rollback``: the Runs going on are cancelled (the relay
   publishes the cancels, see ``due()``; the sender needs the cancel right for
   each); the new Run is queued until they settle, and goes before enqueued Runs.
-  A Run owed its resume gets the cancel while suspended: it is resumed, and
-  the worker that adopts it applies the cancel (as for any cancel of a paused
-  Run), then the new Run's turn comes.
+  A Run owed its resume gets the cancel while suspended: it is resumed (at
+  once, free slot or not), and the worker that adopts it applies the cancel (as
+  for any cancel of a paused Run), then the new Run's turn comes.
 * Any strategy but ``alongside``: while a Run of another user goes on, the
   prompt fails with ``THREAD_ACCESS_DENIED`` before anything else, unless the
   session is shared (its first prompt said ``thread_access="shared"``, else
@@ -96,10 +98,17 @@ turn).
   start while no slot is free is queued instead; a queued Run holds no slot.
   Nor does a suspended Run: going on again (the relay's resume or hand-over
   ``run: pending``, or its owner's ``run: active``) takes a slot, and is
-  refused while none is free (``VALIDATION_ERROR``). A resume is owed
-  (``due()``) only while a slot is free for it; the session's owed resumes take
-  free slots oldest first, before its queued Runs (they started first), so a
-  resume is never lost, only held until a slot frees.
+  refused while none is free (``VALIDATION_ERROR``), unless a cancel stands
+  (below). A resume is owed (``due()``) only while a slot is free for it; the
+  session's owed resumes take free slots oldest first, before its queued Runs
+  (they started first), so a resume is never lost, only held until a slot
+  frees. A resume with a cancel standing (the Run was cancelled, or
+  interrupted, while paused) is not held: the Run goes on only to end, so a
+  cancel takes effect promptly at the limit too. It is owed at once and, like
+  a tool call's Run, takes a slot even when none is free (a free one before
+  the session's other owed resumes do), so the count stays truthful; it gives
+  the slot back when it ends (should its worker refuse the cancel,
+  ``cancel_denied``, it goes on holding it).
 
 ``due()`` lists what the relay owes the session after a change (interrupt
 cancels, ends of cancelled queued Runs, the next queued Run's turn), as
@@ -370,15 +379,22 @@ class RunRegistry:
         A suspended Run holds no slot: its resume takes one, so it is owed
         (``due()``) only while a slot is free, and the session's owed resumes take
         free slots before its queued Runs do (they started first). Until then the
-        Run waits, suspended, like a queued one.
+        Run waits, suspended, like a queued one. One whose cancel stands is owed at
+        once, free slot or not: it goes on only to end.
         """
         return self._ordered(r for r in self.runs.values() if r.resume_owed)
 
     def _resumable(self) -> list[RunRecord]:
-        """The owed resumes the free slots let go on now, oldest first."""
+        """The owed resumes that go on now, oldest first: every one whose cancel stands
+        (it goes on only to end, and is not held for a slot), then as many of the others,
+        oldest first, as the free slots those leave let go on."""
         owed = self.resumes_owed()
         free = self.slots.available() if self.slots is not None else None
-        return owed if free is None else owed[:free]
+        if free is None:
+            return owed
+        ending = [r for r in owed if r.cancel_requested]
+        held = [r for r in owed if not r.cancel_requested]
+        return self._ordered([*ending, *held[: max(0, free - len(ending))]])
 
     def _slot_left(self, owed: int | None = None) -> bool:
         """True if a slot is free for a Run that was not going on, once the session's
@@ -863,7 +879,8 @@ class RunRegistry:
 
     def _take_slot(self, record: RunRecord) -> None:
         """A suspended Run going on again takes a slot: one must be free, and the session's
-        owed resumes take the free ones oldest first (``due()`` owes them in that order)."""
+        owed resumes take the free ones oldest first (``due()`` owes them in that order),
+        except those whose cancel stands, which go on (to end) whatever the slots."""
         if self.slots is None:
             return
         if record.resume_owed:

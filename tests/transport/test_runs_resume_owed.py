@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from transport.frames import CancelDenied, CheckpointEntry, RunEntry
+from transport.frames import CancelDenied, CheckpointEntry, InterruptEntry, RunEntry
 from transport.policy import RELAY, Policy, Sender, SlotBook
 from transport.runs import RunRegistry
 
@@ -193,46 +193,96 @@ def full(slots: SlotBook) -> RunRegistry:
 
 
 @pytest.mark.parametrize("answered", [True, False])
-def test_a_run_cancelled_while_its_resume_waits_for_a_slot_resumes_to_apply_it(
+def test_a_cancel_of_a_paused_run_makes_its_resume_due_though_no_slot_is_free(
     answered: bool,
 ) -> None:
-    """Cancelled while owed its resume (or still waiting on its question) with no slot
-    free: it holds none, stays suspended, nothing else is owed; once a slot frees it
-    resumes (the cancel standing) and its worker ends it, which frees the slot again."""
+    """Cancelled while it waits on its question (or while its resume waits for a slot)
+    with every slot held: its resume is owed at once, and it goes on only to end. It
+    takes a slot while it goes on (nothing else starts meanwhile) and gives it back when
+    its worker ends it; the Run holding the slot goes on untouched."""
     slots = SlotBook(1)
     reg = paused_run(slots)
     other = full(slots)
     if answered:
         publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+        assert reg.due() == []  # without a cancel the resume waits for a slot
     publish(reg, cancel("r1"), ALICE)
     r1 = reg.runs["r1"]
     assert r1.status == "suspended" and r1.cancel_requested and r1.resume_owed
-    assert reg.due() == [] and slots.in_use == 1
-    publish(other, status("x", "complete", 2), AGENT)
     assert drain(reg) == [("r1", "pending", "relay")]
-    assert slots.in_use == 1 and reg.runs["r1"].cancel_requested
+    assert slots.in_use == 2 and reg.runs["r1"].cancel_requested
+    assert other.runs["x"].status == "active"
+    [waiting] = publish(reg, prompt("r2"), ALICE)
+    assert waiting.status == "queued"  # the Run going on to end holds a slot
+    publish(reg, status("r1", "active", 2), OTHER_AGENT)  # a worker adopts it
+    publish(reg, status("r1", "cancelled", 3), OTHER_AGENT)  # and applies the cancel
+    assert slots.in_use == 1 and drain(reg) == []  # r2 waits for x's slot
+    publish(other, status("x", "complete", 2), AGENT)
+    assert drain(reg) == [("r2", "pending", "relay")]
+    assert slots.in_use == 1
+
+
+def test_the_resumes_whose_cancel_stands_take_the_free_slots_first() -> None:
+    """In a session with an owed resume and a cancelled paused Run, the free slot goes to
+    the one that goes on only to end; the other resumes once that one ends (it is not lost)."""
+    slots = SlotBook(2)
+    reg = RunRegistry("s", slots=slots)
+    for run_id in ("r1", "r3"):
+        publish(reg, prompt(run_id), ALICE)
+        publish(reg, status(run_id, "active"), AGENT)
+    for run_id in ("r1", "r3"):
+        question = InterruptEntry(id=f"q-{run_id}", run_id=run_id, status="paused", interrupts=[Q1])
+        publish(reg, question, AGENT)
+        publish(reg, status(run_id, "suspended"), AGENT)
+    publish(RunRegistry("o", slots=slots), prompt("x"), BOB)  # one slot of two left
+    publish(reg, answer({"c1#0": {"region": "eu"}}), ALICE)
+    assert [e.run_id for e, _ in reg.due()] == ["r1"]
+    publish(reg, cancel("r3"), ALICE)
+    assert drain(reg) == [("r3", "pending", "relay")]
+    assert slots.in_use == 2 and reg.runs["r1"].status == "suspended"
+    publish(reg, status("r3", "active", 2), OTHER_AGENT)
+    publish(reg, status("r3", "cancelled", 3), OTHER_AGENT)
+    assert drain(reg) == [("r1", "pending", "relay")]
+    assert slots.in_use == 2
+
+
+def test_a_run_resumed_to_end_that_refuses_its_cancel_keeps_its_slot() -> None:
+    """The worker may refuse the cancel (``cancel_denied``): the Run goes on, holding the
+    slot it took, and nothing else starts until a slot frees."""
+    slots = SlotBook(1)
+    reg = paused_run(slots)
+    other = full(slots)
+    publish(reg, cancel("r1"), ALICE)
+    assert drain(reg) == [("r1", "pending", "relay")]
     publish(reg, status("r1", "active", 2), OTHER_AGENT)
-    publish(reg, status("r1", "cancelled", 3), OTHER_AGENT)
-    assert slots.in_use == 0 and drain(reg) == []
+    denied = CancelDenied(id="d", run_id="r1", cancel_id="c-r1-0")
+    [record] = publish(reg, denied, OTHER_AGENT)
+    assert record.status == "active" and not record.cancel_requested
+    assert slots.in_use == 2
+    assert publish(reg, prompt("r2"), ALICE)[0].status == "queued"
+    publish(other, status("x", "complete", 2), AGENT)
+    assert slots.in_use == 1 and drain(reg) == []  # r1 still holds the one slot
+    publish(reg, status("r1", "complete", 3), OTHER_AGENT)
+    assert drain(reg) == [("r2", "pending", "relay")]
 
 
 @pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
-def test_an_interrupt_of_a_run_whose_resume_waits_for_a_slot_waits_for_its_end(
+def test_an_interrupt_of_a_run_whose_resume_waits_for_a_slot_ends_it_at_once(
     strategy: str,
 ) -> None:
-    """The interrupt's cancel is stored at once; the interrupted Run resumes only once a
-    slot frees (the limit holds), and the interrupting Run's turn comes after its end."""
+    """The interrupt's cancel is stored at once and the interrupted Run resumes at once to
+    apply it, though no slot is free; the interrupting Run's turn comes after its end,
+    once a slot is free."""
     slots = SlotBook(1)
     reg = owed_run(slots)
     other = full(slots)
     [record] = publish(reg, prompt("r2", strategy), ALICE)
     assert (record.status, record.interrupts) == ("queued", ["r1"])
-    assert drain(reg) == [("r1", "cancel", "alice")]
-    assert reg.runs["r1"].status == "suspended" and slots.in_use == 1
-    publish(other, status("x", "complete", 2), AGENT)
-    assert drain(reg) == [("r1", "pending", "relay")]
-    assert reg.runs["r2"].status == "queued" and slots.in_use == 1
+    assert drain(reg) == [("r1", "cancel", "alice"), ("r1", "pending", "relay")]
+    assert reg.runs["r2"].status == "queued" and slots.in_use == 2
     publish(reg, status("r1", "active", 2), OTHER_AGENT)
     publish(reg, status("r1", "cancelled", 3), OTHER_AGENT)
+    assert slots.in_use == 1 and drain(reg) == []  # x holds the one slot
+    publish(other, status("x", "complete", 2), AGENT)
     assert drain(reg) == [("r2", "pending", "relay")]
     assert slots.in_use == 1

@@ -54,6 +54,8 @@ class RegistryMachine(RuleBasedStateMachine):
         self.log: list[EntryBody] = []
         self.ids: set[str] = set()
         self.owed: list[tuple[EntryBody, Sender]] = []
+        self.past_limit: set[str] = set()
+        """Runs resumed to end (a cancel standing) while no slot was free, still going on."""
         self.now = 1000
         self.n = 0
 
@@ -100,16 +102,26 @@ class RegistryMachine(RuleBasedStateMachine):
         ]
         for record in started:
             child = record.parent_run_id is not None and record.multitask == "alongside"
-            assert free or child, f"{record.run_id} started (or resumed) while no slot was free"
-        resumed = [r for r in started if r.run_id in before]
-        if resumed and before[resumed[0].run_id].status == "suspended":
-            # An owed resume goes before the session's younger owed resumes.
-            older = [
+            ending = record.run_id in before and _resumed_to_end(before[record.run_id])
+            assert free or child or ending, (
+                f"{record.run_id} started (or resumed) while no slot was free"
+            )
+            if ending and not free:
+                self.past_limit.add(record.run_id)
+        for record in (r for r in started if r.run_id in before):
+            prev = before[record.run_id]
+            if prev.status != "suspended" or _resumed_to_end(prev):
+                continue  # a resume to end goes on whatever the slots
+            # The owed resumes whose cancel stands, and the older other owed resumes, take
+            # the free slots before this one.
+            ahead = [
                 r
                 for r in before.values()
-                if r.resume_owed and r.seq < resumed[0].seq and r.run_id != resumed[0].run_id
+                if r.resume_owed
+                and r.run_id != record.run_id
+                and (r.cancel_requested or r.seq < record.seq)
             ]
-            assert room is None or len(older) < room, "a resume took an older one's slot"
+            assert room is None or len(ahead) < room, "a resume took the slot of one owed first"
 
         if isinstance(entry, RunEntry) and target is not None and target.status == "queued":
             assert sender.role == "relay", "only the relay moves a queued Run"
@@ -126,6 +138,7 @@ class RegistryMachine(RuleBasedStateMachine):
             )
         stamped = self.reg.stamp(entry, sender, self.now, changes)
         self.reg.apply(changes)
+        self.past_limit -= {r.run_id for r in changes if not r.going_on}
         self.log.append(stamped)
         self.ids.add(stamped.id)
         return changes
@@ -346,16 +359,29 @@ class RegistryMachine(RuleBasedStateMachine):
     # ---------------------------------------------------------- invariants
 
     @invariant()
+    def a_cancelled_paused_run_resumes_at_once(self) -> None:
+        """An owed resume whose cancel stands is due whatever the slots: it goes on to end."""
+        due = _resumes_due(self.reg)
+        for record in self.reg.resumes_owed():
+            if record.cancel_requested:
+                assert record.run_id in due, (
+                    f"{record.run_id} is cancelled and owed its resume, and due() does not say so"
+                )
+
+    @invariant()
     def a_free_slot_goes_to_the_oldest_owed_resume(self) -> None:
-        """Nothing waits for a slot while one is free: the oldest owed resume is due."""
+        """Nothing waits for a slot while one is free: once the owed resumes whose cancel
+        stands took theirs, a slot left makes the oldest other owed resume due."""
         assert self.reg.slots is not None
         owed = self.reg.resumes_owed()
-        if not owed or not self.reg.slots.free():
+        ending = [r for r in owed if r.cancel_requested]
+        held = [r for r in owed if not r.cancel_requested]
+        room = self.reg.slots.available()
+        if not held or (room is not None and room <= len(ending)):
             return
-        assert any(
-            isinstance(e, RunEntry) and e.run_id == owed[0].run_id and e.status == "pending"
-            for e, _ in self.reg.due()
-        ), f"{owed[0].run_id} is owed its resume, a slot is free, and due() does not say so"
+        assert held[0].run_id in _resumes_due(self.reg), (
+            f"{held[0].run_id} is owed its resume, a slot is free, and due() does not say so"
+        )
 
     @invariant()
     def due_entries_pass_the_rules(self) -> None:
@@ -383,12 +409,16 @@ class RegistryMachine(RuleBasedStateMachine):
         assert {k for k in self.reg.slots._held if k[0] == SESSION} == going
 
     @invariant()
-    def slots_past_the_limit_only_for_tool_call_runs(self) -> None:
+    def slots_past_the_limit_only_for_tool_calls_and_runs_resumed_to_end(self) -> None:
+        """Past the limit: tool-call Runs, and Runs resumed while no slot was free because
+        a cancel stood (they hold a slot while they go on, even if their worker refused it)."""
         assert self.reg.slots is not None and self.reg.slots.limit is not None
         going = [
             r
             for r in self.reg.runs.values()
-            if r.going_on and not (r.parent_run_id is not None and r.multitask == "alongside")
+            if r.going_on
+            and not (r.parent_run_id is not None and r.multitask == "alongside")
+            and r.run_id not in self.past_limit
         ]
         others = sum(1 for k in self.reg.slots._held if k[0] != SESSION)
         assert len(going) + others <= self.reg.slots.limit, f"{len(going)} Runs hold slots"
@@ -457,6 +487,16 @@ class RegistryMachine(RuleBasedStateMachine):
     def statuses_are_known(self) -> None:
         for record in self.reg.runs.values():
             assert record.status in TERMINAL | {"queued", "pending", "active", "suspended"}
+
+
+def _resumed_to_end(record: RunRecord) -> bool:
+    """True if ``record`` is owed its resume with a cancel standing: it goes on only to end."""
+    return record.resume_owed and record.cancel_requested
+
+
+def _resumes_due(reg: RunRegistry) -> set[str]:
+    """The Runs whose ``run: pending`` ``due()`` lists."""
+    return {e.run_id for e, _ in reg.due() if isinstance(e, RunEntry) and e.status == "pending"}
 
 
 RegistryMachine.TestCase.settings = settings(
