@@ -10,12 +10,16 @@ import pytest
 
 import agent_side
 import client_side
+import relay
 from agent_side import AbortSignal, Run
+from relay.store.redis import RedisStore
+from tests.agent_side.test_interrupts import worker
+from tests.integration.conductor import Conductor, status
 from tests.relay.wire import RawPeer, prompt, run_status
 from transport import RunwireError, UIMessage, message_text
 from transport.messages import new_id
 
-from .conftest import Cluster
+from .conftest import REDIS_URL, Cluster
 from .test_cluster import an_active_run, wait_until, words
 
 pytestmark = pytest.mark.anyio
@@ -141,3 +145,39 @@ async def test_a_node_that_puts_a_session_down_gives_back_the_slots_of_its_runs(
     async with client_side.connect(b.url, "second") as session:
         run = await session.send("hello")
         assert run.status == "pending"  # the one slot is free
+
+
+async def test_a_cancel_of_a_paused_run_ends_it_promptly_while_its_node_has_no_free_slot(
+    redis_prefix: str,
+) -> None:
+    """Node B's one slot is held by a Run of another session; a Run paused on a question
+    (its worker on node A) is cancelled through B: B owes its resume at once, A's worker
+    adopts it and applies the cancel, and the Run holding the slot goes on."""
+    busy = Conductor()
+    async with (
+        relay.serve(port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix)) as a,
+        relay.serve(
+            port=0, store=RedisStore(REDIS_URL, prefix=redis_prefix), max_concurrent_runs=1
+        ) as b,
+    ):
+        holder = agent_side.Agent(b.url, name="busy")
+        holder.on_run(busy)
+        async with (
+            worker(a.url, [("c1", "deploy", {"service": "api"})]),
+            holder,
+            client_side.connect(b.url, "paused") as phone,
+            client_side.connect(b.url, "other", agent="busy") as other,
+        ):
+            run = await phone.send("Deploy the api")
+            with anyio.fail_after(10):
+                assert (await run.result()).status == "suspended"
+            hold = await other.send("hold the slot")
+            await busy.wait(lambda: hold.run_id in busy.started)
+            assert not b.hub.slots.free()
+            await phone.cancel(run.run_id, reason="stop")
+            with anyio.fail_after(5):
+                while status(phone, run.run_id) != "cancelled":
+                    await phone._wait_change()
+            assert busy.ended == [] and status(other, hold.run_id) == "active"
+            busy.release(hold.run_id)
+            await busy.wait(lambda: busy.ended == [(hold.run_id, "complete")])
