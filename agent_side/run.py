@@ -331,7 +331,8 @@ class Run(RunSteps):
         resuming a suspended Run takes a slot of the relay's
         ``max_concurrent_runs``, ``VALIDATION_ERROR`` while none is free; the
         Run stays suspended, and once its questions are settled the relay resumes
-        it, handing it to a worker, when one frees).
+        it, handing it to a worker, when one frees; a Run whose cancel stands
+        resumes, to apply it, free slot or not).
         """
         if self.ended:
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
