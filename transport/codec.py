@@ -5,7 +5,9 @@ Decoding never raises anything but ``RunwireError``, with a stable code:
 object, no string ``type``), ``UNKNOWN_FRAME`` (a ``type`` this side does not
 know) or ``VALIDATION_ERROR`` (a known frame with bad fields; ``details.errors``
 says which). ``request_id()`` recovers the ``req`` of a frame that failed, so
-the error reply can still be matched to its request.
+the error reply can still be matched to its request. A field the models do not
+know is bad in a frame ``decode_client_frame`` reads and in an entry; a frame
+``decode_relay_frame`` reads goes without it (``transport.frames``, "Unknown fields").
 
 Entries are stored and delivered as bytes: the relay encodes an entry once,
 without its serial, and ``splice_serial`` adds the serial in front without
@@ -155,13 +157,13 @@ def _validation_error(exc: ValidationError) -> RunwireError:
 
 
 def decode_client_frame(data: bytes | str, *, max_bytes: int | None = None) -> ClientFrame:
-    """Decode a frame sent to the relay."""
+    """Decode a frame sent to the relay; a field it does not know is a ``VALIDATION_ERROR``."""
     frame: ClientFrame = _decode(data, client_frame_adapter, CLIENT_FRAME_TYPES, max_bytes)
     return frame
 
 
 def decode_relay_frame(data: bytes | str) -> RelayFrame:
-    """Decode a frame sent by the relay."""
+    """Decode a frame sent by the relay; fields it does not know are ignored (dropped)."""
     frame: RelayFrame = _decode(data, relay_frame_adapter, RELAY_FRAME_TYPES, None)
     return frame
 

@@ -83,6 +83,14 @@ Integers. Every integer field (``serial``, ``ts``, ``step``, ``expires_at``,
 Python ``bool`` is an ``int``), a string such as ``"5"`` and a float are
 refused ``VALIDATION_ERROR`` (``int_type``), as the JavaScript client refuses
 them; a boolean field takes ``true``/``false`` only (not ``1`` or ``"yes"``).
+
+Unknown fields, by direction. A frame a peer sends (``hello``, ``attach``, ...) and an entry
+(published, stored or delivered) with a field its model does not know is refused
+``VALIDATION_ERROR`` (``extra_forbidden``). A frame the relay sends (``welcome``, ``ack``,
+``deliver``, ...; the ``error`` object of an ``error`` frame too) is read ignoring the fields
+its model does not know, so a client keeps working when a later relay adds some; its known
+fields are checked as strictly as ever. The ``entries`` such a frame carries are entries:
+``decode_entry`` checks them, strictly.
 """
 
 from __future__ import annotations
@@ -119,6 +127,7 @@ __all__ = [
     "Page",
     "Publish",
     "RefusedEntry",
+    "RelayErrorBody",
     "RelayFrame",
     "ResponseAppend",
     "ResponseClose",
@@ -154,15 +163,34 @@ Serial = Annotated[int, Field(ge=0, strict=True)]
 
 
 class _Model(BaseModel):
+    """Entries (and what they hold) and the frames a peer sends: a field the model does not
+    know is refused (``extra_forbidden``), as the relay refuses it."""
+
     model_config = ConfigDict(extra="forbid")
 
 
+class _RelayModel(BaseModel):
+    """The frames the relay sends: a field the model does not know is ignored, and dropped
+    (a later relay may add fields; a client keeps reading its frames). The fields it knows
+    are checked as strictly as ever. Nothing is kept to be encoded again: a frame built
+    with an unknown field encodes without it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
 class ErrorBody(_Model):
-    """The ``error`` object of an error frame or a failed Run."""
+    """The ``error`` object of a failed Run (``run`` entries) and a ``refused`` entry."""
 
     code: str
     message: str = ""
     details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RelayErrorBody(ErrorBody):
+    """The ``error`` object of an ``error`` frame: an ``ErrorBody`` whose unknown fields are
+    ignored, as a relay frame's."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
 # ---------------------------------------------------------------- entries ---
@@ -404,7 +432,7 @@ client_frame_adapter: TypeAdapter[ClientFrame] = TypeAdapter(ClientFrame)
 # ------------------------------------------------------- relay -> peer -----
 
 
-class Welcome(_Model):
+class Welcome(_RelayModel):
     """The relay's answer to ``hello``."""
 
     type: Literal["welcome"] = "welcome"
@@ -418,7 +446,7 @@ class Welcome(_Model):
     """The relay's default strategy for prompts that name none."""
 
 
-class Attached(_Model):
+class Attached(_RelayModel):
     """Attach succeeded. ``entries`` is the backlog after ``from_serial``, or the newest page."""
 
     type: Literal["attached"] = "attached"
@@ -431,7 +459,7 @@ class Attached(_Model):
     reset: Bool = False
 
 
-class Ack(_Model):
+class Ack(_RelayModel):
     """A request took effect; for a publish, ``serial`` is the entry's serial."""
 
     type: Literal["ack"] = "ack"
@@ -440,7 +468,7 @@ class Ack(_Model):
     duplicate: Bool = False
 
 
-class Page(_Model):
+class Page(_RelayModel):
     """A page of older entries, in serial order."""
 
     type: Literal["page"] = "page"
@@ -450,7 +478,7 @@ class Page(_Model):
     has_older: Bool
 
 
-class Deliver(_Model):
+class Deliver(_RelayModel):
     """Live entries of an attached session, in serial order."""
 
     type: Literal["deliver"] = "deliver"
@@ -458,7 +486,7 @@ class Deliver(_Model):
     entries: list[dict[str, Any]]
 
 
-class Dispatch(_Model):
+class Dispatch(_RelayModel):
     """A new Run for this worker to take."""
 
     type: Literal["dispatch"] = "dispatch"
@@ -472,13 +500,13 @@ class Dispatch(_Model):
     """The Run's last checkpoint (a ``checkpoint`` entry's fields), if it kept any."""
 
 
-class Error(_Model):
+class Error(_RelayModel):
     """A request failed (``req`` set) or the relay reports a problem (``req`` absent)."""
 
     type: Literal["error"] = "error"
     req: ReqId | None = None
     session_id: str | None = None
-    error: ErrorBody
+    error: RelayErrorBody
 
 
 RelayFrame = Annotated[

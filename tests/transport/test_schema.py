@@ -84,6 +84,24 @@ def test_discriminators_and_stamps_are_required() -> None:
     assert errors("entry", {**published, "extra": 1})
 
 
+def test_relay_frames_are_open_and_the_rest_closed() -> None:
+    """A relay frame (and an error frame's error object) may carry fields a client does not
+    know; a frame a peer sends, and an entry, may not (docs/protocol.md, section 1)."""
+    ack = {"type": "ack", "req": 1, "serial": 2, "future_field": 1}
+    assert errors("ack", ack) == errors("relay-frame", ack) == []
+    error = {"type": "error", "req": 1, "error": {"code": "X", "future_field": 1}}
+    assert errors("error", error | {"future_field": 1}) == errors("relay-frame", error) == []
+    stamped = {"kind": "cancel", "id": "c", "run_id": "r", "serial": 1, "ts": 5, "client_id": "c"}
+    assert errors("deliver", {"type": "deliver", "session_id": "s", "entries": [stamped]}) == []
+    deliver = {"type": "deliver", "session_id": "s", "entries": [stamped | {"future_field": 1}]}
+    assert errors("deliver", deliver)
+    run = stamped | {"kind": "run", "status": "error", "error": {"code": "X", "future_field": 1}}
+    assert errors("stamped-entry", run)
+    for frame in ({"type": "hello", "future_field": 1}, {"type": "worker", "req": 1, "x": 1}):
+        assert errors(frame["type"], frame)
+        assert errors("client-frame", frame)
+
+
 @pytest.mark.parametrize("path", VECTORS, ids=[p.stem for p in VECTORS])
 def test_the_tree_vectors_hold_valid_stamped_entries(path: Path) -> None:
     for entry in json.loads(path.read_text())["entries"]:
