@@ -175,6 +175,27 @@ def _serial_of(stream_id: bytes) -> int:
     return int(stream_id.partition(b"-")[0])
 
 
+def _by_creation(listed: list[RunRecord], missing: list[RunRecord]) -> list[RunRecord]:
+    """``listed`` in its order, with each of ``missing`` before the first of them created
+    after it (``seq``, then ``created_ts``; ``missing`` among themselves by those, then by
+    run id): the order the Runs were first written in, when ``listed`` was."""
+    missing = sorted(missing, key=lambda r: (_created(r), r.run_id))
+    found: list[RunRecord] = []
+    at = 0
+    for record in listed:
+        while at < len(missing) and _created(missing[at]) < _created(record):
+            found.append(missing[at])
+            at += 1
+        found.append(record)
+    found.extend(missing[at:])
+    return found
+
+
+def _created(record: RunRecord) -> tuple[int, int]:
+    """When a Run was made: its place among its session's (``seq``), then its stamp."""
+    return record.seq, record.created_ts
+
+
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -323,6 +344,7 @@ class RedisStore(Store):
         self._queued = 0  # commands in the queue
         self._urgent = 0  # urgent calls in the queue
         self._contended: set[str] = set()  # sessions whose last append met another node's
+        self._unordered: set[str] = set()  # sessions warned of as missing Runs from ``order``
         self._wake = asyncio.Event()
         self._full: asyncio.Future[None] | None = None  # ends a linger early
         self._conn: AbstractConnection | None = None
@@ -581,13 +603,64 @@ class RedisStore(Store):
         return entries if after is not None else entries[::-1]
 
     async def runs(self, session_id: str) -> list[RunRecord]:
-        """Every Run record of a session, in the order they were first written."""
+        """Every Run record of a session, in the order they were first written.
+
+        One round trip (the ``order`` list and the ``runs`` hash). Every record of the
+        hash is listed, those the list names in its order (each once: a record written
+        again after Redis lost the hash is on the list twice) and any it does not (Redis
+        lost the list or part of it: evicted, restored in part, deleted) where their
+        creation puts them (``seq``, then ``created_ts``, then run id). Then, only then,
+        the list is mended (``_mend_order``, one more round trip) and a warning logged,
+        once per session on this node.
+        """
         keys = self._keys(session_id)
         order, flat = await self._call(("LRANGE", keys[4], 0, -1), ("HGETALL", keys[3]))
         self._check(order)
         self._check(flat)
         records = dict(zip(flat[::2], flat[1::2], strict=True))
-        return [RunRecord.from_dict(loads(records[r])) for r in order if r in records]
+        listed = [
+            RunRecord.from_dict(loads(records[r])) for r in dict.fromkeys(order) if r in records
+        ]
+        if len(listed) == len(records):
+            return listed
+        named = {r.run_id for r in listed}
+        missing = [
+            RunRecord.from_dict(loads(raw))
+            for run_id, raw in records.items()
+            if run_id.decode() not in named
+        ]
+        found = _by_creation(listed, missing)
+        mended = await self._mend_order(session_id, len(order), [r.run_id for r in found])
+        if session_id not in self._unordered:
+            if len(self._unordered) >= 10_000:
+                self._unordered.clear()
+            self._unordered.add(session_id)
+            log.warning(
+                "Redis at %s lost the Run order of session %r: %d of its %d Run records were "
+                "not in its order list (evicted under a maxmemory-policy other than "
+                "noeviction, this Redis has %s; or restored in part, or deleted): listed "
+                "where their creation puts them, and the list %s",
+                self.where,
+                session_id,
+                len(missing),
+                len(records),
+                self.maxmemory_policy or "unknown",
+                "mended" if mended else "left to mend at a later read",
+            )
+        return found
+
+    async def _mend_order(self, session_id: str, read: int, run_ids: list[str]) -> bool:
+        """Write a session's ``order`` list anew as ``run_ids``, unless it changed since it
+        was read ``read`` long (a Run made meanwhile: a later read mends it). True if it
+        did. A failure (Redis refusing writes, or away) is no failure of the read."""
+        keys = self._keys(session_id)
+        try:
+            (reply,) = await self._call(self._eval("mend_order", keys[3:5], [read, *run_ids]))
+            self._check(reply)
+        except RunwireError as exc:
+            log.debug("mending the Run order of session %r failed: %s", session_id, exc)
+            return False
+        return bool(reply)
 
     async def run(self, session_id: str, run_id: str) -> RunRecord | None:
         """One Run record of a session, or None: one ``HGET``, however many Runs it has."""

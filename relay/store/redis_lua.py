@@ -446,9 +446,26 @@ return added
 """
 )
 
+# KEYS: runs, order. ARGV: the length ``order`` had when read, then run ids. Writes
+# ``order`` anew as those run ids (``RedisStore.runs`` found records it did not name: Redis
+# lost it, or part of it), expiring with ``runs``, unless its length changed since it was
+# read (a Run made meanwhile was pushed on it; a later read mends it). Returns 1 if it
+# did, 0 if not.
+_MEND_ORDER = """
+if redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[2])
+for i = 2, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return 1
+"""
+
 SCRIPTS = {name: text.encode() for name, text in [
     ("append", _APPEND), ("put_runs", _PUT_RUNS), ("open", _OPEN), ("find", _FIND),
     ("since", _SINCE), ("requeue", _REQUEUE), ("present", _PRESENT), ("gone", _GONE),
     ("own", _OWN), ("absent_from_now", _ABSENT_FROM_NOW), ("forget_lost", _FORGET_LOST),
+    ("mend_order", _MEND_ORDER),
 ]}  # fmt: skip
 SHA = {name: hashlib.sha1(text).hexdigest() for name, text in SCRIPTS.items()}

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError
 
 from relay.store import Store, StoredEntry, open_store, redis_live
 from relay.store.redis import LINGER_FULL, LINGER_MS, RedisStore
-from transport.codec import splice_serial
+from transport.codec import dumps, splice_serial
 from transport.errors import (
     CONFLICT,
     EPOCH_MISMATCH,
@@ -38,6 +39,8 @@ from transport.errors import (
     VALIDATION_ERROR,
     RunwireError,
 )
+from transport.frames import RunStatus
+from transport.runs import RunRecord
 
 from .store_conformance import Collector, StoreConformance, body, run, settled
 
@@ -560,6 +563,116 @@ async def test_history_ttl_drops_an_idle_session_and_its_runs(prefix: str) -> No
         assert caught.value.code == EPOCH_MISMATCH
         again = await store.open_channel("s")
         assert again.epoch != first.epoch and again.last == 0
+
+
+def made(session_id: str, run_id: str, seq: int, status: RunStatus = "pending") -> RunRecord:
+    """A Run record as the relay makes it: ``seq`` is its place in its session's creation."""
+    return replace(run(session_id, run_id, status), seq=seq, created_ts=1000 + seq)
+
+
+def _order_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "Run order" in r.getMessage()]
+
+
+@pytest.mark.anyio
+async def test_runs_redis_lost_the_order_of_are_still_listed_in_creation_order(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Under an evicting maxmemory-policy Redis may drop a session's ``order`` list on its own
+    # (or a partial restore, or a DEL, lose it) while its ``runs`` hash survives: listing the
+    # session's Runs must not skip the records the list no longer names.
+    async with node(REDIS_URL, prefix) as a, node(REDIS_URL, prefix) as b:
+        await a.open_channel("s")
+        three = [made("s", "r-c", 1), made("s", "r-a", 2, "active"), made("s", "r-b", 3)]
+        for record in three:
+            await a.append("s", f"p-{record.run_id}", body(record.run_id), [record])
+        with Redis.from_url(REDIS_URL) as raw, caplog.at_level("WARNING", "runwire.relay.store"):
+            raw.delete(f"{prefix}{{s}}:order")
+            assert await a.runs("s") == three
+            # Mended: in creation order again.
+            assert raw.lrange(f"{prefix}{{s}}:order", 0, -1) == [b"r-c", b"r-a", b"r-b"]
+            assert await a.runs("s") == three
+            raw.delete(f"{prefix}{{s}}:order")
+            assert await a.runs("s") == three
+            warned = _order_warnings(caplog)
+            assert len(warned) == 1 and "'s'" in warned[0] and "maxmemory-policy" in warned[0]
+            raw.delete(f"{prefix}{{s}}:order")
+            assert await b.runs("s") == three  # a fresh node
+            assert len(_order_warnings(caplog)) == 2  # once per session on each node
+
+
+@pytest.mark.anyio
+async def test_runs_missing_from_a_trimmed_order_take_their_place_by_creation(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The list lost its head and a Run was made after it was lost: the listed ones keep
+    # the list's order, the others go where their creation puts them.
+    async with node(REDIS_URL, prefix) as store:
+        await store.open_channel("s")
+        runs = [made("s", f"r{i}", i) for i in range(1, 5)]
+        await store.put_runs(runs[:3])
+        with Redis.from_url(REDIS_URL) as raw:
+            raw.ltrim(f"{prefix}{{s}}:order", 1, -1)  # [r2, r3]
+        await store.put_runs(runs[3:])
+        with caplog.at_level("WARNING", logger="runwire.relay.store"):
+            assert await store.runs("s") == runs
+        assert len(_order_warnings(caplog)) == 1
+        with Redis.from_url(REDIS_URL) as raw:
+            assert raw.lrange(f"{prefix}{{s}}:order", 0, -1) == [b"r1", b"r2", b"r3", b"r4"]
+            # Restored in another order with no list at all: by creation, then run id.
+            raw.delete(f"{prefix}{{s}}:order", f"{prefix}{{s}}:runs")
+            later = [made("s", "z", 0), made("s", "y", 0), *runs[::-1]]
+            for record in later:
+                raw.hset(f"{prefix}{{s}}:runs", record.run_id, dumps(record.to_dict()))
+        assert [r.run_id for r in await store.runs("s")] == ["y", "z", "r1", "r2", "r3", "r4"]
+
+
+@pytest.mark.anyio
+async def test_a_run_written_again_after_redis_lost_the_records_is_listed_once(
+    prefix: str,
+) -> None:
+    # The ``runs`` hash lost and the ``order`` list kept: a record written again is new to
+    # the hash, so it is pushed on the list a second time.
+    async with node(REDIS_URL, prefix) as store:
+        await store.open_channel("s")
+        await store.put_runs([made("s", "r1", 1), made("s", "r2", 2)])
+        with Redis.from_url(REDIS_URL) as raw:
+            raw.delete(f"{prefix}{{s}}:runs")
+        await store.put_runs([made("s", "r1", 1, "active")])
+        assert await store.runs("s") == [made("s", "r1", 1, "active")]
+
+
+@pytest.mark.anyio
+async def test_an_order_list_that_grew_since_it_was_read_is_not_mended_over(prefix: str) -> None:
+    # A Run made between the read and the mend was pushed on the list: writing the list
+    # read then would lose it, so the mend leaves it to a later read.
+    async with node(REDIS_URL, prefix) as store:
+        await store.open_channel("s")
+        await store.put_runs([made("s", "r1", 1), made("s", "r2", 2)])
+        with Redis.from_url(REDIS_URL) as raw:
+            raw.delete(f"{prefix}{{s}}:order")
+            await store.put_runs([made("s", "r3", 3)])  # the list now [r3], read as []
+            assert not await store._mend_order("s", 0, ["r1", "r2"])
+            assert raw.lrange(f"{prefix}{{s}}:order", 0, -1) == [b"r3"]
+            assert [r.run_id for r in await store.runs("s")] == ["r1", "r2", "r3"]
+            assert raw.lrange(f"{prefix}{{s}}:order", 0, -1) == [b"r1", b"r2", b"r3"]
+
+
+@pytest.mark.anyio
+async def test_listing_runs_is_one_round_trip_and_writes_only_to_mend_an_order(
+    prefix: str,
+) -> None:
+    async with node(REDIS_URL, prefix, history_ttl=60) as store:
+        await store.open_channel("s")
+        await store.put_runs([made("s", f"r{i}", i) for i in range(1, 4)])
+        with Redis.from_url(REDIS_URL) as raw:
+            trips = store.round_trips
+            assert len(await store.runs("s")) == 3
+            assert store.round_trips - trips == 1  # nothing lost: one round trip, no script
+            raw.delete(f"{prefix}{{s}}:order")
+            assert len(await store.runs("s")) == 3
+            assert raw.llen(f"{prefix}{{s}}:order") == 3
+            assert 0 < raw.pttl(f"{prefix}{{s}}:order") <= 60_000  # expires with its session
 
 
 # -- Redis going away -------------------------------------------------------------
