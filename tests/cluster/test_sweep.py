@@ -693,6 +693,52 @@ async def test_a_run_redis_lost_that_the_sweeping_node_has_loaded_is_ended_not_d
         await client.aclose()
 
 
+async def test_a_run_redis_lost_the_order_of_is_ended_by_one_sweep_and_loaded_by_a_fresh_node(
+    store: RedisStore, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Redis lost the session's ``order`` list (evicted, a partial restore, a DEL) but kept
+    # its ``runs`` hash: the record is there, so the sweep keeps the Run, and the hub must
+    # find it (the session's load lists every record) or it comes back in every sweep.
+    _hub, node = hub_on(store, 0.2)
+    await store.open_channel("s")
+    three = [
+        replace(active("s", "x"), run_id="r1", status="complete", owner=None, seq=1),
+        replace(active("s", "leaver"), run_id="r2", seq=2),
+        replace(active("s", "x"), run_id="r3", status="cancelled", owner=None, seq=3),
+    ]
+    await store.put_runs(three)
+    client = store.client()
+    try:
+        await client.delete(f"{store.prefix}{{s}}:order")  # as an eviction would
+        await anyio.sleep(0.25)  # the owner never marked present: past the grace
+        with caplog.at_level("WARNING", logger="runwire.relay"):
+            await node._sweep()  # one sweep
+            record = await store.run("s", "r2")
+            assert record is not None and record.status == "error"
+            assert record.error is not None and record.error["code"] == AGENT_LOST
+            assert await client.scard(store.owner_key("leaver")) == 0
+            for _ in range(2):
+                assert await store.gone_owners(0.2) == {}
+                await node._sweep()
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warned) == 1 and "Run order" in warned[0] and "'s'" in warned[0], warned
+        await client.delete(f"{store.prefix}{{s}}:order")  # lost again
+        with caplog.at_level("WARNING", logger="runwire.relay"):
+            fresh = RedisStore(REDIS_URL, prefix=redis_prefix)  # another node
+            await fresh.start()
+            try:
+                other, _ = hub_on(fresh, 0.2)
+                channel = await other.channel("s")
+                assert list(channel.registry.runs) == ["r1", "r2", "r3"]
+                assert channel.registry.runs["r2"].status == "error"
+            finally:
+                await fresh.aclose()
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warned) == 2 and "Run order" in warned[1], warned  # once on each node
+    finally:
+        await client.aclose()
+
+
 async def test_a_run_whose_end_redis_refuses_is_kept_and_ended_by_a_later_sweep(
     store: RedisStore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
