@@ -14,7 +14,15 @@ so a session's keys share one Cluster slot:
 * ``ids``: a sorted set entry id -> serial holding exactly the newest
   ``dedup_window`` ids (default 10,000): the dedup window is by count, not time;
 * ``runs`` (run id -> JSON record) and ``order`` (run ids in the order first
-  written);
+  written). ``runs()`` lists every record of ``runs``: in the order of ``order``,
+  and, should Redis have lost that list or part of it while ``runs`` survived
+  (evicted under a ``maxmemory-policy`` other than ``noeviction``, restored in
+  part, deleted), the records it does not name where their creation puts them
+  (``seq``, then ``created_ts``), so the hub still finds those Runs (an AGENT_LOST
+  sweep can end them) and clients loading the session see them. Only then is
+  there more to do than the one round trip: a script writes the list anew (unless
+  a Run was pushed on it since it was read) and the node logs a warning, once
+  per session;
 * ``live``: the pub/sub channel entries are published on (``SPUBLISH`` on
   Redis 7 and later, ``PUBLISH`` before).
 
