@@ -16,7 +16,8 @@ strings, lists, objects, error bodies, null) or left out, with whether Python ta
 No case has a float with no fraction part (``5.0``) or an integer past 2**53: after
 ``JSON.parse`` JavaScript cannot tell ``5.0`` from ``5``, so it takes an integer field of
 ``5.0`` (or ``1e3``) that Python refuses. Unknown fields are left out too: the JS client ignores
-them, as docs/protocol.md asks clients to.
+them, as docs/protocol.md asks clients to. runwire.js's own ``RELAY_FRAME_FIELDS`` must equal
+``fields`` (``test_the_js_table_is_the_models_table``).
 
 Regenerate both with ``python -m tests.transport.test_frame_vectors`` after a relay frame changes.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import types
 import typing
 from pathlib import Path
@@ -37,6 +39,7 @@ from transport.frames import RelayFrame
 ROOT = Path(__file__).resolve().parents[2]
 BOOLEANS = ROOT / "tests" / "vectors" / "frames" / "booleans.json"
 TYPES = ROOT / "tests" / "vectors" / "frames" / "types.json"
+RUNWIRE_JS = ROOT / "client_side" / "js" / "runwire.js"
 
 BASES: dict[str, dict[str, Any]] = {
     "attached": {
@@ -314,12 +317,30 @@ def type_vectors() -> dict[str, Any]:
     return {"fields": table, "bases": FULL_BASES, "cases": cases}
 
 
+def js_table() -> Any:
+    """runwire.js's ``RELAY_FRAME_FIELDS`` (written as JSON there for this test to read)."""
+    found = re.search(
+        r"^const RELAY_FRAME_FIELDS = (\{.*?^\});$",
+        RUNWIRE_JS.read_text(encoding="utf-8"),
+        re.S | re.M,
+    )
+    assert found is not None, "runwire.js has no RELAY_FRAME_FIELDS table"
+    return json.loads(found.group(1))
+
+
 def test_every_relay_frame_type_has_a_full_base() -> None:
     table = field_table()
     assert set(FULL_BASES) == set(table) == codec.RELAY_FRAME_TYPES
     for kind, base in FULL_BASES.items():
         assert takes(base), kind
         assert set(base) == {"type", *table[kind]}, kind
+
+
+def test_the_js_table_is_the_models_table() -> None:
+    assert js_table() == field_table(), (
+        "runwire.js's RELAY_FRAME_FIELDS differs from transport/frames.py: "
+        "update it (and checkRelayFrame for a new kind), then regenerate the vectors"
+    )
 
 
 def test_a_field_takes_its_type_only() -> None:
