@@ -676,7 +676,8 @@ function checkFrameField(kind, v, where) {
  * Unlike Python's models, it ignores fields it does not know (docs/protocol.md asks clients to),
  * and a frame of a type it does not know. JSON.parse makes `5.0` and `1e3` the integers 5 and
  * 1000, so an integer field takes them here, though Python refuses them. The session drops a frame
- * this refuses, as the Python client drops a frame it cannot decode.
+ * this refuses, as the Python client drops a frame it cannot decode (and fails the connect on a
+ * welcome it cannot read).
  * @param {any} frame
  * @throws {RunwireError} VALIDATION_ERROR, or PROTOCOL_ERROR for a frame that is not an object
  */
@@ -2728,6 +2729,19 @@ export class Session {
         return;
       }
       if (!isObject(frame) || typeof frame.type !== "string") return;
+      try {
+        checkRelayFrame(frame);
+      } catch (err) {
+        console.warn(`runwire: dropping a frame this client cannot read: ${err instanceof Error ? err.message : err}`);
+        if (!welcomed) {
+          // As the Python client: a first frame it cannot read (a welcome, or a refused hello's
+          // error) fails the first connect with that error; a later one closes the socket and the
+          // session connects again.
+          if (!this._first.settled) this._fatalError(/** @type {RunwireError} */ (err));
+          ws.close(4002, "cannot read the welcome");
+        }
+        return;
+      }
       if (!welcomed) {
         if (frame.type === "error") {
           this._refusal = RunwireError.fromWire(frame.error); // the close decides: retry or stop
@@ -2746,12 +2760,6 @@ export class Session {
         this._connects += 1;
         if (this.subscribe) this._attach(ws, timer);
         else this._up(ws, timer);
-        return;
-      }
-      try {
-        checkRelayFrame(frame);
-      } catch (err) {
-        console.warn(`runwire: dropping a frame this client cannot read: ${err instanceof Error ? err.message : err}`);
         return;
       }
       this._onFrame(frame);

@@ -3,7 +3,7 @@
 // a field's value exactly where Python does (a boolean true or false only; an integer a JSON integer,
 // not a string or a boolean; strings, lists of objects, objects and error bodies as the models say;
 // null only where the field is optional; a required field present), and the session drops a frame
-// Python refuses, as the Python client drops it.
+// Python refuses, as the Python client drops it (a welcome it cannot read fails the connect).
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -156,6 +156,50 @@ test('an attached whose reset is "false" is dropped, not taken for a reset: the 
       session.view.getMessages().map((m) => m.runId),
       [run.runId],
     );
+    await session.close();
+  } finally {
+    log.restore();
+  }
+});
+
+test('a welcome whose max_frame_bytes is "big" fails the connect VALIDATION_ERROR, as the Python client\'s connect fails', async () => {
+  const relay = new FakeRelay();
+  const log = warnings();
+  try {
+    rewriteOnce(relay, "welcome", { max_frame_bytes: "big" });
+    await assert.rejects(
+      withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, ...FAST })),
+      (e) => e.code === "VALIDATION_ERROR" && e.message.includes("welcome.max_frame_bytes"),
+    );
+    assert.ok(log.said.some((w) => w.includes("dropping a frame") && w.includes("welcome.max_frame_bytes")));
+    assert.equal(relay.frames("hello").length, 1);
+    assert.equal(relay.frames("attach").length, 0);
+  } finally {
+    log.restore();
+  }
+});
+
+test("a welcome that cannot be read on a reconnect is dropped with its socket: the session connects again and goes on", async () => {
+  const relay = new FakeRelay();
+  const log = warnings();
+  try {
+    const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket, ...FAST }));
+    const states = [];
+    session.on("state", (s) => states.push(s));
+    rewriteOnce(relay, "welcome", { max_frame_bytes: "big" });
+    relay.dropAll();
+    await until(() => log.said.some((w) => w.includes("dropping a frame") && w.includes("welcome.max_frame_bytes")));
+    await until(() => session.connected && relay.frames("hello").length === 3, 3000);
+    // The unreadable welcome's socket never attached; the next one did, and kept the relay's limit.
+    assert.equal(relay.frames("attach").length, 2);
+    assert.equal(session._maxFrameBytes, 1048576);
+    const run = await withTimeout(session.send("hi"));
+    assert.deepEqual(
+      session.view.getMessages().map((m) => m.runId),
+      [run.runId],
+    );
+    assert.equal(states.at(-1), "connected");
+    assert.ok(!states.includes("closed"));
     await session.close();
   } finally {
     log.restore();
