@@ -164,9 +164,14 @@ export function endReason(status: string): RunEndReason | null;
  */
 export function decodeEntry(raw: unknown): Entry;
 /**
- * Check a relay frame's boolean fields as the relay's models do: `true`/`false` only, null only
- * where optional. Throws RunwireError("VALIDATION_ERROR") (the session drops such a frame, as the
- * Python client does), or "PROTOCOL_ERROR" for a frame that is not an object.
+ * Check a relay frame's fields as the relay's models do (`transport.codec.decode_relay_frame`):
+ * every field of `welcome`, `attached`, `ack`, `page`, `deliver`, `dispatch` and `error` has its
+ * type (an integer a JSON integer, not `true` or `"5"`; a boolean `true`/`false` only; strings,
+ * objects, lists of objects for `entries`, an error body), null only where optional, a required one
+ * present. Fields it does not know are ignored, as is a frame of a type it does not know; the
+ * entries themselves are decodeEntry's to check. Throws RunwireError("VALIDATION_ERROR") (the
+ * session drops such a frame, as the Python client does, and fails the connect on such a
+ * `welcome`), or "PROTOCOL_ERROR" for a frame that is not an object.
  */
 export function checkRelayFrame(frame: unknown): void;
 
