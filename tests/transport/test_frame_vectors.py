@@ -220,6 +220,7 @@ KINDS: tuple[tuple[Any, str], ...] = (
     (list[dict[str, Any]], "entries"),
     (frames.Multitask, "multitask"),
     (frames.ErrorBody, "error"),
+    (frames.RelayErrorBody, "error"),  # the error frame's (unknown fields ignored)
 )
 
 PROBES: tuple[Any, ...] = (
