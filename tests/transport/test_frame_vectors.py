@@ -101,12 +101,16 @@ def takes(frame: dict[str, Any]) -> bool:
     return True
 
 
-def vectors() -> dict[str, Any]:
+def _cases(
+    fields: dict[str, Any], bases: dict[str, dict[str, Any]], values: tuple[Any, ...]
+) -> list[dict[str, Any]]:
+    """Each field of each frame type (``fields``: type -> its fields) set to each of
+    ``values`` in that type's base frame, or left out, with whether Python takes it."""
     cases = []
-    for kind, fields in boolean_fields().items():
-        for field in fields:
-            for value in (*VALUES, _ABSENT):
-                frame = copy.deepcopy(BASES[kind])
+    for kind, names in fields.items():
+        for field in names:
+            for value in (*values, _ABSENT):
+                frame = copy.deepcopy(bases[kind])
                 case: dict[str, Any] = {"type": kind, "field": field}
                 if value is _ABSENT:
                     del frame[field]
@@ -114,7 +118,11 @@ def vectors() -> dict[str, Any]:
                     frame[field] = case["value"] = value
                 case["valid"] = takes(frame)
                 cases.append(case)
-    return {"bases": BASES, "cases": cases}
+    return cases
+
+
+def vectors() -> dict[str, Any]:
+    return {"bases": BASES, "cases": _cases(boolean_fields(), BASES, VALUES)}
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -303,19 +311,7 @@ def field_table() -> dict[str, dict[str, list[str]]]:
 
 def type_vectors() -> dict[str, Any]:
     table = field_table()
-    cases = []
-    for kind, fields in table.items():
-        for field in fields:
-            for value in (*PROBES, _ABSENT):
-                frame = copy.deepcopy(FULL_BASES[kind])
-                case: dict[str, Any] = {"type": kind, "field": field}
-                if value is _ABSENT:
-                    del frame[field]
-                else:
-                    frame[field] = case["value"] = value
-                case["valid"] = takes(frame)
-                cases.append(case)
-    return {"fields": table, "bases": FULL_BASES, "cases": cases}
+    return {"fields": table, "bases": FULL_BASES, "cases": _cases(table, FULL_BASES, PROBES)}
 
 
 def js_table() -> Any:
