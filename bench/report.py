@@ -157,14 +157,19 @@ def _div(a: float, b: float) -> float:
     return a / b if b else math.nan
 
 
+def _measured(results: dict[str, dict[str, Any]], phase: str, kind: str) -> dict[str, Any]:
+    """The result of relay ``kind`` on ``phase``: empty when it was not measured or failed."""
+    value = results.get(phase, {}).get(kind, {})
+    return value if "failed" not in value else {}
+
+
 def compute_metrics(results: dict[str, dict[str, Any]], relays: Sequence[str]) -> dict[str, Any]:
     """``{relay: {metric: value}}`` (NaN where a phase failed)."""
     out: dict[str, dict[str, float]] = {}
     for kind in relays:
 
         def get(phase: str, k: str = kind) -> dict[str, Any]:
-            value = results.get(phase, {}).get(k, {})
-            return value if "failed" not in value else {}
+            return _measured(results, phase, k)
 
         one, many, lat, steer, steer_all, idle = (
             get(p)
@@ -466,8 +471,7 @@ def compute_redis_metrics(
     for kind in kinds:
 
         def get(phase: str, k: str = kind) -> dict[str, Any]:
-            value = results.get(phase, {}).get(k, {})
-            return value if "failed" not in value else {}
+            return _measured(results, phase, k)
 
         many, lat, half = get("throughput_n"), get("latency"), get("latency_half", "redis1")
         steer = get("steer")
@@ -560,10 +564,7 @@ def compute_half_load(
     out: dict[str, dict[str, float]] = {}
 
     def cpu(phase: str, kind: str) -> float:
-        value = results.get(phase, {}).get(kind)
-        if not value or "failed" in value:
-            return math.nan
-        return _node_cpu_per_10k(value)
+        return _node_cpu_per_10k(_measured(results, phase, kind))  # NaN when not measured
 
     pairs = {k: (cpu("latency", k), cpu("latency_half", k)) for k in HALF_KINDS if k in kinds}
     if "redis2" in kinds and "redis1" in kinds:
