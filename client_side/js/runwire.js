@@ -400,10 +400,14 @@ const KIND_FIELDS = {
 };
 const INTERRUPT_FIELDS = ["id", "kind", "reason", "message", "response_schema", "expires_at", "tool_call_id", "tool_name", "details", "response"];
 
-/** A wire error object (`code`, `message`, `details`). @param {any} raw @param {string} where */
-function errorBody(raw, where) {
+/**
+ * A wire error object (`code`, `message`, `details`). Other fields are refused, as in entries,
+ * unless `unknownOk` (the error object of a relay frame, whose unknown fields a client ignores).
+ * @param {any} raw @param {string} where @param {boolean} [unknownOk]
+ */
+function errorBody(raw, where, unknownOk = false) {
   if (!isObject(raw) || typeof raw.code !== "string") invalid(where, "must be an error object");
-  checkKeys(raw, ["code", "message", "details"], where);
+  if (!unknownOk) checkKeys(raw, ["code", "message", "details"], where);
   // Absent, they default; null is refused, as ErrorBody does.
   if (raw.message !== undefined && typeof raw.message !== "string") invalid(`${where}.message`, "must be a string");
   if (raw.details !== undefined && !isObject(raw.details)) invalid(`${where}.details`, "must be an object");
@@ -654,13 +658,7 @@ function checkFrameField(kind, v, where) {
       if (!MULTITASK_STRATEGIES.includes(v)) invalid(where, `must be one of ${MULTITASK_STRATEGIES.join(", ")}`);
       return;
     case "error":
-      // As ErrorBody: a string code; message and details may be absent (not null). Unknown
-      // fields are not refused, as in the frames.
-      if (!isObject(v)) invalid(where, "must be an object");
-      if (v.code === undefined) invalid(`${where}.code`, "field required");
-      if (typeof v.code !== "string") invalid(`${where}.code`, "must be a string");
-      if (v.message !== undefined && typeof v.message !== "string") invalid(`${where}.message`, "must be a string");
-      if (v.details !== undefined && !isObject(v.details)) invalid(`${where}.details`, "must be an object");
+      errorBody(v, where, true); // unknown fields are not refused, as in the frames
       return;
     default:
       throw new Error(`runwire: RELAY_FRAME_FIELDS names an unknown kind ${kind}`);
