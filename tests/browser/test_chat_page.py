@@ -2,7 +2,8 @@
 
 A relay serving the page and runwire.js, and the demo agent (runwire.demo's
 model under agent_side.steering_loop), run in process on a loopback port;
-two pages open the same session. Screenshots go to test-artifacts/.
+two pages open the same session. Screenshots go to test-artifacts/, and the
+ones the docs show to docs/img/.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 WAIT = 20_000  # ms, for any one thing to show up in a page
+
+
+def docs_img(name: str) -> Path:
+    """Where a screenshot the docs show is written (docs/img/, committed)."""
+    (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
+    return ROOT / "docs" / "img" / name
 
 
 @asynccontextmanager
@@ -133,6 +140,7 @@ async def test_two_tabs_send_steer_and_cancel(browser: Browser, url: str) -> Non
         shot = ARTIFACTS / "chat-page-steered.png"
         await one.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
+        await one.screenshot(path=str(docs_img("chat-steered.png")))
 
         # A long reply started in the first tab, stopped from the second: cancelled in both.
         await say(one, "Plan a 14-day trip to Rome.")
@@ -212,10 +220,13 @@ async def test_a_paused_runs_question_is_answered_from_another_tab(
     await say(one, "Deploy the api")
     for page in (one, two):
         question = page.get_by_test_id("question")
-        await expect(question).to_contain_text("Where should api go? (eu, us)")
+        await expect(question).to_contain_text("Where should api go?")
+        # An enum is answered with a button per member, in the conversation.
+        await expect(question.get_by_test_id("choice")).to_have_text(["eu", "us"])
+        await expect(page.get_by_test_id("messages").get_by_test_id("question")).to_have_count(1)
         await expect(run_item(page, "suspended")).to_have_count(1)
-    await two.get_by_test_id("answer").fill("EU")
-    await two.get_by_test_id("answer").press("Enter")
+    await one.screenshot(path=str(docs_img("chat-question.png")))
+    await two.get_by_test_id("question").get_by_role("button", name="eu").click()
     for page in (one, two):
         await expect(run_item(page, "complete")).to_have_count(1)
         await expect(assistant(page).last).to_contain_text("Done: api is live in eu.")
@@ -240,7 +251,7 @@ async def test_a_stop_pressed_and_a_selection_made_while_a_reply_streams_hold(
         await expect(reply).to_contain_text("Day 1:")
         selected = await page.evaluate(
             """() => {
-                const body = document.querySelector('[data-role="assistant"] .body');
+                const body = document.querySelector('[data-role="assistant"] .body p');
                 const range = document.createRange();
                 range.setStart(body.firstChild, 0);
                 range.setEnd(body.firstChild, 9);
