@@ -295,3 +295,37 @@ async def test_the_runs_panel_lists_the_newest_twenty(browser: Browser) -> None:
             )
             await page.locator("#runs-title").click()
             await expect(page.get_by_test_id("runs")).to_be_hidden()
+
+
+async def test_a_reader_scrolled_up_keeps_their_place_while_the_reply_streams(
+    browser: Browser,
+) -> None:
+    """The reply re-renders as Markdown on every frame: a reader who scrolled up stays where
+    they are, and one at the bottom follows the reply down."""
+    gate = anyio.Event()
+    with anyio.fail_after(90):
+        async with serve_chat(gate) as url:
+            page = await open_chat(browser, url, width=390, height=560)
+            for i in range(3):  # failed Runs fill the conversation above the reply
+                await base.say(page, f"fail {i}")
+                await expect(base.run_item(page, "error")).to_have_count(i + 1)
+                await expect(page.get_by_test_id("primary")).to_have_text("Send")
+            await base.say(page, "markdown")
+            box = page.get_by_test_id("messages")
+            await expect(box.locator("table")).to_be_visible()
+            assert await box.evaluate("(el) => el.scrollHeight > el.clientHeight + 100")
+            await box.evaluate("(el) => { el.scrollTop = 40; }")
+            gate.set()
+            await expect(base.run_item(page, "complete")).to_have_count(1)
+            await expect(box.locator("pre code")).to_contain_text("return 120 * days")
+            assert await box.evaluate("(el) => el.scrollTop") == 40
+
+            reply = page.locator(".msg.assistant").last
+            await box.evaluate("(el) => { el.scrollTop = el.scrollHeight; }")
+            await base.say(page, "markdown again")
+            await expect(base.run_item(page, "complete")).to_have_count(2)
+            await expect(reply).to_be_visible()
+            await expect(box.locator("pre code").last).to_contain_text("return 120 * days")
+            assert await box.evaluate(
+                "(el) => el.scrollHeight - el.scrollTop - el.clientHeight < 2"
+            ), "the view did not follow the reply to its end"
