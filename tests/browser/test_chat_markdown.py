@@ -29,6 +29,8 @@ pytestmark = pytest.mark.anyio
 chromium = base.chromium
 browser = base.browser
 
+MY_CHAT = base.ROOT / "examples" / "browser" / "my-chat.html"
+
 WIDE_LINE = "x = " + " + ".join(f"item_{i}" for i in range(40))
 
 HEAD = """## Packing list
@@ -62,7 +64,7 @@ BOOKING = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "title": "Name"},
-        "nights": {"type": "integer", "title": "Nights"},
+        "nights": {"type": "integer", "title": "Nights", "minimum": 1},
         "vegan": {"type": "boolean", "title": "Vegan meals"},
         "room": {"enum": ["single", "double"], "title": "Room"},
     },
@@ -246,6 +248,14 @@ async def test_an_object_question_gets_a_form_and_its_answer_is_typed(browser: B
             await expect(question).to_contain_text("Who is the booking for?")
             await expect(question.get_by_test_id("choice")).to_have_count(0)
             await question.get_by_test_id("field-name").fill("Ana")
+            # An answer the relay finds outside the schema is refused in the card, in words.
+            await question.get_by_test_id("field-nights").fill("0")
+            await question.get_by_test_id("field-room").select_option(label="single")
+            await question.get_by_test_id("submit-answer").click()
+            await expect(question.get_by_test_id("question-error")).to_have_text(
+                "That answer does not fit the question. Check it and try again."
+            )
+            await expect(question.get_by_test_id("submit-answer")).to_be_enabled()
             await question.get_by_test_id("field-nights").fill("3")
             await question.get_by_test_id("field-vegan").check()
             await question.get_by_test_id("field-room").select_option(label="double")
@@ -329,3 +339,41 @@ async def test_a_reader_scrolled_up_keeps_their_place_while_the_reply_streams(
             assert await box.evaluate(
                 "(el) => el.scrollHeight - el.scrollTop - el.clientHeight < 2"
             ), "the view did not follow the reply to its end"
+
+
+async def test_the_how_tos_own_page_renders_markdown_and_answers_a_question(
+    browser: Browser,
+) -> None:
+    """examples/browser/my-chat.html, the page docs/howto/chat-page.md builds, works."""
+    with anyio.fail_after(60):
+        async with relay.serve(
+            host="127.0.0.1", port=0, store="memory://", index_html=str(MY_CHAT)
+        ) as server:
+            agent = agent_side.Agent(server.url, name="default")
+
+            @agent.on_run
+            async def handle(run: agent_side.Run) -> None:
+                await answer(run, None)
+
+            async with agent:
+                page = await browser.new_page(viewport={"width": 390, "height": 700})
+                page.set_default_timeout(base.WAIT)
+                await page.goto(f"http://127.0.0.1:{server.port}/")
+                await page.locator("#text").fill("markdown")
+                await page.locator("#text").press("Enter")
+                await expect(page.locator(".assistant h2")).to_have_text("Packing list")
+                await expect(page.locator(".assistant .hljs-keyword").first).to_have_text("def")
+                await expect(page.locator(".assistant")).to_contain_text("<script>")
+                assert await page.locator("#log script, #log img, [onerror]").count() == 0
+                await page.locator("#text").fill("deploy the api")
+                await page.locator("#text").press("Enter")
+                await page.get_by_test_id("question").get_by_role("button", name="us").click()
+                await expect(page.locator(".assistant").last).to_have_text(
+                    "Deploying the api to us."
+                )
+                await expect(page.get_by_test_id("question")).to_have_count(0)
+                await page.locator("#text").fill("fail")
+                await page.locator("#text").press("Enter")
+                await expect(page.locator("#log")).to_contain_text(
+                    "The agent ran into a problem and stopped this reply."
+                )

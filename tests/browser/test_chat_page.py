@@ -358,6 +358,10 @@ async def test_a_message_too_large_for_the_relay_is_refused_and_given_back(
         )
         await page.get_by_test_id("primary").click()
         await expect(page.get_by_test_id("messages")).to_contain_text("PAYLOAD_TOO_LARGE")
+        # In words on the page; the code itself is under the line's details.
+        error = page.get_by_test_id("error")
+        await expect(error).to_contain_text("That message is too large to send.")
+        await expect(error).to_have_attribute("data-code", "PAYLOAD_TOO_LARGE")
         assert await page.evaluate(
             "() => document.querySelector('[data-testid=input]').value.length"
         ) == len(big)
