@@ -326,6 +326,7 @@ export function questionCard(q, { answer, decline }) {
   problem.className = "question-error";
   problem.dataset.testid = "question-error";
   problem.hidden = true;
+  form.addEventListener("input", () => { problem.hidden = true; });
   const { button: more, block } = detailsToggle();
   block.append(detailLine("question", q.id));
   if (q.response_schema) block.append(detailLine("schema", q.response_schema));

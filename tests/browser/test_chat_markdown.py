@@ -257,6 +257,7 @@ async def test_an_object_question_gets_a_form_and_its_answer_is_typed(browser: B
             )
             await expect(question.get_by_test_id("submit-answer")).to_be_enabled()
             await question.get_by_test_id("field-nights").fill("3")
+            await expect(question.get_by_test_id("question-error")).to_be_hidden()
             await question.get_by_test_id("field-vegan").check()
             await question.get_by_test_id("field-room").select_option(label="double")
             await page.screenshot(path=shot("chat-form.png"))
