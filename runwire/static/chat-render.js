@@ -64,8 +64,9 @@ purify.addHook("afterSanitizeAttributes", (node) => {
     node.setAttribute("rel", "noopener noreferrer nofollow");
   }
   if (node.tagName === "INPUT") {
-    if (node.getAttribute("type") !== "checkbox") node.remove();
-    else node.setAttribute("disabled", "");
+    // Only a task list's box comes from Markdown: shown, never a field to fill in.
+    node.setAttribute("type", "checkbox");
+    node.setAttribute("disabled", "");
   }
 });
 

@@ -100,6 +100,10 @@ async def answer(run: agent_side.Run, gate: anyio.Event | None) -> None:
         choice = await run.interrupt(message="Where should the api go?", response_schema=REGION)
         await run.pipe(chunks(f"Deploying the api to **{choice['region']}**."))
         await run.end("complete")
+    elif word == "approve":
+        approval = await run.interrupt(kind="approval", message="Delete the old backups?")
+        await run.pipe(chunks(f"approved: {approval['approved']}"))
+        await run.end("complete")
     elif word == "book":
         booking: dict[str, Any] = await run.interrupt(
             message="Who is the booking for?", response_schema=BOOKING
@@ -378,3 +382,82 @@ async def test_the_how_tos_own_page_renders_markdown_and_answers_a_question(
                 await expect(page.locator("#log")).to_contain_text(
                     "The agent ran into a problem and stopped this reply."
                 )
+
+
+async def test_an_approval_is_answered_with_approve_or_deny(browser: Browser) -> None:
+    with anyio.fail_after(60):
+        async with serve_chat() as url:
+            page = await open_chat(browser, url)
+            await base.say(page, "approve the clean-up")
+            question = page.get_by_test_id("question")
+            await expect(question).to_contain_text("Delete the old backups?")
+            await expect(question.get_by_test_id("choice")).to_have_text(["Approve", "Deny"])
+            await question.get_by_role("button", name="Deny").click()
+            reply = page.locator('[data-testid="message"][data-role="assistant"]').last
+            await expect(reply.locator(".body")).to_have_text("approved: False")
+
+
+SHAPES = [
+    ({"enum": ["a", "b"]}, {"kind": "choice", "members": ["a", "b"]}),
+    ({"type": "boolean"}, {"kind": "choice", "members": [True, False]}),
+    (
+        {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        {"kind": "choice", "field": "ok", "members": [True, False]},
+    ),
+    (  # pydantic writes an Enum class as a $ref into $defs
+        {
+            "$defs": {"Size": {"enum": ["s", "m"], "type": "string"}},
+            "type": "object",
+            "properties": {"size": {"$ref": "#/$defs/Size"}},
+        },
+        {"kind": "choice", "field": "size", "members": ["s", "m"]},
+    ),
+    (  # an optional field (anyOf with null) is still a simple one
+        {
+            "type": "object",
+            "properties": {
+                "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "n": {"type": "number"},
+            },
+        },
+        {
+            "kind": "form",
+            "fields": [["note", {"type": "string"}], ["n", {"type": "number"}]],
+        },
+    ),
+    (
+        {"type": "object", "properties": {"a": {"type": "object"}, "b": {"type": "string"}}},
+        {"kind": "text"},
+    ),
+    ({"type": "array", "items": {"type": "string"}}, {"kind": "text"}),
+    (None, {"kind": "text"}),
+]
+
+
+async def test_each_schema_gets_its_control(browser: Browser) -> None:
+    """chat-render.js's questionShape and readAnswer, run in the browser as the page does."""
+    with anyio.fail_after(60):
+        async with serve_chat() as url:
+            page = await open_chat(browser, url)
+            got = await page.evaluate(
+                """async (schemas) => {
+                    const m = await import("/static/chat-render.js");
+                    return schemas.map((s) => m.questionShape(
+                        { kind: "input", response_schema: s }));
+                }""",
+                [schema for schema, _ in SHAPES],
+            )
+            assert got == [want for _, want in SHAPES]
+            answers = await page.evaluate(
+                """async () => {
+                    const { readAnswer } = await import("/static/chat-render.js");
+                    return [
+                        readAnswer("EU", { enum: ["eu", "us"] }),
+                        readAnswer("42", { type: "string" }),
+                        readAnswer("42", { type: "integer" }),
+                        readAnswer('{"a": 1}', null),
+                        readAnswer("plain words", null),
+                    ];
+                }"""
+            )
+            assert answers == ["eu", "42", 42, {"a": 1}, "plain words"]
