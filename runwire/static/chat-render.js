@@ -83,18 +83,78 @@ function highlight(fragment) {
   }
 }
 
+/** Markdown block (with the reply's link definitions) -> its safe, highlighted HTML. */
+const blocks = new Map();
+const BLOCKS_KEPT = 2000;
+
+/** One top-level block of Markdown as safe HTML: parsed, sanitised, then highlighted. */
+function blockHtml(token, links) {
+  const html = markdownParser.parser(Object.assign([token], { links }));
+  const fragment = purify.sanitize(html, { ALLOWED_TAGS, ALLOWED_ATTR, RETURN_DOM_FRAGMENT: true });
+  highlight(fragment);
+  const box = document.createElement("div");
+  box.append(fragment);
+  return box.innerHTML;
+}
+
+/** The safe HTML of each top-level block of `text`, each remembered once rendered. */
+function markdownBlocks(text) {
+  const tokens = markdownParser.lexer(text);
+  const links = tokens.links ?? {};
+  const linkKey = Object.keys(links).length ? JSON.stringify(links) : "";
+  return tokens.map((token) => {
+    const key = `${linkKey}\u0000${token.raw}`;
+    let safe = blocks.get(key);
+    if (safe === undefined) {
+      safe = blockHtml(token, links);
+      if (blocks.size >= BLOCKS_KEPT) blocks.delete(blocks.keys().next().value);
+      blocks.set(key, safe);
+    }
+    return safe;
+  });
+}
+
+/** Safe HTML as an inert fragment: nothing in a template's content runs or loads. */
+function fragmentOf(html) {
+  const template = document.createElement("template");
+  template.innerHTML = html;
+  return template.content;
+}
+
 /**
  * Markdown as a sanitised DOM fragment: headings, emphasis, lists, tables, links, and code
  * blocks highlighted. Raw HTML shows as text; scripts, handlers and images never reach it.
  * @param {string} text @returns {DocumentFragment}
  */
 export function renderMarkdown(text) {
-  const html = markdownParser.parse(text, { async: false });
-  const fragment = purify.sanitize(html, {
-    ALLOWED_TAGS, ALLOWED_ATTR, RETURN_DOM_FRAGMENT: true,
-  });
-  highlight(fragment);
-  return fragment;
+  return fragmentOf(markdownBlocks(text).join(""));
+}
+
+const shownBlocks = new WeakMap();
+
+/**
+ * Show `text` as Markdown in `el`, for a reply that grows: call it again with the longer
+ * text. Each top-level block sits in its own `div.md-block` (styled `display: contents`).
+ * A block that did not change is not touched, and the one that grew is merged (see morph),
+ * so each call costs about one block's work.
+ * @param {Element} el @param {string} text
+ */
+export function renderMarkdownInto(el, text) {
+  const next = markdownBlocks(text);
+  const shown = shownBlocks.get(el) ?? [];
+  let same = 0;
+  while (same < next.length && same < shown.length && next[same] === shown[same]) same++;
+  for (let i = same; i < next.length; i++) {
+    let box = el.children[i];
+    if (box === undefined) {
+      box = document.createElement("div");
+      box.className = "md-block";
+      el.append(box);
+    }
+    morph(box, fragmentOf(next[i]));
+  }
+  while (el.children.length > next.length) el.lastElementChild.remove();
+  shownBlocks.set(el, next);
 }
 
 /**

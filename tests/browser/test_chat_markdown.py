@@ -22,7 +22,6 @@ import agent_side
 import relay
 from runwire.demo import PAGE, page_url
 from tests.browser import test_chat_page as base
-from transport import new_id
 
 pytestmark = pytest.mark.anyio
 
@@ -128,7 +127,7 @@ async def serve_chat(gate: anyio.Event | None = None) -> AsyncIterator[str]:
             await answer(run, gate)
 
         async with agent:
-            yield page_url(server.port, f"md-{new_id()[:8]}")
+            yield page_url(server.port, "docs-demo")  # a fresh relay: a fixed id is new
 
 
 async def open_chat(browser: Browser, url: str, width: int = 1100, height: int = 760) -> Page:
@@ -137,10 +136,6 @@ async def open_chat(browser: Browser, url: str, width: int = 1100, height: int =
     await page.goto(url)
     await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "connected")
     return page
-
-
-def shot(name: str) -> str:
-    return str(base.docs_img(name))
 
 
 async def test_markdown_renders_as_html_and_the_payload_stays_inert(browser: Browser) -> None:
@@ -158,7 +153,7 @@ async def test_markdown_renders_as_html_and_the_payload_stays_inert(browser: Bro
                 "() => { window.firstP = document.querySelector('.msg.assistant .body p'); }"
             )
             await expect(reply).to_have_class(re.compile(r"\bstreaming\b"))
-            await page.screenshot(path=shot("chat-streaming.png"))
+            await base.docs_shot(page, "chat-streaming.png")
             gate.set()
             await expect(base.run_item(page, "complete")).to_have_count(1)
 
@@ -183,7 +178,7 @@ async def test_markdown_renders_as_html_and_the_payload_stays_inert(browser: Bro
             assert await page.evaluate("() => window.pwned") is None
             # A code line wider than the bubble scrolls inside the block, not the page.
             assert await page.evaluate("() => document.documentElement.scrollWidth <= innerWidth")
-            await page.screenshot(path=shot("chat-markdown.png"))
+            await base.docs_shot(page, "chat-markdown.png")
 
 
 async def test_details_show_the_run_id_and_tool_json_only_when_asked(browser: Browser) -> None:
@@ -234,7 +229,7 @@ async def test_an_enum_question_is_answered_by_a_choice_on_a_phone(browser: Brow
             )
             assert overflow == [], f"wider than the screen: {overflow}"
             assert await page.evaluate("() => document.documentElement.scrollWidth") <= 390
-            await page.screenshot(path=shot("chat-phone.png"))
+            await base.docs_shot(page, "chat-phone.png")
             await question.get_by_role("button", name="eu").click()
             reply = page.locator('[data-testid="message"][data-role="assistant"]').last
             await expect(reply).to_contain_text("Deploying the api to eu.")
@@ -264,7 +259,7 @@ async def test_an_object_question_gets_a_form_and_its_answer_is_typed(browser: B
             await expect(question.get_by_test_id("question-error")).to_be_hidden()
             await question.get_by_test_id("field-vegan").check()
             await question.get_by_test_id("field-room").select_option(label="double")
-            await page.screenshot(path=shot("chat-form.png"))
+            await base.docs_shot(page, "chat-form.png")
             await question.get_by_test_id("submit-answer").click()
             reply = page.locator('[data-testid="message"][data-role="assistant"]').last
             booked = {"name": "Ana", "nights": 3, "room": "double", "vegan": True}
@@ -461,3 +456,34 @@ async def test_each_schema_gets_its_control(browser: Browser) -> None:
                 }"""
             )
             assert answers == ["eu", "42", 42, {"a": 1}, "plain words"]
+
+
+async def test_rendering_a_growing_reply_block_by_block_equals_rendering_it_whole(
+    browser: Browser,
+) -> None:
+    """renderMarkdownInto remembers finished blocks; at every length of a reply it shows
+    what rendering the whole text afresh shows (a link defined at the end included)."""
+    text = HEAD + TAIL + "\nSee [the guide][g] and:\n\n- one\n- two\n\n[g]: https://example.com/g\n"
+    with anyio.fail_after(60):
+        async with serve_chat() as url:
+            page = await open_chat(browser, url)
+            mismatches = await page.evaluate(
+                """async (text) => {
+                    const m = await import("/static/chat-render.js");
+                    const live = document.createElement("div");
+                    const bad = [];
+                    for (let n = 1; n <= text.length; n += 5) {
+                        const prefix = text.slice(0, Math.min(n, text.length));
+                        m.renderMarkdownInto(live, prefix);
+                        const whole = document.createElement("div");
+                        whole.append(m.renderMarkdown(prefix));
+                        const shown = [...live.children].map((b) => b.innerHTML).join("");
+                        if (shown !== whole.innerHTML) bad.push(n);
+                    }
+                    m.renderMarkdownInto(live, text);
+                    const link = live.querySelector('a[href="https://example.com/g"]');
+                    return { bad, link: link && link.textContent };
+                }""",
+                text,
+            )
+            assert mismatches == {"bad": [], "link": "the guide"}

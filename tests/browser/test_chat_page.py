@@ -31,10 +31,13 @@ ARTIFACTS = ROOT / "test-artifacts"
 WAIT = 20_000  # ms, for any one thing to show up in a page
 
 
-def docs_img(name: str) -> Path:
-    """Where a screenshot the docs show is written (docs/img/, committed)."""
+async def docs_shot(page: Page, name: str) -> None:
+    """Take a screenshot the docs show into docs/img/ (committed).
+
+    The same page gives the same picture: session ids are fixed, animations stopped.
+    """
     (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
-    return ROOT / "docs" / "img" / name
+    await page.screenshot(path=str(ROOT / "docs" / "img" / name), animations="disabled")
 
 
 @asynccontextmanager
@@ -60,7 +63,7 @@ async def serve_page(*, deaf: bool = False) -> AsyncIterator[str]:
             await run.end("complete")
 
         async with agent:
-            yield page_url(server.port, f"browser-{new_id()[:8]}")
+            yield page_url(server.port, "trip-demo")  # a fresh relay: a fixed id is new
 
 
 @pytest.fixture
@@ -140,7 +143,7 @@ async def test_two_tabs_send_steer_and_cancel(browser: Browser, url: str) -> Non
         shot = ARTIFACTS / "chat-page-steered.png"
         await one.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
-        await one.screenshot(path=str(docs_img("chat-steered.png")))
+        await docs_shot(one, "chat-steered.png")
 
         # A long reply started in the first tab, stopped from the second: cancelled in both.
         await say(one, "Plan a 14-day trip to Rome.")
@@ -225,7 +228,7 @@ async def test_a_paused_runs_question_is_answered_from_another_tab(
         await expect(question.get_by_test_id("choice")).to_have_text(["eu", "us"])
         await expect(page.get_by_test_id("messages").get_by_test_id("question")).to_have_count(1)
         await expect(run_item(page, "suspended")).to_have_count(1)
-    await one.screenshot(path=str(docs_img("chat-question.png")))
+    await docs_shot(one, "chat-question.png")
     await two.get_by_test_id("question").get_by_role("button", name="eu").click()
     for page in (one, two):
         await expect(run_item(page, "complete")).to_have_count(1)
