@@ -6,8 +6,9 @@ closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
 connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
 ``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
 /metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
-(``client_side/js/runwire.js``), and ``GET /`` the ``index_html`` file when
-that option names one. ``/v1/...`` is the HTTP API for back ends without a
+(``client_side/js/runwire.js``), ``GET /static/...`` the chat page's own files
+(a fixed list, ``relay.static_files``), and ``GET /`` the ``index_html`` file
+when that option names one. ``/v1/...`` is the HTTP API for back ends without a
 socket (``relay.http_api``, which also explains how request bodies are read).
 
 Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
@@ -67,6 +68,7 @@ from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
 from .peer import Flusher, Peer
+from .static_files import static_file
 from .store import open_store
 from .store.base import Store
 
@@ -158,6 +160,11 @@ async def serve(
                 js = _file(CLIENT_JS, "application/javascript; charset=utf-8")
                 js.headers["Access-Control-Allow-Origin"] = "*"
                 return js
+            served = static_file(path)
+            if served is not None:
+                static = _file(*served)
+                static.headers["Access-Control-Allow-Origin"] = "*"
+                return static
             if path == "/" and opts.index_html is not None and not _upgrade(request):
                 return _file(Path(opts.index_html), "text/html; charset=utf-8")
             if not _upgrade(request):

@@ -2,7 +2,8 @@
 
 A relay serving the page and runwire.js, and the demo agent (runwire.demo's
 model under agent_side.steering_loop), run in process on a loopback port;
-two pages open the same session. Screenshots go to test-artifacts/.
+two pages open the same session. Screenshots go to test-artifacts/, and the
+ones the docs show to docs/img/.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ ARTIFACTS = ROOT / "test-artifacts"
 WAIT = 20_000  # ms, for any one thing to show up in a page
 
 
+async def docs_shot(page: Page, name: str) -> None:
+    """Take a screenshot the docs show into docs/img/ (committed).
+
+    The same page gives the same picture: session ids are fixed, animations stopped.
+    """
+    (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(ROOT / "docs" / "img" / name), animations="disabled")
+
+
 @asynccontextmanager
 async def serve_page(*, deaf: bool = False) -> AsyncIterator[str]:
     """The chat page's URL on a fresh relay with a demo agent behind it.
@@ -53,7 +63,7 @@ async def serve_page(*, deaf: bool = False) -> AsyncIterator[str]:
             await run.end("complete")
 
         async with agent:
-            yield page_url(server.port, f"browser-{new_id()[:8]}")
+            yield page_url(server.port, "trip-demo")  # a fresh relay: a fixed id is new
 
 
 @pytest.fixture
@@ -133,6 +143,7 @@ async def test_two_tabs_send_steer_and_cancel(browser: Browser, url: str) -> Non
         shot = ARTIFACTS / "chat-page-steered.png"
         await one.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
+        await docs_shot(one, "chat-steered.png")
 
         # A long reply started in the first tab, stopped from the second: cancelled in both.
         await say(one, "Plan a 14-day trip to Rome.")
@@ -212,10 +223,13 @@ async def test_a_paused_runs_question_is_answered_from_another_tab(
     await say(one, "Deploy the api")
     for page in (one, two):
         question = page.get_by_test_id("question")
-        await expect(question).to_contain_text("Where should api go? (eu, us)")
+        await expect(question).to_contain_text("Where should api go?")
+        # An enum is answered with a button per member, in the conversation.
+        await expect(question.get_by_test_id("choice")).to_have_text(["eu", "us"])
+        await expect(page.get_by_test_id("messages").get_by_test_id("question")).to_have_count(1)
         await expect(run_item(page, "suspended")).to_have_count(1)
-    await two.get_by_test_id("answer").fill("EU")
-    await two.get_by_test_id("answer").press("Enter")
+    await docs_shot(one, "chat-question.png")
+    await two.get_by_test_id("question").get_by_role("button", name="eu").click()
     for page in (one, two):
         await expect(run_item(page, "complete")).to_have_count(1)
         await expect(assistant(page).last).to_contain_text("Done: api is live in eu.")
@@ -240,7 +254,7 @@ async def test_a_stop_pressed_and_a_selection_made_while_a_reply_streams_hold(
         await expect(reply).to_contain_text("Day 1:")
         selected = await page.evaluate(
             """() => {
-                const body = document.querySelector('[data-role="assistant"] .body');
+                const body = document.querySelector('[data-role="assistant"] .body p');
                 const range = document.createRange();
                 range.setStart(body.firstChild, 0);
                 range.setEnd(body.firstChild, 9);
@@ -347,6 +361,10 @@ async def test_a_message_too_large_for_the_relay_is_refused_and_given_back(
         )
         await page.get_by_test_id("primary").click()
         await expect(page.get_by_test_id("messages")).to_contain_text("PAYLOAD_TOO_LARGE")
+        # In words on the page; the code itself is under the line's details.
+        error = page.get_by_test_id("error")
+        await expect(error).to_contain_text("That message is too large to send.")
+        await expect(error).to_have_attribute("data-code", "PAYLOAD_TOO_LARGE")
         assert await page.evaluate(
             "() => document.querySelector('[data-testid=input]').value.length"
         ) == len(big)
