@@ -1,273 +1,19 @@
-// runwire.js: the runwire client for browsers (one ES module, no build step, no dependency).
-//
-// It speaks the wire protocol of docs/protocol.md over a plain WebSocket and mirrors the Python
-// client (client_side) in JavaScript's conventions:
-//
-//   import { connect } from "/client.js";
-//   const session = await connect("ws://127.0.0.1:8787", "trip-42");
-//   const run = await session.send("Plan a 3-day trip to Lisbon.");
-//   const { published, outcome } = run.steer("Make it 5 days, and keep it under £800.");
-//   const { serial } = await published;
-//   const { consumed, runTerminalReason } = await outcome;
-//   session.view.on("message", (event) => render(session.view.getMessages()));
-//
-// The conversation tree (ConversationTree, OutcomeBook) is a faithful port of transport/tree.py and
-// transport/outcomes.py; the JSON vectors in tests/vectors/tree/ run against both.
+// runwire.js: the runwire client (@runwire/client) as one ES module, built from client_side/js/src
+// by client_side/js/build.mjs (do not edit: change the TypeScript sources and build again).
 
-/** @typedef {"user" | "assistant" | "system"} Role */
-/** @typedef {"queued" | "pending" | "active" | "suspended" | "complete" | "cancelled" | "error"} RunStatus */
-/** @typedef {"complete" | "cancelled" | "error"} RunEndReason */
-/** @typedef {"prompt" | "steer" | "follow_up" | "inject"} Intent */
-/** @typedef {"alongside" | "reject" | "enqueue" | "interrupt" | "rollback"} Multitask */
-/** @typedef {"own" | "shared"} ThreadAccess */
-/** @typedef {{type: "text", text: string}} TextPart */
-/** @typedef {{type: "reasoning", text: string}} ReasoningPart */
-/** @typedef {{type: "tool-call", tool_call_id: string, tool_name: string, input: unknown}} ToolCallPart */
-/** @typedef {{type: "tool-result", tool_call_id: string, tool_name: string, output: unknown, is_error: boolean}} ToolResultPart */
-/** @typedef {TextPart | ReasoningPart | ToolCallPart | ToolResultPart} Part */
-/** @typedef {{id: string, role: Role, parts: Part[], metadata: Record<string, unknown>}} UIMessage */
-/**
- * A message as the tree holds it. `serial` is the serial of the entry that created it (a
- * response's `response_open`); `intent` is null for responses.
- * @typedef {{message: UIMessage, runId: string, serial: number, parentId: string | null, intent: Intent | null, refused: boolean}} ViewMessage
- */
-/**
- * A snapshot of one Run; `clientId` / `userId` / `agent` come from its prompt (null while the
- * prompt is not loaded).
- * @typedef {{runId: string, status: RunStatus, clientId: string | null, userId: string | null, endReason: RunEndReason | null, error: Record<string, unknown> | null, agent: string | null}} RunInfo
- */
-/** @typedef {{messageId: string, runId: string, consumed: boolean, runTerminalReason: RunEndReason | null, refused: Record<string, unknown> | null}} OutcomeRecord */
-/**
- * An agent refused a cancel: which one (`cancelId`, the refused cancel entry's id), of which Run, who refused.
- * @typedef {{runId: string, cancelId: string | null, serial: number, reason: string | null, clientId: string | null, userId: string | null}} CancelDenial
- */
-/**
- * An input check refused a queued message: which, where, the error object, who published it.
- * @typedef {{messageId: string, runId: string, intent: Intent, error: Record<string, unknown>, serial: number, clientId: string | null}} Refusal
- */
-/** @typedef {{view: ViewMessage, closed: boolean, seen: string[]}} ResponseState */
-/**
- * A message was added to the tree, changed, or came onto or left `messages()` (see MessageEvent in
- * transport/events.py). `shown`: whether it is in `messages()` once the entry (or selection) that
- * caused the event is applied (always false for "removed"); a UI that follows events upserts a
- * message whose event is shown and drops it otherwise, and then shows exactly `messages()`.
- * @typedef {{kind: "message", message: ViewMessage, op: "added" | "updated" | "removed", shown: boolean}} MessageEvent
- */
-/** @typedef {{kind: "run", run: RunInfo, op: "changed" | "removed"}} RunEvent */
-/** @typedef {{kind: "delivery", outcome: OutcomeRecord}} DeliveryEvent */
-/** @typedef {MessageEvent | RunEvent | DeliveryEvent} TreeEvent */
-/** @typedef {Record<string, any>} Entry */
-/** @typedef {"connected" | "disconnected" | "closed"} ConnectionState */
-
-export const PROTOCOL_VERSION = 1;
-export const TERMINAL = Object.freeze(["complete", "cancelled", "error"]);
-export const EVENT_KINDS = Object.freeze(["message", "run", "delivery"]);
-export const CONNECTION_CLOSED = "CONNECTION_CLOSED";
-/** WebSocket close codes the relay uses, by the error code each stands for. */
-export const CLOSE_CODES = Object.freeze({
-  1000: "NORMAL",
-  1001: "GOING_AWAY",
-  1009: "PAYLOAD_TOO_LARGE",
-  4001: "UNAUTHORIZED",
-  4002: "PROTOCOL_ERROR",
-  4003: "TOKEN_EXPIRED",
-  4008: "SLOW_CONSUMER",
-});
-
-const VALIDATION_ERROR = "VALIDATION_ERROR";
-const PROTOCOL_ERROR = "PROTOCOL_ERROR";
-const RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE";
-const RUN_NOT_FOUND = "RUN_NOT_FOUND";
-const UNAUTHORIZED = "UNAUTHORIZED";
-const CANCEL_DENIED = "CANCEL_DENIED";
-const TOKEN_EXPIRED = "TOKEN_EXPIRED";
-const ABORTED = "ABORTED";
-const PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
-const EPOCH_MISMATCH = "EPOCH_MISMATCH";
-const RATE_LIMITED = "RATE_LIMITED";
-const NOT_ATTACHED = "NOT_ATTACHED";
-/** Ms before a refused publish goes again when the relay names no `retry_after` (doubling). */
-const RATE_LIMIT_BACKOFF_FIRST = 50;
-/** The longest such wait. */
-const RATE_LIMIT_BACKOFF_MAX = 2000;
-const STORE_UNAVAILABLE = "STORE_UNAVAILABLE";
-/** Ms (at most; with jitter) before a publish refused STORE_UNAVAILABLE goes again (doubling). */
-const STORE_RETRY_FIRST = 100;
-/** The longest such wait. */
-const STORE_RETRY_MAX = 2000;
-/** Ms at least a publish the relay holds behind an earlier one of this session (STORE_UNAVAILABLE
- * with another entry's id in `details.held`) keeps going again: the hold ends 2 s after that one
- * stops coming, even if `storeWait` is shorter. */
-const STORE_HELD_WAIT = 10000;
-/** The refusals a publish goes again after. */
-const RETRIED = new Set([RATE_LIMITED, STORE_UNAVAILABLE]);
-/** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
-export const MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
-const THREAD_ACCESS = ["own", "shared"];
-
-// ------------------------------------------------------------------------------- basics ---
-
-/** The one error runwire reports: a stable `code`, a `message` for people, JSON `details`. */
-export class RunwireError extends Error {
-  /**
-   * @param {string} code
-   * @param {string} [message]
-   * @param {Record<string, unknown>} [details]
-   */
-  constructor(code, message, details) {
-    super(`${code}: ${message || code}`);
-    this.name = "RunwireError";
-    /** @type {string} */
-    this.code = code;
-    /** @type {Record<string, unknown>} */
-    this.details = { ...(details || {}) };
-    /** The message without the code in front. */
-    this.text = message || code;
-  }
-
-  /**
-   * Rebuild an error from the `error` object of a frame; tolerant of junk.
-   * @param {any} data
-   * @returns {RunwireError}
-   */
-  static fromWire(data) {
-    const obj = isObject(data) ? data : {};
-    const code = typeof obj.code === "string" && obj.code ? obj.code : "INTERNAL_ERROR";
-    const message = typeof obj.message === "string" ? obj.message : undefined;
-    return new RunwireError(code, message, isObject(obj.details) ? obj.details : undefined);
-  }
-
-  /** @returns {{code: string, message: string, details: Record<string, unknown>}} */
-  toWire() {
-    return { code: this.code, message: this.text, details: this.details };
-  }
-}
-
-/** A fresh random id (32 hex digits, like the Python SDK's). */
-export function newId() {
-  const c = globalThis.crypto;
-  if (c && typeof c.randomUUID === "function") return c.randomUUID().replace(/-/g, "");
-  let out = "";
-  for (let i = 0; i < 32; i++) out += Math.floor(Math.random() * 16).toString(16);
-  return out;
-}
-
-/**
- * A user message from text or parts (the seed's `createUserMessage`).
- * @param {string | Part[]} textOrParts
- * @param {{id?: string, metadata?: Record<string, unknown>}} [options]
- * @returns {UIMessage}
- */
-export function userMessage(textOrParts, options = {}) {
-  const parts = typeof textOrParts === "string" ? [{ type: "text", text: textOrParts }] : [...textOrParts];
-  return validateMessage(
-    { id: options.id || newId(), role: "user", parts, metadata: { ...(options.metadata || {}) } },
-    "message",
-  );
-}
-
-/**
- * The text a person would read: every text part, in order.
- * @param {UIMessage} message
- */
-export function messageText(message) {
-  return message.parts.filter((p) => p.type === "text").map((p) => /** @type {TextPart} */ (p).text).join("");
-}
-
-/** @param {string} status @returns {RunEndReason | null} */
-export function endReason(status) {
-  return status === "complete" || status === "cancelled" || status === "error" ? status : null;
-}
-
-/**
- * Ms before a publish refused RATE_LIMITED goes again: the relay's `details.retry_after` (seconds),
- * or, when it names none, a backoff with jitter (the `attempt`-th wait).
- * @param {RunwireError} error @param {number} attempt @returns {number}
- */
-function rateLimitDelay(error, attempt) {
-  const after = error.details ? error.details.retry_after : undefined;
-  if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after * 1000;
-  return backoff(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt);
-}
-
-/**
- * Ms before a refused publish goes again: for STORE_UNAVAILABLE a backoff with jitter from
- * `STORE_RETRY_FIRST` doubling up to `STORE_RETRY_MAX`; for RATE_LIMITED `rateLimitDelay`.
- * @param {RunwireError} error @param {number} attempt @returns {number}
- */
-function retryDelay(error, attempt) {
-  if (error.code !== STORE_UNAVAILABLE) return rateLimitDelay(error, attempt);
-  return backoff(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt);
-}
-
-/**
- * Ms to wait before try `attempt` (0 first) goes again: `first` doubling up to `most`, with
- * jitter (between half of that and all of it).
- * @param {number} first @param {number} most @param {number} attempt @returns {number}
- */
-function backoff(first, most, attempt) {
-  const cap = Math.min(most, first * 2 ** Math.min(attempt, 16));
-  return cap / 2 + Math.random() * (cap / 2);
-}
-
-/**
- * The bytes `text` takes in UTF-8 (JSON text: no lone surrogates). A text too short to pass
- * `limit` even at 3 bytes a character is not counted: its length is returned.
- * @param {string} text @param {number} limit @returns {number}
- */
-function utf8Length(text, limit) {
-  if (text.length * 3 <= limit) return text.length;
-  let n = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c >= 0x80) n += c < 0x800 || (c >= 0xd800 && c <= 0xdfff) ? 1 : 2;
-  }
-  return n;
-}
-
-/** @param {unknown} v @returns {v is Record<string, any>} */
-function isObject(v) {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-/** @param {unknown} a @param {unknown} b @returns {boolean} */
-function deepEqual(a, b) {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  if (Array.isArray(a) && Array.isArray(b)) {
-    return a.length === b.length && a.every((x, i) => deepEqual(x, b[i]));
-  }
-  const ak = Object.keys(a);
-  const bk = Object.keys(b);
-  if (ak.length !== bk.length) return false;
-  // @ts-ignore: both are plain objects here
-  return ak.every((k) => Object.prototype.hasOwnProperty.call(b, k) && deepEqual(a[k], b[k]));
-}
-
-// ---------------------------------------------------------------------------- validation ---
-// What transport/frames.py accepts, checked by hand: a bad entry raises VALIDATION_ERROR.
-
-/** @param {string} where @param {string} msg @returns {never} */
+// src/entries.ts
 function invalid(where, msg) {
   throw new RunwireError(VALIDATION_ERROR, `${where}: ${msg}`, { errors: [{ loc: where.split("."), msg }] });
 }
-
-/**
- * Whether `s` has more than `max` characters as Python's `len` counts them: code points (a
- * surrogate pair is one), not UTF-16 code units, so an emoji counts one on both sides. Only a
- * string of more than `max` code units and at most twice that is counted.
- * @param {string} s @param {number} max @returns {boolean}
- */
 function longerThan(s, max) {
   if (s.length <= max) return false;
   if (s.length > 2 * max) return true;
   let n = s.length;
   for (let i = 0; i < s.length - 1; i++) {
     const c = s.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff) {
+    if (c >= 55296 && c <= 56319) {
       const d = s.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
+      if (d >= 56320 && d <= 57343) {
         n -= 1;
         i += 1;
       }
@@ -275,69 +21,47 @@ function longerThan(s, max) {
   }
   return n > max;
 }
-
-/** @param {any} v @param {string} where @param {boolean} [nullable] */
 function checkId(v, where, nullable = false) {
-  if (nullable && (v === undefined || v === null)) return null;
+  if (nullable && (v === void 0 || v === null)) return null;
   if (typeof v !== "string" || v.length < 1 || longerThan(v, 200)) invalid(where, "must be a string of 1 to 200 characters");
   return v;
 }
-
-/** @param {any} v @param {string} where */
 function optString(v, where) {
-  if (v === undefined || v === null) return null;
+  if (v === void 0 || v === null) return null;
   if (typeof v !== "string") invalid(where, "must be a string");
   return v;
 }
-
-/** An object, or null when absent or null. @param {any} v @param {string} where */
 function optObject(v, where) {
-  if (v === undefined || v === null) return null;
+  if (v === void 0 || v === null) return null;
   if (!isObject(v)) invalid(where, "must be an object");
   return v;
 }
-
-/** @param {any} v @param {string} where */
 function optInt(v, where) {
-  if (v === undefined || v === null) return null;
+  if (v === void 0 || v === null) return null;
   if (!Number.isInteger(v) || v < 0) invalid(where, "must be a non-negative integer");
   return v;
 }
-
-/** @param {any} v @param {string} where @param {number} max */
 function optText(v, where, max) {
   const s = optString(v, where);
   if (s !== null && longerThan(s, max)) invalid(where, `must have at most ${max} characters`);
   return s;
 }
-
-/**
- * A string of at most `max` characters, `fallback` when absent (null is refused, as a `str` field
- * with a default is in Python).
- * @param {any} v @param {string} where @param {number} max @param {string} fallback @returns {string}
- */
 function textOr(v, where, max, fallback) {
-  if (v === undefined) return fallback;
+  if (v === void 0) return fallback;
   if (typeof v !== "string") invalid(where, "must be a string");
   if (longerThan(v, max)) invalid(where, `must have at most ${max} characters`);
   return v;
 }
-
-/** @param {any} v @param {readonly string[]} choices @param {string} where */
 function optChoice(v, choices, where) {
-  if (v === undefined || v === null) return null;
+  if (v === void 0 || v === null) return null;
   if (!choices.includes(v)) invalid(where, `must be one of ${choices.join(", ")}`);
   return v;
 }
-
-/** @param {Record<string, any>} obj @param {string[]} allowed @param {string} where */
 function checkKeys(obj, allowed, where) {
   for (const key of Object.keys(obj)) {
     if (!allowed.includes(key)) invalid(`${where}.${key}`, "extra inputs are not permitted");
   }
 }
-
-/** @param {any} raw @param {string} where @returns {Part} */
 function validatePart(raw, where) {
   if (!isObject(raw)) invalid(where, "a part is an object");
   const t = raw.type;
@@ -356,37 +80,34 @@ function validatePart(raw, where) {
     checkKeys(raw, ["type", "tool_call_id", "tool_name", "output", "is_error"], where);
     if (typeof raw.tool_call_id !== "string") invalid(`${where}.tool_call_id`, "must be a string");
     if (typeof raw.tool_name !== "string") invalid(`${where}.tool_name`, "must be a string");
-    if (raw.is_error !== undefined && typeof raw.is_error !== "boolean") invalid(`${where}.is_error`, "must be a boolean");
+    if (raw.is_error !== void 0 && typeof raw.is_error !== "boolean") invalid(`${where}.is_error`, "must be a boolean");
     return {
       type: t,
       tool_call_id: raw.tool_call_id,
       tool_name: raw.tool_name,
       output: raw.output ?? null,
-      is_error: raw.is_error ?? false,
+      is_error: raw.is_error ?? false
     };
   }
   return invalid(`${where}.type`, "unknown part type");
 }
-
-/** @param {any} raw @param {string} where @returns {UIMessage} */
 function validateMessage(raw, where) {
   if (!isObject(raw)) invalid(where, "a message is an object");
   checkKeys(raw, ["id", "role", "parts", "metadata"], where);
-  const id = /** @type {string} */ (checkId(raw.id, `${where}.id`));
+  const id = checkId(raw.id, `${where}.id`);
   if (!["user", "assistant", "system"].includes(raw.role)) invalid(`${where}.role`, "must be user, assistant or system");
-  const parts = raw.parts === undefined ? [] : raw.parts;
+  const parts = raw.parts === void 0 ? [] : raw.parts;
   if (!Array.isArray(parts)) invalid(`${where}.parts`, "must be a list");
-  if (raw.metadata !== undefined && !isObject(raw.metadata)) invalid(`${where}.metadata`, "must be an object");
+  if (raw.metadata !== void 0 && !isObject(raw.metadata)) invalid(`${where}.metadata`, "must be an object");
   return {
     id,
     role: raw.role,
-    parts: parts.map((/** @type {any} */ p, /** @type {number} */ i) => validatePart(p, `${where}.parts.${i}`)),
-    metadata: { ...(raw.metadata || {}) },
+    parts: parts.map((p, i) => validatePart(p, `${where}.parts.${i}`)),
+    metadata: { ...raw.metadata || {} }
   };
 }
-
-const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
-const KIND_FIELDS = {
+var COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
+var KIND_FIELDS = {
   message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
   run: ["status", "error", "durable", "seen"],
   cancel: ["reason", "interrupted_by"],
@@ -396,63 +117,41 @@ const KIND_FIELDS = {
   response_close: ["message_id", "message", "metadata"],
   refused: ["message_id", "intent", "error"],
   checkpoint: ["step", "turn", "iterations", "seen", "state"],
-  interrupt: ["status", "interrupts", "responses", "checkpoint", "reason"],
+  interrupt: ["status", "interrupts", "responses", "checkpoint", "reason"]
 };
-const INTERRUPT_FIELDS = ["id", "kind", "reason", "message", "response_schema", "expires_at", "tool_call_id", "tool_name", "details", "response"];
-
-/**
- * A wire error object (`code`, `message`, `details`). Other fields are refused, as in entries,
- * unless `unknownOk` (the error object of a relay frame, whose unknown fields a client ignores).
- * @param {any} raw @param {string} where @param {boolean} [unknownOk]
- */
+var INTERRUPT_FIELDS = ["id", "kind", "reason", "message", "response_schema", "expires_at", "tool_call_id", "tool_name", "details", "response"];
 function errorBody(raw, where, unknownOk = false) {
   if (!isObject(raw) || typeof raw.code !== "string") invalid(where, "must be an error object");
   if (!unknownOk) checkKeys(raw, ["code", "message", "details"], where);
-  // Absent, they default; null is refused, as ErrorBody does.
-  if (raw.message !== undefined && typeof raw.message !== "string") invalid(`${where}.message`, "must be a string");
-  if (raw.details !== undefined && !isObject(raw.details)) invalid(`${where}.details`, "must be an object");
-  return { code: raw.code, message: raw.message ?? "", details: { ...(raw.details || {}) } };
+  if (raw.message !== void 0 && typeof raw.message !== "string") invalid(`${where}.message`, "must be a string");
+  if (raw.details !== void 0 && !isObject(raw.details)) invalid(`${where}.details`, "must be an object");
+  return { code: raw.code, message: raw.message ?? "", details: { ...raw.details || {} } };
 }
-
-/** A list of ids. @param {any} raw @param {string} where @returns {string[]} */
 function idList(raw, where) {
   if (!Array.isArray(raw)) invalid(where, "must be a list");
-  return raw.map((/** @type {any} */ s, /** @type {number} */ i) => checkId(s, `${where}.${i}`));
+  return raw.map((s, i) => checkId(s, `${where}.${i}`));
 }
-
-/**
- * An integer of at least `min` (`fallback` when absent; required when `fallback` is null; never null).
- * @param {any} raw @param {string} where @param {number} min @param {number | null} fallback @returns {number}
- */
 function count(raw, where, min, fallback) {
-  if (raw === undefined && fallback !== null) return fallback;
+  if (raw === void 0 && fallback !== null) return fallback;
   if (!Number.isInteger(raw) || raw < min) invalid(where, `must be an integer of at least ${min}`);
   return raw;
 }
-
-/**
- * Validate one entry as transport.codec.decode_entry does; a normalized copy with defaults filled.
- * @param {any} raw
- * @returns {Entry}
- * @throws {RunwireError} VALIDATION_ERROR
- */
-export function decodeEntry(raw) {
+function decodeEntry(raw) {
   if (!isObject(raw)) invalid("entry", "an entry is an object");
   const kind = raw.kind;
   if (typeof kind !== "string" || !(kind in KIND_FIELDS)) invalid("kind", "unknown or missing entry kind");
-  checkKeys(raw, [...COMMON, ...KIND_FIELDS[/** @type {keyof KIND_FIELDS} */ (kind)]], kind);
-  /** @type {Entry} */
+  checkKeys(raw, [...COMMON, ...KIND_FIELDS[kind]], kind);
   const e = {
     kind,
     serial: optInt(raw.serial, `${kind}.serial`),
-    ts: raw.ts === undefined || raw.ts === null ? null : Number.isInteger(raw.ts) ? raw.ts : invalid(`${kind}.ts`, "must be an integer"),
+    ts: raw.ts === void 0 || raw.ts === null ? null : Number.isInteger(raw.ts) ? raw.ts : invalid(`${kind}.ts`, "must be an integer"),
     user_id: optString(raw.user_id, `${kind}.user_id`),
     client_id: optString(raw.client_id, `${kind}.client_id`),
     id: checkId(raw.id, `${kind}.id`),
-    run_id: checkId(raw.run_id, `${kind}.run_id`),
+    run_id: checkId(raw.run_id, `${kind}.run_id`)
   };
   if (kind === "message") {
-    const intent = raw.intent === undefined ? "prompt" : raw.intent;
+    const intent = raw.intent === void 0 ? "prompt" : raw.intent;
     if (!["prompt", "steer", "follow_up", "inject"].includes(intent)) invalid("message.intent", "unknown intent");
     e.intent = intent;
     e.message = validateMessage(raw.message, "message.message");
@@ -461,24 +160,23 @@ export function decodeEntry(raw) {
     e.multitask = optChoice(raw.multitask, MULTITASK_STRATEGIES, "message.multitask");
     e.parent_run_id = checkId(raw.parent_run_id, "message.parent_run_id", true);
     e.thread_access = optChoice(raw.thread_access, THREAD_ACCESS, "message.thread_access");
-    if (raw.queued !== undefined && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
+    if (raw.queued !== void 0 && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
     e.queued = raw.queued ?? null;
-    if (raw.interrupts === undefined || raw.interrupts === null) e.interrupts = null;
+    if (raw.interrupts === void 0 || raw.interrupts === null) e.interrupts = null;
     else {
       if (!Array.isArray(raw.interrupts)) invalid("message.interrupts", "must be a list");
-      e.interrupts = raw.interrupts.map((/** @type {any} */ r, /** @type {number} */ i) => checkId(r, `message.interrupts.${i}`));
+      e.interrupts = raw.interrupts.map((r, i) => checkId(r, `message.interrupts.${i}`));
     }
   } else if (kind === "run") {
-    // `pending` comes only from the relay: a queued Run's turn came, or a durable Run is handed on.
     if (!["pending", "active", "suspended", "complete", "cancelled", "error"].includes(raw.status)) invalid("run.status", "unknown status");
     e.status = raw.status;
-    e.error = raw.error === undefined || raw.error === null ? null : errorBody(raw.error, "run.error");
-    if (raw.durable !== undefined && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
+    e.error = raw.error === void 0 || raw.error === null ? null : errorBody(raw.error, "run.error");
+    if (raw.durable !== void 0 && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
     e.durable = raw.durable ?? null;
-    e.seen = raw.seen === undefined || raw.seen === null ? null : idList(raw.seen, "run.seen");
+    e.seen = raw.seen === void 0 || raw.seen === null ? null : idList(raw.seen, "run.seen");
   } else if (kind === "refused") {
     e.message_id = checkId(raw.message_id, "refused.message_id");
-    const intent = raw.intent === undefined ? "steer" : raw.intent;
+    const intent = raw.intent === void 0 ? "steer" : raw.intent;
     if (!["prompt", "steer", "follow_up", "inject"].includes(intent)) invalid("refused.intent", "unknown intent");
     e.intent = intent;
     e.error = errorBody(raw.error, "refused.error");
@@ -486,66 +184,60 @@ export function decodeEntry(raw) {
     e.step = count(raw.step, "checkpoint.step", 0, null);
     e.turn = count(raw.turn, "checkpoint.turn", 1, 1);
     e.iterations = count(raw.iterations, "checkpoint.iterations", 0, 0);
-    e.seen = raw.seen === undefined ? [] : idList(raw.seen, "checkpoint.seen");
-    if (raw.state !== undefined && !isObject(raw.state)) invalid("checkpoint.state", "must be an object");
-    e.state = { ...(raw.state || {}) };
+    e.seen = raw.seen === void 0 ? [] : idList(raw.seen, "checkpoint.seen");
+    if (raw.state !== void 0 && !isObject(raw.state)) invalid("checkpoint.state", "must be an object");
+    e.state = { ...raw.state || {} };
   } else if (kind === "interrupt") {
     if (!["paused", "resumed", "declined"].includes(raw.status)) invalid("interrupt.status", "unknown status");
     e.status = raw.status;
-    const questions = raw.interrupts === undefined ? [] : raw.interrupts;
+    const questions = raw.interrupts === void 0 ? [] : raw.interrupts;
     if (!Array.isArray(questions)) invalid("interrupt.interrupts", "must be a list");
-    e.interrupts = questions.map((/** @type {any} */ q, /** @type {number} */ i) => {
+    e.interrupts = questions.map((q, i) => {
       const where = `interrupt.interrupts.${i}`;
       if (!isObject(q)) invalid(where, "must be an object");
       checkKeys(q, INTERRUPT_FIELDS, where);
-      if (q.kind !== undefined && !["input", "approval", "plan"].includes(q.kind)) invalid(`${where}.kind`, "unknown kind");
+      if (q.kind !== void 0 && !["input", "approval", "plan"].includes(q.kind)) invalid(`${where}.kind`, "unknown kind");
       return {
         id: checkId(q.id, `${where}.id`),
         kind: q.kind ?? "input",
         reason: textOr(q.reason, `${where}.reason`, 200, ""),
-        message: textOr(q.message, `${where}.message`, 10000, ""),
+        message: textOr(q.message, `${where}.message`, 1e4, ""),
         response_schema: optObject(q.response_schema, `${where}.response_schema`),
-        expires_at:
-          q.expires_at === undefined || q.expires_at === null
-            ? null
-            : Number.isInteger(q.expires_at)
-              ? q.expires_at
-              : invalid(`${where}.expires_at`, "must be an integer"),
+        expires_at: q.expires_at === void 0 || q.expires_at === null ? null : Number.isInteger(q.expires_at) ? q.expires_at : invalid(`${where}.expires_at`, "must be an integer"),
         tool_call_id: optString(q.tool_call_id, `${where}.tool_call_id`),
         tool_name: optString(q.tool_name, `${where}.tool_name`),
         details: optObject(q.details, `${where}.details`),
-        response: q.response ?? null,
+        response: q.response ?? null
       };
     });
-    if (raw.responses !== undefined && raw.responses !== null && !isObject(raw.responses)) invalid("interrupt.responses", "must be an object");
+    if (raw.responses !== void 0 && raw.responses !== null && !isObject(raw.responses)) invalid("interrupt.responses", "must be an object");
     e.responses = raw.responses ?? null;
-    if (raw.checkpoint !== undefined && raw.checkpoint !== null && !isObject(raw.checkpoint)) invalid("interrupt.checkpoint", "must be an object");
+    if (raw.checkpoint !== void 0 && raw.checkpoint !== null && !isObject(raw.checkpoint)) invalid("interrupt.checkpoint", "must be an object");
     e.checkpoint = raw.checkpoint ?? null;
-    e.reason = optText(raw.reason, "interrupt.reason", 1000);
+    e.reason = optText(raw.reason, "interrupt.reason", 1e3);
   } else if (kind === "cancel") {
-    e.reason = optText(raw.reason, "cancel.reason", 1000);
+    e.reason = optText(raw.reason, "cancel.reason", 1e3);
     e.interrupted_by = checkId(raw.interrupted_by, "cancel.interrupted_by", true);
   } else if (kind === "cancel_denied") {
     e.cancel_id = checkId(raw.cancel_id, "cancel_denied.cancel_id", true);
-    e.reason = optText(raw.reason, "cancel_denied.reason", 1000);
+    e.reason = optText(raw.reason, "cancel_denied.reason", 1e3);
   } else {
     e.message_id = checkId(raw.message_id, `${kind}.message_id`);
     if (kind === "response_open") {
       e.parent_id = checkId(raw.parent_id, "response_open.parent_id", true);
-      const seen = raw.seen === undefined ? [] : raw.seen;
+      const seen = raw.seen === void 0 ? [] : raw.seen;
       if (!Array.isArray(seen)) invalid("response_open.seen", "must be a list");
-      e.seen = seen.map((/** @type {any} */ s, /** @type {number} */ i) => checkId(s, `response_open.seen.${i}`));
-      if (raw.metadata !== undefined && !isObject(raw.metadata)) invalid("response_open.metadata", "must be an object");
-      e.metadata = { ...(raw.metadata || {}) };
+      e.seen = seen.map((s, i) => checkId(s, `response_open.seen.${i}`));
+      if (raw.metadata !== void 0 && !isObject(raw.metadata)) invalid("response_open.metadata", "must be an object");
+      e.metadata = { ...raw.metadata || {} };
     } else if (kind === "response_append") {
       if (!Array.isArray(raw.chunks) || raw.chunks.length < 1 || !raw.chunks.every(isObject)) {
         invalid("response_append.chunks", "must be a non-empty list of objects");
       }
       e.chunks = raw.chunks;
     } else {
-      // No message: the content the appends built is kept (a message too big for one frame).
-      if (raw.message !== undefined && raw.message !== null) e.message = validateMessage(raw.message, "response_close.message");
-      if (raw.metadata !== undefined && raw.metadata !== null) {
+      if (raw.message !== void 0 && raw.message !== null) e.message = validateMessage(raw.message, "response_close.message");
+      if (raw.metadata !== void 0 && raw.metadata !== null) {
         if (!isObject(raw.metadata)) invalid("response_close.metadata", "must be an object");
         e.metadata = { ...raw.metadata };
       }
@@ -554,17 +246,136 @@ export function decodeEntry(raw) {
   return e;
 }
 
-/**
- * Every field of every relay frame (transport/frames.py) but `type`: `[kind, rule]`. The kind: `int`
- * (a JSON integer), `serial` (one of at least 0), `req` (an integer or a string of at most 100
- * characters), `str`, `bool`, `object`, `entries` (a list of objects: each entry is decodeEntry's
- * business), `multitask` (a strategy) or `error` (an error body). The rule: `required`, `default`
- * (absent: its default; null refused) or `optional` (absent or null: none).
- * Written as JSON: tests/transport/test_frame_vectors.py reads it and checks it is the table the
- * pydantic models make, so it cannot drift from them.
- * @type {Record<string, Record<string, [string, string]>>}
- */
-const RELAY_FRAME_FIELDS = {
+// src/errors.ts
+var PROTOCOL_VERSION = 1;
+var TERMINAL = Object.freeze(["complete", "cancelled", "error"]);
+function isTerminal(status) {
+  return TERMINAL.includes(status);
+}
+var EVENT_KINDS = Object.freeze(["message", "run", "delivery"]);
+var CONNECTION_CLOSED = "CONNECTION_CLOSED";
+var CLOSE_CODES = Object.freeze({
+  1e3: "NORMAL",
+  1001: "GOING_AWAY",
+  1009: "PAYLOAD_TOO_LARGE",
+  4001: "UNAUTHORIZED",
+  4002: "PROTOCOL_ERROR",
+  4003: "TOKEN_EXPIRED",
+  4008: "SLOW_CONSUMER"
+});
+var VALIDATION_ERROR = "VALIDATION_ERROR";
+var PROTOCOL_ERROR = "PROTOCOL_ERROR";
+var RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE";
+var RUN_NOT_FOUND = "RUN_NOT_FOUND";
+var UNAUTHORIZED = "UNAUTHORIZED";
+var CANCEL_DENIED = "CANCEL_DENIED";
+var TOKEN_EXPIRED = "TOKEN_EXPIRED";
+var ABORTED = "ABORTED";
+var PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
+var EPOCH_MISMATCH = "EPOCH_MISMATCH";
+var RATE_LIMITED = "RATE_LIMITED";
+var NOT_ATTACHED = "NOT_ATTACHED";
+var RATE_LIMIT_BACKOFF_FIRST = 50;
+var RATE_LIMIT_BACKOFF_MAX = 2e3;
+var STORE_UNAVAILABLE = "STORE_UNAVAILABLE";
+var STORE_RETRY_FIRST = 100;
+var STORE_RETRY_MAX = 2e3;
+var STORE_HELD_WAIT = 1e4;
+var RETRIED = /* @__PURE__ */ new Set([RATE_LIMITED, STORE_UNAVAILABLE]);
+var MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
+var THREAD_ACCESS = ["own", "shared"];
+var RunwireError = class _RunwireError extends Error {
+  text;
+  details;
+  code;
+  /**
+   * @param {string} code
+   * @param {string} [message]
+   * @param {Record<string, unknown>} [details]
+   */
+  constructor(code, message, details) {
+    super(`${code}: ${message || code}`);
+    this.name = "RunwireError";
+    this.code = code;
+    this.details = { ...details || {} };
+    this.text = message || code;
+  }
+  /**
+   * Rebuild an error from the `error` object of a frame; tolerant of junk.
+   * @param {any} data
+   * @returns {RunwireError}
+   */
+  static fromWire(data) {
+    const obj = isObject(data) ? data : {};
+    const code = typeof obj.code === "string" && obj.code ? obj.code : "INTERNAL_ERROR";
+    const message = typeof obj.message === "string" ? obj.message : void 0;
+    return new _RunwireError(code, message, isObject(obj.details) ? obj.details : void 0);
+  }
+  /** @returns {{code: string, message: string, details: Record<string, unknown>}} */
+  toWire() {
+    return { code: this.code, message: this.text, details: this.details };
+  }
+};
+function newId() {
+  const c = globalThis.crypto;
+  if (c && typeof c.randomUUID === "function") return c.randomUUID().replace(/-/g, "");
+  let out = "";
+  for (let i = 0; i < 32; i++) out += Math.floor(Math.random() * 16).toString(16);
+  return out;
+}
+function userMessage(textOrParts, options = {}) {
+  const parts = typeof textOrParts === "string" ? [{ type: "text", text: textOrParts }] : [...textOrParts];
+  return validateMessage(
+    { id: options.id || newId(), role: "user", parts, metadata: { ...options.metadata || {} } },
+    "message"
+  );
+}
+function messageText(message) {
+  return message.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+}
+function endReason(status) {
+  return status === "complete" || status === "cancelled" || status === "error" ? status : null;
+}
+function rateLimitDelay(error, attempt) {
+  const after = error.details ? error.details.retry_after : void 0;
+  if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after * 1e3;
+  return backoff(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt);
+}
+function retryDelay(error, attempt) {
+  if (error.code !== STORE_UNAVAILABLE) return rateLimitDelay(error, attempt);
+  return backoff(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt);
+}
+function backoff(first, most, attempt) {
+  const cap = Math.min(most, first * 2 ** Math.min(attempt, 16));
+  return cap / 2 + Math.random() * (cap / 2);
+}
+function utf8Length(text, limit) {
+  if (text.length * 3 <= limit) return text.length;
+  let n = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 128) n += c < 2048 || c >= 55296 && c <= 57343 ? 1 : 2;
+  }
+  return n;
+}
+function isObject(v) {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+function deepEqual(a, b) {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a) && Array.isArray(b)) {
+    return a.length === b.length && a.every((x, i) => deepEqual(x, b[i]));
+  }
+  const ak = Object.keys(a);
+  const bk = Object.keys(b);
+  if (ak.length !== bk.length) return false;
+  return ak.every((k) => Object.prototype.hasOwnProperty.call(b, k) && deepEqual(a[k], b[k]));
+}
+
+// src/frames.ts
+var RELAY_FRAME_FIELDS = {
   "welcome": {
     "v": ["int", "default"],
     "req": ["req", "optional"],
@@ -612,22 +423,12 @@ const RELAY_FRAME_FIELDS = {
     "error": ["error", "required"]
   }
 };
-
-/**
- * RELAY_FRAME_FIELDS as flat lists, made once: checking a frame walks its type's list.
- * @type {Map<string, {name: string, kind: string, rule: string, where: string}[]>}
- */
-const FRAME_CHECKS = new Map(
+var FRAME_CHECKS = new Map(
   Object.entries(RELAY_FRAME_FIELDS).map(([type, fields]) => [
     type,
-    Object.entries(fields).map(([name, [kind, rule]]) => ({ name, kind, rule, where: `${type}.${name}` })),
-  ]),
+    Object.entries(fields).map(([name, [kind, rule]]) => ({ name, kind, rule, where: `${type}.${name}` }))
+  ])
 );
-
-/**
- * Check one relay frame field's value (present and not null) against its kind.
- * @param {string} kind @param {any} v @param {string} where
- */
 function checkFrameField(kind, v, where) {
   switch (kind) {
     case "int":
@@ -658,55 +459,39 @@ function checkFrameField(kind, v, where) {
       if (!MULTITASK_STRATEGIES.includes(v)) invalid(where, `must be one of ${MULTITASK_STRATEGIES.join(", ")}`);
       return;
     case "error":
-      errorBody(v, where, true); // unknown fields are not refused, as in the frames
+      errorBody(v, where, true);
       return;
     default:
       throw new Error(`runwire: RELAY_FRAME_FIELDS names an unknown kind ${kind}`);
   }
 }
-
-/**
- * Check a relay frame's fields as transport.codec.decode_relay_frame does: each field's type (an
- * integer a JSON integer, not a boolean, a string or a number with a fraction part; a boolean
- * `true` or `false` only; strings, objects, lists of objects, an error body, a multitask
- * strategy), null only where the field is optional, a required one present. The entries of
- * `deliver`, `attached` and `page` must be objects; what is in each is decodeEntry's business.
- * Unlike Python's models, it ignores fields it does not know (docs/protocol.md asks clients to),
- * and a frame of a type it does not know. JSON.parse makes `5.0` and `1e3` the integers 5 and
- * 1000, so an integer field takes them here, though Python refuses them. The session drops a frame
- * this refuses, as the Python client drops a frame it cannot decode (and fails the connect on a
- * welcome it cannot read).
- * @param {any} frame
- * @throws {RunwireError} VALIDATION_ERROR, or PROTOCOL_ERROR for a frame that is not an object
- */
-export function checkRelayFrame(frame) {
+function checkRelayFrame(frame) {
   if (!isObject(frame)) throw new RunwireError(PROTOCOL_ERROR, "frame must be a JSON object");
   const checks = FRAME_CHECKS.get(frame.type);
-  if (checks === undefined) return;
+  if (checks === void 0) return;
   for (let i = 0; i < checks.length; i++) {
     const c = checks[i];
     const v = frame[c.name];
-    if (v === undefined) {
+    if (v === void 0) {
       if (c.rule === "required") invalid(c.where, "field required");
     } else if (v !== null || c.rule !== "optional") checkFrameField(c.kind, v, c.where);
   }
 }
 
-// ------------------------------------------------------------------------------ outcomes ---
-
-/**
- * Pending and resolved steering outcomes of one session, fed in serial order (transport/outcomes.py).
- * Each message resolves exactly once; the methods return the records they resolved.
- */
-export class OutcomeBook {
+// src/outcomes.ts
+var OutcomeBook = class {
+  _resolved;
+  _ended;
+  _seen;
+  _pending;
+  _runOf;
   constructor() {
-    /** @type {Map<string, string>} */ this._runOf = new Map();
-    /** @type {Map<string, Set<string>>} */ this._pending = new Map();
-    /** @type {Map<string, Set<string>>} */ this._seen = new Map();
-    /** @type {Map<string, RunEndReason>} */ this._ended = new Map();
-    /** @type {Map<string, OutcomeRecord>} */ this._resolved = new Map();
+    this._runOf = /* @__PURE__ */ new Map();
+    this._pending = /* @__PURE__ */ new Map();
+    this._seen = /* @__PURE__ */ new Map();
+    this._ended = /* @__PURE__ */ new Map();
+    this._resolved = /* @__PURE__ */ new Map();
   }
-
   /**
    * Start tracking a message aimed at `runId`; returns it if it resolved at once.
    * @param {string} messageId @param {string} runId @returns {OutcomeRecord[]}
@@ -715,37 +500,34 @@ export class OutcomeBook {
     if (this._runOf.has(messageId)) return [];
     this._runOf.set(messageId, runId);
     const reason = this._ended.get(runId);
-    if (reason !== undefined) return [this._resolve(messageId, runId, reason)];
-    if (!this._pending.has(runId)) this._pending.set(runId, new Set());
-    /** @type {Set<string>} */ (this._pending.get(runId)).add(messageId);
+    if (reason !== void 0) return [this._resolve(messageId, runId, reason)];
+    if (!this._pending.has(runId)) this._pending.set(runId, /* @__PURE__ */ new Set());
+    this._pending.get(runId).add(messageId);
     return [];
   }
-
   /** Record that a response of `runId` had seen `messageIds`. @param {string} runId @param {Iterable<string>} messageIds */
   saw(runId, messageIds) {
-    if (!this._seen.has(runId)) this._seen.set(runId, new Set());
-    const seen = /** @type {Set<string>} */ (this._seen.get(runId));
+    if (!this._seen.has(runId)) this._seen.set(runId, /* @__PURE__ */ new Set());
+    const seen = this._seen.get(runId);
     for (const id of messageIds) seen.add(id);
   }
-
   /** Apply a Run lifecycle status. @param {string} runId @param {string} status @returns {OutcomeRecord[]} */
   runStatus(runId, status) {
     if (this._ended.has(runId)) return [];
     const reason = endReason(status);
     if (reason !== null) {
       this._ended.set(runId, reason);
-      const pending = this._pending.get(runId) || new Set();
+      const pending2 = this._pending.get(runId) || /* @__PURE__ */ new Set();
       this._pending.delete(runId);
-      return [...pending].map((mid) => this._resolve(mid, runId, reason));
+      return [...pending2].map((mid) => this._resolve(mid, runId, reason));
     }
     if (status !== "suspended") return [];
-    const pending = this._pending.get(runId) || new Set();
-    const seen = this._seen.get(runId) || new Set();
+    const pending = this._pending.get(runId) || /* @__PURE__ */ new Set();
+    const seen = this._seen.get(runId) || /* @__PURE__ */ new Set();
     const done = [...pending].filter((mid) => seen.has(mid));
     for (const mid of done) pending.delete(mid);
     return done.map((mid) => this._resolve(mid, runId, null));
   }
-
   /**
    * An input check refused `messageId` (a `refused` entry): it resolves at once, not consumed,
    * `refused` set to the error, whether or not it was tracked; [] if it had resolved.
@@ -755,146 +537,325 @@ export class OutcomeBook {
     if (this._resolved.has(messageId)) return [];
     if (!this._runOf.has(messageId)) this._runOf.set(messageId, runId);
     this._pending.get(runId)?.delete(messageId);
-    /** @type {OutcomeRecord} */
     const record = Object.freeze({ messageId, runId, consumed: false, runTerminalReason: null, refused: { ...error } });
     this._resolved.set(messageId, record);
     return [record];
   }
-
   /** True once an input check refused the message. @param {string} messageId */
   refused(messageId) {
     const record = this._resolved.get(messageId);
-    return record !== undefined && record.refused !== null;
+    return record !== void 0 && record.refused !== null;
   }
-
   /** The resolved outcome of a message; null while pending or unknown. @param {string} messageId */
   outcome(messageId) {
     return this._resolved.get(messageId) ?? null;
   }
-
   /** Ids of the Run's messages not resolved yet, in tracking order. @param {string} runId */
   pending(runId) {
-    return [...(this._pending.get(runId) || [])];
+    return [...this._pending.get(runId) || []];
   }
-
   /** True once a response of the message's Run has seen it. @param {string} messageId */
   consumed(messageId) {
     const runId = this._runOf.get(messageId);
-    return runId !== undefined && (this._seen.get(runId)?.has(messageId) ?? false);
+    return runId !== void 0 && (this._seen.get(runId)?.has(messageId) ?? false);
   }
-
   /** Every resolved outcome, in the order they resolved. */
   resolved() {
     return [...this._resolved.values()];
   }
-
   /** @param {string} messageId @param {string} runId @param {RunEndReason | null} reason */
   _resolve(messageId, runId, reason) {
-    /** @type {OutcomeRecord} */
     const record = Object.freeze({
       messageId,
       runId,
       consumed: this._seen.get(runId)?.has(messageId) ?? false,
       runTerminalReason: reason,
-      refused: null,
+      refused: null
     });
     this._resolved.set(messageId, record);
     return record;
   }
-}
-
-/**
- * The outcome of a queued message the relay refused with RUN_NOT_ACTIVE because its Run had ended
- * by the time it came (sent while the view still showed the Run going on, or while offline): never
- * published, never seen, so not consumed with the Run's end reason (`details.status`). Null for
- * any other refusal (transport/outcomes.py `ended_before_stored`).
- * @param {string} messageId @param {string} runId @param {string} code @param {Record<string, unknown>} details
- * @returns {OutcomeRecord | null}
- */
-export function endedBeforeStored(messageId, runId, code, details) {
+};
+function endedBeforeStored(messageId, runId, code, details) {
   if (code !== RUN_NOT_ACTIVE || details.run_id !== runId) return null;
   const reason = typeof details.status === "string" ? endReason(details.status) : null;
   if (reason === null) return null;
   return Object.freeze({ messageId, runId, consumed: false, runTerminalReason: reason, refused: null });
 }
 
-// ---------------------------------------------------------------------- conversation tree ---
+// src/runs.ts
+var Deferred = class {
+  promise;
+  error;
+  value;
+  settled;
+  reject;
+  resolve;
+  constructor() {
+    this.resolve = () => {
+    };
+    this.reject = () => {
+    };
+    this.settled = false;
+    this.value = void 0;
+    this.error = void 0;
+    this.promise = new Promise((resolve, reject) => {
+      this.resolve = (v) => {
+        if (this.settled) return;
+        this.settled = true;
+        this.value = v;
+        resolve(v);
+      };
+      this.reject = (e) => {
+        if (this.settled) return;
+        this.settled = true;
+        this.error = e;
+        reject(e);
+      };
+    });
+    this.promise.catch(() => {
+    });
+  }
+};
+var Delivery = class {
+  outcome;
+  published;
+  _outcome;
+  _published;
+  intent;
+  runId;
+  message;
+  /** @param {UIMessage} message @param {string} runId @param {QueuedIntent} [intent] */
+  constructor(message, runId, intent = "steer") {
+    this.message = message;
+    this.runId = runId;
+    this.intent = intent;
+    this._published = new Deferred();
+    this._outcome = new Deferred();
+    this.published = this._published.promise;
+    this.outcome = this._outcome.promise;
+  }
+  /** @param {RunwireError} error */
+  _fail(error) {
+    this._published.reject(error);
+    this._outcome.reject(error);
+  }
+};
+var ClientRun = class {
+  _resets;
+  _deliveries;
+  prompt;
+  runId;
+  _session;
+  /** @param {Session} session @param {string} runId @param {UIMessage | null} prompt */
+  constructor(session, runId, prompt) {
+    this._session = session;
+    this.runId = runId;
+    this.prompt = prompt;
+    this._deliveries = [];
+    this._resets = session._resets;
+  }
+  /**
+   * The Run's status in the view: "queued" while it waits its turn, "pending" until the agent
+   * starts it, and so on. @returns {RunStatus}
+   */
+  get status() {
+    this._checkReadable("ClientRun.status");
+    return this._session.view.run(this.runId)?.status ?? "pending";
+  }
+  /** @param {string} what */
+  _checkReadable(what) {
+    if (!this._session.subscribe) throw writeOnlyError(this._session.sessionId, what);
+  }
+  /**
+   * Messages sent through this handle that wait: not taken in, not refused, the Run not ended (one
+   * still being published waits too). A Run that ends "error" leaves its untaken messages here.
+   * @returns {UIMessage[]}
+   */
+  get queued() {
+    this._checkReadable("ClientRun.queued");
+    return this._untaken().filter((d) => !d._outcome.settled || d._outcome.value?.runTerminalReason === "error").map((d) => d.message);
+  }
+  /** Queued messages of this Run an input check refused, oldest first, with the error. @returns {Refused[]} */
+  get refused() {
+    this._checkReadable("ClientRun.refused");
+    return this._session.view.tree.refusals(this.runId).map((r) => this._session._refused(r));
+  }
+  /**
+   * Steer this Run: the message joins its current turn at the next model call. Returns
+   * `{published, outcome}` at once; when the view shows the Run ended, both reject with
+   * RUN_NOT_ACTIVE at once and nothing is published.
+   * @param {string | UIMessage} message @returns {Delivery}
+   */
+  steer(message) {
+    return this._queue("steer", message);
+  }
+  /**
+   * Queue a follow-up: once the current answer is finished it starts a new turn of the Run (with
+   * the iteration budget afresh). Returns at once, like `steer`.
+   * @param {string | UIMessage} message @returns {Delivery}
+   */
+  followUp(message) {
+    return this._queue("follow_up", message);
+  }
+  /**
+   * Inject context: it joins the conversation at the next model call without causing one (saved
+   * at the Run's end if no call was left). Returns at once, like `steer`.
+   * @param {string | UIMessage} message @returns {Delivery}
+   */
+  inject(message) {
+    return this._queue("inject", message);
+  }
+  /**
+   * Publish a queued message (`metadata.queued` set to its kind) in the background.
+   * @param {QueuedIntent} intent @param {string | UIMessage} message @returns {Delivery}
+   */
+  _queue(intent, message) {
+    const session = this._session;
+    let msg = asMessage(message);
+    if (msg.metadata.queued !== intent) msg = { ...msg, metadata: { ...msg.metadata, queued: intent } };
+    const delivery = new Delivery(msg, this.runId, intent);
+    this._deliveries.push(delivery);
+    const info = session.subscribe ? session.view.run(this.runId) : null;
+    if (info !== null && isTerminal(info.status)) {
+      delivery._fail(
+        new RunwireError(RUN_NOT_ACTIVE, `run ${JSON.stringify(this.runId)} already ended (${info.status})`, {
+          run_id: this.runId,
+          status: info.status
+        })
+      );
+      return delivery;
+    }
+    session._startDelivery(delivery, { kind: "message", id: msg.id, run_id: this.runId, intent, message: msg });
+    return delivery;
+  }
+  /** Deliveries that went out (or are going out), were not refused and not taken in. @returns {Delivery[]} */
+  _untaken() {
+    const book = this._session.view.tree.outcomes;
+    return this._deliveries.filter((d) => {
+      const outcome = d._outcome;
+      if (outcome.settled && (outcome.error !== void 0 || outcome.value?.refused)) return false;
+      return !book.consumed(d.message.id) && !book.refused(d.message.id);
+    });
+  }
+  /**
+   * Wait until the Run ends or suspends. `undelivered` lists the messages sent through this
+   * handle that the Run did not take (none when it ended "error": they stay in `queued`); at a
+   * suspend they are listed and stay queued, outcomes pending, for the resumed Run. Rejects with
+   * RunwireError(CONNECTION_CLOSED) if the session closes first, EPOCH_MISMATCH (`details.run_id`)
+   * if a reset (the relay lost the session's history) rebuilt the view without the Run.
+   * @returns {Promise<RunResult>}
+   */
+  async result() {
+    this._checkReadable("ClientRun.result()");
+    const info = await this._session.view._until(() => {
+      const i = this._session.view.run(this.runId);
+      if (i === null) this._session._checkLost(this.runId, this._resets);
+      return i !== null && (isTerminal(i.status) || i.status === "suspended") ? i : null;
+    });
+    const undelivered = info.status === "error" ? [] : this._untaken().filter((d) => d._outcome.settled || info.status === "suspended").map((d) => d.message);
+    return { status: info.status, endReason: info.endReason, undelivered, interrupts: this._session.view.tree.interrupts(this.runId) };
+  }
+  /**
+   * Cancel this Run; resolves to the messages sent through this handle that it never took in
+   * (and that no check refused). With `wait` (the default) it waits until the Run ends or
+   * `timeout` ms pass, and rejects with RunwireError(CANCEL_DENIED) if the agent refuses the
+   * cancel (the Run goes on), EPOCH_MISMATCH if a reset loses the Run meanwhile. RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
+   * ended is left as it is.
+   * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
+   * @returns {Promise<UIMessage[]>}
+   */
+  async cancel(options = {}) {
+    const { reason, wait = true, timeout = 3e4 } = options;
+    await this._session.cancel(this.runId, { reason, wait, timeout });
+    if (!this._session.subscribe) return [];
+    return this._untaken().map((d) => d.message);
+  }
+};
+function asMessage(message) {
+  if (typeof message === "string") return userMessage(message);
+  if (isObject(message)) return validateMessage(message, "message");
+  throw new RunwireError(VALIDATION_ERROR, `a message is a string or a UIMessage, not ${typeof message}`);
+}
+function denied(denial) {
+  return new RunwireError(CANCEL_DENIED, denial.reason || "the agent refused the cancel", {
+    run_id: denial.runId,
+    cancel_id: denial.cancelId,
+    client_id: denial.clientId,
+    user_id: denial.userId
+  });
+}
+function writeOnlyError(sessionId, what) {
+  return new RunwireError(
+    NOT_ATTACHED,
+    `${what} reads session ${JSON.stringify(sessionId)}, which was connected with subscribe: false (write-only: it publishes without attaching and never sees the session's entries)`,
+    { session_id: sessionId, subscribe: false }
+  );
+}
+function reused(messageId, serial) {
+  const details = { message_id: messageId };
+  if (serial !== void 0) details.serial = serial;
+  return new RunwireError(
+    VALIDATION_ERROR,
+    `message id ${JSON.stringify(messageId)} is already used in this session; send a new message`,
+    details
+  );
+}
 
-/** @typedef {{view: ViewMessage, response: boolean, children: string[], closed: boolean, partIds: Map<string, number>}} TreeNode */
-/**
- * `held` is a queued prompt (added when its turn comes), `heldInputs` the steering aimed at it.
- * `responses` maps each response id to its `seen`; `checkpoint` is the latest checkpoint entry.
- * @typedef {{info: RunInfo, cancelRequested: boolean, cancels: Set<string>, inputs: string[], seen: Set<string>, promptId: string | null, held: Entry | null, heldInputs: Entry[], denials: CancelDenial[], responses: Map<string, string[]>, checkpoint: Entry | null, questions: any[], answers: Map<string, unknown>, declined: boolean}} TreeRun
- */
-
-/** @param {ViewMessage} view @returns {ViewMessage} */
-const freezeView = (view) => Object.freeze(view);
-/**
- * A response's message once close `e` closed it (`current`: the content folded so far).
- * The carried message replaces the content (keeping id `message_id`); a close without one keeps
- * `current`. The close's `metadata`, if given, replaces the message's metadata either way.
- * @param {UIMessage} current @param {any} e @returns {UIMessage}
- */
+// src/fold.ts
+var freezeView = (view) => Object.freeze(view);
 function closedMessage(current, e) {
   let message = e.message ?? current;
   if (message.id !== e.message_id) message = { ...message, id: e.message_id };
-  if (e.metadata !== undefined) message = { ...message, metadata: { ...e.metadata } };
+  if (e.metadata !== void 0) message = { ...message, metadata: { ...e.metadata } };
   return message;
 }
-
-/**
- * The serial of each response's first close, for responses whose first close carries a message:
- * only the first close takes effect, and one carrying the message replaces the appends before it.
- * @param {Entry[]} entries in serial order @returns {Map<string, number>}
- */
 function replacingCloses(entries) {
-  /** @type {Map<string, any>} */
-  const first = new Map();
+  const first = /* @__PURE__ */ new Map();
   for (const e of entries) if (e.kind === "response_close" && !first.has(e.message_id)) first.set(e.message_id, e);
-  /** @type {Map<string, number>} */
-  const out = new Map();
-  for (const [mid, e] of first) if (e.message !== undefined) out.set(mid, e.serial);
+  const out = /* @__PURE__ */ new Map();
+  for (const [mid, e] of first) if (e.message !== void 0) out.set(mid, e.serial);
   return out;
 }
-
-/** A held (queued) message entry's view. @param {Entry} e @returns {ViewMessage} */
-const heldView = (e) => freezeView({ message: e.message, runId: e.run_id, serial: e.serial, parentId: e.parent_id, intent: e.intent, refused: false });
-/**
- * A steer / follow-up / inject gets `metadata.queued` set to its intent (unless the sender set it).
- * @param {Entry} e @returns {Entry}
- */
+var heldView = (e) => freezeView({ message: e.message, runId: e.run_id, serial: e.serial, parentId: e.parent_id, intent: e.intent, refused: false });
 function markedQueued(e) {
   if (e.intent === "prompt" || "queued" in e.message.metadata) return e;
   return { ...e, message: { ...e.message, metadata: { ...e.message.metadata, queued: e.intent } } };
 }
-/** @param {RunInfo} info @returns {RunInfo} */
-const freezeRun = (info) => Object.freeze(info);
-
-/** Everything derived from entries; rebuilt from scratch when older entries arrive. */
-class Fold {
+var freezeRun = (info) => Object.freeze(info);
+var Fold = class {
+  refusedNow;
+  added;
+  refusals;
+  denials;
+  held;
+  book;
+  runs;
+  latest;
+  spinePos;
+  spine;
+  roots;
+  nodes;
+  selections;
   /** @param {Map<string | null, string> | null} selections */
   constructor(selections) {
-    this.selections = selections; // null while rebuilding: only live folds move them
-    /** @type {Map<string, TreeNode>} */ this.nodes = new Map();
-    /** @type {string[]} */ this.roots = [];
-    /** @type {string[]} */ this.spine = []; // the default path (newest child at each node)
-    /** @type {Map<string, number>} */ this.spinePos = new Map();
-    /** @type {Map<string, string>} */ this.latest = new Map(); // run id -> id of its newest node
-    /** @type {Map<string, TreeRun>} */ this.runs = new Map();
+    this.selections = selections;
+    this.nodes = /* @__PURE__ */ new Map();
+    this.roots = [];
+    this.spine = [];
+    this.spinePos = /* @__PURE__ */ new Map();
+    this.latest = /* @__PURE__ */ new Map();
+    this.runs = /* @__PURE__ */ new Map();
     this.book = new OutcomeBook();
-    /** @type {Map<string, ViewMessage>} */ this.held = new Map(); // queued prompts by message id (kept once dropped)
-    /** @type {Map<string, CancelDenial>} */ this.denials = new Map();
-    /** @type {Map<string, Refusal>} */ this.refusals = new Map();
-    // What a live fold changed that may move path(), for the tree to follow (it clears them):
-    // [parent, id] of each node added, ids of nodes refused.
-    /** @type {[string | null, string][]} */ this.added = [];
-    /** @type {string[]} */ this.refusedNow = [];
+    this.held = /* @__PURE__ */ new Map();
+    this.denials = /* @__PURE__ */ new Map();
+    this.refusals = /* @__PURE__ */ new Map();
+    this.added = [];
+    this.refusedNow = [];
   }
-
   /** Fold one entry (the newest so far); the events it caused. @param {Entry} e @returns {TreeEvent[]} */
   apply(e) {
     if (e.kind === "message") e = markedQueued(e);
-    /** @type {TreeEvent[]} */
     const events = [];
     const [run, created] = this._run(e);
     if (e.kind === "run") {
@@ -903,7 +864,7 @@ class Fold {
         this.book.saw(e.run_id, e.seen);
       }
       const old = run.info;
-      if (!TERMINAL.includes(old.status)) {
+      if (!isTerminal(old.status)) {
         run.info = freezeRun({ ...old, status: e.status, endReason: endReason(e.status), error: e.error });
       }
       if (created || !deepEqual(run.info, old)) events.push({ kind: "run", run: run.info, op: "changed" });
@@ -912,11 +873,9 @@ class Fold {
         run.held = null;
         const inputs = run.heldInputs;
         run.heldInputs = [];
-        if (!TERMINAL.includes(run.info.status) && !this.nodes.has(held.message.id)) {
+        if (!isTerminal(run.info.status) && !this.nodes.has(held.message.id)) {
           [held, ...inputs].forEach((waiting, i) => {
-            const node = i
-              ? this._add(waiting.message, waiting.run_id, waiting.serial ?? 0, waiting.parent_id, waiting.intent, false)
-              : this._place(waiting);
+            const node = i ? this._add(waiting.message, waiting.run_id, waiting.serial ?? 0, waiting.parent_id, waiting.intent, false) : this._place(waiting);
             this.held.delete(waiting.message.id);
             if (this.refusals.has(waiting.message.id)) node.view = freezeView({ ...node.view, refused: true });
             events.push({ kind: "message", message: node.view, op: "added" });
@@ -940,7 +899,6 @@ class Fold {
         }
         node = this._place(e);
       } else if (run.held !== null) {
-        // Aimed at a queued Run: it waits with its prompt (its outcome is tracked at once).
         run.heldInputs.push(e);
         this.held.set(mid, heldView(e));
         run.inputs.push(mid);
@@ -958,19 +916,16 @@ class Fold {
       run.cancels.add(e.id);
       run.cancelRequested = true;
     } else if (e.kind === "cancel_denied") {
-      // Answers the cancel it names (all of them when it names none): another device's
-      // cancel may still stand.
       if (e.cancel_id == null) run.cancels.clear();
       else run.cancels.delete(e.cancel_id);
       run.cancelRequested = run.cancels.size > 0;
-      /** @type {CancelDenial} */
       const denial = Object.freeze({
         runId: e.run_id,
         cancelId: e.cancel_id,
         serial: e.serial,
         reason: e.reason,
         clientId: e.client_id,
-        userId: e.user_id,
+        userId: e.user_id
       });
       run.denials.push(denial);
       if (e.cancel_id !== null && !this.denials.has(e.cancel_id)) this.denials.set(e.cancel_id, denial);
@@ -988,18 +943,14 @@ class Fold {
       for (const id of e.seen) run.seen.add(id);
       this.book.saw(e.run_id, e.seen);
       const existing = this.nodes.get(e.message_id);
-      if (existing === undefined) {
-        // The id of a queued message, held out of the conversation, adds no node either: the
-        // message takes its place when its Run's turn comes.
+      if (existing === void 0) {
         if (!this.held.has(e.message_id)) {
-          /** @type {UIMessage} */
           const message = { id: e.message_id, role: "assistant", parts: [], metadata: { ...e.metadata } };
           const node = this._add(message, e.run_id, e.serial, e.parent_id, null, true);
           run.responses.set(e.message_id, [...e.seen]);
           events.push({ kind: "message", message: node.view, op: "added" });
         }
       } else if (existing.response && !existing.closed && existing.view.runId === e.run_id) {
-        // A retried step: start the response over.
         run.responses.set(e.message_id, [...e.seen]);
         existing.partIds.clear();
         const message = { ...existing.view.message, parts: [], metadata: { ...e.metadata } };
@@ -1010,7 +961,7 @@ class Fold {
       }
     } else {
       const target = this.nodes.get(e.message_id);
-      if (target !== undefined && target.response && !target.closed) {
+      if (target !== void 0 && target.response && !target.closed) {
         let message;
         if (e.kind === "response_append") {
           message = foldChunks(target, e.chunks);
@@ -1026,7 +977,6 @@ class Fold {
     }
     return events;
   }
-
   /** @param {Entry} e @returns {TreeEvent[]} */
   _refuse(e) {
     if (this.refusals.has(e.message_id)) return [];
@@ -1038,75 +988,67 @@ class Fold {
         intent: e.intent,
         error: e.error,
         serial: e.serial,
-        clientId: e.client_id,
-      }),
+        clientId: e.client_id
+      })
     );
-    /** @type {TreeEvent[]} */
     const events = [];
     const node = this.nodes.get(e.message_id);
-    if (node !== undefined && !node.response && !node.view.refused) {
+    if (node !== void 0 && !node.response && !node.view.refused) {
       node.view = freezeView({ ...node.view, refused: true });
       if (this.selections !== null) this.refusedNow.push(e.message_id);
       events.push({ kind: "message", message: node.view, op: "updated" });
     }
     const held = this.held.get(e.message_id);
-    if (held !== undefined && held.intent !== "prompt") this.held.set(e.message_id, freezeView({ ...held, refused: true }));
+    if (held !== void 0 && held.intent !== "prompt") this.held.set(e.message_id, freezeView({ ...held, refused: true }));
     for (const r of this.book.refuse(e.message_id, e.run_id, e.error)) events.push({ kind: "delivery", outcome: r });
     return events;
   }
-
   /** @param {Entry} e @returns {[TreeRun, boolean]} */
   _run(e) {
     const existing = this.runs.get(e.run_id);
-    if (existing !== undefined) return [existing, false];
-    /** @type {RunInfo} */
+    if (existing !== void 0) return [existing, false];
     let info = { runId: e.run_id, status: "pending", clientId: null, userId: null, endReason: null, error: null, agent: null };
     if (e.kind === "message" && e.intent === "prompt") {
       info = { ...info, status: e.queued ? "queued" : "pending", clientId: e.client_id, userId: e.user_id, agent: e.agent || "default" };
     }
-    /** @type {TreeRun} */
     const run = {
       info: freezeRun(info),
       cancelRequested: false,
-      cancels: new Set(),
+      cancels: /* @__PURE__ */ new Set(),
       inputs: [],
-      seen: new Set(),
+      seen: /* @__PURE__ */ new Set(),
       promptId: null,
       held: null,
       heldInputs: [],
       denials: [],
-      responses: new Map(),
+      responses: /* @__PURE__ */ new Map(),
       checkpoint: null,
       questions: [],
-      answers: new Map(),
-      declined: false,
+      answers: /* @__PURE__ */ new Map(),
+      declined: false
     };
     this.runs.set(e.run_id, run);
     return [run, true];
   }
-
   /**
    * Add a prompt: under its parent, beside the turn it rolls back, or at the tip.
    * @param {Entry} e @returns {TreeNode}
    */
   _place(e) {
     if ((e.parent_id === null || !this.nodes.has(e.parent_id)) && e.multitask === "rollback" && e.interrupts && e.interrupts.length) {
-      /** @type {TreeNode[]} */
       const prompts = [];
       for (const r of e.interrupts) {
         const pid = this.runs.get(r)?.promptId;
-        const node = pid === null || pid === undefined ? undefined : this.nodes.get(pid);
-        if (node !== undefined) prompts.push(node);
+        const node = pid === null || pid === void 0 ? void 0 : this.nodes.get(pid);
+        if (node !== void 0) prompts.push(node);
       }
       if (prompts.length) {
-        // The first of the lowest serial, as Python's min().
-        const earliest = prompts.reduce((a, b) => (b.view.serial < a.view.serial ? b : a));
+        const earliest = prompts.reduce((a, b) => b.view.serial < a.view.serial ? b : a);
         return this._add(e.message, e.run_id, e.serial, earliest.view.parentId, e.intent, false, true);
       }
     }
     return this._add(e.message, e.run_id, e.serial, e.parent_id, e.intent, false);
   }
-
   /**
    * @param {UIMessage} message @param {string} runId @param {number} serial
    * @param {string | null} parentId @param {Intent | null} intent @param {boolean} response
@@ -1115,20 +1057,19 @@ class Fold {
    */
   _add(message, runId, serial, parentId, intent, response, exact = false) {
     if (!exact && (parentId === null || !this.nodes.has(parentId))) {
-      const anchor = intent !== "prompt" ? this.latest.get(runId) : undefined;
-      if (anchor !== undefined && !this.spinePos.has(anchor)) {
-        parentId = this.tipBelow(anchor); // the tip of the Run's own branch
+      const anchor = intent !== "prompt" ? this.latest.get(runId) : void 0;
+      if (anchor !== void 0 && !this.spinePos.has(anchor)) {
+        parentId = this.tipBelow(anchor);
       } else {
         parentId = this.spine.length ? this.spine[this.spine.length - 1] : null;
       }
     }
-    /** @type {TreeNode} */
     const node = {
       view: freezeView({ message, runId, serial, parentId, intent, refused: false }),
       response,
       children: [],
       closed: false,
-      partIds: new Map(),
+      partIds: /* @__PURE__ */ new Map()
     };
     this.nodes.set(message.id, node);
     this.latest.set(runId, message.id);
@@ -1137,9 +1078,9 @@ class Fold {
       this.spinePos.clear();
       this.spine.length = 0;
     } else {
-      /** @type {TreeNode} */ (this.nodes.get(parentId)).children.push(message.id);
+      this.nodes.get(parentId).children.push(message.id);
       const pos = this.spinePos.get(parentId);
-      if (pos !== undefined) {
+      if (pos !== void 0) {
         for (const dropped of this.spine.slice(pos + 1)) this.spinePos.delete(dropped);
         this.spine.length = pos + 1;
       }
@@ -1154,41 +1095,31 @@ class Fold {
     }
     return node;
   }
-
   /** From `mid`, at each node the newest child, down to a tip (entries only). @param {string} mid @returns {string} */
   tipBelow(mid) {
-    let children = /** @type {TreeNode} */ (this.nodes.get(mid)).children;
+    let children = this.nodes.get(mid).children;
     while (children.length) {
       mid = children[children.length - 1];
-      children = /** @type {TreeNode} */ (this.nodes.get(mid)).children;
+      children = this.nodes.get(mid).children;
     }
     return mid;
   }
-
   /** @returns {string[]} */
   path() {
     if (!this.selections || this.selections.size === 0) return [...this.spine];
     const out = [];
-    /** @type {string | null} */
     let key = null;
     let children = this.roots;
     while (children.length) {
-      /** @type {string} */
       const pick = this.selections.get(key) || children[children.length - 1];
       out.push(pick);
       key = pick;
-      children = /** @type {TreeNode} */ (this.nodes.get(pick)).children;
+      children = this.nodes.get(pick).children;
     }
     return out;
   }
-}
-
-/**
- * The node's message with `chunks` folded in (a new object; the old one is untouched).
- * @param {TreeNode} node @param {Record<string, any>[]} chunks @returns {UIMessage}
- */
+};
 function foldChunks(node, chunks) {
-  /** @type {Part[]} */
   const parts = [...node.view.message.parts];
   let changed = false;
   for (const chunk of chunks) {
@@ -1207,10 +1138,9 @@ function foldChunks(node, chunks) {
     } else if (kind === "tool-output-available" || kind === "tool-output-error") {
       const callId = chunk.toolCallId;
       const error = chunk.errorText;
-      if (typeof callId !== "string" || (kind === "tool-output-error" && typeof error !== "string")) continue;
+      if (typeof callId !== "string" || kind === "tool-output-error" && typeof error !== "string") continue;
       const name = toolName(parts, callId, chunk.toolName);
       if (kind === "tool-output-error") {
-        // With a string errorCode the output carries it (runwire's tool runner and history repair).
         const code = chunk.errorCode;
         const output = typeof code === "string" ? { code, message: error } : error;
         parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
@@ -1223,35 +1153,26 @@ function foldChunks(node, chunks) {
   if (!changed) return node.view.message;
   return { ...node.view.message, parts };
 }
-
-/**
- * Fold one text/reasoning start or delta; true if the parts changed.
- * @param {Part[]} parts @param {Map<string, number>} ids @param {"text" | "reasoning"} family
- * @param {boolean} start @param {Record<string, any>} chunk
- */
 function stream(parts, ids, family, start, chunk) {
   const cid = chunk.id;
-  if (cid !== undefined && cid !== null && typeof cid !== "string") return false;
+  if (cid !== void 0 && cid !== null && typeof cid !== "string") return false;
   const delta = start ? "" : chunk.delta;
   if (typeof delta !== "string") return false;
-  const key = `${family}\u0000${cid}`;
-  /** @type {number | undefined} */
+  const key = `${family}\0${cid}`;
   let index;
-  if (start) index = undefined;
-  else if (cid !== undefined && cid !== null) index = ids.get(key);
-  else index = parts.length && parts[parts.length - 1].type === family ? parts.length - 1 : undefined;
-  if (index === undefined) {
+  if (start) index = void 0;
+  else if (cid !== void 0 && cid !== null) index = ids.get(key);
+  else index = parts.length && parts[parts.length - 1].type === family ? parts.length - 1 : void 0;
+  if (index === void 0) {
     parts.push({ type: family, text: delta });
-    if (cid !== undefined && cid !== null) ids.set(key, parts.length - 1);
+    if (cid !== void 0 && cid !== null) ids.set(key, parts.length - 1);
     return true;
   }
   if (!delta) return false;
-  const old = /** @type {TextPart | ReasoningPart} */ (parts[index]);
+  const old = parts[index];
   parts[index] = { type: family, text: old.text + delta };
   return true;
 }
-
-/** @param {Part[]} parts @param {string} callId @param {unknown} fallback @returns {string} */
 function toolName(parts, callId, fallback) {
   for (let i = parts.length - 1; i >= 0; i--) {
     const part = parts[i];
@@ -1260,39 +1181,38 @@ function toolName(parts, callId, fallback) {
   return typeof fallback === "string" ? fallback : "";
 }
 
-/**
- * A session's entries folded into a conversation tree, Runs and steering outcomes (a port of
- * transport/tree.py: read that module's docstring for the rules). Feed it every entry the relay
- * delivers with `fold` / `foldOlder`; both throw RunwireError(VALIDATION_ERROR) for an entry that
- * does not validate or has no serial (nothing is folded then).
- */
-export class ConversationTree {
+// src/tree.ts
+var ConversationTree = class {
+  _pathPos;
+  _path;
+  _pathOf;
+  _state;
+  _reported;
+  _selected;
+  _newest;
+  _oldest;
+  _entries;
   constructor() {
-    /** @type {Map<number, Entry>} */ this._entries = new Map();
-    /** @type {number | null} */ this._oldest = null;
-    /** @type {number | null} */ this._newest = null;
-    /** @type {Map<string | null, string>} */ this._selected = new Map();
-    /** @type {Set<string>} */ this._reported = new Set();
+    this._entries = /* @__PURE__ */ new Map();
+    this._oldest = null;
+    this._newest = null;
+    this._selected = /* @__PURE__ */ new Map();
+    this._reported = /* @__PURE__ */ new Set();
     this._state = new Fold(this._selected);
-    // The active path (refused messages included) and each id's place on it, kept for _pathOf;
-    // live folds move it along (_follow), anything else computes it again.
-    /** @type {Fold | null} */ this._pathOf = null;
-    /** @type {string[]} */ this._path = [];
-    /** @type {Map<string, number>} */ this._pathPos = new Map();
+    this._pathOf = null;
+    this._path = [];
+    this._pathPos = /* @__PURE__ */ new Map();
   }
-
   /** Fold one stamped entry; the events it caused ([] for a serial already folded). @param {any} entry */
   fold(entry) {
     return this.foldOlder([entry]);
   }
-
   /**
    * Fold several stamped entries, in any order (a history page); the events they caused.
    * @param {Iterable<any>} entries @returns {TreeEvent[]}
    */
   foldOlder(entries) {
-    /** @type {Map<number, Entry>} */
-    const fresh = new Map();
+    const fresh = /* @__PURE__ */ new Map();
     for (const raw of entries) {
       const entry = decodeEntry(raw);
       if (entry.serial === null) {
@@ -1309,15 +1229,13 @@ export class ConversationTree {
     this._oldest = this._oldest === null ? low : Math.min(this._oldest, low);
     this._newest = this._newest === null ? high : Math.max(this._newest, high);
     if (!incremental) return this._rebuild();
-    /** @type {TreeEvent[]} */
     const events = [];
     for (const s of serials) {
       this._syncPath();
-      events.push(...this._follow(this._state.apply(/** @type {Entry} */ (fresh.get(s)))));
+      events.push(...this._follow(this._state.apply(fresh.get(s))));
     }
     return this._once(events);
   }
-
   /** @returns {TreeEvent[]} */
   _rebuild() {
     const old = this._state;
@@ -1325,11 +1243,9 @@ export class ConversationTree {
     const before = new Set(shown.path);
     const fresh = new Fold(null);
     const serials = [...this._entries.keys()].sort((a, b) => a - b);
-    // A close carrying its message replaces the whole content, so appends before it cannot
-    // change the result (a close without one keeps what they built).
-    const closedAt = replacingCloses(serials.map((s) => /** @type {Entry} */ (this._entries.get(s))));
+    const closedAt = replacingCloses(serials.map((s) => this._entries.get(s)));
     for (const s of serials) {
-      const e = /** @type {Entry} */ (this._entries.get(s));
+      const e = this._entries.get(s);
       if (e.kind === "response_append" && (closedAt.get(e.message_id) ?? -1) > s) continue;
       fresh.apply(e);
     }
@@ -1337,33 +1253,30 @@ export class ConversationTree {
     this._state = fresh;
     for (const [key, child] of [...this._selected]) {
       const node = fresh.nodes.get(child);
-      if (node === undefined || node.view.parentId !== key) this._selected.delete(key);
+      if (node === void 0 || node.view.parentId !== key) this._selected.delete(key);
     }
-    /** @type {TreeEvent[]} */
     const events = [];
-    /** @type {Set<string>} */
-    const reported = new Set();
+    const reported = /* @__PURE__ */ new Set();
     for (const [mid, node] of fresh.nodes) {
       const was = old.nodes.get(mid);
-      if (was === undefined || !deepEqual(was.view, node.view)) {
-        events.push({ kind: "message", message: node.view, op: was === undefined ? "added" : "updated", shown: this._shows(mid) });
+      if (was === void 0 || !deepEqual(was.view, node.view)) {
+        events.push({ kind: "message", message: node.view, op: was === void 0 ? "added" : "updated", shown: this._shows(mid) });
         reported.add(mid);
       }
     }
     events.push(...this._removed(shown.path, shown.views));
     for (const mid of this._shownIds()) {
       if (!before.has(mid) && !reported.has(mid)) {
-        events.push({ kind: "message", message: /** @type {TreeNode} */ (fresh.nodes.get(mid)).view, op: "added", shown: true });
+        events.push({ kind: "message", message: fresh.nodes.get(mid).view, op: "added", shown: true });
       }
     }
     for (const [runId, run] of fresh.runs) {
       const was = old.runs.get(runId);
-      if (was === undefined || !deepEqual(was.info, run.info)) events.push({ kind: "run", run: run.info, op: "changed" });
+      if (was === void 0 || !deepEqual(was.info, run.info)) events.push({ kind: "run", run: run.info, op: "changed" });
     }
     for (const r of fresh.book.resolved()) events.push({ kind: "delivery", outcome: r });
     return this._once(events);
   }
-
   /**
    * What a UI that showed `before` must take away to show this tree instead: a "removed"
    * MessageEvent for each message of `before.messages()` this tree does not show (in that order),
@@ -1374,22 +1287,18 @@ export class ConversationTree {
    */
   removedSince(before) {
     const shown = before._shown();
-    /** @type {TreeEvent[]} */
     const events = this._removed(shown.path, shown.views);
     for (const info of before.runs()) {
       if (this.run(info.runId) === null) events.push({ kind: "run", run: info, op: "removed" });
     }
     return events;
   }
-
   /** Ids of `messages()`, and every node's view (what `_removed` compares). */
   _shown() {
-    /** @type {Map<string, ViewMessage>} */
-    const views = new Map();
+    const views = /* @__PURE__ */ new Map();
     for (const [mid, node] of this._state.nodes) views.set(mid, node.view);
     return { path: this.messages().map((vm) => vm.message.id), views };
   }
-
   /**
    * "removed" MessageEvents for what `path` / `views` showed and this tree does not.
    * @param {string[]} path @param {Map<string, ViewMessage>} views @returns {TreeEvent[]}
@@ -1401,12 +1310,11 @@ export class ConversationTree {
     for (const mid of views.keys()) if (!onPath.has(mid) && !nodes.has(mid)) gone.push(mid);
     return gone.map((mid) => ({
       kind: "message",
-      message: this.message(mid) ?? /** @type {ViewMessage} */ (views.get(mid)),
+      message: this.message(mid) ?? views.get(mid),
       op: "removed",
-      shown: false,
+      shown: false
     }));
   }
-
   /** Compute the active path again unless it was kept for the current state. */
   _syncPath() {
     if (this._pathOf !== this._state) {
@@ -1415,21 +1323,18 @@ export class ConversationTree {
       this._pathOf = this._state;
     }
   }
-
   /** Ids of `messages()`. @returns {string[]} */
   _shownIds() {
     this._syncPath();
     const nodes = this._state.nodes;
-    return this._path.filter((mid) => !(/** @type {TreeNode} */ (nodes.get(mid)).view.refused));
+    return this._path.filter((mid) => !nodes.get(mid).view.refused);
   }
-
   /** Whether `messages()` holds the message. @param {string} messageId */
   _shows(messageId) {
     this._syncPath();
     const node = this._state.nodes.get(messageId);
-    return node !== undefined && !node.view.refused && this._pathPos.has(messageId);
+    return node !== void 0 && !node.view.refused && this._pathPos.has(messageId);
   }
-
   /**
    * One live entry's events, with how `messages()` changed; keeps the path current. A node added
    * under a node of the active path (or as a root) becomes its tip: what was below leaves.
@@ -1444,38 +1349,33 @@ export class ConversationTree {
     const path = this._path;
     const pos = this._pathPos;
     const added = new Set(state.added.map(([, mid]) => mid));
-    /** @type {Map<string, number>} */
-    const gone = new Map();
+    const gone = /* @__PURE__ */ new Map();
     for (const [parent, mid] of state.added) {
       let cut;
       if (parent === null) cut = 0;
-      else if (pos.has(parent)) cut = /** @type {number} */ (pos.get(parent)) + 1;
-      else continue; // under a node off the active path: it is off it too
-      for (let at = cut; at < path.length; at++) {
-        const dropped = path[at];
+      else if (pos.has(parent)) cut = pos.get(parent) + 1;
+      else continue;
+      for (let at2 = cut; at2 < path.length; at2++) {
+        const dropped = path[at2];
         pos.delete(dropped);
-        if (!added.has(dropped) && !(/** @type {TreeNode} */ (nodes.get(dropped)).view.refused)) gone.set(dropped, at);
+        if (!added.has(dropped) && !nodes.get(dropped).view.refused) gone.set(dropped, at2);
       }
       path.length = cut;
       pos.set(mid, path.length);
       path.push(mid);
     }
     for (const mid of state.refusedNow) {
-      if (pos.has(mid) && !added.has(mid) && !gone.has(mid)) gone.set(mid, /** @type {number} */ (pos.get(mid)));
+      if (pos.has(mid) && !added.has(mid) && !gone.has(mid)) gone.set(mid, pos.get(mid));
     }
     state.added.length = 0;
     state.refusedNow.length = 0;
     for (const e of events) if (e.kind === "message") e.shown = this._shows(e.message.message.id);
     if (gone.size === 0) return events;
-    /** @type {TreeEvent[]} */
-    const moved = [...gone.entries()]
-      .sort((a, b) => a[1] - b[1])
-      .map(([mid]) => ({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "removed", shown: false }));
+    const moved = [...gone.entries()].sort((a, b) => a[1] - b[1]).map(([mid]) => ({ kind: "message", message: nodes.get(mid).view, op: "removed", shown: false }));
     let at = events.findIndex((e) => e.kind === "delivery");
     if (at < 0) at = events.length;
     return [...events.slice(0, at), ...moved, ...events.slice(at)];
   }
-
   /** @param {TreeEvent[]} events @returns {TreeEvent[]} */
   _once(events) {
     return events.filter((event) => {
@@ -1485,17 +1385,14 @@ export class ConversationTree {
       return true;
     });
   }
-
   /** The lowest serial folded, null when empty. */
   get oldestSerial() {
     return this._oldest;
   }
-
   /** The highest serial folded, null when empty. */
   get newestSerial() {
     return this._newest;
   }
-
   /**
    * The active branch, root to tip; ids in `tail` on it move last, in that order. Refused
    * messages are left out.
@@ -1503,40 +1400,35 @@ export class ConversationTree {
    */
   messages(tail = []) {
     const nodes = this._state.nodes;
-    const path = this._state.path().filter((mid) => !(/** @type {TreeNode} */ (nodes.get(mid)).view.refused));
-    const view = (/** @type {string} */ mid) => /** @type {TreeNode} */ (nodes.get(mid)).view;
+    const path = this._state.path().filter((mid) => !nodes.get(mid).view.refused);
+    const view = (mid) => nodes.get(mid).view;
     if (!tail.length) return path.map(view);
     const onPath = new Set(path);
     const last = [...new Set(tail)].filter((mid) => onPath.has(mid));
     const moved = new Set(last);
     return [...path.filter((mid) => !moved.has(mid)).map(view), ...last.map(view)];
   }
-
   /** Any message of the tree (on the active branch or not, or a held prompt), by id. @param {string} messageId */
   message(messageId) {
     return this._state.nodes.get(messageId)?.view ?? this._state.held.get(messageId) ?? null;
   }
-
   /** Prompts of queued Runs, not yet in the conversation, oldest first. @returns {ViewMessage[]} */
   waiting() {
     const held = this._state.held;
-    /** @type {ViewMessage[]} */
     const out = [];
     for (const run of this._state.runs.values()) {
-      const view = run.held === null ? undefined : held.get(run.held.message.id);
-      if (view !== undefined) out.push(view);
+      const view = run.held === null ? void 0 : held.get(run.held.message.id);
+      if (view !== void 0) out.push(view);
     }
     return out;
   }
-
   /** Ids of the message's siblings, itself included, in serial order. @param {string} messageId */
   branches(messageId) {
     const node = this._state.nodes.get(messageId);
-    if (node === undefined) return [];
+    if (node === void 0) return [];
     const parent = node.view.parentId;
-    return [...(parent === null ? this._state.roots : /** @type {TreeNode} */ (this._state.nodes.get(parent)).children)];
+    return [...parent === null ? this._state.roots : this._state.nodes.get(parent).children];
   }
-
   /**
    * Make the path through `messageId` active (a local choice). Returns a "removed" event for each
    * message it took off `messages()` (in the order they showed), then an "added" one for each it
@@ -1548,8 +1440,8 @@ export class ConversationTree {
     if (!nodes.has(messageId)) return [];
     const before = this._shownIds();
     let current = messageId;
-    for (;;) {
-      const parent = /** @type {TreeNode} */ (nodes.get(current)).view.parentId;
+    for (; ; ) {
+      const parent = nodes.get(current).view.parentId;
       this._selected.set(parent, current);
       if (parent === null) break;
       current = parent;
@@ -1558,44 +1450,36 @@ export class ConversationTree {
     const after = this._shownIds();
     const shown = new Set(after);
     const known = new Set(before);
-    /** @type {MessageEvent[]} */
-    const events = before.filter((mid) => !shown.has(mid)).map((mid) => ({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "removed", shown: false }));
+    const events = before.filter((mid) => !shown.has(mid)).map((mid) => ({ kind: "message", message: nodes.get(mid).view, op: "removed", shown: false }));
     for (const mid of after) {
-      if (!known.has(mid)) events.push({ kind: "message", message: /** @type {TreeNode} */ (nodes.get(mid)).view, op: "added", shown: true });
+      if (!known.has(mid)) events.push({ kind: "message", message: nodes.get(mid).view, op: "added", shown: true });
     }
     return events;
   }
-
   /** Every Run, in order of creation. @returns {RunInfo[]} */
   runs() {
     return [...this._state.runs.values()].map((r) => r.info);
   }
-
   /** One Run's snapshot, null if the tree has not seen it. @param {string} runId */
   run(runId) {
     return this._state.runs.get(runId)?.info ?? null;
   }
-
   /** True once a cancel entry for the Run was folded (and no refusal came after it). @param {string} runId */
   cancelRequested(runId) {
     return this._state.runs.get(runId)?.cancelRequested ?? false;
   }
-
   /** The agent's refusal of the cancel entry `cancelId`, if it refused. @param {string} cancelId @returns {CancelDenial | null} */
   cancelDenial(cancelId) {
     return this._state.denials.get(cancelId) ?? null;
   }
-
   /** Every refused cancel of the Run, in serial order. @param {string} runId @returns {CancelDenial[]} */
   cancelDenials(runId) {
-    return [...(this._state.runs.get(runId)?.denials ?? [])];
+    return [...this._state.runs.get(runId)?.denials ?? []];
   }
-
   /** Steer, follow-up and inject messages aimed at the Run, in serial order (refused ones left out). @param {string} runId */
   inputs(runId) {
     const run = this._state.runs.get(runId);
-    if (run === undefined) return [];
-    /** @type {ViewMessage[]} */
+    if (run === void 0) return [];
     const out = [];
     for (const mid of run.inputs) {
       const vm = this.message(mid);
@@ -1603,35 +1487,30 @@ export class ConversationTree {
     }
     return out;
   }
-
   /** The prompt that started the Run, if the tree holds it (held while queued). @param {string} runId */
   prompt(runId) {
     const run = this._state.runs.get(runId);
-    if (run === undefined || run.promptId === null) return null;
+    if (run === void 0 || run.promptId === null) return null;
     return this.message(run.promptId);
   }
-
   /** The Run's responses in the order they opened, with their state and `seen`. @param {string} runId @returns {ResponseState[]} */
   responses(runId) {
     const run = this._state.runs.get(runId);
-    if (run === undefined) return [];
+    if (run === void 0) return [];
     const nodes = this._state.nodes;
     return [...run.responses].map(([mid, seen]) => {
-      const node = /** @type {TreeNode} */ (nodes.get(mid));
+      const node = nodes.get(mid);
       return Object.freeze({ view: node.view, closed: node.closed, seen: [...seen] });
     });
   }
-
   /** Refused messages (of one Run, or all), in serial order. @param {string | null} [runId] @returns {Refusal[]} */
   refusals(runId = null) {
     return [...this._state.refusals.values()].filter((r) => runId === null || r.runId === runId);
   }
-
   /** The latest `checkpoint` entry of a Run, if the tree holds one. @param {string} runId @returns {Entry | null} */
   checkpoint(runId) {
     return this._state.runs.get(runId)?.checkpoint ?? null;
   }
-
   /**
    * The questions a suspended Run waits on (none once answered, declined or moved on).
    * @param {string} runId @returns {Interrupt[]}
@@ -1641,44 +1520,43 @@ export class ConversationTree {
     if (!run || run.info.status !== "suspended" || run.declined) return [];
     return run.questions.filter((q) => !run.answers.has(q.id));
   }
-
   /** Steer messages aimed at the Run, in serial order. @param {string} runId */
   steering(runId) {
     return this.inputs(runId).filter((vm) => vm.intent === "steer");
   }
-
   /** Every message id the Run's responses listed as seen. @param {string} runId @returns {Set<string>} */
   seen(runId) {
     return new Set(this._state.runs.get(runId)?.seen ?? []);
   }
-
   /** The outcome book (read it; the tree feeds it). */
   get outcomes() {
     return this._state.book;
   }
-
   /** A steering message's resolved outcome; null while pending or unknown. @param {string} messageId */
   outcome(messageId) {
     return this._state.book.outcome(messageId);
   }
-
   /** Ids of the Run's steering messages whose outcome is not resolved yet. @param {string} runId */
   pending(runId) {
     return this._state.book.pending(runId);
   }
-}
+};
 
-// ----------------------------------------------------------------------------------- view ---
-
-/**
- * A client's live picture of one session's conversation (`session.view`). Entries of each
- * `attached` and `deliver` frame fold into its tree in serial order; every event the tree reports
- * goes to the session's bookkeeping, then to the `on()` callbacks of its kind, then to every open
- * `events()` iterator. Serials the view holds are skipped, so a resume never shows a message twice.
- * The view of a write-only session (`connect(..., {subscribe: false})`) is never fed: every
- * reading method and event subscription throws RunwireError(NOT_ATTACHED) at once.
- */
-export class View {
+// src/view.ts
+var View = class {
+  _writeOnly;
+  _closed;
+  _older;
+  _changed;
+  _hooks;
+  _streams;
+  _callbacks;
+  _hasOlder;
+  _oldest;
+  _newest;
+  _tree;
+  _fetchOlder;
+  sessionId;
   /**
    * @param {string} sessionId
    * @param {(before: number, limit: number) => Promise<{entries: any[], hasOlder: boolean}>} fetchOlder
@@ -1687,81 +1565,68 @@ export class View {
     this.sessionId = sessionId;
     this._fetchOlder = fetchOlder;
     this._tree = new ConversationTree();
-    /** @type {number | null} */ this._newest = null;
-    /** @type {number | null} */ this._oldest = null;
+    this._newest = null;
+    this._oldest = null;
     this._hasOlder = false;
-    /** @type {Record<string, Set<(event: any) => void>>} */
-    this._callbacks = { message: new Set(), run: new Set(), delivery: new Set() };
-    /** @type {Set<(event: TreeEvent) => void>} */ this._streams = new Set();
-    /** @type {((event: TreeEvent) => void)[]} */ this._hooks = [];
-    /** @type {Set<() => void>} */ this._changed = new Set();
-    /** @type {Promise<number> | null} */ this._older = null;
+    this._callbacks = { message: /* @__PURE__ */ new Set(), run: /* @__PURE__ */ new Set(), delivery: /* @__PURE__ */ new Set() };
+    this._streams = /* @__PURE__ */ new Set();
+    this._hooks = [];
+    this._changed = /* @__PURE__ */ new Set();
+    this._older = null;
     this._closed = false;
     this._writeOnly = false;
   }
-
   /** False for the view of a write-only session: it is never fed, and reading it throws NOT_ATTACHED. */
   get readable() {
     return !this._writeOnly;
   }
-
   /** @param {string} what */
   _checkReadable(what) {
     if (this._writeOnly) throw writeOnlyError(this.sessionId, what);
   }
-
   /** The underlying conversation tree (read it; do not fold into it). */
   get tree() {
     this._checkReadable("view.tree");
     return this._tree;
   }
-
   /** The newest serial this view holds (what a resume starts after). */
   get newestSerial() {
     return this._newest;
   }
-
   /** The oldest serial this view holds (what `loadOlder` pages before). */
   get oldestSerial() {
     return this._oldest;
   }
-
   /** The active branch of the conversation, oldest first. @returns {ViewMessage[]} */
   getMessages() {
     this._checkReadable("view.getMessages()");
     return this._tree.messages();
   }
-
   /** Prompts of queued Runs (not yet in `getMessages()`), oldest first. @returns {ViewMessage[]} */
   waiting() {
     this._checkReadable("view.waiting()");
     return this._tree.waiting();
   }
-
   /** Every Run the view knows, with its status. @returns {RunInfo[]} */
   runs() {
     this._checkReadable("view.runs()");
     return this._tree.runs();
   }
-
   /** One Run, or null if the view has not seen it. @param {string} runId */
   run(runId) {
     this._checkReadable("view.run()");
     return this._tree.run(runId);
   }
-
   /** True while the session has entries older than the view holds. */
   hasOlder() {
     this._checkReadable("view.hasOlder()");
     return this._hasOlder;
   }
-
   /** Ids of a message's alternatives (its siblings, itself included), oldest first. @param {string} messageId */
   branches(messageId) {
     this._checkReadable("view.branches()");
     return this._tree.branches(messageId);
   }
-
   /**
    * Show the branch through `messageId`; reports a "removed" event for each message it takes out of
    * view, then an "added" one for each it brings into view. @param {string} messageId
@@ -1770,7 +1635,6 @@ export class View {
     this._checkReadable("view.selectBranch()");
     this._dispatch(this._tree.selectBranch(messageId));
   }
-
   /**
    * Fetch the page before the oldest entry the view holds and merge it; resolves to how many
    * entries the page had (0 when there is nothing older). Calls made meanwhile wait their turn.
@@ -1793,7 +1657,6 @@ export class View {
     this._older = next;
     return next;
   }
-
   /**
    * Call `callback(event)` for each "message", "run" or "delivery" event; returns a function
    * that unsubscribes. Throws RunwireError(VALIDATION_ERROR) for another event name.
@@ -1803,28 +1666,25 @@ export class View {
   on(event, callback) {
     this._checkReadable("view.on()");
     const set = this._callbacks[event];
-    if (set === undefined) {
+    if (set === void 0) {
       throw new RunwireError(VALIDATION_ERROR, `unknown view event ${JSON.stringify(event)}; expected one of ${EVENT_KINDS.join(", ")}`);
     }
-    const wrapped = (/** @type {any} */ e) => callback(e);
+    const wrapped = (e) => callback(e);
     set.add(wrapped);
     return () => {
       set.delete(wrapped);
     };
   }
-
   /**
    * An async iterator of every event from now on; ends when the session closes.
    * @returns {AsyncIterableIterator<TreeEvent>}
    */
   events() {
     this._checkReadable("view.events()");
-    /** @type {TreeEvent[]} */
     const buffer = [];
-    /** @type {((r: IteratorResult<TreeEvent>) => void) | null} */
     let wake = null;
     let ended = this._closed;
-    const push = (/** @type {TreeEvent} */ event) => {
+    const push = (event) => {
       if (wake) {
         const w = wake;
         wake = null;
@@ -1838,7 +1698,7 @@ export class View {
       if (wake) {
         const w = wake;
         wake = null;
-        w({ value: undefined, done: true });
+        w({ value: void 0, done: true });
       }
     };
     const onClose = () => {
@@ -1850,8 +1710,8 @@ export class View {
     }
     return {
       next: () => {
-        if (buffer.length) return Promise.resolve({ value: /** @type {TreeEvent} */ (buffer.shift()), done: false });
-        if (ended) return Promise.resolve({ value: undefined, done: true });
+        if (buffer.length) return Promise.resolve({ value: buffer.shift(), done: false });
+        if (ended) return Promise.resolve({ value: void 0, done: true });
         return new Promise((resolve) => {
           wake = resolve;
         });
@@ -1859,20 +1719,18 @@ export class View {
       return: () => {
         buffer.length = 0;
         end();
-        return Promise.resolve({ value: undefined, done: true });
+        return Promise.resolve({ value: void 0, done: true });
       },
       [Symbol.asyncIterator]() {
         return this;
-      },
+      }
     };
   }
-
   /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries */
   _foldLive(entries) {
     for (const entry of entries) this._dispatch(this._foldOne(entry));
-    this._notify(); // entries that raise no event (a refused cancel) still wake waiters
+    this._notify();
   }
-
   /** Fold one entry if it is newer than the view holds; the events it caused. @param {any} entry @returns {TreeEvent[]} */
   _foldOne(entry) {
     const serial = isObject(entry) && Number.isInteger(entry.serial) ? entry.serial : null;
@@ -1888,20 +1746,17 @@ export class View {
       return [];
     }
   }
-
   /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
   _attached(entries, head, hasOlder) {
     this._hasOlder = hasOlder;
     this._foldLive(entries);
     if (this._newest === null) this._newest = head;
   }
-
   /** A resume: everything after the newest serial the view held. @param {any[]} entries @param {number} head */
   _resumed(entries, head) {
     this._foldLive(entries);
     if (this._newest === null) this._newest = head;
   }
-
   /**
    * The relay lost the history the view resumed from: rebuild from the page. Once the whole page
    * folded, reports its events (as a first attach does), then what the rebuilt view no longer
@@ -1914,7 +1769,6 @@ export class View {
     this._newest = null;
     this._oldest = null;
     this._hasOlder = hasOlder;
-    /** @type {TreeEvent[]} */
     const events = [];
     for (const entry of entries) events.push(...this._foldOne(entry));
     if (this._newest === null) this._newest = head;
@@ -1922,12 +1776,10 @@ export class View {
     this._dispatch(events);
     this._notify();
   }
-
   _close() {
     this._closed = true;
     this._notify();
   }
-
   /** @param {TreeEvent[]} events */
   _dispatch(events) {
     if (!events.length) return;
@@ -1944,11 +1796,9 @@ export class View {
     }
     this._notify();
   }
-
   _notify() {
     for (const fn of [...this._changed]) fn();
   }
-
   /**
    * Resolve when `predicate()` holds (checked now and after each batch of events), or reject on
    * close; with `giveUp`, stop checking and resolve null once it settles.
@@ -1977,325 +1827,66 @@ export class View {
       this._changed.add(check);
       if (giveUp !== null) {
         giveUp.then(() => {
-          if (this._changed.delete(check)) resolve(/** @type {any} */ (null));
+          if (this._changed.delete(check)) resolve(null);
         });
       }
       check();
     });
   }
-}
+};
 
-// ---------------------------------------------------------------------------- runs ---
-
-/** @typedef {{serial: number}} Published */
-/** @typedef {{consumed: boolean, runTerminalReason: RunEndReason | null, refused: RunwireError | null}} Outcome */
-/**
- * A question a Run asks (`response` only on `resumed` entries).
- * @typedef {{id: string, kind: "input" | "approval" | "plan", reason: string, message: string, response_schema: Record<string, unknown> | null, expires_at: number | null, tool_call_id: string | null, tool_name: string | null, details: Record<string, unknown> | null, response: unknown}} Interrupt
- */
-/** @typedef {{status: RunStatus, endReason: RunEndReason | null, undelivered: UIMessage[], interrupts: Interrupt[]}} RunResult */
-/** @typedef {"steer" | "follow_up" | "inject"} QueuedIntent */
-/**
- * A queued message an input check refused, and the error; `message` is null on a device that
- * never had its content (the relay refused it, so only the sender holds it).
- * @typedef {{messageId: string, runId: string, intent: Intent, error: RunwireError, message: UIMessage | null}} Refused
- */
-
-/** @template T */
-class Deferred {
-  constructor() {
-    /** @type {(value: T) => void} */ this.resolve = () => {};
-    /** @type {(error: unknown) => void} */ this.reject = () => {};
-    this.settled = false;
-    /** @type {T | undefined} */ this.value = undefined;
-    /** @type {unknown} */ this.error = undefined;
-    /** @type {Promise<T>} */
-    this.promise = new Promise((resolve, reject) => {
-      this.resolve = (v) => {
-        if (this.settled) return;
-        this.settled = true;
-        this.value = v;
-        resolve(v);
-      };
-      this.reject = (e) => {
-        if (this.settled) return;
-        this.settled = true;
-        this.error = e;
-        reject(e);
-      };
-    });
-    // Nobody has to await it: a rejection left alone is not an "unhandled rejection".
-    this.promise.catch(() => {});
-  }
-}
-
-/** What `run.steer()`, `followUp()` and `inject()` return: the message and two promises. */
-export class Delivery {
-  /** @param {UIMessage} message @param {string} runId @param {QueuedIntent} [intent] */
-  constructor(message, runId, intent = "steer") {
-    this.message = message;
-    this.runId = runId;
-    /** @type {QueuedIntent} */
-    this.intent = intent;
-    /** @type {Deferred<Published>} */ this._published = new Deferred();
-    /** @type {Deferred<Outcome>} */ this._outcome = new Deferred();
-    /** Resolves to `{serial}` once the relay sequenced the message. @type {Promise<Published>} */
-    this.published = this._published.promise;
-    /** Resolves to `{consumed, runTerminalReason, refused}` (see the protocol's outcomes). @type {Promise<Outcome>} */
-    this.outcome = this._outcome.promise;
-  }
-
-  /** @param {RunwireError} error */
-  _fail(error) {
-    this._published.reject(error);
-    this._outcome.reject(error);
-  }
-}
-
-/**
- * A handle on one Run of a Session (made by `session.send` or `session.run`). `queued` and the
- * results count only messages sent through this handle; `refused` lists every refusal of the Run.
- */
-export class ClientRun {
-  /** @param {Session} session @param {string} runId @param {UIMessage | null} prompt */
-  constructor(session, runId, prompt) {
-    this._session = session;
-    this.runId = runId;
-    this.prompt = prompt;
-    /** @type {Delivery[]} */ this._deliveries = [];
-    this._resets = session._resets; // a reset after this one that loses the Run fails its waits
-  }
-
-  /**
-   * The Run's status in the view: "queued" while it waits its turn, "pending" until the agent
-   * starts it, and so on. @returns {RunStatus}
-   */
-  get status() {
-    this._checkReadable("ClientRun.status");
-    return this._session.view.run(this.runId)?.status ?? "pending";
-  }
-
-  /** @param {string} what */
-  _checkReadable(what) {
-    if (!this._session.subscribe) throw writeOnlyError(this._session.sessionId, what);
-  }
-
-  /**
-   * Messages sent through this handle that wait: not taken in, not refused, the Run not ended (one
-   * still being published waits too). A Run that ends "error" leaves its untaken messages here.
-   * @returns {UIMessage[]}
-   */
-  get queued() {
-    this._checkReadable("ClientRun.queued");
-    return this._untaken()
-      .filter((d) => !d._outcome.settled || d._outcome.value?.runTerminalReason === "error")
-      .map((d) => d.message);
-  }
-
-  /** Queued messages of this Run an input check refused, oldest first, with the error. @returns {Refused[]} */
-  get refused() {
-    this._checkReadable("ClientRun.refused");
-    return this._session.view.tree.refusals(this.runId).map((r) => this._session._refused(r));
-  }
-
-  /**
-   * Steer this Run: the message joins its current turn at the next model call. Returns
-   * `{published, outcome}` at once; when the view shows the Run ended, both reject with
-   * RUN_NOT_ACTIVE at once and nothing is published.
-   * @param {string | UIMessage} message @returns {Delivery}
-   */
-  steer(message) {
-    return this._queue("steer", message);
-  }
-
-  /**
-   * Queue a follow-up: once the current answer is finished it starts a new turn of the Run (with
-   * the iteration budget afresh). Returns at once, like `steer`.
-   * @param {string | UIMessage} message @returns {Delivery}
-   */
-  followUp(message) {
-    return this._queue("follow_up", message);
-  }
-
-  /**
-   * Inject context: it joins the conversation at the next model call without causing one (saved
-   * at the Run's end if no call was left). Returns at once, like `steer`.
-   * @param {string | UIMessage} message @returns {Delivery}
-   */
-  inject(message) {
-    return this._queue("inject", message);
-  }
-
-  /**
-   * Publish a queued message (`metadata.queued` set to its kind) in the background.
-   * @param {QueuedIntent} intent @param {string | UIMessage} message @returns {Delivery}
-   */
-  _queue(intent, message) {
-    const session = this._session;
-    let msg = asMessage(message);
-    if (msg.metadata.queued !== intent) msg = { ...msg, metadata: { ...msg.metadata, queued: intent } };
-    const delivery = new Delivery(msg, this.runId, intent);
-    this._deliveries.push(delivery);
-    const info = session.subscribe ? session.view.run(this.runId) : null;
-    if (info !== null && TERMINAL.includes(info.status)) {
-      delivery._fail(
-        new RunwireError(RUN_NOT_ACTIVE, `run ${JSON.stringify(this.runId)} already ended (${info.status})`, {
-          run_id: this.runId,
-          status: info.status,
-        }),
-      );
-      return delivery;
-    }
-    session._startDelivery(delivery, { kind: "message", id: msg.id, run_id: this.runId, intent, message: msg });
-    return delivery;
-  }
-
-  /** Deliveries that went out (or are going out), were not refused and not taken in. @returns {Delivery[]} */
-  _untaken() {
-    const book = this._session.view.tree.outcomes;
-    return this._deliveries.filter((d) => {
-      const outcome = d._outcome;
-      if (outcome.settled && (outcome.error !== undefined || outcome.value?.refused)) return false;
-      return !book.consumed(d.message.id) && !book.refused(d.message.id);
-    });
-  }
-
-  /**
-   * Wait until the Run ends or suspends. `undelivered` lists the messages sent through this
-   * handle that the Run did not take (none when it ended "error": they stay in `queued`); at a
-   * suspend they are listed and stay queued, outcomes pending, for the resumed Run. Rejects with
-   * RunwireError(CONNECTION_CLOSED) if the session closes first, EPOCH_MISMATCH (`details.run_id`)
-   * if a reset (the relay lost the session's history) rebuilt the view without the Run.
-   * @returns {Promise<RunResult>}
-   */
-  async result() {
-    this._checkReadable("ClientRun.result()");
-    const info = await this._session.view._until(() => {
-      const i = this._session.view.run(this.runId);
-      if (i === null) this._session._checkLost(this.runId, this._resets);
-      return i !== null && (TERMINAL.includes(i.status) || i.status === "suspended") ? i : null;
-    });
-    const undelivered =
-      info.status === "error"
-        ? []
-        : this._untaken()
-            .filter((d) => d._outcome.settled || info.status === "suspended")
-            .map((d) => d.message);
-    return { status: info.status, endReason: info.endReason, undelivered, interrupts: this._session.view.tree.interrupts(this.runId) };
-  }
-
-  /**
-   * Cancel this Run; resolves to the messages sent through this handle that it never took in
-   * (and that no check refused). With `wait` (the default) it waits until the Run ends or
-   * `timeout` ms pass, and rejects with RunwireError(CANCEL_DENIED) if the agent refuses the
-   * cancel (the Run goes on), EPOCH_MISMATCH if a reset loses the Run meanwhile. RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
-   * ended is left as it is.
-   * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
-   * @returns {Promise<UIMessage[]>}
-   */
-  async cancel(options = {}) {
-    const { reason, wait = true, timeout = 30000 } = options;
-    await this._session.cancel(this.runId, { reason, wait, timeout });
-    // Write-only: which messages the Run took cannot be seen from here.
-    if (!this._session.subscribe) return [];
-    return this._untaken().map((d) => d.message);
-  }
-}
-
-/** @param {string | UIMessage} message @returns {UIMessage} */
-function asMessage(message) {
-  if (typeof message === "string") return userMessage(message);
-  if (isObject(message)) return validateMessage(message, "message");
-  throw new RunwireError(VALIDATION_ERROR, `a message is a string or a UIMessage, not ${typeof message}`);
-}
-
-/** The error a refused cancel raises. @param {CancelDenial} denial */
-function denied(denial) {
-  return new RunwireError(CANCEL_DENIED, denial.reason || "the agent refused the cancel", {
-    run_id: denial.runId,
-    cancel_id: denial.cancelId,
-    client_id: denial.clientId,
-    user_id: denial.userId,
-  });
-}
-
-/**
- * The NOT_ATTACHED error for reading a session connected with `subscribe: false`.
- * @param {string} sessionId @param {string} what
- */
-function writeOnlyError(sessionId, what) {
-  return new RunwireError(
-    NOT_ATTACHED,
-    `${what} reads session ${JSON.stringify(sessionId)}, which was connected with subscribe: false (write-only: it publishes without attaching and never sees the session's entries)`,
-    { session_id: sessionId, subscribe: false },
-  );
-}
-
-/** @param {string} messageId @param {number} [serial] */
-function reused(messageId, serial) {
-  /** @type {Record<string, unknown>} */
-  const details = { message_id: messageId };
-  if (serial !== undefined) details.serial = serial;
-  return new RunwireError(
-    VALIDATION_ERROR,
-    `message id ${JSON.stringify(messageId)} is already used in this session; send a new message`,
-    details,
-  );
-}
-
-// -------------------------------------------------------------------------- session ---
-
-/**
- * @typedef {object} ConnectOptions
- * @property {string} [clientId] The client id the relay stamps on this client's entries.
- * @property {string} [agent] The agent that Runs started by `send` go to ("default").
- * @property {string} [token] Sent as the `token` query parameter (browsers cannot set headers).
- * @property {() => string | Promise<string>} [tokenProvider] Asked for a fresh token before every
- *   connect but a first one that has `token`, so a token the relay expires (close 4003) is
- *   replaced and the session resumes.
- * @property {number} [historyLimit] The size of the first page (1 to 1000, default 100).
- * @property {boolean} [subscribe] false: a write-only session, for a token with rights in the
- *   session but not 'subscribe' (default true). It connects without attaching; send, steering,
- *   cancel, resume and cancelPause publish and resolve from their acks; whatever reads the
- *   session (the view, `run.result()`, `status`, `queued`, `refused`, a Delivery's `outcome`,
- *   `cancel` with `wait`, `pausedRun()`) throws or rejects NOT_ATTACHED at once.
- * @property {(refused: Refused) => void} [onRefusedMessage] Called the moment an input check (the
- *   relay's or the agent's) refuses a queued message of the session (not for refusals in the
- *   history the session starts with).
- * @property {number} [backoffInitial] First reconnect delay cap in ms (default 50).
- * @property {number} [backoffMax] Largest reconnect delay cap in ms (default 5000).
- * @property {number} [openTimeout] Ms to wait for `welcome` and `attached` (default 10000).
- * @property {number} [rateLimitWait] Ms a publish refused RATE_LIMITED keeps going again before it
- *   rejects with that error (default 30000).
- * @property {number} [storeWait] Ms a publish refused STORE_UNAVAILABLE (the relay's store cannot
- *   take writes) keeps going again, in order, before it rejects with that error (default 60000).
- * @property {typeof WebSocket} [WebSocket] A WebSocket class (default: the global one).
- */
-
-/**
- * @typedef {object} PendingRequest
- * @property {Record<string, any>} data
- * @property {string} text the frame as sent
- * @property {number} sentOn
- * @property {(reply: Record<string, any>) => void} resolve
- * @property {(error: RunwireError) => void} reject
- */
-
-const OPEN = 1;
-
-/**
- * One session on a relay, seen and driven by a client: one self-healing WebSocket. Every time the
- * socket comes up it attaches (the first time for the newest page, afterwards from the newest
- * serial the view holds, with the epoch), then re-sends every request still waiting for a reply;
- * entry ids make the re-sends safe. Made by `connect()`. A write-only session (`subscribe:
- * false`) never attaches: see ConnectOptions.subscribe; without a view a prompt names no parent
- * and a reused message id cannot be told from a re-sent publish (give each message a fresh id).
- */
-export class Session {
+// src/session.ts
+var OPEN = 1;
+var Session = class {
+  _resets;
+  _onOffline;
+  _onOnline;
+  _first;
+  _attachReq;
+  _retryTimer;
+  _stateCallbacks;
+  _newsAfter;
+  onRefusedMessage;
+  _refusedMessages;
+  _deliveries;
+  _laneWaiters;
+  _gaveUp;
+  _storeGaveUp;
+  _held;
+  _publishSeq;
+  _pending;
+  _nextReq;
+  _attempt;
+  _connects;
+  _maxFrameBytes;
+  _defaultMultitask;
+  _epoch;
+  _fatal;
+  _closed;
+  _ready;
+  _ws;
+  view;
+  _WebSocket;
+  _storeWait;
+  _rateLimitWait;
+  _openTimeout;
+  _backoffMax;
+  _backoffInitial;
+  _refusal;
+  _expired;
+  _tries;
+  _tokenProvider;
+  _token;
+  clientId;
+  historyLimit;
+  agent;
+  subscribe;
+  sessionId;
+  url;
   /** @param {string} url @param {string} sessionId @param {ConnectOptions} [options] */
   constructor(url, sessionId, options = {}) {
     const historyLimit = options.historyLimit ?? 100;
-    if (!(historyLimit >= 1 && historyLimit <= 1000)) {
+    if (!(historyLimit >= 1 && historyLimit <= 1e3)) {
       throw new RunwireError(VALIDATION_ERROR, "historyLimit must be between 1 and 1000");
     }
     const subscribe = options.subscribe ?? true;
@@ -2303,27 +1894,25 @@ export class Session {
     if (!subscribe && options.onRefusedMessage) {
       throw new RunwireError(
         VALIDATION_ERROR,
-        "a session connected with subscribe: false never sees refusals: onRefusedMessage is not taken (a refused publish rejects with its error)",
+        "a session connected with subscribe: false never sees refusals: onRefusedMessage is not taken (a refused publish rejects with its error)"
       );
     }
     this.url = url;
     this.sessionId = sessionId;
-    /** False for a write-only session (it never attaches). */
     this.subscribe = subscribe;
     this.agent = options.agent || "default";
     this.historyLimit = historyLimit;
-    /** @type {string | null} The client id the relay stamps on this client's entries (known once connected). */
     this.clientId = options.clientId || null;
     this._token = options.token || null;
     this._tokenProvider = options.tokenProvider || null;
-    this._tries = 0; // connects begun (a token is asked for before each but a first with one)
-    this._expired = 0; // tokens refused as expired since the last welcome
-    /** @type {RunwireError | null} The error frame a refused hello got. */ this._refusal = null;
+    this._tries = 0;
+    this._expired = 0;
+    this._refusal = null;
     this._backoffInitial = options.backoffInitial ?? 50;
-    this._backoffMax = options.backoffMax ?? 5000;
-    this._openTimeout = options.openTimeout ?? 10000;
-    this._rateLimitWait = options.rateLimitWait ?? 30000;
-    this._storeWait = options.storeWait ?? 60000;
+    this._backoffMax = options.backoffMax ?? 5e3;
+    this._openTimeout = options.openTimeout ?? 1e4;
+    this._rateLimitWait = options.rateLimitWait ?? 3e4;
+    this._storeWait = options.storeWait ?? 6e4;
     this._WebSocket = options.WebSocket || globalThis.WebSocket;
     if (typeof this._WebSocket !== "function") {
       throw new RunwireError(VALIDATION_ERROR, "no WebSocket class: pass options.WebSocket");
@@ -2331,32 +1920,31 @@ export class Session {
     this.view = new View(sessionId, (before, limit) => this._fetchOlder(before, limit));
     this.view._writeOnly = !subscribe;
     this.view._hooks.push((event) => this._onEvent(event));
-    /** @type {WebSocket | null} */ this._ws = null;
+    this._ws = null;
     this._ready = false;
     this._closed = false;
-    /** @type {RunwireError | null} */ this._fatal = null;
-    /** @type {string | null} */ this._epoch = null;
-    this._resets = 0; // how many resets rebuilt the view
-    /** @type {Multitask | null} The relay's default strategy (its welcome says). */ this._defaultMultitask = null;
-    /** The largest frame the relay takes, in bytes of UTF-8 (its welcome says). */ this._maxFrameBytes = 1024 * 1024;
+    this._fatal = null;
+    this._epoch = null;
+    this._resets = 0;
+    this._defaultMultitask = null;
+    this._maxFrameBytes = 1024 * 1024;
     this._connects = 0;
     this._attempt = 0;
     this._nextReq = 0;
-    /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
+    this._pending = /* @__PURE__ */ new Map();
     this._publishSeq = 0;
-    /** @type {number[]} Refused publishes, in the order they go again. */ this._held = [];
-    this._storeGaveUp = false; // a publish gave up on the store; none was taken since
-    /** @type {{last: number, error: RunwireError}} The newest publish when one gave up on the store, and its error: the ones up to it still waiting for their turn throw it. */
+    this._held = [];
+    this._storeGaveUp = false;
     this._gaveUp = { last: 0, error: new RunwireError(STORE_UNAVAILABLE, "the relay's store is unavailable") };
-    /** @type {Set<() => void>} Publishes waiting for their turn. */ this._laneWaiters = new Set();
-    /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
-    /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
+    this._laneWaiters = /* @__PURE__ */ new Set();
+    this._deliveries = /* @__PURE__ */ new Map();
+    this._refusedMessages = /* @__PURE__ */ new Map();
     this.onRefusedMessage = options.onRefusedMessage || null;
-    /** @type {number | null} Refusals up to this serial are history, not news. */ this._newsAfter = null;
-    /** @type {Set<(state: ConnectionState) => void>} */ this._stateCallbacks = new Set();
-    /** @type {ReturnType<typeof setTimeout> | null} */ this._retryTimer = null;
-    /** @type {number | null} */ this._attachReq = null;
-    /** @type {Deferred<Session>} */ this._first = new Deferred();
+    this._newsAfter = null;
+    this._stateCallbacks = /* @__PURE__ */ new Set();
+    this._retryTimer = null;
+    this._attachReq = null;
+    this._first = new Deferred();
     this._onOnline = () => {
       if (this._retryTimer !== null && !this._closed) {
         clearTimeout(this._retryTimer);
@@ -2364,45 +1952,36 @@ export class Session {
         this._open();
       }
     };
-    // The browser lost its network: the socket is as good as dead, but it can take minutes
-    // (until TCP gives up) before it says so, and meanwhile the session would claim to be
-    // connected. Drop it now: "disconnected" at once, retries with backoff, and "online"
-    // reconnects at once, resuming from the newest serial (requests in flight are re-sent).
     this._onOffline = () => {
       const ws = this._ws;
       if (this._closed || ws === null || !this._first.settled) return;
       this._lost(null, null);
       try {
-        ws.close(4000, "offline");
+        ws.close(4e3, "offline");
       } catch {
-        // already closing
       }
     };
   }
-
   /** True while the socket is up and attached (up, for a write-only session). */
   get connected() {
     return this._ready;
   }
-
   /** True once the session was closed (by `close()` or for good by the relay). */
   get closed() {
     return this._closed;
   }
-
   /**
    * Call `fn(state)` on each change of the connection ("connected", "disconnected", "closed");
    * returns a function that unsubscribes. `on("state", fn)` does the same.
    * @param {(state: ConnectionState) => void} fn @returns {() => void}
    */
   onState(fn) {
-    const wrapped = (/** @type {ConnectionState} */ s) => fn(s);
+    const wrapped = (s) => fn(s);
     this._stateCallbacks.add(wrapped);
     return () => {
       this._stateCallbacks.delete(wrapped);
     };
   }
-
   /**
    * `on("state", fn)`: the connection's state changes (see `onState`).
    * @param {"state"} event @param {(state: ConnectionState) => void} fn @returns {() => void}
@@ -2411,7 +1990,6 @@ export class Session {
     if (event !== "state") throw new RunwireError(VALIDATION_ERROR, `unknown session event ${JSON.stringify(event)}; expected "state"`);
     return this.onState(fn);
   }
-
   /**
    * Start a Run with `message`; resolves once the relay acknowledged the prompt.
    *
@@ -2442,11 +2020,11 @@ export class Session {
   async send(message, options = {}) {
     const { multitask, parentRunId, threadAccess, signal } = options;
     let parentId = options.parentId ?? null;
-    if (multitask !== undefined && multitask !== null && !MULTITASK_STRATEGIES.includes(multitask)) {
+    if (multitask !== void 0 && multitask !== null && !MULTITASK_STRATEGIES.includes(multitask)) {
       throw new RunwireError(
         VALIDATION_ERROR,
         `unknown multitask strategy ${JSON.stringify(multitask)}; expected one of ${MULTITASK_STRATEGIES.join(", ")}`,
-        { multitask },
+        { multitask }
       );
     }
     if (signal && signal.aborted) throw new RunwireError(ABORTED, "the send's signal was aborted; nothing was sent");
@@ -2458,22 +2036,19 @@ export class Session {
       const tail = this.view.getMessages();
       if (tail.length) parentId = tail[tail.length - 1].message.id;
     }
-    /** @type {Entry} */
     const entry = { kind: "message", id: msg.id, run_id: runId, intent: "prompt", agent: this.agent, message: msg };
     if (parentId !== null) entry.parent_id = parentId;
-    if (multitask !== undefined && multitask !== null) entry.multitask = multitask;
-    if (parentRunId !== undefined && parentRunId !== null) entry.parent_run_id = parentRunId;
-    if (threadAccess !== undefined && threadAccess !== null) entry.thread_access = threadAccess;
+    if (multitask !== void 0 && multitask !== null) entry.multitask = multitask;
+    if (parentRunId !== void 0 && parentRunId !== null) entry.parent_run_id = parentRunId;
+    if (threadAccess !== void 0 && threadAccess !== null) entry.thread_access = threadAccess;
     const ack = await this._publish(entry);
     if (ack.duplicate && this.subscribe && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
     if (signal) {
-      // Aborted while the prompt was being published: no "abort" event comes any more.
       if (signal.aborted) this._cancelSoon(runId);
       else signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
     }
     return new ClientRun(this, runId, msg);
   }
-
   /**
    * Ask the agent of `runId` to stop; resolves once the relay acknowledged it. Cancelling a Run
    * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
@@ -2486,11 +2061,10 @@ export class Session {
    * @returns {Promise<void>}
    */
   async cancel(runId, options = {}) {
-    const { reason, wait = false, timeout = 30000 } = options;
+    const { reason, wait = false, timeout = 3e4 } = options;
     if (wait && !this.subscribe) throw writeOnlyError(this.sessionId, "cancel({wait: true})");
-    /** @type {Entry} */
     const entry = { kind: "cancel", id: newId(), run_id: runId };
-    if (reason !== undefined && reason !== null) entry.reason = reason;
+    if (reason !== void 0 && reason !== null) entry.reason = reason;
     const resets = this._resets;
     try {
       await this._publish(entry);
@@ -2500,7 +2074,6 @@ export class Session {
     }
     if (wait) await this._settled(runId, entry.id, timeout, resets);
   }
-
   /**
    * Answer questions a paused Run waits on (`{interruptId: answer}`); resolves once the relay
    * took them. Rejects with VALIDATION_ERROR (a question not waited on, or answered already),
@@ -2510,7 +2083,6 @@ export class Session {
   async resume(runId, responses) {
     await this._publish({ kind: "interrupt", id: newId(), run_id: runId, status: "resumed", responses });
   }
-
   /** The oldest Run that waits on questions, with them; null if none. @returns {{runId: string, interrupts: Interrupt[]} | null} */
   pausedRun() {
     if (!this.subscribe) throw writeOnlyError(this.sessionId, "pausedRun()");
@@ -2520,18 +2092,15 @@ export class Session {
     }
     return null;
   }
-
   /**
    * End a pause without answers: each waiting call gets "The user declined to answer ...".
    * @param {string} runId @param {{reason?: string | null}} [options] @returns {Promise<void>}
    */
   async cancelPause(runId, options = {}) {
-    /** @type {Entry} */
     const entry = { kind: "interrupt", id: newId(), run_id: runId, status: "declined" };
-    if (options.reason !== undefined && options.reason !== null) entry.reason = options.reason;
+    if (options.reason !== void 0 && options.reason !== null) entry.reason = options.reason;
     await this._publish(entry);
   }
-
   /**
    * Wait until the Run ends or `timeout` ms pass; reject with CANCEL_DENIED if the cancel
    * `cancelId` is refused, with CONNECTION_CLOSED if the session closes first, with EPOCH_MISMATCH
@@ -2540,18 +2109,16 @@ export class Session {
    */
   async _settled(runId, cancelId, timeout, resets) {
     const view = this.view;
-    /** @type {ReturnType<typeof setTimeout> | undefined} */
     let timer;
     const late = new Promise((resolve) => {
-      if (timeout !== null && timeout !== undefined && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
+      if (timeout !== null && timeout !== void 0 && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
     });
-    // Given up at the timeout: the check leaves the view then.
     const settled = view._until(() => {
       const denial = view.tree.cancelDenial(cancelId);
       if (denial !== null) return { denial };
       const info = view.run(runId);
       if (info === null) this._checkLost(runId, resets);
-      return info !== null && TERMINAL.includes(info.status) ? { denial: null } : null;
+      return info !== null && isTerminal(info.status) ? { denial: null } : null;
     }, late);
     try {
       const result = await Promise.race([settled, late]);
@@ -2560,7 +2127,6 @@ export class Session {
       clearTimeout(timer);
     }
   }
-
   /**
    * Throw EPOCH_MISMATCH if a reset since `resets` left the view without the Run.
    * @param {string} runId @param {number} resets
@@ -2570,33 +2136,27 @@ export class Session {
       throw new RunwireError(EPOCH_MISMATCH, "the relay lost the session's history; how the Run ended is unknown", { run_id: runId });
     }
   }
-
   /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId */
   _cancelSoon(runId) {
     const info = this.subscribe ? this.view.run(runId) : null;
-    if (this._closed || (info !== null && TERMINAL.includes(info.status))) return;
+    if (this._closed || info !== null && isTerminal(info.status)) return;
     this.cancel(runId, { reason: "the send's signal was aborted" }).catch((err) => {
       console.warn(`runwire: cancelling run ${runId} after its signal fired failed:`, err);
     });
   }
-
   /**
    * A handle on a Run the view knows (one this client or another one started). Throws
    * RunwireError(RUN_NOT_FOUND) if the view has not seen it.
    * @param {string} runId @returns {ClientRun}
    */
   run(runId) {
-    // Write-only: no view to check; the relay refuses what does not fit the Run.
     if (!this.subscribe) return new ClientRun(this, runId, null);
     if (this.view.run(runId) === null) {
       throw new RunwireError(RUN_NOT_FOUND, `the view has no run ${JSON.stringify(runId)}`, { run_id: runId });
     }
-    // The tree's, not the active branch's: a fork above the Run may have left it on another
-    // branch (and a queued Run's prompt is held out of the conversation).
     const prompt = this.view.tree.prompt(runId);
     return new ClientRun(this, runId, prompt ? prompt.message : null);
   }
-
   /** Close the connection; pending steering outcomes reject with CONNECTION_CLOSED. @returns {Promise<void>} */
   async close() {
     if (this._closed) return;
@@ -2605,23 +2165,21 @@ export class Session {
     this._ws = null;
     if (ws !== null && ws.readyState <= OPEN) {
       await new Promise((resolve) => {
-        const timer = setTimeout(resolve, 1000);
+        const timer = setTimeout(resolve, 1e3);
         ws.addEventListener("close", () => {
           clearTimeout(timer);
-          resolve(undefined);
+          resolve(void 0);
         });
         try {
-          ws.close(1000, "closed");
+          ws.close(1e3, "closed");
         } catch {
           clearTimeout(timer);
-          resolve(undefined);
+          resolve(void 0);
         }
       });
     }
   }
-
   // ----------------------------------------------------------------- internal --
-
   /** @returns {Promise<Session>} */
   _start() {
     if (typeof globalThis.addEventListener === "function") {
@@ -2631,7 +2189,6 @@ export class Session {
     this._open();
     return this._first.promise;
   }
-
   /** @param {RunwireError} error */
   _shutdown(error) {
     const wasReady = this._ready;
@@ -2645,14 +2202,13 @@ export class Session {
     }
     for (const p of [...this._pending.values()]) p.reject(error);
     this._pending.clear();
-    this._letGo(0); // publishes waiting for their turn see the end too
+    this._letGo(0);
     for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
     this._deliveries.clear();
     this._first.reject(error);
     this.view._close();
     if (wasReady || this._first.settled) this._emit("closed");
   }
-
   /** @param {ConnectionState} state */
   _emit(state) {
     for (const fn of [...this._stateCallbacks]) {
@@ -2663,7 +2219,6 @@ export class Session {
       }
     }
   }
-
   /** Open the next socket, with a fresh token first when there is a provider. */
   _open() {
     if (this._closed) return;
@@ -2677,13 +2232,12 @@ export class Session {
       () => this._openSocket(),
       (error) => {
         if (!this._closed) this._fatalError(error);
-      },
+      }
     );
   }
-
   /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. */
   async _freshToken() {
-    const provider = /** @type {() => string | Promise<string>} */ (this._tokenProvider);
+    const provider = this._tokenProvider;
     let token;
     try {
       token = await provider();
@@ -2693,12 +2247,10 @@ export class Session {
     if (typeof token !== "string" || !token) throw new RunwireError(UNAUTHORIZED, "the token provider returned no token");
     this._token = token;
   }
-
   _openSocket() {
     if (this._closed) return;
     let url = this.url;
     if (this._token) url += (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(this._token);
-    /** @type {WebSocket} */
     let ws;
     try {
       ws = new this._WebSocket(url);
@@ -2709,10 +2261,9 @@ export class Session {
     this._ws = ws;
     let welcomed = false;
     const timer = setTimeout(() => {
-      if (!this._ready && this._ws === ws) ws.close(4000, "timed out");
+      if (!this._ready && this._ws === ws) ws.close(4e3, "timed out");
     }, this._openTimeout);
     ws.addEventListener("open", () => {
-      /** @type {Record<string, any>} */
       const hello = { type: "hello", v: PROTOCOL_VERSION, role: "client" };
       if (this.clientId) hello.client_id = this.clientId;
       ws.send(JSON.stringify(hello));
@@ -2732,17 +2283,14 @@ export class Session {
       } catch (err) {
         console.warn(`runwire: dropping a frame this client cannot read: ${err instanceof Error ? err.message : err}`);
         if (!welcomed) {
-          // As the Python client: a first frame it cannot read (a welcome, or a refused hello's
-          // error) fails the first connect with that error; a later one closes the socket and the
-          // session connects again.
-          if (!this._first.settled) this._fatalError(/** @type {RunwireError} */ (err));
+          if (!this._first.settled) this._fatalError(err);
           ws.close(4002, "cannot read the welcome");
         }
         return;
       }
       if (!welcomed) {
         if (frame.type === "error") {
-          this._refusal = RunwireError.fromWire(frame.error); // the close decides: retry or stop
+          this._refusal = RunwireError.fromWire(frame.error);
           ws.close();
           return;
         }
@@ -2767,11 +2315,9 @@ export class Session {
       if (this._ws === ws) this._lost(ev, null);
     });
   }
-
   /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer */
   _attach(ws, timer) {
     const first = this._epoch === null;
-    /** @type {Record<string, any>} */
     const attach = { type: "attach", session_id: this.sessionId, limit: this.historyLimit };
     if (!first) {
       if (this.view.newestSerial !== null) attach.from_serial = this.view.newestSerial;
@@ -2806,14 +2352,11 @@ export class Session {
         if (this._ws !== ws) return;
         console.warn(`runwire: attaching to ${this.sessionId} failed:`, error);
         if (!this._first.settled) this._fatalError(error);
-        // A fresh token that no longer grants 'subscribe' here is as final as a refused
-        // hello: the close below ends the session with it instead of reconnecting.
         else if (error instanceof RunwireError && error.code === UNAUTHORIZED) this._refusal = error;
         ws.close();
-      },
+      }
     });
   }
-
   /**
    * The socket is ready (welcomed, and attached unless write-only): re-send what waits.
    * @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer
@@ -2829,13 +2372,12 @@ export class Session {
       if (p.sentOn !== this._connects) this._send(p);
     }
   }
-
   /** @param {Record<string, any>} frame */
   _onFrame(frame) {
     const req = frame.req;
-    if (req !== undefined && req !== null) {
-      const pending = typeof req === "number" ? this._pending.get(req) : undefined;
-      if (pending !== undefined) {
+    if (req !== void 0 && req !== null) {
+      const pending = typeof req === "number" ? this._pending.get(req) : void 0;
+      if (pending !== void 0) {
         this._pending.delete(req);
         if (frame.type === "error") pending.reject(RunwireError.fromWire(frame.error));
         else pending.resolve(frame);
@@ -2853,13 +2395,11 @@ export class Session {
       console.error(`runwire: handling a ${frame.type} frame failed:`, err);
     }
   }
-
   /** @param {CloseEvent | null} ev @param {unknown} err */
   _lost(ev, err) {
     const wasReady = this._ready;
     this._ready = false;
     this._ws = null;
-    // An attach belongs to its socket: the next connect attaches afresh.
     if (this._attachReq !== null) this._pending.delete(this._attachReq);
     this._attachReq = null;
     const refused = this._credentialsError(ev);
@@ -2884,7 +2424,6 @@ export class Session {
       this._open();
     }, delay);
   }
-
   /**
    * The credentials error a close stands for (a refused hello's error frame, or close 4001 /
    * 4003); null for any other close. Takes the refused hello's error.
@@ -2896,19 +2435,16 @@ export class Session {
     if (refusal !== null) return refusal;
     const code = ev ? ev.code : 0;
     if (code !== 4001 && code !== 4003) return null;
-    // The relay's reason reads "CODE: text": the code is not repeated in the message.
-    const raw = (ev && ev.reason) || "";
+    const raw = ev && ev.reason || "";
     const prefix = `${CLOSE_CODES[code]}: `;
     const reason = raw.startsWith(prefix) ? raw.slice(prefix.length) : raw;
     return new RunwireError(CLOSE_CODES[code], reason || "the relay refused the credentials");
   }
-
   /** @param {RunwireError} error */
   _fatalError(error) {
     this._fatal = error;
     this._shutdown(error);
   }
-
   /**
    * Send a request and hand its reply to `resolve` (an `error` reply to `reject`).
    * @param {Record<string, any>} frame
@@ -2923,38 +2459,32 @@ export class Session {
     const req = ++this._nextReq;
     const data = { ...frame, req };
     const text = JSON.stringify(data);
-    // Over max_frame_bytes the relay refuses the frame, over hard_frame_bytes it closes the
-    // socket (1009), and a request re-sent on every reconnect would close each one: refuse it here.
     const size = utf8Length(text, this._maxFrameBytes);
     if (size > this._maxFrameBytes) {
       handlers.reject(
         new RunwireError(PAYLOAD_TOO_LARGE, `frame of ${size} bytes exceeds the limit of ${this._maxFrameBytes}`, {
           size,
-          limit: this._maxFrameBytes,
-        }),
+          limit: this._maxFrameBytes
+        })
       );
       return null;
     }
-    /** @type {PendingRequest} */
     const pending = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
     this._pending.set(req, pending);
     if (this._ready || handlers.immediate) this._send(pending);
     return req;
   }
-
   /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} */
   _call(frame) {
     return new Promise((resolve, reject) => this._request(frame, { resolve, reject }));
   }
-
   /** @param {PendingRequest} pending */
   _send(pending) {
     const ws = this._ws;
-    if (ws === null || ws.readyState !== OPEN) return; // re-sent after the next connect
+    if (ws === null || ws.readyState !== OPEN) return;
     pending.sentOn = this._connects;
     ws.send(pending.text);
   }
-
   /**
    * Publish one entry. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
    * de-duplicates) after its `details.retry_after` seconds (none named: a backoff with jitter from
@@ -2971,13 +2501,13 @@ export class Session {
   async _publish(entry) {
     if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
     const seq = ++this._publishSeq;
-    /** @type {RunwireError | null} */ let refusal = null;
-    let since = 0; // when the first refusal of `refusal`'s code came
-    let deadline = 0; // when it gives up
+    let refusal = null;
+    let since = 0;
+    let deadline = 0;
     let attempt = 0;
-    /** @type {Record<string, any>} */ let reply;
+    let reply;
     try {
-      for (;;) {
+      for (; ; ) {
         await this._turn(seq, refusal, deadline);
         try {
           reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
@@ -2986,7 +2516,7 @@ export class Session {
             throw new RunwireError(
               NOT_ATTACHED,
               `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
-              { ...err.details, session_id: this.sessionId, subscribe: false },
+              { ...err.details, session_id: this.sessionId, subscribe: false }
             );
           }
           if (!(err instanceof RunwireError) || !RETRIED.has(err.code)) throw err;
@@ -2996,15 +2526,12 @@ export class Session {
             attempt = 0;
           }
           refusal = err;
-          // Not refused by the store itself: held behind an earlier one of ours it refused (the
-          // relay's hold lasts until that one comes again, or 2 s).
-          const held = err.details ? err.details.held : undefined;
-          const behind = held !== undefined && held !== null && held !== entry.id;
+          const held = err.details ? err.details.held : void 0;
+          const behind = held !== void 0 && held !== null && held !== entry.id;
           const store = err.code === STORE_UNAVAILABLE && !behind;
-          if (store && this._storeGaveUp) throw err; // the store stayed away a whole storeWait already
+          if (store && this._storeGaveUp) throw err;
           const delay = retryDelay(err, attempt++);
-          deadline =
-            since + (err.code === RATE_LIMITED ? this._rateLimitWait : Math.max(this._storeWait, behind ? STORE_HELD_WAIT : 0));
+          deadline = since + (err.code === RATE_LIMITED ? this._rateLimitWait : Math.max(this._storeWait, behind ? STORE_HELD_WAIT : 0));
           if (now + delay > deadline) {
             if (store) {
               this._storeGaveUp = true;
@@ -3018,7 +2545,7 @@ export class Session {
             this._held.splice(at, 0, seq);
           }
           await new Promise((resolve) => setTimeout(resolve, delay));
-          continue; // still held: nothing after it goes until it went again
+          continue;
         }
         this._storeGaveUp = false;
         break;
@@ -3031,7 +2558,6 @@ export class Session {
     }
     return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
   }
-
   /**
    * Wait until publish `seq` may go: no publish refused before it waits to go again. A refused
    * one (in `_held`) stays there while it goes again, so the publishes behind it wait for its
@@ -3043,7 +2569,7 @@ export class Session {
    */
   async _turn(seq, refusal, deadline) {
     let waited = false;
-    for (;;) {
+    for (; ; ) {
       if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
       const { last, error } = this._gaveUp;
       if (seq <= last && (waited || refusal !== null)) {
@@ -3054,25 +2580,23 @@ export class Session {
       if (left !== null && left <= 0 && refusal !== null) throw refusal;
       waited = true;
       await new Promise((resolve) => {
-        /** @type {ReturnType<typeof setTimeout> | null} */ let timer = null;
+        let timer = null;
         const wake = () => {
           if (timer !== null) clearTimeout(timer);
           this._laneWaiters.delete(wake);
-          resolve(undefined);
+          resolve(void 0);
         };
         this._laneWaiters.add(wake);
         if (left !== null) timer = setTimeout(wake, left);
       });
     }
   }
-
   /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq */
   _letGo(seq) {
     const at = this._held.indexOf(seq);
     if (at >= 0) this._held.splice(at, 1);
     for (const wake of [...this._laneWaiters]) wake();
   }
-
   /** @param {number} before @param {number} limit */
   async _fetchOlder(before, limit) {
     if (this._closed) throw new RunwireError(CONNECTION_CLOSED, "the session was closed");
@@ -3080,7 +2604,6 @@ export class Session {
     if (reply.type !== "page") throw new RunwireError(PROTOCOL_ERROR, `expected a page, got ${reply.type}`);
     return { entries: reply.entries, hasOlder: Boolean(reply.has_older) };
   }
-
   /** @param {Delivery} delivery @param {Entry} entry */
   _startDelivery(delivery, entry) {
     if (this._closed) {
@@ -3089,8 +2612,7 @@ export class Session {
     }
     const id = delivery.message.id;
     if (!this._deliveries.has(id)) this._deliveries.set(id, []);
-    /** @type {Delivery[]} */ (this._deliveries.get(id)).push(delivery);
-    // Write-only: the outcome is told by entries this session never sees.
+    this._deliveries.get(id).push(delivery);
     if (!this.subscribe) delivery._outcome.reject(writeOnlyError(this.sessionId, "Delivery.outcome"));
     this._publish(entry).then(
       (ack) => {
@@ -3105,7 +2627,6 @@ export class Session {
             this._forget(delivery);
             return;
           }
-          // Steered again: its outcome may have resolved before this handle existed.
           const record = this.view.tree.outcome(id);
           if (record !== null) this._settle(delivery, record);
         }
@@ -3119,17 +2640,15 @@ export class Session {
         }
         const late = err instanceof RunwireError ? endedBeforeStored(id, delivery.runId, err.code, err.details) : null;
         if (late !== null) {
-          // The Run ended before the relay got it: never published, never seen.
           delivery._published.reject(err);
           this._settle(delivery, late);
           return;
         }
         delivery._fail(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
         this._forget(delivery);
-      },
+      }
     );
   }
-
   /**
    * After a reset: settle the outcomes the rebuilt view can tell; reject EPOCH_MISMATCH those of
    * acknowledged messages whose Run it does not know (they would never resolve), as the seed's
@@ -3145,41 +2664,37 @@ export class Session {
           delivery._outcome.reject(
             new RunwireError(EPOCH_MISMATCH, "the relay lost the session's history; whether the agent saw this message is unknown", {
               run_id: delivery.runId,
-              message_id: delivery.message.id,
-            }),
+              message_id: delivery.message.id
+            })
           );
           this._forget(delivery);
         }
       }
     }
   }
-
   /** @param {string} messageId @param {string} runId @param {Intent} intent */
   _isOwn(messageId, runId, intent) {
     const vm = this.view.tree.message(messageId);
     return vm !== null && vm.runId === runId && vm.intent === intent;
   }
-
   /** @param {Delivery} delivery */
   _forget(delivery) {
     const list = this._deliveries.get(delivery.message.id);
-    if (list === undefined) return;
+    if (list === void 0) return;
     const i = list.indexOf(delivery);
     if (i >= 0) list.splice(i, 1);
     if (!list.length) this._deliveries.delete(delivery.message.id);
   }
-
   /** @param {Delivery} delivery @param {OutcomeRecord} record */
   _settle(delivery, record) {
     if (record.refused) this._refusedMessages.set(delivery.message.id, delivery.message);
     delivery._outcome.resolve({
       consumed: record.consumed,
       runTerminalReason: record.runTerminalReason,
-      refused: record.refused ? RunwireError.fromWire(record.refused) : null,
+      refused: record.refused ? RunwireError.fromWire(record.refused) : null
     });
     this._forget(delivery);
   }
-
   /** The client's record of a refusal, with the message if this device has it. @param {Refusal} refusal @returns {Refused} */
   _refused(refusal) {
     const vm = this.view.tree.message(refusal.messageId);
@@ -3189,45 +2704,58 @@ export class Session {
       runId: refusal.runId,
       intent: refusal.intent,
       error: RunwireError.fromWire(refusal.error),
-      message,
+      message
     });
   }
-
   /** @param {TreeEvent} event */
   _onEvent(event) {
     if (event.kind !== "delivery") return;
     const record = event.outcome;
-    for (const delivery of [...(this._deliveries.get(record.messageId) || [])]) {
+    for (const delivery of [...this._deliveries.get(record.messageId) || []]) {
       if (delivery.runId === record.runId) this._settle(delivery, record);
     }
     if (record.refused && this.onRefusedMessage) this._tellRefused(record.messageId);
   }
-
   /** Call `onRefusedMessage` for the refusal of `messageId` unless it is history. @param {string} messageId */
   _tellRefused(messageId) {
     const refusal = this.view.tree.refusals().findLast((r) => r.messageId === messageId);
-    if (refusal === undefined || (this._newsAfter !== null && refusal.serial <= this._newsAfter)) return;
+    if (refusal === void 0 || this._newsAfter !== null && refusal.serial <= this._newsAfter) return;
     try {
       this.onRefusedMessage?.(this._refused(refusal));
     } catch (err) {
       console.error("runwire: onRefusedMessage failed:", err);
     }
   }
-}
+};
 
-/**
- * Connect to the relay at `url` (ws:// or wss://) and attach to `sessionId`. Resolves to the
- * Session once attached; rejects with RunwireError (CONNECTION_CLOSED when the relay cannot be
- * reached, UNAUTHORIZED, TOKEN_EXPIRED, ...). Afterwards the session reconnects by itself
- * (exponential backoff with full jitter, a fresh token from `tokenProvider` if given) and resumes
- * from the last serial it saw.
- * @param {string} url @param {string} sessionId @param {ConnectOptions} [options]
- * @returns {Promise<Session>}
- */
-export function connect(url, sessionId, options = {}) {
+// src/index.ts
+function connect(url, sessionId, options = {}) {
   try {
     return new Session(url, sessionId, options)._start();
   } catch (err) {
     return Promise.reject(err);
   }
 }
+export {
+  CLOSE_CODES,
+  CONNECTION_CLOSED,
+  ClientRun,
+  ConversationTree,
+  Delivery,
+  EVENT_KINDS,
+  MULTITASK_STRATEGIES,
+  OutcomeBook,
+  PROTOCOL_VERSION,
+  RunwireError,
+  Session,
+  TERMINAL,
+  View,
+  checkRelayFrame,
+  connect,
+  decodeEntry,
+  endReason,
+  endedBeforeStored,
+  messageText,
+  newId,
+  userMessage
+};

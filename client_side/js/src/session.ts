@@ -1,0 +1,990 @@
+import type { CancelDenial, ConnectOptions, ConnectionState, Entry, Intent, Interrupt, Multitask, OutcomeRecord, Refusal, Refused, ThreadAccess, TreeEvent, UIMessage, PendingRequest } from "./types.js";
+import { ABORTED, CANCEL_DENIED, CLOSE_CODES, CONNECTION_CLOSED, EPOCH_MISMATCH, MULTITASK_STRATEGIES, NOT_ATTACHED, PAYLOAD_TOO_LARGE, PROTOCOL_ERROR, PROTOCOL_VERSION, RATE_LIMITED, RETRIED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, STORE_HELD_WAIT, STORE_UNAVAILABLE, TERMINAL, TOKEN_EXPIRED, UNAUTHORIZED, VALIDATION_ERROR, backoff, isObject, newId, retryDelay, utf8Length, isTerminal } from "./errors.js";
+import { checkRelayFrame } from "./frames.js";
+import { connect } from "./index.js";
+import { endedBeforeStored } from "./outcomes.js";
+import { ClientRun, Deferred, Delivery, asMessage, denied, reused, writeOnlyError } from "./runs.js";
+import { View } from "./view.js";
+
+// -------------------------------------------------------------------------- session ---
+
+
+
+export const OPEN = 1;
+
+/**
+ * One session on a relay, seen and driven by a client: one self-healing WebSocket. Every time the
+ * socket comes up it attaches (the first time for the newest page, afterwards from the newest
+ * serial the view holds, with the epoch), then re-sends every request still waiting for a reply;
+ * entry ids make the re-sends safe. Made by `connect()`. A write-only session (`subscribe:
+ * false`) never attaches: see ConnectOptions.subscribe; without a view a prompt names no parent
+ * and a reused message id cannot be told from a re-sent publish (give each message a fresh id).
+ */
+export class Session {
+  _resets: any;
+  _onOffline: () => void;
+  _onOnline: () => void;
+  _first: Deferred<Session>;
+  _attachReq: number | null;
+  _retryTimer: ReturnType<typeof setTimeout> | null;
+  _stateCallbacks: Set<(state: ConnectionState) => void>;
+  _newsAfter: number | null;
+  onRefusedMessage: ((refused: Refused) => void) | null;
+  _refusedMessages: Map<string, UIMessage>;
+  _deliveries: Map<string, Delivery[]>;
+  _laneWaiters: Set<() => void>;
+  _gaveUp: {last: number, error: RunwireError};
+  _storeGaveUp: boolean;
+  _held: number[];
+  _publishSeq: number;
+  _pending: Map<number, PendingRequest>;
+  _nextReq: number;
+  _attempt: number;
+  _connects: number;
+  _maxFrameBytes: number;
+  _defaultMultitask: Multitask | null;
+  _epoch: string | null;
+  _fatal: RunwireError | null;
+  _closed: boolean;
+  _ready: boolean;
+  _ws: WebSocket | null;
+  view: View;
+  _WebSocket: { new(url: string | URL, protocols?: string | string[]): WebSocket; prototype: WebSocket; readonly CONNECTING: 0; readonly OPEN: 1; readonly CLOSING: 2; readonly CLOSED: 3; };
+  _storeWait: number;
+  _rateLimitWait: number;
+  _openTimeout: number;
+  _backoffMax: number;
+  _backoffInitial: number;
+  _refusal: RunwireError | null;
+  _expired: number;
+  _tries: number;
+  _tokenProvider: (() => string | Promise<string>) | null;
+  _token: string | null;
+  clientId: string | null;
+  historyLimit: number;
+  agent: string;
+  subscribe: boolean;
+  sessionId: string;
+  url: string;
+  /** @param {string} url @param {string} sessionId @param {ConnectOptions} [options] */
+  constructor(url: string, sessionId: string, options: ConnectOptions = {}) {
+    const historyLimit = options.historyLimit ?? 100;
+    if (!(historyLimit >= 1 && historyLimit <= 1000)) {
+      throw new RunwireError(VALIDATION_ERROR, "historyLimit must be between 1 and 1000");
+    }
+    const subscribe = options.subscribe ?? true;
+    if (typeof subscribe !== "boolean") throw new RunwireError(VALIDATION_ERROR, "subscribe must be a boolean");
+    if (!subscribe && options.onRefusedMessage) {
+      throw new RunwireError(
+        VALIDATION_ERROR,
+        "a session connected with subscribe: false never sees refusals: onRefusedMessage is not taken (a refused publish rejects with its error)",
+      );
+    }
+    this.url = url;
+    this.sessionId = sessionId;
+    /** False for a write-only session (it never attaches). */
+    this.subscribe = subscribe;
+    this.agent = options.agent || "default";
+    this.historyLimit = historyLimit;
+    /** @type {string | null} The client id the relay stamps on this client's entries (known once connected). */
+    this.clientId = options.clientId || null;
+    this._token = options.token || null;
+    this._tokenProvider = options.tokenProvider || null;
+    this._tries = 0; // connects begun (a token is asked for before each but a first with one)
+    this._expired = 0; // tokens refused as expired since the last welcome
+    /** @type {RunwireError | null} The error frame a refused hello got. */ this._refusal = null;
+    this._backoffInitial = options.backoffInitial ?? 50;
+    this._backoffMax = options.backoffMax ?? 5000;
+    this._openTimeout = options.openTimeout ?? 10000;
+    this._rateLimitWait = options.rateLimitWait ?? 30000;
+    this._storeWait = options.storeWait ?? 60000;
+    this._WebSocket = options.WebSocket || globalThis.WebSocket;
+    if (typeof this._WebSocket !== "function") {
+      throw new RunwireError(VALIDATION_ERROR, "no WebSocket class: pass options.WebSocket");
+    }
+    this.view = new View(sessionId, (before, limit) => this._fetchOlder(before, limit));
+    this.view._writeOnly = !subscribe;
+    this.view._hooks.push((event: TreeEvent) => this._onEvent(event));
+    /** @type {WebSocket | null} */ this._ws = null;
+    this._ready = false;
+    this._closed = false;
+    /** @type {RunwireError | null} */ this._fatal = null;
+    /** @type {string | null} */ this._epoch = null;
+    this._resets = 0; // how many resets rebuilt the view
+    /** @type {Multitask | null} The relay's default strategy (its welcome says). */ this._defaultMultitask = null;
+    /** The largest frame the relay takes, in bytes of UTF-8 (its welcome says). */ this._maxFrameBytes = 1024 * 1024;
+    this._connects = 0;
+    this._attempt = 0;
+    this._nextReq = 0;
+    /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
+    this._publishSeq = 0;
+    /** @type {number[]} Refused publishes, in the order they go again. */ this._held = [];
+    this._storeGaveUp = false; // a publish gave up on the store; none was taken since
+    /** @type {{last: number, error: RunwireError}} The newest publish when one gave up on the store, and its error: the ones up to it still waiting for their turn throw it. */
+    this._gaveUp = { last: 0, error: new RunwireError(STORE_UNAVAILABLE, "the relay's store is unavailable") };
+    /** @type {Set<() => void>} Publishes waiting for their turn. */ this._laneWaiters = new Set();
+    /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
+    /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
+    this.onRefusedMessage = options.onRefusedMessage || null;
+    /** @type {number | null} Refusals up to this serial are history, not news. */ this._newsAfter = null;
+    /** @type {Set<(state: ConnectionState) => void>} */ this._stateCallbacks = new Set();
+    /** @type {ReturnType<typeof setTimeout> | null} */ this._retryTimer = null;
+    /** @type {number | null} */ this._attachReq = null;
+    /** @type {Deferred<Session>} */ this._first = new Deferred();
+    this._onOnline = () => {
+      if (this._retryTimer !== null && !this._closed) {
+        clearTimeout(this._retryTimer);
+        this._retryTimer = null;
+        this._open();
+      }
+    };
+    // The browser lost its network: the socket is as good as dead, but it can take minutes
+    // (until TCP gives up) before it says so, and meanwhile the session would claim to be
+    // connected. Drop it now: "disconnected" at once, retries with backoff, and "online"
+    // reconnects at once, resuming from the newest serial (requests in flight are re-sent).
+    this._onOffline = () => {
+      const ws = this._ws;
+      if (this._closed || ws === null || !this._first.settled) return;
+      this._lost(null, null);
+      try {
+        ws.close(4000, "offline");
+      } catch {
+        // already closing
+      }
+    };
+  }
+
+  /** True while the socket is up and attached (up, for a write-only session). */
+  get connected() {
+    return this._ready;
+  }
+
+  /** True once the session was closed (by `close()` or for good by the relay). */
+  get closed() {
+    return this._closed;
+  }
+
+  /**
+   * Call `fn(state)` on each change of the connection ("connected", "disconnected", "closed");
+   * returns a function that unsubscribes. `on("state", fn)` does the same.
+   * @param {(state: ConnectionState) => void} fn @returns {() => void}
+   */
+  onState(fn: (state: ConnectionState) => void): () => void {
+    const wrapped = (/** @type {ConnectionState} */ s: ConnectionState) => fn(s);
+    this._stateCallbacks.add(wrapped);
+    return () => {
+      this._stateCallbacks.delete(wrapped);
+    };
+  }
+
+  /**
+   * `on("state", fn)`: the connection's state changes (see `onState`).
+   * @param {"state"} event @param {(state: ConnectionState) => void} fn @returns {() => void}
+   */
+  on(event: "state", fn: (state: ConnectionState) => void): () => void {
+    if (event !== "state") throw new RunwireError(VALIDATION_ERROR, `unknown session event ${JSON.stringify(event)}; expected "state"`);
+    return this.onState(fn);
+  }
+
+  /**
+   * Start a Run with `message`; resolves once the relay acknowledged the prompt.
+   *
+   * `multitask` says what the Run does to Runs going on in the session (none: the relay's
+   * default, itself "alongside" unless set); a paused Run whose questions are settled
+   * (answered, declined, or moved on by this very prompt) is about to resume, and counts as
+   * going on:
+   * - "alongside": they go on side by side;
+   * - "reject": rejects with RunwireError(THREAD_BUSY) while one goes on;
+   * - "enqueue": the Run is "queued" until they settle, then starts;
+   * - "interrupt": they are cancelled, then the Run starts;
+   * - "rollback": as interrupt, and the interrupted turn goes onto a branch of its own: the
+   *   conversation continues from before it.
+   *
+   * Any strategy but alongside rejects with THREAD_ACCESS_DENIED while another user's Run goes
+   * on, unless the session is shared (its first prompt sent `threadAccess: "shared"`, or the
+   * relay shares sessions by default). `parentId` names the message to continue from (by
+   * default the view's tail for alongside and reject; the relay's placement for the others);
+   * `parentRunId` the Run whose tool call starts this one (never held back). With `signal`
+   * already aborted nothing is sent and it rejects with RunwireError(ABORTED); aborted later, it
+   * cancels the Run. Rejects with VALIDATION_ERROR for an unknown strategy, with
+   * PAYLOAD_TOO_LARGE (nothing sent) when the prompt is over the relay's `max_frame_bytes`, and
+   * with the relay's RunwireError if it refuses the prompt.
+   * @param {string | UIMessage} message
+   * @param {{multitask?: Multitask | null, parentId?: string | null, parentRunId?: string | null, threadAccess?: ThreadAccess | null, signal?: AbortSignal | null}} [options]
+   * @returns {Promise<ClientRun>}
+   */
+  async send(message: string | UIMessage, options: { multitask?: Multitask | null; parentId?: string | null; parentRunId?: string | null; threadAccess?: ThreadAccess | null; signal?: AbortSignal | null; } = {}): Promise<ClientRun> {
+    const { multitask, parentRunId, threadAccess, signal } = options;
+    let parentId = options.parentId ?? null;
+    if (multitask !== undefined && multitask !== null && !MULTITASK_STRATEGIES.includes(multitask)) {
+      throw new RunwireError(
+        VALIDATION_ERROR,
+        `unknown multitask strategy ${JSON.stringify(multitask)}; expected one of ${MULTITASK_STRATEGIES.join(", ")}`,
+        { multitask },
+      );
+    }
+    if (signal && signal.aborted) throw new RunwireError(ABORTED, "the send's signal was aborted; nothing was sent");
+    const msg = asMessage(message);
+    if (this.subscribe && this.view.tree.message(msg.id) !== null) throw reused(msg.id);
+    const runId = newId();
+    const effective = multitask || this._defaultMultitask || "alongside";
+    if (this.subscribe && parentId === null && (effective === "alongside" || effective === "reject")) {
+      const tail = this.view.getMessages();
+      if (tail.length) parentId = tail[tail.length - 1].message.id;
+    }
+    /** @type {Entry} */
+    const entry: Entry = { kind: "message", id: msg.id, run_id: runId, intent: "prompt", agent: this.agent, message: msg };
+    if (parentId !== null) entry.parent_id = parentId;
+    if (multitask !== undefined && multitask !== null) entry.multitask = multitask;
+    if (parentRunId !== undefined && parentRunId !== null) entry.parent_run_id = parentRunId;
+    if (threadAccess !== undefined && threadAccess !== null) entry.thread_access = threadAccess;
+    const ack = await this._publish(entry);
+    if (ack.duplicate && this.subscribe && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
+    if (signal) {
+      // Aborted while the prompt was being published: no "abort" event comes any more.
+      if (signal.aborted) this._cancelSoon(runId);
+      else signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
+    }
+    return new ClientRun(this, runId, msg);
+  }
+
+  /**
+   * Ask the agent of `runId` to stop; resolves once the relay acknowledged it. Cancelling a Run
+   * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
+   * (up to `timeout` ms; null: no limit) until the Run ends, and rejects with
+   * RunwireError(CANCEL_DENIED) if its agent refuses this cancel, CONNECTION_CLOSED if the
+   * session closes first, EPOCH_MISMATCH (`details.run_id`) if a reset meanwhile rebuilt the view
+   * without the Run. Rejects with the relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED
+   * without the right, ...) when it refuses the cancel.
+   * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
+   * @returns {Promise<void>}
+   */
+  async cancel(runId: string, options: { reason?: string | null; wait?: boolean; timeout?: number | null; } = {}): Promise<void> {
+    const { reason, wait = false, timeout = 30000 } = options;
+    if (wait && !this.subscribe) throw writeOnlyError(this.sessionId, "cancel({wait: true})");
+    /** @type {Entry} */
+    const entry: Entry = { kind: "cancel", id: newId(), run_id: runId };
+    if (reason !== undefined && reason !== null) entry.reason = reason;
+    const resets = this._resets;
+    try {
+      await this._publish(entry);
+    } catch (err) {
+      if (!(err instanceof RunwireError) || err.code !== RUN_NOT_ACTIVE) throw err;
+      return;
+    }
+    if (wait) await this._settled(runId, entry.id, timeout, resets);
+  }
+
+  /**
+   * Answer questions a paused Run waits on (`{interruptId: answer}`); resolves once the relay
+   * took them. Rejects with VALIDATION_ERROR (a question not waited on, or answered already),
+   * INTERRUPT_ANSWER_INVALID (details.interrupt_id) or INTERRUPT_EXPIRED; nothing is taken then.
+   * @param {string} runId @param {Record<string, unknown>} responses @returns {Promise<void>}
+   */
+  async resume(runId: string, responses: Record<string, unknown>): Promise<void> {
+    await this._publish({ kind: "interrupt", id: newId(), run_id: runId, status: "resumed", responses });
+  }
+
+  /** The oldest Run that waits on questions, with them; null if none. @returns {{runId: string, interrupts: Interrupt[]} | null} */
+  pausedRun(): { runId: string; interrupts: Interrupt[]; } | null {
+    if (!this.subscribe) throw writeOnlyError(this.sessionId, "pausedRun()");
+    for (const info of this.view.runs()) {
+      const questions = this.view.tree.interrupts(info.runId);
+      if (questions.length) return { runId: info.runId, interrupts: questions };
+    }
+    return null;
+  }
+
+  /**
+   * End a pause without answers: each waiting call gets "The user declined to answer ...".
+   * @param {string} runId @param {{reason?: string | null}} [options] @returns {Promise<void>}
+   */
+  async cancelPause(runId: string, options: { reason?: string | null; } = {}): Promise<void> {
+    /** @type {Entry} */
+    const entry: Entry = { kind: "interrupt", id: newId(), run_id: runId, status: "declined" };
+    if (options.reason !== undefined && options.reason !== null) entry.reason = options.reason;
+    await this._publish(entry);
+  }
+
+  /**
+   * Wait until the Run ends or `timeout` ms pass; reject with CANCEL_DENIED if the cancel
+   * `cancelId` is refused, with CONNECTION_CLOSED if the session closes first, with EPOCH_MISMATCH
+   * if a reset after `resets` lost the Run.
+   * @param {string} runId @param {string} cancelId @param {number | null} timeout @param {number} resets
+   */
+  async _settled(runId: string, cancelId: string, timeout: number | null, resets: number) {
+    const view = this.view;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<null>((resolve) => {
+      if (timeout !== null && timeout !== undefined && Number.isFinite(timeout)) timer = setTimeout(() => resolve(null), timeout);
+    });
+    // Given up at the timeout: the check leaves the view then.
+    const settled = view._until<{ denial: CancelDenial | null } | null>(() => {
+      const denial = view.tree.cancelDenial(cancelId);
+      if (denial !== null) return { denial };
+      const info = view.run(runId);
+      if (info === null) this._checkLost(runId, resets);
+      return info !== null && isTerminal(info.status) ? { denial: null } : null;
+    }, late);
+    try {
+      const result = await Promise.race([settled, late]);
+      if (result && result.denial) throw denied(result.denial);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Throw EPOCH_MISMATCH if a reset since `resets` left the view without the Run.
+   * @param {string} runId @param {number} resets
+   */
+  _checkLost(runId: string, resets: number) {
+    if (this._resets > resets && this.view.run(runId) === null) {
+      throw new RunwireError(EPOCH_MISMATCH, "the relay lost the session's history; how the Run ended is unknown", { run_id: runId });
+    }
+  }
+
+  /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId */
+  _cancelSoon(runId: string) {
+    const info = this.subscribe ? this.view.run(runId) : null;
+    if (this._closed || (info !== null && isTerminal(info.status))) return;
+    this.cancel(runId, { reason: "the send's signal was aborted" }).catch((err) => {
+      console.warn(`runwire: cancelling run ${runId} after its signal fired failed:`, err);
+    });
+  }
+
+  /**
+   * A handle on a Run the view knows (one this client or another one started). Throws
+   * RunwireError(RUN_NOT_FOUND) if the view has not seen it.
+   * @param {string} runId @returns {ClientRun}
+   */
+  run(runId: string): ClientRun {
+    // Write-only: no view to check; the relay refuses what does not fit the Run.
+    if (!this.subscribe) return new ClientRun(this, runId, null);
+    if (this.view.run(runId) === null) {
+      throw new RunwireError(RUN_NOT_FOUND, `the view has no run ${JSON.stringify(runId)}`, { run_id: runId });
+    }
+    // The tree's, not the active branch's: a fork above the Run may have left it on another
+    // branch (and a queued Run's prompt is held out of the conversation).
+    const prompt = this.view.tree.prompt(runId);
+    return new ClientRun(this, runId, prompt ? prompt.message : null);
+  }
+
+  /** Close the connection; pending steering outcomes reject with CONNECTION_CLOSED. @returns {Promise<void>} */
+  async close(): Promise<void> {
+    if (this._closed) return;
+    this._shutdown(new RunwireError(CONNECTION_CLOSED, "the session was closed"));
+    const ws = this._ws;
+    this._ws = null;
+    if (ws !== null && ws.readyState <= OPEN) {
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, 1000);
+        ws.addEventListener("close", () => {
+          clearTimeout(timer);
+          resolve(undefined);
+        });
+        try {
+          ws.close(1000, "closed");
+        } catch {
+          clearTimeout(timer);
+          resolve(undefined);
+        }
+      });
+    }
+  }
+
+  // ----------------------------------------------------------------- internal --
+
+  /** @returns {Promise<Session>} */
+  _start(): Promise<Session> {
+    if (typeof globalThis.addEventListener === "function") {
+      globalThis.addEventListener("online", this._onOnline);
+      globalThis.addEventListener("offline", this._onOffline);
+    }
+    this._open();
+    return this._first.promise;
+  }
+
+  /** @param {RunwireError} error */
+  _shutdown(error: RunwireError) {
+    const wasReady = this._ready;
+    this._closed = true;
+    this._ready = false;
+    if (this._retryTimer !== null) clearTimeout(this._retryTimer);
+    this._retryTimer = null;
+    if (typeof globalThis.removeEventListener === "function") {
+      globalThis.removeEventListener("online", this._onOnline);
+      globalThis.removeEventListener("offline", this._onOffline);
+    }
+    for (const p of [...this._pending.values()]) p.reject(error);
+    this._pending.clear();
+    this._letGo(0); // publishes waiting for their turn see the end too
+    for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
+    this._deliveries.clear();
+    this._first.reject(error);
+    this.view._close();
+    if (wasReady || this._first.settled) this._emit("closed");
+  }
+
+  /** @param {ConnectionState} state */
+  _emit(state: ConnectionState) {
+    for (const fn of [...this._stateCallbacks]) {
+      try {
+        fn(state);
+      } catch (err) {
+        console.error("runwire: a state callback failed:", err);
+      }
+    }
+  }
+
+  /** Open the next socket, with a fresh token first when there is a provider. */
+  _open() {
+    if (this._closed) return;
+    const fresh = this._tokenProvider !== null && (this._tries > 0 || this._token === null);
+    this._tries += 1;
+    if (!fresh) {
+      this._openSocket();
+      return;
+    }
+    this._freshToken().then(
+      () => this._openSocket(),
+      (error) => {
+        if (!this._closed) this._fatalError(error);
+      },
+    );
+  }
+
+  /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. */
+  async _freshToken() {
+    const provider = (this._tokenProvider as () => string | Promise<string>);
+    let token;
+    try {
+      token = await provider();
+    } catch (err) {
+      throw new RunwireError(UNAUTHORIZED, `the token provider failed: ${err}`);
+    }
+    if (typeof token !== "string" || !token) throw new RunwireError(UNAUTHORIZED, "the token provider returned no token");
+    this._token = token;
+  }
+
+  _openSocket() {
+    if (this._closed) return;
+    let url = this.url;
+    if (this._token) url += (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(this._token);
+    /** @type {WebSocket} */
+    let ws: WebSocket;
+    try {
+      ws = new this._WebSocket(url);
+    } catch (err) {
+      this._lost(null, err);
+      return;
+    }
+    this._ws = ws;
+    let welcomed = false;
+    const timer = setTimeout(() => {
+      if (!this._ready && this._ws === ws) ws.close(4000, "timed out");
+    }, this._openTimeout);
+    ws.addEventListener("open", () => {
+      /** @type {Record<string, any>} */
+      const hello: Record<string, any> = { type: "hello", v: PROTOCOL_VERSION, role: "client" };
+      if (this.clientId) hello.client_id = this.clientId;
+      ws.send(JSON.stringify(hello));
+    });
+    ws.addEventListener("message", (ev) => {
+      if (this._ws !== ws) return;
+      let frame;
+      try {
+        frame = JSON.parse(typeof ev.data === "string" ? ev.data : String(ev.data));
+      } catch {
+        console.warn("runwire: dropping a frame this client cannot read");
+        return;
+      }
+      if (!isObject(frame) || typeof frame.type !== "string") return;
+      try {
+        checkRelayFrame(frame);
+      } catch (err) {
+        console.warn(`runwire: dropping a frame this client cannot read: ${err instanceof Error ? err.message : err}`);
+        if (!welcomed) {
+          // As the Python client: a first frame it cannot read (a welcome, or a refused hello's
+          // error) fails the first connect with that error; a later one closes the socket and the
+          // session connects again.
+          if (!this._first.settled) this._fatalError((err as RunwireError));
+          ws.close(4002, "cannot read the welcome");
+        }
+        return;
+      }
+      if (!welcomed) {
+        if (frame.type === "error") {
+          this._refusal = RunwireError.fromWire(frame.error); // the close decides: retry or stop
+          ws.close();
+          return;
+        }
+        if (frame.type !== "welcome") {
+          ws.close(4002, "expected welcome");
+          return;
+        }
+        welcomed = true;
+        this._expired = 0;
+        this.clientId = frame.client_id;
+        this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
+        if (Number.isInteger(frame.max_frame_bytes) && frame.max_frame_bytes > 0) this._maxFrameBytes = frame.max_frame_bytes;
+        this._connects += 1;
+        if (this.subscribe) this._attach(ws, timer);
+        else this._up(ws, timer);
+        return;
+      }
+      this._onFrame(frame);
+    });
+    ws.addEventListener("close", (ev) => {
+      clearTimeout(timer);
+      if (this._ws === ws) this._lost(ev, null);
+    });
+  }
+
+  /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer */
+  _attach(ws: WebSocket, timer: ReturnType<typeof setTimeout>) {
+    const first = this._epoch === null;
+    /** @type {Record<string, any>} */
+    const attach: Record<string, any> = { type: "attach", session_id: this.sessionId, limit: this.historyLimit };
+    if (!first) {
+      if (this.view.newestSerial !== null) attach.from_serial = this.view.newestSerial;
+      attach.epoch = this._epoch;
+    }
+    const connects = this._connects;
+    if (this._attachReq !== null) this._pending.delete(this._attachReq);
+    this._attachReq = this._request(attach, {
+      immediate: true,
+      // Called synchronously from the socket's message handler: no deliver frame can fold between.
+      resolve: (reply) => {
+        if (this._ws !== ws || this._connects !== connects) return;
+        if (reply.type !== "attached") {
+          ws.close(4002, "expected attached");
+          return;
+        }
+        clearTimeout(timer);
+        if (first) {
+          this._newsAfter = reply.head;
+          this.view._attached(reply.entries, reply.head, reply.has_older);
+        } else if (reply.reset) {
+          console.warn(`runwire: session ${this.sessionId}: the relay lost history; rebuilding`);
+          this._newsAfter = reply.head;
+          this._resets += 1;
+          this.view._reset(reply.entries, reply.head, reply.has_older);
+          this._afterReset();
+        } else this.view._resumed(reply.entries, reply.head);
+        this._epoch = reply.epoch;
+        this._up(ws, timer);
+      },
+      reject: (error) => {
+        if (this._ws !== ws) return;
+        console.warn(`runwire: attaching to ${this.sessionId} failed:`, error);
+        if (!this._first.settled) this._fatalError(error);
+        // A fresh token that no longer grants 'subscribe' here is as final as a refused
+        // hello: the close below ends the session with it instead of reconnecting.
+        else if (error instanceof RunwireError && error.code === UNAUTHORIZED) this._refusal = error;
+        ws.close();
+      },
+    });
+  }
+
+  /**
+   * The socket is ready (welcomed, and attached unless write-only): re-send what waits.
+   * @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer
+   */
+  _up(ws: WebSocket, timer: ReturnType<typeof setTimeout>) {
+    if (this._ws !== ws) return;
+    clearTimeout(timer);
+    this._attempt = 0;
+    this._ready = true;
+    this._first.resolve(this);
+    this._emit("connected");
+    for (const p of [...this._pending.values()]) {
+      if (p.sentOn !== this._connects) this._send(p);
+    }
+  }
+
+  /** @param {Record<string, any>} frame */
+  _onFrame(frame: Record<string, any>) {
+    const req = frame.req;
+    if (req !== undefined && req !== null) {
+      const pending = typeof req === "number" ? this._pending.get(req) : undefined;
+      if (pending !== undefined) {
+        this._pending.delete(req);
+        if (frame.type === "error") pending.reject(RunwireError.fromWire(frame.error));
+        else pending.resolve(frame);
+      }
+      return;
+    }
+    try {
+      if (frame.type === "deliver") {
+        if (frame.session_id === this.sessionId && Array.isArray(frame.entries)) this.view._foldLive(frame.entries);
+      } else if (frame.type === "error") {
+        const e = isObject(frame.error) ? frame.error : {};
+        console.warn(`runwire: relay reported on session ${frame.session_id}: ${e.code} ${e.message}`);
+      }
+    } catch (err) {
+      console.error(`runwire: handling a ${frame.type} frame failed:`, err);
+    }
+  }
+
+  /** @param {CloseEvent | null} ev @param {unknown} err */
+  _lost(ev: CloseEvent | null, err: unknown) {
+    const wasReady = this._ready;
+    this._ready = false;
+    this._ws = null;
+    // An attach belongs to its socket: the next connect attaches afresh.
+    if (this._attachReq !== null) this._pending.delete(this._attachReq);
+    this._attachReq = null;
+    const refused = this._credentialsError(ev);
+    if (this._closed) return;
+    if (refused !== null) {
+      const retry = refused.code === TOKEN_EXPIRED && this._tokenProvider !== null && ++this._expired <= 3;
+      if (!retry) {
+        this._fatalError(refused);
+        return;
+      }
+    } else if (!this._first.settled) {
+      const code = ev ? ev.code : 0;
+      const reason = err ? String(err) : `closed with code ${code}`;
+      this._fatalError(new RunwireError(CONNECTION_CLOSED, `cannot connect to ${this.url}: ${reason}`));
+      return;
+    }
+    if (wasReady || this._attempt === 0) this._emit("disconnected");
+    const delay = backoff(this._backoffInitial, this._backoffMax, this._attempt);
+    this._attempt = Math.min(this._attempt + 1, 16);
+    this._retryTimer = setTimeout(() => {
+      this._retryTimer = null;
+      this._open();
+    }, delay);
+  }
+
+  /**
+   * The credentials error a close stands for (a refused hello's error frame, or close 4001 /
+   * 4003); null for any other close. Takes the refused hello's error.
+   * @param {CloseEvent | null} ev @returns {RunwireError | null}
+   */
+  _credentialsError(ev: CloseEvent | null): RunwireError | null {
+    const refusal = this._refusal;
+    this._refusal = null;
+    if (refusal !== null) return refusal;
+    const code = ev ? ev.code : 0;
+    if (code !== 4001 && code !== 4003) return null;
+    // The relay's reason reads "CODE: text": the code is not repeated in the message.
+    const raw = (ev && ev.reason) || "";
+    const prefix = `${CLOSE_CODES[code]}: `;
+    const reason = raw.startsWith(prefix) ? raw.slice(prefix.length) : raw;
+    return new RunwireError(CLOSE_CODES[code], reason || "the relay refused the credentials");
+  }
+
+  /** @param {RunwireError} error */
+  _fatalError(error: RunwireError) {
+    this._fatal = error;
+    this._shutdown(error);
+  }
+
+  /**
+   * Send a request and hand its reply to `resolve` (an `error` reply to `reject`).
+   * @param {Record<string, any>} frame
+   * @param {{immediate?: boolean, resolve: (reply: Record<string, any>) => void, reject: (error: RunwireError) => void}} handlers
+   * @returns {number | null} the request's `req` (null when the session is closed)
+   */
+  _request(frame: Record<string, any>, handlers: { immediate?: boolean; resolve: (reply: Record<string, any>) => void; reject: (error: RunwireError) => void; }): number | null {
+    if (this._closed) {
+      handlers.reject(this._fatal || new RunwireError(CONNECTION_CLOSED, "connection closed"));
+      return null;
+    }
+    const req = ++this._nextReq;
+    const data = { ...frame, req };
+    const text = JSON.stringify(data);
+    // Over max_frame_bytes the relay refuses the frame, over hard_frame_bytes it closes the
+    // socket (1009), and a request re-sent on every reconnect would close each one: refuse it here.
+    const size = utf8Length(text, this._maxFrameBytes);
+    if (size > this._maxFrameBytes) {
+      handlers.reject(
+        new RunwireError(PAYLOAD_TOO_LARGE, `frame of ${size} bytes exceeds the limit of ${this._maxFrameBytes}`, {
+          size,
+          limit: this._maxFrameBytes,
+        }),
+      );
+      return null;
+    }
+    /** @type {PendingRequest} */
+    const pending: PendingRequest = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
+    this._pending.set(req, pending);
+    if (this._ready || handlers.immediate) this._send(pending);
+    return req;
+  }
+
+  /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} */
+  _call(frame: Record<string, any>): Promise<Record<string, any>> {
+    return new Promise((resolve, reject) => this._request(frame, { resolve, reject }));
+  }
+
+  /** @param {PendingRequest} pending */
+  _send(pending: PendingRequest) {
+    const ws = this._ws;
+    if (ws === null || ws.readyState !== OPEN) return; // re-sent after the next connect
+    pending.sentOn = this._connects;
+    ws.send(pending.text);
+  }
+
+  /**
+   * Publish one entry. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
+   * de-duplicates) after its `details.retry_after` seconds (none named: a backoff with jitter from
+   * 50 ms doubling up to 2 s), in the order first sent: no publish issued after it is sent before
+   * it was taken (and the relay refuses the later ones until it went again). It rejects with that
+   * error when going again would take it past `rateLimitWait` ms since its first refusal.
+   * One refused STORE_UNAVAILABLE (the relay's store cannot take writes; it may or may not be
+   * stored) goes again the same way, after 100 ms doubling up to 2 s, for up to `storeWait` ms;
+   * when it gives up, the publishes waiting behind it reject too (none overtakes it), and so does
+   * at once any publish the store refuses until one is taken again. One the relay holds behind an
+   * earlier one of ours (`details.held`: until that one comes again, or 2 s) goes again likewise.
+   * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
+   */
+  async _publish(entry: Entry): Promise<{ serial: number; duplicate: boolean; }> {
+    if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+    const seq = ++this._publishSeq;
+    /** @type {RunwireError | null} */ let refusal: RunwireError | null = null;
+    let since = 0; // when the first refusal of `refusal`'s code came
+    let deadline = 0; // when it gives up
+    let attempt = 0;
+    /** @type {Record<string, any>} */ let reply: Record<string, any>;
+    try {
+      for (;;) {
+        await this._turn(seq, refusal, deadline);
+        try {
+          reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
+        } catch (err) {
+          if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
+            throw new RunwireError(
+              NOT_ATTACHED,
+              `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
+              { ...err.details, session_id: this.sessionId, subscribe: false },
+            );
+          }
+          if (!(err instanceof RunwireError) || !RETRIED.has(err.code)) throw err;
+          const now = Date.now();
+          if (refusal === null || refusal.code !== err.code) {
+            since = now;
+            attempt = 0;
+          }
+          refusal = err;
+          // Not refused by the store itself: held behind an earlier one of ours it refused (the
+          // relay's hold lasts until that one comes again, or 2 s).
+          const held = err.details ? err.details.held : undefined;
+          const behind = held !== undefined && held !== null && held !== entry.id;
+          const store = err.code === STORE_UNAVAILABLE && !behind;
+          if (store && this._storeGaveUp) throw err; // the store stayed away a whole storeWait already
+          const delay = retryDelay(err, attempt++);
+          deadline =
+            since + (err.code === RATE_LIMITED ? this._rateLimitWait : Math.max(this._storeWait, behind ? STORE_HELD_WAIT : 0));
+          if (now + delay > deadline) {
+            if (store) {
+              this._storeGaveUp = true;
+              this._gaveUp = { last: this._publishSeq, error: err };
+            }
+            throw err;
+          }
+          if (!this._held.includes(seq)) {
+            let at = this._held.length;
+            while (at > 0 && this._held[at - 1] > seq) at--;
+            this._held.splice(at, 0, seq);
+          }
+          await new Promise((resolve) => setTimeout(resolve, delay));
+          continue; // still held: nothing after it goes until it went again
+        }
+        this._storeGaveUp = false;
+        break;
+      }
+    } finally {
+      if (refusal !== null) this._letGo(seq);
+    }
+    if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
+      throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
+    }
+    return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
+  }
+
+  /**
+   * Wait until publish `seq` may go: no publish refused before it waits to go again. A refused
+   * one (in `_held`) stays there while it goes again, so the publishes behind it wait for its
+   * answer; it goes when it is the first there. It gives up (throws its refusal) when its
+   * `deadline` passed meanwhile. A publish issued before one gave up on the store throws that
+   * one's error instead of going, unless it was free to go before: what waited behind that one
+   * does not overtake it.
+   * @param {number} seq @param {RunwireError | null} refusal @param {number} deadline
+   */
+  async _turn(seq: number, refusal: RunwireError | null, deadline: number) {
+    let waited = false;
+    for (;;) {
+      if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+      const { last, error } = this._gaveUp;
+      if (seq <= last && (waited || refusal !== null)) {
+        throw refusal !== null && refusal.code === error.code ? refusal : error;
+      }
+      if (!(this._held.length > 0 && this._held[0] < seq)) return;
+      const left = refusal === null ? null : deadline - Date.now();
+      if (left !== null && left <= 0 && refusal !== null) throw refusal;
+      waited = true;
+      await new Promise((resolve) => {
+        /** @type {ReturnType<typeof setTimeout> | null} */ let timer: ReturnType<typeof setTimeout> | null = null;
+        const wake = () => {
+          if (timer !== null) clearTimeout(timer);
+          this._laneWaiters.delete(wake);
+          resolve(undefined);
+        };
+        this._laneWaiters.add(wake);
+        if (left !== null) timer = setTimeout(wake, left);
+      });
+    }
+  }
+
+  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq */
+  _letGo(seq: number) {
+    const at = this._held.indexOf(seq);
+    if (at >= 0) this._held.splice(at, 1);
+    for (const wake of [...this._laneWaiters]) wake();
+  }
+
+  /** @param {number} before @param {number} limit */
+  async _fetchOlder(before: number, limit: number) {
+    if (this._closed) throw new RunwireError(CONNECTION_CLOSED, "the session was closed");
+    const reply = await this._call({ type: "history", session_id: this.sessionId, before, limit });
+    if (reply.type !== "page") throw new RunwireError(PROTOCOL_ERROR, `expected a page, got ${reply.type}`);
+    return { entries: reply.entries, hasOlder: Boolean(reply.has_older) };
+  }
+
+  /** @param {Delivery} delivery @param {Entry} entry */
+  _startDelivery(delivery: Delivery, entry: Entry) {
+    if (this._closed) {
+      delivery._fail(this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed"));
+      return;
+    }
+    const id = delivery.message.id;
+    if (!this._deliveries.has(id)) this._deliveries.set(id, []);
+    (this._deliveries.get(id) as Delivery[]).push(delivery);
+    // Write-only: the outcome is told by entries this session never sees.
+    if (!this.subscribe) delivery._outcome.reject(writeOnlyError(this.sessionId, "Delivery.outcome"));
+    this._publish(entry).then(
+      (ack) => {
+        if (!this.subscribe) {
+          delivery._published.resolve({ serial: ack.serial });
+          this._forget(delivery);
+          return;
+        }
+        if (ack.duplicate) {
+          if (!this._isOwn(id, delivery.runId, delivery.intent)) {
+            delivery._fail(reused(id, ack.serial));
+            this._forget(delivery);
+            return;
+          }
+          // Steered again: its outcome may have resolved before this handle existed.
+          const record = this.view.tree.outcome(id);
+          if (record !== null) this._settle(delivery, record);
+        }
+        delivery._published.resolve({ serial: ack.serial });
+      },
+      (err) => {
+        if (!this.subscribe) {
+          delivery._published.reject(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
+          this._forget(delivery);
+          return;
+        }
+        const late = err instanceof RunwireError ? endedBeforeStored(id, delivery.runId, err.code, err.details) : null;
+        if (late !== null) {
+          // The Run ended before the relay got it: never published, never seen.
+          delivery._published.reject(err);
+          this._settle(delivery, late);
+          return;
+        }
+        delivery._fail(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
+        this._forget(delivery);
+      },
+    );
+  }
+
+  /**
+   * After a reset: settle the outcomes the rebuilt view can tell; reject EPOCH_MISMATCH those of
+   * acknowledged messages whose Run it does not know (they would never resolve), as the seed's
+   * clients do when continuity is lost. A publish still in flight is re-sent and answered.
+   */
+  _afterReset() {
+    for (const list of [...this._deliveries.values()]) {
+      for (const delivery of [...list]) {
+        if (!delivery._published.settled) continue;
+        const record = this.view.tree.outcome(delivery.message.id);
+        if (record !== null) this._settle(delivery, record);
+        else if (this.view.run(delivery.runId) === null) {
+          delivery._outcome.reject(
+            new RunwireError(EPOCH_MISMATCH, "the relay lost the session's history; whether the agent saw this message is unknown", {
+              run_id: delivery.runId,
+              message_id: delivery.message.id,
+            }),
+          );
+          this._forget(delivery);
+        }
+      }
+    }
+  }
+
+  /** @param {string} messageId @param {string} runId @param {Intent} intent */
+  _isOwn(messageId: string, runId: string, intent: Intent) {
+    const vm = this.view.tree.message(messageId);
+    return vm !== null && vm.runId === runId && vm.intent === intent;
+  }
+
+  /** @param {Delivery} delivery */
+  _forget(delivery: Delivery) {
+    const list = this._deliveries.get(delivery.message.id);
+    if (list === undefined) return;
+    const i = list.indexOf(delivery);
+    if (i >= 0) list.splice(i, 1);
+    if (!list.length) this._deliveries.delete(delivery.message.id);
+  }
+
+  /** @param {Delivery} delivery @param {OutcomeRecord} record */
+  _settle(delivery: Delivery, record: OutcomeRecord) {
+    if (record.refused) this._refusedMessages.set(delivery.message.id, delivery.message);
+    delivery._outcome.resolve({
+      consumed: record.consumed,
+      runTerminalReason: record.runTerminalReason,
+      refused: record.refused ? RunwireError.fromWire(record.refused) : null,
+    });
+    this._forget(delivery);
+  }
+
+  /** The client's record of a refusal, with the message if this device has it. @param {Refusal} refusal @returns {Refused} */
+  _refused(refusal: Refusal): Refused {
+    const vm = this.view.tree.message(refusal.messageId);
+    const message = this._refusedMessages.get(refusal.messageId) ?? (vm !== null ? vm.message : null);
+    return Object.freeze({
+      messageId: refusal.messageId,
+      runId: refusal.runId,
+      intent: refusal.intent,
+      error: RunwireError.fromWire(refusal.error),
+      message,
+    });
+  }
+
+  /** @param {TreeEvent} event */
+  _onEvent(event: TreeEvent) {
+    if (event.kind !== "delivery") return;
+    const record = event.outcome;
+    for (const delivery of [...(this._deliveries.get(record.messageId) || [])]) {
+      if (delivery.runId === record.runId) this._settle(delivery, record);
+    }
+    if (record.refused && this.onRefusedMessage) this._tellRefused(record.messageId);
+  }
+
+  /** Call `onRefusedMessage` for the refusal of `messageId` unless it is history. @param {string} messageId */
+  _tellRefused(messageId: string) {
+    const refusal = this.view.tree.refusals().findLast((r: { messageId: string; }) => r.messageId === messageId);
+    if (refusal === undefined || (this._newsAfter !== null && refusal.serial <= this._newsAfter)) return;
+    try {
+      this.onRefusedMessage?.(this._refused(refusal));
+    } catch (err) {
+      console.error("runwire: onRefusedMessage failed:", err);
+    }
+  }
+}
