@@ -23,6 +23,7 @@ const banner =
   "// runwire.js: the runwire client (@runwire/client) as one ES module, built from client_side/js/src\n" +
   "// by client_side/js/build.mjs (do not edit: change the TypeScript sources and build again).";
 await esbuild.build({
+  absWorkingDir: here,
   entryPoints: { runwire: join(here, "src", "index.ts") },
   outdir: dist,
   bundle: true,
