@@ -55,3 +55,11 @@ def test_the_readme_is_a_front_door_of_at_most_12_kb() -> None:
 def test_the_console_script_is_declared() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'runwire = "runwire.cli:main"' in pyproject
+
+
+def test_every_relative_link_of_the_readme_finds_its_file() -> None:
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\((?!https?:)([^)#]+)", readme)
+    assert targets
+    for target in targets:
+        assert (ROOT / target).exists(), f"README links to a missing {target}"
