@@ -32,6 +32,9 @@ def doc_pages() -> list[Path]:
 def snippet_target(block: str) -> str | None:
     """The file a block includes, or None when the block is code of its own."""
     lines = [line.strip() for line in block.strip().splitlines()]
+    for line in lines:
+        if re.match(r"^-+\s*8\s*<", line):
+            assert SNIPPET.match(line), f"a snippet line that pymdownx.snippets cannot read: {line}"
     found = [SNIPPET.match(line) for line in lines]
     if lines and all(found):
         assert len(lines) == 1, f"include one file per block: {lines}"
@@ -83,6 +86,11 @@ def test_every_included_example_is_run_by_a_test() -> None:
     tests = " ".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
     for name in sorted(shown):
         assert f'"{name}"' in tests, f"no test runs examples/{name}"
+
+
+def test_a_mangled_snippet_line_fails() -> None:
+    with pytest.raises(AssertionError):
+        snippet_target('--8 < --"examples/hello_agent.py"\n')
 
 
 def test_a_fragment_that_does_not_compile_fails() -> None:
