@@ -19,6 +19,12 @@ pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+HELLO_CLIENT_PRINTS = [
+    "the agent saw the steer: True",
+    "the run ended: complete",
+    "last reply: You said: Make it 5 days."
+    " Here is my answer, one word at a time, so you can steer me.",
+]
 RUNWIRE = [sys.executable, "-c", "from runwire.cli import main; main()"]
 
 
@@ -82,10 +88,11 @@ async def test_hello_agent_and_hello_client_run_as_written() -> None:
             with anyio.fail_after(30):
                 await read_until(agent, r"hello_agent: serving on", [])
             output = await run_to_end([sys.executable, str(EXAMPLES / "hello_client.py")], env)
-    assert output.splitlines() == [
-        "the agent saw the steer: True",
-        "the run ended: complete",
-        "last reply: You said: Make it 5 days."
-        " Here is my answer, one word at a time, so you can steer me.",
-    ]
+    assert output.splitlines() == HELLO_CLIENT_PRINTS
     assert agent.returncode == 0  # Ctrl-C stops it quietly
+
+
+def test_the_readme_and_the_tutorial_show_what_hello_client_prints() -> None:
+    shown = "\n".join(HELLO_CLIENT_PRINTS)
+    for page in (ROOT / "README.md", ROOT / "docs" / "tutorial" / "index.md"):
+        assert f"```text\n{shown}\n```" in page.read_text(), page
