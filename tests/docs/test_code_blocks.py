@@ -10,14 +10,17 @@ holds a fragment that must compile. A complete program (one that calls
 from __future__ import annotations
 
 import ast
+import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-FENCE = re.compile(r"^```(?:python|py)[^\n]*\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^```(?:python|py)(?:[ \t][^\n]*)?\n(.*?)^```", re.S | re.M)
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"$')
 
 
@@ -97,3 +100,41 @@ def test_a_fragment_that_does_not_compile_fails() -> None:
     with pytest.raises(SyntaxError):
         compile_fragment("async with x as y\n    pass\n", "bad")
     assert snippet_target('--8<-- "examples/hello_agent.py"\n') == "examples/hello_agent.py"
+
+
+JS_FENCE = re.compile(r"^```(?:js|javascript)(?:[ \t][^\n]*)?\n(.*?)^```", re.S | re.M)
+
+
+def js_blocks() -> list[tuple[str, str]]:
+    found = []
+    for page in [ROOT / "README.md", *doc_pages()]:
+        for i, block in enumerate(JS_FENCE.findall(page.read_text())):
+            found.append((f"{page.relative_to(ROOT)} block {i + 1}", block))
+    return found
+
+
+@pytest.mark.parametrize(("where", "block"), js_blocks(), ids=[w for w, _ in js_blocks()])
+def test_every_javascript_block_parses(where: str, block: str, tmp_path: Path) -> None:
+    """Node checks each JavaScript block's syntax, as an ES module (it may ``await``)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is missing: apt-get install -y nodejs (.ci/run does it)")
+    module = tmp_path / "block.mjs"
+    module.write_text(block)
+    checked = subprocess.run([node, "--check", str(module)], capture_output=True, text=True)
+    assert checked.returncode == 0, f"{where}:\n{checked.stderr}"
+
+
+def test_every_json_block_is_json() -> None:
+    fence = re.compile(r"^```json\n(.*?)^```", re.S | re.M)
+    blocks = [
+        (page, block)
+        for page in [ROOT / "README.md", *doc_pages()]
+        for block in fence.findall(page.read_text())
+    ]
+    assert blocks
+    for page, block in blocks:
+        try:
+            json.loads(block)
+        except ValueError as exc:
+            raise AssertionError(f"{page.relative_to(ROOT)}: {exc}\n{block}") from None
