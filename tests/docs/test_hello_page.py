@@ -87,6 +87,7 @@ async def test_the_page_sends_and_steers(static_site: str, chromium: str) -> Non
                     answer + " one word at a time, so you can steer me. ", timeout=WAIT
                 )
                 items = await page.locator("li").all_inner_texts()
+                (ROOT / "test-artifacts").mkdir(exist_ok=True)
                 await page.screenshot(path=str(ROOT / "test-artifacts" / "hello_page.png"))
             finally:
                 await browser.close()
