@@ -12,16 +12,13 @@ from pathlib import Path
 
 import anyio
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``runwire`` console script."""
-    try:
-        from relay import cli as relay_cli
-    except ImportError as exc:
-        _without_relay(argv, exc)
-        return
+def build_parser() -> argparse.ArgumentParser:
+    """The ``runwire`` command's parser: ``relay``, ``demo`` and ``token`` (needs the relay)."""
+    from relay import cli as relay_cli
+
     from .demo import DEFAULT_PACE
 
     formatter = relay_cli.HelpFormatter
@@ -79,6 +76,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="signing algorithm (default: HS256 with a secret, read from the key otherwise)",
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``runwire`` console script."""
+    try:
+        from relay import cli as relay_cli
+    except ImportError as exc:
+        _without_relay(argv, exc)
+        return
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "relay":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")

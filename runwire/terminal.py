@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import threading
 from typing import TextIO
-
-import anyio
 
 try:
     from prompt_toolkit import PromptSession
@@ -118,9 +117,32 @@ async def prompt_chat(
 
 async def plain_chat(chat: Chat, stdin: TextIO | None = None) -> None:
     """Run ``chat`` on lines read from ``stdin`` until /quit or its end."""
-    source = stdin or sys.stdin
+    lines = _lines_of(stdin or sys.stdin)
     chat.attach()
     while True:
-        line = await anyio.to_thread.run_sync(source.readline, abandon_on_cancel=True)
+        line = await lines.get()
         if not line or not await chat.handle(line):
             return
+
+
+def _lines_of(source: TextIO) -> asyncio.Queue[str]:
+    """The lines of ``source``, then "", read by a daemon thread.
+
+    A worker thread blocked on a read would hold the process open when the
+    chat ends on ^C; a daemon thread does not.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str] = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            line = source.readline()
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, line)
+            except RuntimeError:  # the loop closed: nobody reads any more
+                return
+            if not line:
+                return
+
+    threading.Thread(target=read, name="runwire-chat-stdin", daemon=True).start()
+    return queue
