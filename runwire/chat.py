@@ -151,7 +151,7 @@ class Chat:
         if reply.done and whole and not whole[-1]:
             whole = whole[:-1]
         for i in range(reply.shown, len(whole)):
-            self.show(self._label(reply, i) + whole[i])
+            self.show((self._label(reply, i) + whole[i]).rstrip())
         reply.shown = max(reply.shown, len(whole))
         if reply.done and reply.tools:
             self.show(f"{AGENT}(uses {', '.join(reply.tools)})")

@@ -8,8 +8,10 @@ the reply streams whatever the machine's load.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -28,6 +30,7 @@ from transport import AbortSignal, UIMessage, new_id
 
 pytestmark = pytest.mark.anyio
 
+ROOT = Path(__file__).resolve().parents[2]
 ENTER = "\r"
 CTRL_C = "\x03"
 CTRL_D = "\x04"
@@ -39,6 +42,8 @@ class Screen(DummyOutput):
     def __init__(self) -> None:
         super().__init__()
         self.text = ""
+        self.seen = 0
+        """Where the last line ``_shown`` matched ends."""
 
     def write(self, data: str) -> None:
         self.text += data
@@ -195,6 +200,44 @@ async def test_a_steer_the_agent_never_saw_is_announced_and_can_be_resent() -> N
             await until(lambda: "agent> Now a plan for what you resent.\n" in screen.text)
             assert "you> too late\n" in screen.text
             keys.send_text(CTRL_C)
+
+
+async def test_the_documented_session_is_what_the_chat_shows() -> None:
+    """docs/howto/demo.md's session, typed here: each line it shows, in its order."""
+    doc = (ROOT / "docs" / "howto" / "demo.md").read_text(encoding="utf-8")
+    session = re.search(r"```text\n(you> Plan.*?)```", doc, re.S)
+    assert session is not None
+    expected = [line for line in session.group(1).splitlines() if line]
+    with anyio.fail_after(60):
+        async with (
+            relay_with(demo_agent) as url,
+            terminal(url, f"t-{new_id()[:8]}") as (
+                keys,
+                screen,
+                _,
+            ),
+        ):
+            for line in expected:
+                typed = re.match(r"you(?: \(steer\)| \(answer\))?> (.*)", line)
+                if typed:
+                    keys.send_text(typed.group(1) + ENTER)
+                # Each line as the chat writes it (a whole line, ended by "\n"), in order;
+                # run ids differ from run to run.
+                head, run, tail = line.partition("[run ")
+                pattern = re.escape(head + run)
+                pattern += "[0-9a-f]{8}" + re.escape(tail[8:]) if run else ""
+                pattern += "\n"
+                await until(lambda p=pattern: _shown(screen, p))
+            keys.send_text(CTRL_D)
+
+
+def _shown(screen: Screen, pattern: str) -> bool:
+    """Whether ``pattern`` is on screen after what was matched before; moves past it."""
+    found = re.compile(pattern).search(screen.text, screen.seen)
+    if found is None:
+        return False
+    screen.seen = found.end()
+    return True
 
 
 async def _words(text: str) -> AsyncIterator[str]:

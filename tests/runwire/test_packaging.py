@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -187,3 +188,30 @@ async def test_a_client_without_the_relay_extras_talks_to_a_relay() -> None:
                 )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["complete", "Here is a 2-day plan for Oslo."]
+
+
+def test_the_demo_page_alone_runs_without_prompt_toolkit() -> None:
+    code = """
+        from runwire.cli import main
+        main(["demo", "--no-chat", "--port", "0", "--store", "memory://"])
+        print("left", "prompt_toolkit" in sys.modules)
+        """
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKER + textwrap.dedent(code), "prompt_toolkit"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not lines or not lines[-1].startswith("Chat in a browser: http://127.0.0.1:"):
+            line = proc.stdout.readline()
+            assert line, f"the demo ended early: {lines}"
+            lines.append(line)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+        assert proc.stdout.read() == "left False\n"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
