@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import anyio.abc
 
 import client_side
@@ -121,6 +122,20 @@ class Chat:
     def active(self) -> list[str]:
         """Ids of the Runs a typed line would steer, oldest first."""
         return [r.run_id for r in self.session.view.runs() if r.status in ("pending", "active")]
+
+    async def settled(self) -> None:
+        """Return once no Run streams: none is pending or active."""
+        while self.active():
+            changed = anyio.Event()
+
+            def wake(_: object, changed: anyio.Event = changed) -> None:
+                changed.set()
+
+            stop = self.session.view.on("run", wake)
+            try:
+                await changed.wait()
+            finally:
+                stop()
 
     def prompt(self) -> str:
         """The input line's label: what Enter will do."""

@@ -116,12 +116,15 @@ async def prompt_chat(
 
 
 async def plain_chat(chat: Chat, stdin: TextIO | None = None) -> None:
-    """Run ``chat`` on lines read from ``stdin`` until /quit or its end."""
+    """Run ``chat`` on lines read from ``stdin`` until /quit, or its end and the reply's."""
     lines = _lines_of(stdin or sys.stdin)
     chat.attach()
     while True:
         line = await lines.get()
-        if not line or not await chat.handle(line):
+        if not line:
+            await chat.settled()  # the input ended: let the reply it asked for finish
+            return
+        if not await chat.handle(line):
             return
 
 

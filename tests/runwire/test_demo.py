@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,27 @@ def test_demo_command_chats_steers_and_quits(tmp_path: Path) -> None:
     # The answer to the steering streams as it comes, before the Run ends.
     assert "5-day plan for Lisbon" in seen
     assert seen.index("Day 5:") < seen.index("complete]"), seen
+
+
+DEMO = [sys.executable, "-m", "runwire", "demo"]
+
+
+def test_through_a_pipe_the_demo_answers_before_the_input_ends_it() -> None:
+    """Plain lines, labelled; at the end of its input the chat lets the reply finish."""
+    done = subprocess.run(
+        [*DEMO, "--port", "0", "--store", "memory://", "--pace", "200"],
+        input="Plan a 2-day trip to Oslo.\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("you> Plan a 2-day trip to Oslo.")
+    assert lines[start + 1 : start + 4] == [
+        "agent> Here is a 2-day plan for Oslo.",
+        "       - Day 1: walk the old town and have lunch by the river.",
+        "       - Day 2: visit the main museum, then a long dinner.",
+    ]
+    assert re.fullmatch(r"\[run [0-9a-f]{8} complete\]", lines[start + 4]), lines
+    assert done.stderr == ""
