@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,33 @@ from transport.runs import MULTITASK_STRATEGIES
 from .auth import MAX_TOKEN_BYTES
 from .server import serve
 
-__all__ = ["build_parser", "main", "options", "run"]
+__all__ = ["HelpFormatter", "build_parser", "main", "options", "run", "version"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that ends each option with its default, unless it has none or says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        empty = action.default is None or action.default is False or action.default == []
+        if empty or "(default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def version() -> str:
+    """The installed runwire distribution's version."""
+    try:
+        return metadata.version("runwire")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The relay's options (shared by ``runwire relay`` and ``python -m relay``)."""
     parser = parser or argparse.ArgumentParser(prog="runwire relay", description=__doc__)
+    parser.formatter_class = HelpFormatter
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8787, help="port (0 picks a free one)")
     parser.add_argument(

@@ -118,9 +118,13 @@ async def serve(
             f"refusing to listen on {host!r} without tokens: give a secret or public key "
             "(--secret-file / --public-key-file), or allow_anonymous=True (--allow-anonymous)"
         )
+    elif _is_loopback(host):
+        log.info("the relay is anonymous and listens on loopback only (no secret or public key)")
     else:
         log.warning(
-            "the relay is anonymous (no secret or public key): every connection has every right"
+            "the relay is anonymous (no secret or public key) on %s: every connection has every "
+            "right",
+            host,
         )
     the_store = open_store(store) if isinstance(store, str) else store
     await the_store.start()
