@@ -882,6 +882,8 @@ class HttpApi:
             try:
                 data = codec.loads(raw)
             except RunwireError as exc:
+                if exc.code != PROTOCOL_ERROR:  # nested too deep: VALIDATION_ERROR
+                    raise
                 raise RunwireError(
                     PROTOCOL_ERROR, exc.message.replace("frame", "the body", 1)
                 ) from None
