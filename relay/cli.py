@@ -88,6 +88,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="Runs going on at once on this relay; more wait queued (default: no limit)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    parser.add_argument(
+        "--allowed-origins",
+        action="append",
+        default=None,
+        metavar="ORIGINS",
+        help="web pages that may connect, comma-separated or repeated: scheme://host[:port|:*] "
+        "(default: the relay's own origin, plus http://localhost:* and http://127.0.0.1:* "
+        "on an anonymous loopback relay)",
+    )
     return parser
 
 
@@ -109,7 +118,15 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "thread_access": args.thread_access,
         "max_concurrent_runs": args.max_concurrent_runs,
         "input_checks": [checks.named(name) for name in args.check],
+        "allowed_origins": _split_list(args.allowed_origins),
     }
+
+
+def _split_list(values: list[str] | None) -> list[str] | None:
+    """A repeatable, comma-separated option's items (None when it was not given)."""
+    if values is None:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
 async def run(args: argparse.Namespace) -> None:

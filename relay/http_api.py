@@ -212,8 +212,8 @@ STATUS: dict[str, int] = {
 codes not listed, such as an input check's refusal: 400)."""
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:\-]{1,200}")
+# Access-Control-Allow-Origin names the request's origin when it is allowed (relay.origins).
 _CORS = (
-    ("Access-Control-Allow-Origin", "*"),
     ("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID"),
     ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
 )

@@ -54,3 +54,7 @@ class RelayOptions:
     hello_timeout: float = 10.0
     """A connection that sends no ``hello`` this long after its handshake is answered with
     an error (its token's refusal, else ``PROTOCOL_ERROR``) and closed."""
+    allowed_origins: Sequence[str] | None = None
+    """The web pages (``Origin`` headers) that may connect or call the HTTP API; others get
+    403. None: the relay's own origin, plus ``http://localhost:*`` and
+    ``http://127.0.0.1:*`` on an anonymous loopback relay (``relay.origins``)."""

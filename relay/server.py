@@ -66,6 +66,7 @@ from .http_api import (
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
+from .origins import OriginPolicy, cors, origin_refused
 from .peer import Flusher, Peer
 from .store import open_store
 from .store.base import Store
@@ -120,6 +121,7 @@ async def serve(
         log.warning(
             "the relay is anonymous (no secret or public key): every connection has every right"
         )
+    origins = _origin_policy(opts, host, anonymous=verifier is None)
     the_store = open_store(store) if isinstance(store, str) else store
     await the_store.start()
     try:
@@ -134,6 +136,13 @@ async def serve(
         await hub.start()
 
         async def process_request(conn: ServerConnection, request: Request) -> Response | None:
+            origin, refused = check_origin(origins, request)
+            if refused is not None:
+                return refused
+            response = await route(conn, request)
+            return None if response is None else cors(response, origin)
+
+        async def route(conn: ServerConnection, request: Request) -> Response | None:
             malformed = head_error(conn)
             # A token too long to read is refused at hello, as any refused token, so that
             # browsers can read why (they cannot read a refused handshake's response).
@@ -154,10 +163,8 @@ async def serve(
             if path == "/metrics":
                 return _response(200, metrics.render(), "text/plain; version=0.0.4")
             if path == "/client.js":
-                # Any page may import it (a module script from another origin needs CORS).
-                js = _file(CLIENT_JS, "application/javascript; charset=utf-8")
-                js.headers["Access-Control-Allow-Origin"] = "*"
-                return js
+                # A page of an allowed origin may import it (a module script needs CORS).
+                return _file(CLIENT_JS, "application/javascript; charset=utf-8")
             if path == "/" and opts.index_html is not None and not _upgrade(request):
                 return _file(Path(opts.index_html), "text/html; charset=utf-8")
             if not _upgrade(request):
@@ -196,6 +203,36 @@ async def serve(
     finally:
         hub.close()
         await the_store.aclose()
+
+
+def _origin_policy(opts: RelayOptions, host: str, *, anonymous: bool) -> OriginPolicy:
+    """The configured origins, else the default (``relay.origins``)."""
+    loopback = _is_loopback(host)
+    if opts.allowed_origins is None:
+        return OriginPolicy.default(anonymous=anonymous, loopback=loopback)
+    if isinstance(opts.allowed_origins, str):
+        raise ValueError("allowed_origins is a list of origins, not one string")
+    return OriginPolicy(opts.allowed_origins, loopback_only_host=anonymous and loopback)
+
+
+def check_origin(origins: OriginPolicy, request: Request) -> tuple[str | None, Response | None]:
+    """The request's ``Origin`` (None without one), and the 403 response when it is not
+    allowed (an ``Origin`` header given twice is refused too)."""
+    given = request.headers.get_all("Origin")
+    if not given:
+        return None, None
+    origin = given[0]
+    if len(given) == 1 and origins.allows(origin, _host(request)):
+        return origin, None
+    log.info("refused a request from origin %r (not in the allowed origins)", origin[:200])
+    error = origin_refused(origin)
+    body = codec.dumps({"error": error.to_wire()})
+    return None, cors(_response(403, body, "application/json"), None)
+
+
+def _host(request: Request) -> str | None:
+    hosts = request.headers.get_all("Host")
+    return hosts[0] if len(hosts) == 1 else None
 
 
 def _upgrade(request: Request) -> bool:
