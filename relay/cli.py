@@ -97,6 +97,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "(default: the relay's own origin, plus http://localhost:* and http://127.0.0.1:* "
         "on an anonymous loopback relay)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=10_000,
+        help="connections open at once; more are answered 503 (default: 10000)",
+    )
+    parser.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        default=None,
+        help="connections open at once from one address; more are answered 429 (default: no cap)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection has to send its request, head and body (default: 10)",
+    )
     return parser
 
 
@@ -119,6 +137,9 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "max_concurrent_runs": args.max_concurrent_runs,
         "input_checks": [checks.named(name) for name in args.check],
         "allowed_origins": _split_list(args.allowed_origins),
+        "max_connections": args.max_connections,
+        "max_connections_per_ip": args.max_connections_per_ip,
+        "request_timeout": args.request_timeout,
     }
 
 

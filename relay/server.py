@@ -54,6 +54,7 @@ from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseC
 from transport.frames import Hello, Welcome
 from transport.messages import new_id
 
+from .admission import Admission
 from .auth import TokenVerifier, token_from_request
 from .http_api import (
     OPEN_TIMEOUT,
@@ -187,7 +188,13 @@ async def serve(
             port,
             process_request=process_request,
             create_connection=connection_class(
-                opts.hard_frame_bytes, opts.max_token_bytes, credentials=verifier is not None
+                opts.max_frame_bytes,
+                opts.max_token_bytes,
+                credentials=verifier is not None,
+                authorize=None if verifier is None else functools.partial(_authorize, verifier),
+                admission=Admission(
+                    opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+                ),
             ),
             open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
@@ -233,6 +240,18 @@ def check_origin(origins: OriginPolicy, request: Request) -> tuple[str | None, R
 def _host(request: Request) -> str | None:
     hosts = request.headers.get_all("Host")
     return hosts[0] if len(hosts) == 1 else None
+
+
+def _authorize(
+    verifier: TokenVerifier, target: str, authorization: str | None
+) -> RunwireError | None:
+    """The refusal of a request's token, or None: checked before its body is read."""
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    try:
+        verifier.verify(token_from_request(headers, target))
+    except RunwireError as exc:
+        return exc
+    return None
 
 
 def _upgrade(request: Request) -> bool:
