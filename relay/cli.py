@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from transport import checks
+from transport import checks, redact
 from transport.errors import RunwireError
 from transport.runs import MULTITASK_STRATEGIES
 
@@ -179,4 +179,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m relay``."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    redact.install(*logging.getLogger().handlers)  # every record that reaches the log
     anyio.run(run, args)

@@ -53,6 +53,7 @@ from transport import codec
 from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
 from transport.messages import new_id
+from transport.redact import install as redact_tokens
 
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
@@ -108,6 +109,7 @@ async def serve(
     if unknown:
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
+    redact_tokens()  # before websockets logs a request line or header with a token
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import anyio
 
+from transport import redact
+
 __all__ = ["main"]
 
 
@@ -51,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "relay":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+        redact.install(*logging.getLogger().handlers)  # every record that reaches the log
         anyio.run(relay_cli.run, args)
     elif args.command == "token":
         print(_token(args))
@@ -58,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .demo import run_demo
 
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        redact.install(*logging.getLogger().handlers)
         anyio.run(run_demo, args)
 
 
