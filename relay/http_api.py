@@ -83,8 +83,13 @@ the method of the request line and shows websockets ``GET``, shows it the
 ``Content-Length`` and ``Transfer-Encoding`` headers renamed
 (``X-Runwire-...``), and, as it hands back the blank line that ends the
 head, first reads the body (``Content-Length`` bytes, or chunks) into
-``reader.body``. websockets still parses and limits the head; the body is
-capped at ``hard_frame_bytes`` (a larger one is answered 413 unread). A head
+``reader.body``. websockets still parses and limits the head, and the head
+as a whole is capped at ``MAX_HEAD_BYTES`` (64 KiB, plus room for a token: 431
+past it); the body is capped at ``max_frame_bytes`` (a larger one is answered
+413 from its ``Content-Length``, unread; a chunked one is cut off at the limit),
+and on a relay with tokens it is read only when the request's token is good
+(``authorize``; else it is answered 401 unread). The connection's caps and
+request timeout are ``relay.admission``'s. A head
 websockets would refuse to parse (it drops the connection unanswered) is shown
 as a stand-in: bytes outside printable ASCII in the target percent-encoded, a
 malformed request line as ``GET /``, a malformed header line as a harmless

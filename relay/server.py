@@ -26,6 +26,13 @@ answered as above, with its token's refusal (``PROTOCOL_ERROR`` and 4002 when
 the token was good), and closed. Without either key the relay is anonymous (every connection has
 every right, user ids are ``None``), says so in its log, and refuses to listen
 on a host that is not loopback unless ``allow_anonymous=True``.
+
+Browsers and limits. A request or handshake whose ``Origin`` is not allowed
+(``allowed_origins``, ``relay.origins``) is answered 403 and CORS names the
+allowed origin, never ``*``. Connections are capped (``max_connections``,
+``max_connections_per_ip``) and have ``request_timeout`` (10 s) to send their
+request (``relay.admission``). Every record of the websockets and runwire
+loggers has its tokens redacted (``transport.redact``).
 """
 
 from __future__ import annotations
