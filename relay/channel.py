@@ -222,7 +222,9 @@ class Channel:
         changes: list[RunRecord] = []
         if _APPEND_KIND not in stored.data[:200]:
             try:
-                entry = codec.decode_entry(codec.loads(stored.data))
+                entry = codec.decode_entry(
+                    codec.loads(stored.data, max_depth=codec.RELAY_FRAME_DEPTH)
+                )
                 changes = self.registry.replay(entry)
             except RunwireError as exc:
                 log.warning(
@@ -352,6 +354,8 @@ class Channel:
         seen = self._store_error
 
         def admit_first(entry_id: str) -> None:
+            if admit is not None:
+                admit(entry_id)  # first: a hold behind the same sender's refused publish
             failed = self._store_error
             if failed is not seen and failed is not None:
                 raise RunwireError(
@@ -359,8 +363,6 @@ class Channel:
                     f"{failed.message} (while this publish waited for the session)",
                     details={"waited": True},
                 )
-            if admit is not None:
-                admit(entry_id)
 
         try:
             return await self._publish(entry, sender, now_ms, gone=gone, admit=admit_first)

@@ -852,7 +852,7 @@ class HttpApi:
         if found is None:
             return None
         try:
-            run_id = codec.loads(found.data).get("run_id")
+            run_id = codec.loads(found.data, max_depth=codec.RELAY_FRAME_DEPTH).get("run_id")
         except (RunwireError, AttributeError):
             return None
         return run_id if isinstance(run_id, str) else None

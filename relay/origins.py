@@ -27,6 +27,8 @@ from websockets.http11 import Response
 
 from transport.errors import UNAUTHORIZED, RunwireError
 
+from .admission import BurstLog
+
 __all__ = ["LOOPBACK_ORIGINS", "OriginPolicy", "cors", "origin_refused"]
 
 LOOPBACK_ORIGINS = ("http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*")
@@ -62,6 +64,8 @@ class OriginPolicy:
         self.null = False
         self.rules: list[_Rule] = []
         self.loopback_only_host = loopback_only_host
+        self.refusals = BurstLog()
+        """Logs the first refusal of a burst (``relay.admission``)."""
         for pattern in patterns:
             text = pattern.strip()
             if text == "*":

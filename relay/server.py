@@ -240,7 +240,9 @@ def check_origin(origins: OriginPolicy, request: Request) -> tuple[str | None, R
     origin = given[0]
     if len(given) == 1 and origins.allows(origin, _host(request)):
         return origin, None
-    log.info("refused a request from origin %r (not in the allowed origins)", origin[:200])
+    origins.refusals.note(
+        "refusing requests from origin %r (not allowed: --allowed-origins)", origin[:200]
+    )
     error = origin_refused(origin)
     body = codec.dumps({"error": error.to_wire()})
     return None, cors(_response(403, body, "application/json"), None)

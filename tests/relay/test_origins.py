@@ -4,6 +4,7 @@ allowed is refused 403; one without ``Origin`` is not checked; CORS names the or
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import anyio
@@ -130,3 +131,13 @@ def test_origin_refused_is_unauthorized() -> None:
 
     error = origin_refused("https://evil.example")
     assert isinstance(error, RunwireError) and error.details["reason"] == "origin"
+
+
+async def test_refused_origins_are_logged_once_per_burst(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="runwire.relay")
+    async with relay.serve(port=0, store="memory://") as server:
+        for _ in range(3):
+            reply = await call(server, "GET", "/healthz", headers={"Origin": "https://x.example"})
+            assert reply.status == 403
+    logged = [r for r in caplog.records if "origin 'https://x.example'" in r.getMessage()]
+    assert len(logged) == 1
