@@ -117,6 +117,7 @@ async def serve(
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
     redact_tokens()  # before websockets logs a request line or header with a token
+    _check_limits(opts)
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(
@@ -219,6 +220,16 @@ async def serve(
     finally:
         hub.close()
         await the_store.aclose()
+
+
+def _check_limits(opts: RelayOptions) -> None:
+    """Raise ``ValueError`` for a connection cap or request timeout that makes no sense."""
+    for name in ("max_connections", "max_connections_per_ip"):
+        value = getattr(opts, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1 (or None: no cap), not {value}")
+    if not opts.request_timeout > 0:
+        raise ValueError(f"request_timeout must be positive seconds, not {opts.request_timeout}")
 
 
 def _origin_policy(opts: RelayOptions, host: str, *, anonymous: bool) -> OriginPolicy:

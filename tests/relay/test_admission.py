@@ -161,3 +161,13 @@ async def test_connections_over_the_per_address_cap_are_429() -> None:
             assert status == 429
             assert body["error"]["details"] == {"limit": "max_connections_per_ip", "value": 2}
             assert "127.0.0.1" in body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_connections": 0}, {"max_connections_per_ip": -1}, {"request_timeout": 0}],
+)
+async def test_limits_that_make_no_sense_stop_serve(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        async with relay.serve(port=0, store="memory://", **options):
+            pass
