@@ -15,6 +15,7 @@ import anyio
 import relay
 
 
+# --8<-- [start:options]
 def options(secret_file: str) -> dict[str, Any]:
     """The ``relay.serve`` keyword arguments of a relay facing the internet."""
     return dict(
@@ -27,6 +28,9 @@ def options(secret_file: str) -> dict[str, Any]:
         max_connections_per_ip=200,
         request_timeout=10.0,
     )
+
+
+# --8<-- [end:options]
 
 
 async def main(secret_file: str) -> None:

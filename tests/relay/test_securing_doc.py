@@ -38,7 +38,11 @@ def test_the_command_line_parses_to_the_documented_options(tmp_path: Path) -> No
 @pytest.mark.anyio
 async def test_the_python_block_is_the_example_and_starts_a_relay(tmp_path: Path) -> None:
     (block,) = blocks("python")
-    assert block in EXAMPLE.read_text()
+    # The page includes the example's options() whole (pymdownx.snippets' section markers).
+    assert block.strip() == '--8<-- "examples/secured_relay.py:options"'
+    source = EXAMPLE.read_text()
+    section = source.split("# --8<-- [start:options]\n", 1)[1].split("# --8<-- [end:options]", 1)[0]
+    assert section.startswith("def options(") and "allowed_origins=" in section
     spec = importlib.util.spec_from_file_location("secured_relay", EXAMPLE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
