@@ -52,6 +52,7 @@ from collections.abc import AsyncIterable, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.lowlevel
 
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check, first_refusal, refusal_entry_id
@@ -306,8 +307,12 @@ class Run(RunSteps):
         return dict(self._inputs.refused)
 
     def has_input(self) -> bool:
-        """True while a model call is owed; takes queued messages in (module docstring)."""
-        if self.ended:
+        """True while a model call is owed; takes queued messages in (module docstring).
+
+        False once ``abort_signal`` fired: a loop ``while run.has_input()`` then ends,
+        and what waited stays undelivered.
+        """
+        if self.ended or self.abort_signal.aborted:
             return False
         return self._inputs.has_input()
 
@@ -513,8 +518,10 @@ class Run(RunSteps):
         streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
         leaves it open for ``save_reply``). Raises ``RunwireError(RUN_NOT_ACTIVE)``
         if the Run has ended; the stream's and the relay's errors come back as
-        ``PipeResult(reason="error")``.
+        ``PipeResult(reason="error")``. It always yields to the event loop at least
+        once, also when the Run was cancelled already, so no loop around it can spin.
         """
+        await anyio.lowlevel.checkpoint()
         self._require_live()
         if self.status == "pending":
             await self.start()
