@@ -31,8 +31,11 @@ Interrupts. A tool whose function takes a second parameter gets a
 ``ToolContext``: ``await ctx.interrupt(...)`` asks a person (id
 ``<tool_call_id>#<n>``, the n-th question of that call). A question nobody
 answered yet stops the call (it gets no result) and the step: sequential
-calls after it do not start; with ``parallel=True`` the calls already running
-finish and no new one starts. The response stays open; ``execute_tools``
+calls after it do not start. With ``parallel=True`` the calls that run together
+(all of them, or the first ``max_parallel``) all start, also when one asks
+before its first ``await``; they run until they finish or ask, and the pause
+carries every question they asked. A call still waiting for a slot then does
+not start until the answers came. The response stays open; ``execute_tools``
 returns the questions and the Run pauses (``agent_side.steps``). When the Run
 resumes the step runs again under the same message id: finished calls keep
 their results (written again, never run again), the call that asked runs
@@ -574,9 +577,12 @@ async def execute_tools(
 
     waited = {q.get("tool_call_id") for q in pause.asked.values()}
 
-    async def one(call: ToolCallPart, limiter: anyio.CapacityLimiter | None) -> None:
+    async def one(
+        call: ToolCallPart, limiter: anyio.CapacityLimiter | None, together: bool = False
+    ) -> None:
         async with limiter if limiter is not None else nullcontext():
-            if signal.aborted or step.questions:
+            # Calls that run together all start, questions or not; a later one does not.
+            if signal.aborted or (step.questions and not together):
                 return
             step.started.add(call.tool_call_id)
             kept = finished.get(call.tool_call_id)
@@ -606,10 +612,11 @@ async def execute_tools(
     )
     async with signal.scope():
         if parallel:
-            limiter = anyio.CapacityLimiter(max_parallel or max(1, len(calls)))
+            width = max_parallel or max(1, len(calls))
+            limiter = anyio.CapacityLimiter(width)
             async with anyio.create_task_group() as tg:
-                for call in calls:
-                    tg.start_soon(one, call, limiter)
+                for i, call in enumerate(calls):
+                    tg.start_soon(one, call, limiter, i < width)
         else:
             for call in calls:
                 await one(call, None)

@@ -1,0 +1,155 @@
+"""Parallel tool calls all start before a question pauses their step, and one pause asks all."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+import client_side
+from agent_side import Agent, Run, Tool, ToolContext, tool
+from transport.messages import ToolResultPart, UIMessage
+
+pytestmark = pytest.mark.anyio
+
+ran: list[str] = []
+
+
+class Target(BaseModel):
+    name: str
+
+
+class Pick(BaseModel):
+    choice: str
+
+
+@tool
+async def ask_at_once(params: Target, ctx: ToolContext) -> str:
+    """Asks before anything else, so before its first await."""
+    answer = await ctx.interrupt(reason="pick", message=f"Which {params.name}?", response_schema=Pick)
+    ran.append(f"ask_at_once:{params.name}")
+    return f"{params.name}={answer.choice}"
+
+
+@tool
+async def act_then_ask(params: Target, ctx: ToolContext) -> str:
+    """Does something, then asks."""
+    ran.append(f"act:{params.name}")
+    answer = await ctx.interrupt(reason="confirm", message=f"Keep {params.name}?")
+    return f"{params.name} kept: {answer}"
+
+
+@tool
+async def just_act(params: Target) -> str:
+    """Does something and asks nothing."""
+    ran.append(f"just:{params.name}")
+    return f"{params.name} done"
+
+
+TOOLS: list[Tool] = [ask_at_once, act_then_ask, just_act]
+
+
+def fake_model(calls: Sequence[tuple[str, str, dict[str, Any]]]) -> Any:
+    async def stream(messages: list[UIMessage]) -> AsyncIterator[str | dict[str, Any]]:
+        results = [p for m in messages for p in m.parts if isinstance(p, ToolResultPart)]
+        if not results:
+            for cid, name, args in calls:
+                yield {
+                    "type": "tool-input-available",
+                    "toolCallId": cid,
+                    "toolName": name,
+                    "input": args,
+                }
+            return
+        yield "; ".join(str(p.output) for p in results)
+
+    return stream
+
+
+def worker(url: str, calls: Sequence[tuple[str, str, dict[str, Any]]], **kw: Any) -> Agent:
+    agent = Agent(url, durable=True)
+    model = fake_model(calls)
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await run.resume_tools(TOOLS)
+        while run.has_input():
+            result = await run.pipe(model(run.history()))
+            await run.run_tools(result, TOOLS, **kw)
+
+    return agent
+
+
+async def finish(session: client_side.ClientSession, run: client_side.ClientRun) -> None:
+    with anyio.fail_after(10):
+        while run.status != "complete":
+            await session._wait_change()
+
+
+def final_text(session: client_side.ClientSession, run_id: str) -> str:
+    texts = [
+        vm.message.text()
+        for vm in session.view.messages()
+        if vm.run_id == run_id and vm.message.role == "assistant" and vm.message.text()
+    ]
+    return texts[-1]
+
+
+async def test_every_parallel_call_starts_and_one_pause_carries_every_question(
+    relay_url: str,
+) -> None:
+    ran.clear()
+    calls = [
+        ("p1", "ask_at_once", {"name": "region"}),
+        ("p2", "act_then_ask", {"name": "cache"}),
+        ("p3", "just_act", {"name": "logs"}),
+    ]
+    async with (
+        worker(relay_url, calls, parallel=True),
+        client_side.connect(relay_url, "par-1") as session,
+    ):
+        run = await session.send("go")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert paused.status == "suspended"
+        assert sorted(q.id for q in paused.interrupts) == ["p1#0", "p2#0"]
+        assert sorted(ran) == ["act:cache", "just:logs"]  # both started before the pause
+        await session.resume(run.run_id, {"p1#0": {"choice": "eu"}, "p2#0": True})
+        await finish(session, run)
+        assert final_text(session, run.run_id) == "region=eu; cache kept: True; logs done"
+        assert ran.count("just:logs") == 1  # a finished call keeps its result, never runs again
+
+
+async def test_max_parallel_calls_waiting_for_a_slot_start_after_the_answers(
+    relay_url: str,
+) -> None:
+    ran.clear()
+    calls = [
+        ("q1", "ask_at_once", {"name": "region"}),
+        ("q2", "just_act", {"name": "logs"}),
+        ("q3", "just_act", {"name": "late"}),
+    ]
+    agent = worker(relay_url, calls, parallel=True, max_parallel=2)
+    async with agent, client_side.connect(relay_url, "par-2") as session:
+        run = await session.send("go")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert [q.id for q in paused.interrupts] == ["q1#0"]
+        assert ran == ["just:logs"]  # the two that run together started; the third waits
+        await session.resume(run.run_id, {"q1#0": {"choice": "us"}})
+        await finish(session, run)
+        assert final_text(session, run.run_id) == "region=us; logs done; late done"
+
+
+async def test_sequential_calls_still_stop_at_the_first_question(relay_url: str) -> None:
+    ran.clear()
+    calls = [("s1", "ask_at_once", {"name": "region"}), ("s2", "just_act", {"name": "logs"})]
+    async with worker(relay_url, calls), client_side.connect(relay_url, "par-3") as session:
+        run = await session.send("go")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert [q.id for q in paused.interrupts] == ["s1#0"]
+        assert ran == []
