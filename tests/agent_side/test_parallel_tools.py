@@ -29,7 +29,8 @@ class Pick(BaseModel):
 @tool
 async def ask_at_once(params: Target, ctx: ToolContext) -> str:
     """Asks before anything else, so before its first await."""
-    answer = await ctx.interrupt(reason="pick", message=f"Which {params.name}?", response_schema=Pick)
+    question = f"Which {params.name}?"
+    answer = await ctx.interrupt(reason="pick", message=question, response_schema=Pick)
     ran.append(f"ask_at_once:{params.name}")
     return f"{params.name}={answer.choice}"
 
