@@ -22,6 +22,7 @@ __all__ = [
     "INTERNAL_ERROR",
     "INTERRUPT_ANSWER_INVALID",
     "INTERRUPT_EXPIRED",
+    "LLM_CONTENT_FILTERED",
     "NOT_ATTACHED",
     "NOT_FOUND",
     "NOT_IMPLEMENTED",
@@ -78,6 +79,8 @@ THREAD_ACCESS_DENIED = "THREAD_ACCESS_DENIED"
 """A prompt with a strategy while another user's Run is going on in a session not shared."""
 CANCEL_DENIED = "CANCEL_DENIED"
 """The Run's agent refused a cancel (its ``on_cancel`` hook); the Run goes on."""
+LLM_CONTENT_FILTERED = "LLM_CONTENT_FILTERED"
+"""The content filter input check refused the message (``details.categories`` says why)."""
 ABORTED = "ABORTED"
 """The caller's abort signal had fired: nothing was sent."""
 STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
