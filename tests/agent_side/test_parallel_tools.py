@@ -154,3 +154,79 @@ async def test_sequential_calls_still_stop_at_the_first_question(relay_url: str)
             paused = await run.result()
         assert [q.id for q in paused.interrupts] == ["s1#0"]
         assert ran == []
+
+
+@tool
+async def hang(params: Target) -> str:
+    """Waits for ever (only a timeout ends it)."""
+    await anyio.Event().wait()
+    return "never"
+
+
+async def test_resume_options_override_what_the_checkpoint_kept(relay_url: str) -> None:
+    ran.clear()
+    calls = [(f"c{i}", "act_then_ask", {"name": f"n{i}"}) for i in range(1, 5)]
+    overrides: dict[str, Any] = {}
+    agent = Agent(relay_url, durable=True)
+    model = fake_model(calls)
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await run.resume_tools(TOOLS, **overrides)
+        while run.has_input():
+            result = await run.pipe(model(run.history()))
+            await run.run_tools(result, TOOLS)  # one after another
+
+    async with agent, client_side.connect(relay_url, "par-4") as session:
+        run = await session.send("go")
+        with anyio.fail_after(10):
+            paused = await run.result()
+        assert [q.id for q in paused.interrupts] == ["c1#0"]  # sequential: it stopped there
+        # The resume sets parallel and max_parallel: c1 and c2 run together, c2 asks,
+        # and c3 waits for a slot (it would have asked too with no max).
+        overrides.update(parallel=True, max_parallel=2)
+        await session.resume(run.run_id, {"c1#0": "yes"})
+        with anyio.fail_after(10):
+            while [q.id for q in (await run.result()).interrupts] in ([], ["c1#0"]):
+                await session._wait_change()
+        assert [q.id for q in (await run.result()).interrupts] == ["c2#0"]
+        # This resume keeps parallel (now in the checkpoint) and lifts max_parallel.
+        overrides.clear()
+        overrides.update(max_parallel=4)
+        await session.resume(run.run_id, {"c2#0": "yes"})
+        with anyio.fail_after(10):
+            while [q.id for q in (await run.result()).interrupts] in ([], ["c2#0"]):
+                await session._wait_change()
+        assert sorted(q.id for q in (await run.result()).interrupts) == ["c3#0", "c4#0"]
+        overrides.clear()
+        await session.resume(run.run_id, {"c3#0": "yes", "c4#0": "no"})
+        await finish(session, run)
+        assert final_text(session, run.run_id) == (
+            "n1 kept: yes; n2 kept: yes; n3 kept: yes; n4 kept: no"
+        )
+
+
+async def test_a_resume_timeout_overrides_the_kept_one(relay_url: str) -> None:
+    calls = [("t1", "ask_at_once", {"name": "region"}), ("t2", "hang", {"name": "x"})]
+    overrides: dict[str, Any] = {}
+    agent = Agent(relay_url, durable=True)
+    model = fake_model(calls)
+    tools = [*TOOLS, hang]
+
+    @agent.on_run
+    async def handle(run: Run) -> None:
+        await run.resume_tools(tools, **overrides)
+        while run.has_input():
+            result = await run.pipe(model(run.history()))
+            await run.run_tools(result, tools)  # no timeout: the checkpoint keeps none
+
+    async with agent, client_side.connect(relay_url, "par-5") as session:
+        run = await session.send("go")
+        with anyio.fail_after(10):
+            await run.result()
+        overrides["timeout"] = 0.2
+        await session.resume(run.run_id, {"t1#0": {"choice": "eu"}})
+        await finish(session, run)
+        assert final_text(session, run.run_id) == (
+            "region=eu; {'code': 'TOOL_TIMEOUT', 'message': 'hang timed out after 0.2s'}"
+        )
