@@ -230,3 +230,76 @@ async def test_a_resume_timeout_overrides_the_kept_one(relay_url: str) -> None:
         assert final_text(session, run.run_id) == (
             "region=eu; {'code': 'TOOL_TIMEOUT', 'message': 'hang timed out after 0.2s'}"
         )
+
+
+def only_prod(args: dict[str, Any]) -> str | bool:
+    """An approval rule that says why it asks."""
+    return f"{args['name']} is production" if args.get("name") == "prod" else False
+
+
+def broken_rule(args: dict[str, Any]) -> bool:
+    raise KeyError("oops")
+
+
+@tool(requires_approval=only_prod)
+async def wipe(params: Target) -> str:
+    """Wipes a target."""
+    return f"wiped {params.name}"
+
+
+@tool(requires_approval=broken_rule)
+async def purge(params: Target) -> str:
+    """Purges a target."""
+    return f"purged {params.name}"
+
+
+@tool(requires_approval=True)
+async def reboot(params: Target) -> str:
+    """Reboots a target."""
+    return f"rebooted {params.name}"
+
+
+async def test_an_approval_carries_the_reason_the_rule_and_a_suggested_rule(
+    relay_url: str,
+) -> None:
+    calls = [
+        ("w1", "wipe", {"name": "prod"}),
+        ("w2", "wipe", {"name": "dev"}),
+        ("w3", "purge", {"name": "db"}),
+        ("w4", "reboot", {"name": "box"}),
+    ]
+    agent = worker(relay_url, calls, parallel=True)
+    tools = [wipe, purge, reboot]
+    TOOLS.extend(tools)
+    try:
+        async with agent, client_side.connect(relay_url, "par-6") as session:
+            run = await session.send("clean up")
+            with anyio.fail_after(10):
+                paused = await run.result()
+            asked = {q.id: q for q in paused.interrupts}
+            assert sorted(asked) == ["w1", "w3", "w4"]  # the dev wipe needs no approval
+            assert all(q.kind == "approval" for q in asked.values())
+            assert asked["w1"].details == {
+                "arguments": {"name": "prod"},
+                "reason": "prod is production",
+                "rule": "only_prod",
+                "suggested_rule": {"tool": "wipe", "decision": "approve", "scope": "run"},
+            }
+            details = asked["w3"].details or {}
+            assert details["rule"] == "broken_rule"  # a rule that fails asks (fail closed)
+            assert details["reason"] == "the approval rule of purge failed (KeyError)"
+            details = asked["w4"].details or {}
+            assert (details["rule"], details["reason"]) == (
+                "always",
+                "reboot always asks for approval",
+            )
+            answers = {
+                "w1": {"approved": True},
+                "w3": {"approved": False},
+                "w4": {"approved": True},
+            }
+            await session.resume(run.run_id, answers)
+            await finish(session, run)
+            assert final_text(session, run.run_id).startswith("wiped prod; wiped dev; ")
+    finally:
+        del TOOLS[-len(tools) :]
