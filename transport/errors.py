@@ -29,6 +29,7 @@ __all__ = [
     "PAYLOAD_TOO_LARGE",
     "PROTOCOL_ERROR",
     "RATE_LIMITED",
+    "RUN_CANCELLED",
     "RUN_NOT_ACTIVE",
     "RUN_NOT_FOUND",
     "SLOW_CONSUMER",
@@ -55,6 +56,8 @@ NOT_ATTACHED = "NOT_ATTACHED"
 """A frame about a session this connection has not attached to."""
 RUN_NOT_FOUND = "RUN_NOT_FOUND"
 """A frame about a Run the session does not have."""
+RUN_CANCELLED = "RUN_CANCELLED"
+"""The error a Run that ended ``cancelled`` carries: its message is the abort's reason."""
 RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE"
 """Steering, cancelling or streaming into a Run that has already ended."""
 DUPLICATE_RUN = "DUPLICATE_RUN"
