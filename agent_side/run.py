@@ -66,6 +66,7 @@ from transport.errors import (
 from transport.frames import (
     CancelDenied,
     ErrorBody,
+    Interrupt,
     RefusedEntry,
     ResponseAppend,
     RunEntry,
@@ -229,6 +230,11 @@ class Run(RunSteps):
     def abort_signal(self) -> AbortSignal:
         """Fires on an accepted cancel of this Run, or when the relay ends it."""
         return self._abort.signal
+
+    @property
+    def interrupts(self) -> list[Interrupt]:
+        """The questions this Run waits on while it is paused (``[]`` otherwise)."""
+        return self._session.tree.interrupts(self.run_id)
 
     @property
     def cancel_reason(self) -> Any:
