@@ -1,4 +1,4 @@
-"""The seed's deploy-and-pick-a-region example, end to end: a tool asks, a person answers.
+"""Deploy and pick a region, end to end: a tool asks a question, a person answers it.
 
 Run it: ``python examples/deploy_region.py``. It starts a relay in the
 process, a worker whose ``deploy`` tool asks where to deploy, and a client

@@ -1,4 +1,4 @@
-"""A steering-aware agent worker: the seed's agent loop, written out by hand.
+"""A steering-aware agent worker: the agent loop of steering_loop, written out by hand.
 
 Run a relay, then this worker, then talk to it from a client::
 

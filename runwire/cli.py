@@ -7,28 +7,53 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 import anyio
 
-__all__ = ["main"]
+from transport import redact
+
+__all__ = ["build_parser", "main"]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``runwire`` console script."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``runwire`` command's parser: ``relay``, ``demo`` and ``token`` (needs the relay)."""
     from relay import cli as relay_cli
 
-    parser = argparse.ArgumentParser(prog="runwire", description="runwire relay and tools")
+    from .demo import DEFAULT_PACE
+
+    formatter = relay_cli.HelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="runwire", description="runwire relay and tools", formatter_class=formatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     relay_cli.build_parser(sub.add_parser("relay", help="run a relay"))
-    demo = sub.add_parser("demo", help="relay + demo agent + chat page + terminal chat, no API key")
-    demo.add_argument("--port", type=int, default=8787)
-    demo.add_argument("--store", default="sqlite:///./runwire-demo.db")
+    demo = sub.add_parser(
+        "demo",
+        help="relay + demo agent + chat page + terminal chat, no API key",
+        description="A relay, a demo agent, its chat page and a terminal chat, in one process.",
+        formatter_class=formatter,
+    )
+    demo.add_argument("--port", type=int, default=8787, help="port (0 picks a free one)")
+    demo.add_argument("--store", default="sqlite:///./runwire-demo.db", help="the relay's store")
     demo.add_argument("--session", default=None, help="session id (default: a new one)")
+    demo.add_argument(
+        "--pace",
+        type=_pace,
+        default=DEFAULT_PACE,
+        help="words a second the demo model streams; lower it to steer at leisure",
+    )
     demo.add_argument(
         "--no-chat", action="store_true", help="serve the chat page only, no terminal chat"
     )
-    token = sub.add_parser("token", help="print a development token (JWT)")
+    token = sub.add_parser(
+        "token",
+        help="print a development token (JWT)",
+        description="Print a development token (a JWT) for a relay with a secret or a key.",
+        formatter_class=formatter,
+    )
     token.add_argument("--user", required=True, help="the user id (claim 'sub')")
     token.add_argument(
         "--session",
@@ -47,18 +72,85 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--secret-file", help="HS256 secret (default: the RUNWIRE_SECRET environment variable)"
     )
     token.add_argument("--private-key-file", help="PEM private key, to sign RS256 / ES256")
-    token.add_argument("--algorithm", choices=("HS256", "RS256", "ES256"), default=None)
+    token.add_argument(
+        "--algorithm",
+        choices=("HS256", "RS256", "ES256"),
+        default=None,
+        help="signing algorithm (default: HS256 with a secret, read from the key otherwise)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``runwire`` console script."""
+    try:
+        from relay import cli as relay_cli
+    except ImportError as exc:
+        _without_relay(argv, exc)
+        return
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "relay":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+        redact.install(*logging.getLogger().handlers)  # every record that reaches the log
         anyio.run(relay_cli.run, args)
     elif args.command == "token":
         print(_token(args))
     elif args.command == "demo":
         from .demo import run_demo
 
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-        anyio.run(run_demo, args)
+        if not args.no_chat:
+            try:
+                from . import terminal  # noqa: F401  (prompt_toolkit, of the demo extra)
+            except ImportError as exc:
+                print(f"runwire demo: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
+        # Log lines go to whatever sys.stderr is when written: above the chat's prompt.
+        logging.basicConfig(level=logging.WARNING, stream=_Stderr())
+        redact.install(*logging.getLogger().handlers)
+        try:
+            anyio.run(run_demo, args)
+        except KeyboardInterrupt:
+            pass  # a ^C before the demo's own handler was in place: leave quietly
+
+
+def _without_relay(argv: Sequence[str] | None, exc: ImportError) -> None:
+    """``runwire`` on an install without the ``relay`` extra: a version, or why not."""
+    parser = argparse.ArgumentParser(prog="runwire", description="runwire relay and tools")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("command", choices=("relay", "demo", "token"))
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    print(f"runwire {args.command}: {exc}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("runwire")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def _pace(text: str) -> float:
+    """``--pace``: a positive number of words a second."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of words a second (0 to 10000)")
+    return value
+
+
+class _Stderr:
+    """A stream that writes to the ``sys.stderr`` of the moment (prompt_toolkit patches it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def _token(args: argparse.Namespace) -> str:

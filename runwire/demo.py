@@ -1,26 +1,25 @@
 """``runwire demo``: a relay, a demo agent, a chat page and a terminal chat, in one process.
 
-The demo agent's "model" needs no network and no key: it streams a scripted
-travel plan word by word, and it reads the whole conversation on every call,
-so a steering message ("make it 5 days", "under £800", "vegan") visibly changes
-the next answer. In the chat: type to send; typing while the agent streams
-steers it; ``/stop`` cancels; ``/new TEXT`` cancels and re-prompts; ``/also
-TEXT`` sends alongside; ``/quit`` leaves. The relay also serves a chat page
-(``runwire/static/index.html``) at ``http://127.0.0.1:<port>/?session=<id>``:
-the same session, in a browser, live in every tab.
+The demo agent's "model" needs no network and no key. It streams a scripted
+travel plan word by word, about 8 words a second (``--pace``), so a person
+can steer it by hand. It reads the whole conversation on every call, so a
+steer ("make it 5 days", "under £800", "vegan") changes the next answer, and
+that answer says it changed course. The terminal chat is ``runwire.chat``.
+The relay also serves a chat page (``runwire/static/index.html``) at
+``http://127.0.0.1:<port>/?session=<id>``: the same session, live in every tab.
 
 "Deploy the api" makes the demo model call a ``deploy`` tool that asks where
-to deploy (an interrupt): the Run pauses, the page shows the question with a
-form, and any tab's answer lets the Run finish.
+to deploy (an interrupt). The Run pauses until the terminal or a tab answers.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Literal
@@ -33,8 +32,6 @@ import client_side
 import relay
 from transport import (
     AbortSignal,
-    MessageEvent,
-    RunEvent,
     RunwireError,
     ToolResultPart,
     UIMessage,
@@ -42,7 +39,19 @@ from transport import (
     new_id,
 )
 
-__all__ = ["DEMO_TOOLS", "PAGE", "demo_model", "deploy", "page_url", "plan_reply", "run_demo"]
+from .chat import Chat
+
+__all__ = [
+    "DEFAULT_PACE",
+    "DEMO_TOOLS",
+    "PAGE",
+    "demo_model",
+    "deploy",
+    "page_url",
+    "plan_reply",
+    "run_demo",
+    "terminal_chat",
+]
 
 PAGE = Path(__file__).resolve().parent / "static" / "index.html"
 """The demo's chat page, served by the relay at ``/``."""
@@ -72,6 +81,10 @@ async def deploy(params: Service, ctx: agent_side.ToolContext) -> str:
 DEMO_TOOLS = [deploy]
 """The demo agent's tools."""
 
+DEFAULT_PACE = 8.0
+"""Words a second the demo model streams by default: slow enough to steer by hand."""
+
+_WORD = re.compile(r"\s*\S+")
 _DAYS = re.compile(r"\b(\d{1,2})[\s-]*days?\b", re.IGNORECASE)
 _BUDGET = re.compile(r"(?:under|below|max(?:imum)?|budget(?: of)?)\s*([£$€]\s?\d[\d,]*)", re.I)
 _PLACE = re.compile(r"\b(?:to|in|for|visit)\s+([A-Z][a-zA-Z]+)")
@@ -87,9 +100,14 @@ _SIGHTS = [
 
 
 def plan_reply(conversation: list[UIMessage]) -> str:
-    """The demo model's answer: deterministic, and shaped by every user message."""
-    users = [message_text(m) for m in conversation if m.role == "user"]
-    text = " ".join(users)
+    """The demo model's answer: deterministic, and shaped by every user message.
+
+    A reply to a steering message says so: it quotes the steer and says it
+    changes course. A reply to a new prompt in a longer conversation names it
+    a new request. A steer carries ``metadata.queued == "steer"``.
+    """
+    users = [m for m in conversation if m.role == "user"]
+    text = " ".join(message_text(m) for m in users)
     days = 3
     for match in _DAYS.finditer(text):
         days = max(1, min(int(match.group(1)), 14))
@@ -100,23 +118,32 @@ def plan_reply(conversation: list[UIMessage]) -> str:
     for match in _BUDGET.finditer(text):
         budget = match.group(1).replace(" ", "")
     vegan = "vegan" in text.lower()
-    opening = ""
-    if len(users) > 1 and conversation and conversation[-1].role == "user":
-        opening = f'Got it: "{users[-1].rstrip(".!? ")}". '
-    lines = [f"{opening}Here is a {days}-day plan for {place}."]
+    plan = f"a {days}-day plan for {place}."
+    opening = f"Here is {plan}"
+    last = conversation[-1] if conversation else None
+    if last is not None and last.role == "user" and len(users) > 1:
+        said = message_text(last).rstrip(".!? ")
+        if last.metadata.get("queued") == "steer":
+            opening = f'Got it: "{said}". Changing course: here is {plan}'
+        else:
+            opening = f'New request: "{said}". Here is {plan}'
+    lines = [opening]
     for day in range(days):
-        lines.append(f"Day {day + 1}: {_SIGHTS[day % len(_SIGHTS)]}.")
+        lines.append(f"- Day {day + 1}: {_SIGHTS[day % len(_SIGHTS)]}.")
+    notes = []
     if budget:
-        lines.append(f"All of it stays under {budget}.")
+        notes.append(f"All of it stays under {budget}.")
     if vegan:
-        lines.append("Every meal above has vegan options.")
-    return " ".join(lines)
+        notes.append("Every meal above has vegan options.")
+    if notes:
+        lines += ["", " ".join(notes)]
+    return "\n".join(lines)
 
 
 async def demo_model(
-    messages: list[UIMessage], signal: AbortSignal, *, delay: float = 0.06
+    messages: list[UIMessage], signal: AbortSignal, *, delay: float = 1 / DEFAULT_PACE
 ) -> AsyncIterator[str | dict[str, Any]]:
-    """Stream ``plan_reply`` word by word; stops as soon as ``signal`` fires.
+    """Stream ``plan_reply`` word by word, ``delay`` seconds apart; stops when ``signal`` fires.
 
     A last user message "deploy X" calls the ``deploy`` tool instead; its result
     is then reported.
@@ -137,98 +164,11 @@ async def demo_model(
                 "input": {"service": match.group(1)},
             }
             return
-    words = plan_reply(messages).split(" ")
-    for i, word in enumerate(words):
+    for word in _WORD.findall(plan_reply(messages)):
         if signal.aborted:
             return
-        yield word if i == 0 else " " + word
+        yield word
         await anyio.sleep(delay)
-
-
-async def _chat(url: str, session_id: str, out: Callable[[str], None]) -> None:
-    """A line-based terminal chat on ``session_id`` (see the module docstring)."""
-    async with client_side.connect(url, session_id) as session, anyio.create_task_group() as tg:
-        # The terminal follows one Run's reply at a time (its newest: after steering the
-        # Run answers again); a reply of another Run streaming alongside is held back and
-        # shown, caught up, when the followed Run ends.
-        printed: dict[str, int] = {}
-        texts: dict[str, tuple[str, str]] = {}  # message id -> (run id, text so far)
-        follow: list[str] = []
-
-        def show(message_id: str) -> None:
-            run_id, text = texts[message_id]
-            done = printed.get(message_id)
-            if done is None:
-                out(f"\nagent [{run_id[:8]}]> ")
-                done = 0
-            out(text[done:])
-            printed[message_id] = len(text)
-
-        def on_message(event: MessageEvent) -> None:
-            message = event.message.message
-            if message.role != "assistant" or event.op == "removed":
-                return  # a terminal cannot take printed text back
-            run_id = event.message.run_id or ""
-            new = message.id not in texts
-            texts[message.id] = (run_id, message_text(message))
-            if not follow:
-                follow.append(message.id)
-            elif new and texts[follow[0]][0] == run_id:
-                follow[0] = message.id  # the followed Run's next reply (after steering)
-            if follow[0] == message.id:
-                show(message.id)
-
-        def on_run(event: RunEvent) -> None:
-            info = event.run
-            if info.status not in ("complete", "cancelled", "error") or event.op == "removed":
-                return
-            out(f"\n[run {info.run_id[:8]} {info.status}]\n")
-            if follow and texts[follow[0]][0] == info.run_id:
-                follow.clear()
-                waiting = [m for m, (_, t) in texts.items() if len(t) > printed.get(m, 0)]
-                if waiting:
-                    follow.append(waiting[0])
-                    show(waiting[0])
-
-        async def report(delivery: client_side.Delivery) -> None:
-            try:
-                outcome = await delivery.outcome
-            except RunwireError as exc:
-                out(f"\n(steering not sent: {exc.code})\n")
-                return
-            if not outcome.consumed:
-                out("\n(not seen by the agent: it had already finished)\n")
-
-        session.view.on("message", on_message)
-        session.view.on("run", on_run)
-        out(
-            f"session {session_id}. Type to chat; type while it streams to steer; "
-            "/stop, /new TEXT, /also TEXT, /quit\n"
-        )
-        while True:
-            line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-            if not line:
-                break
-            text = line.strip()
-            if not text:
-                continue
-            active = [r for r in session.view.runs() if r.status in ("pending", "active")]
-            if text == "/quit":
-                break
-            if text == "/stop":
-                for r in active:
-                    await session.cancel(r.run_id)
-            elif text.startswith("/new "):
-                for r in active:
-                    await session.cancel(r.run_id)
-                await session.send(text[5:])
-            elif text.startswith("/also "):
-                await session.send(text[6:])
-            elif active:
-                tg.start_soon(report, session.run(active[-1].run_id).steer(text))
-            else:
-                await session.send(text)
-        tg.cancel_scope.cancel()
 
 
 def page_url(port: int, session_id: str) -> str:
@@ -236,13 +176,39 @@ def page_url(port: int, session_id: str) -> str:
     return f"http://127.0.0.1:{port}/?session={session_id}"
 
 
+async def terminal_chat(url: str, session_id: str, *, plain: bool = False) -> None:
+    """The chat on ``session_id`` in this terminal (``runwire.chat``), until /quit or ^C.
+
+    ``plain`` reads and prints plain lines, for a pipe.
+    """
+    from .terminal import plain_chat, prompt_chat
+
+    async with client_side.connect(url, session_id) as session, anyio.create_task_group() as tasks:
+        chat = Chat(session, _print, tasks)
+        _print(
+            f"Session {session_id}. Type to chat; type while a reply streams to steer it. "
+            "/help lists the commands."
+        )
+        if plain:
+            await plain_chat(chat)
+        else:
+            await prompt_chat(chat)
+        tasks.cancel_scope.cancel()
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
 async def run_demo(args: argparse.Namespace) -> None:
     """Relay + demo agent + chat page (+ terminal chat unless ``--no-chat``) until /quit or ^C."""
-
-    def out(text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
     session_id = args.session or f"demo-{new_id()[:8]}"
     async with AsyncExitStack() as stack:
         try:
@@ -255,20 +221,20 @@ async def run_demo(args: argparse.Namespace) -> None:
             # A port in use, a store that cannot start: one line, no trace (as ``runwire relay``).
             sys.stderr.write(f"runwire demo: {exc}\n")
             raise SystemExit(2) from None
-        out(f"runwire demo: relay on {server.url} (store {server.store.url})\n")
-        out(f"chat in a browser: {page_url(server.port, session_id)}\n")
+        _print(f"runwire demo: relay on {server.url} (store {server.store.url})")
+        _print("The relay is anonymous and listens on loopback only: only this machine reaches it.")
+        _print(f"Chat in a browser: {page_url(server.port, session_id)}")
         agent = agent_side.Agent(server.url, name="default")
+        model = functools.partial(demo_model, delay=1 / args.pace)
 
         @agent.on_run
         async def handle(run: agent_side.Run) -> None:
-            await agent_side.steering_loop(run, demo_model, tools=DEMO_TOOLS)
+            await agent_side.steering_loop(run, model, tools=DEMO_TOOLS)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(agent.serve)
-            if args.no_chat:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        break
-            else:
-                await _chat(server.url, session_id, out)
-            tg.cancel_scope.cancel()
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            if not args.no_chat:
+                plain = not (sys.stdin.isatty() and sys.stdout.isatty())
+                await terminal_chat(server.url, session_id, plain=plain)
+                tg.cancel_scope.cancel()

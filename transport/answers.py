@@ -16,7 +16,8 @@
 
 Otherwise ``problem`` says what is wrong, in words to show the person, and
 ``answer_format(schema)`` says what an answer looks like (``yes or no``, ``a
-number from 1 to 5``, ``one of: eu, us``), for the prompt. Local ``$ref``s
+number from 1 to 5``, ``one of: eu, us``), for the prompt; ``answer_choices(schema)``
+lists the members a person picks from (an ``enum``, also as an object's one field). Local ``$ref``s
 (``#/$defs/...``, as pydantic writes them) are followed.
 """
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import jsonschema
 
-__all__ = ["ParsedAnswer", "answer_format", "parse_answer"]
+__all__ = ["ParsedAnswer", "answer_choices", "answer_format", "parse_answer"]
 
 # Russian words are Cyrillic on purpose (ruff would take some letters for Latin look-alikes).
 _YES = {
@@ -263,6 +264,24 @@ def answer_format(schema: dict[str, Any] | None) -> str:
     """What an answer to ``schema`` looks like, in words for the prompt."""
     schema = schema or {}
     return _format(schema, schema)
+
+
+def answer_choices(schema: dict[str, Any] | None) -> list[Any] | None:
+    """The members an answer picks from, or None when the answer is not a choice.
+
+    An ``enum`` gives its members; an object with one field gives that
+    field's. ``parse_answer`` reads each member written as text.
+    """
+    root = schema or {}
+    node = _resolve(root, root)
+    if _types(node) == ["object"] or ("properties" in node and not _types(node)):
+        field = _single_field(node)
+        if field is None:
+            return None
+        node = _resolve(field[1], root)
+    if "enum" in node:
+        return list(node["enum"])
+    return None
 
 
 def _format(schema: dict[str, Any], root: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""``parse_answer`` and ``answer_format``: every rule, and round trips of what the format says."""
+"""``parse_answer``, ``answer_format``, ``answer_choices``: every rule, and round trips."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from transport import answer_format, parse_answer
+from transport.answers import answer_choices
 
 BOOL = {"type": "boolean"}
 RATING = {"type": "integer", "minimum": 1, "maximum": 5}
@@ -159,3 +160,23 @@ def test_an_answer_written_as_the_format_says_reads_back(case: tuple[Any, str, A
     parsed = parse_answer(text, schema)
     assert parsed.ok, parsed.problem
     assert parsed.value == value
+
+
+@pytest.mark.parametrize(
+    ("schema", "choices"),
+    [
+        (REGION, ["eu", "us"]),
+        (PICK, ["eu", "us"]),
+        (PAINT, ["Red", "Green"]),  # the enum behind a $ref, as pydantic writes it
+        (BOOL, None),
+        (RATING, None),
+        (BOTH, None),
+        (LIST, None),
+        (None, None),
+    ],
+)
+def test_answer_choices(schema: dict[str, Any] | None, choices: list[Any] | None) -> None:
+    assert answer_choices(schema) == choices
+    for member in choices or []:
+        parsed = parse_answer(str(member), schema)
+        assert parsed.ok, parsed.problem

@@ -98,10 +98,12 @@ from ..errors import (
     RunwireError,
 )
 from ..frames import Error, Hello, Publish, RelayFrame, Welcome
+from ..redact import install as redact_tokens
 
 __all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "STORE_WAIT", "Connection", "TokenProvider"]
 
 log = logging.getLogger("runwire.connection")
+redact_tokens()  # the token this connection sends never reaches websockets' DEBUG log
 
 CONNECTION_CLOSED = "CONNECTION_CLOSED"
 
@@ -189,8 +191,9 @@ class Connection:
         self._pending: dict[int, _Pending] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         # The background task's own scope: ``aclose()`` cancels it, not the task
-        # group's, which also covers the body of the caller's ``async with``.
-        self._stop = anyio.CancelScope()
+        # group's, which also covers the body of the caller's ``async with``. It is
+        # made on entry: a cancel scope needs a running event loop, ``__init__`` does not.
+        self._stop: anyio.CancelScope | None = None
         self._first = anyio.Event()
         self._first_error: BaseException | None = None
         self._refused: RunwireError | None = None  # ``on_connect`` refused UNAUTHORIZED
@@ -225,6 +228,9 @@ class Connection:
         self._state_callbacks.append(fn)
 
     async def __aenter__(self) -> Connection:
+        self._stop = anyio.CancelScope()
+        if self._closed:  # closed before it was entered: the background task stops at once
+            self._stop.cancel()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._run_until_closed)
@@ -270,10 +276,12 @@ class Connection:
             if self._ws is not None:
                 await self._ws.close()
         finally:
-            self._stop.cancel()
+            if self._stop is not None:
+                self._stop.cancel()
             self._emit_closed()
 
     async def _run_until_closed(self) -> None:
+        assert self._stop is not None  # made by ``__aenter__``, which starts this task
         with self._stop:
             await self._run()
 

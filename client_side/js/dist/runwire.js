@@ -754,7 +754,15 @@ var ClientRun = class {
       return i !== null && (isTerminal(i.status) || i.status === "suspended") ? i : null;
     });
     const undelivered = info.status === "error" ? [] : this._untaken().filter((d) => d._outcome.settled || info.status === "suspended").map((d) => d.message);
-    return { status: info.status, endReason: info.endReason, undelivered, interrupts: this._session.view.tree.interrupts(this.runId) };
+    const ended = isTerminal(info.status) && info.error ? RunwireError.fromWire(info.error) : null;
+    return {
+      status: info.status,
+      endReason: info.endReason,
+      undelivered,
+      interrupts: this._session.view.tree.interrupts(this.runId),
+      error: ended,
+      reason: ended && info.status === "cancelled" ? ended.text : null
+    };
   }
   /**
    * Cancel this Run; resolves to the messages sent through this handle that it never took in

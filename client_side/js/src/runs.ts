@@ -204,7 +204,15 @@ export class ClientRun {
         : this._untaken()
             .filter((d) => d._outcome.settled || info.status === "suspended")
             .map((d) => d.message);
-    return { status: info.status, endReason: info.endReason, undelivered, interrupts: this._session.view.tree.interrupts(this.runId) };
+    const ended = isTerminal(info.status) && info.error ? RunwireError.fromWire(info.error) : null;
+    return {
+      status: info.status,
+      endReason: info.endReason,
+      undelivered,
+      interrupts: this._session.view.tree.interrupts(this.runId),
+      error: ended,
+      reason: ended && info.status === "cancelled" ? ended.text : null,
+    };
   }
 
   /**

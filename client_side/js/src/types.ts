@@ -156,6 +156,10 @@ export interface RunResult {
   endReason: RunEndReason | null;
   undelivered: UIMessage[];
   interrupts: Interrupt[];
+  /** The error of an `error` end, or the abort's reason of a `cancelled` one (`RUN_CANCELLED`). */
+  error: RunwireError | null;
+  /** The abort's reason of a `cancelled` Run, when it gave one. */
+  reason: string | null;
 }
 
 export type QueuedIntent = "steer" | "follow_up" | "inject";
