@@ -374,6 +374,91 @@ function deepEqual(a, b) {
   return ak.every((k) => Object.prototype.hasOwnProperty.call(b, k) && deepEqual(a[k], b[k]));
 }
 
+// src/chunks.ts
+var REPLY_KINDS = /* @__PURE__ */ new Set(["response_open", "response_append", "response_close"]);
+function entryChunks(e) {
+  if (!REPLY_KINDS.has(e.kind)) return [];
+  const base = { runId: e.run_id, messageId: e.message_id, serial: e.serial };
+  if (e.kind === "response_open") {
+    const chunk = { type: "start", messageId: e.message_id };
+    if (e.metadata && Object.keys(e.metadata).length) chunk.messageMetadata = e.metadata;
+    return [{ ...base, index: -1, chunk }];
+  }
+  if (e.kind === "response_close") {
+    const chunk = { type: "finish" };
+    if (e.metadata && Object.keys(e.metadata).length) chunk.messageMetadata = e.metadata;
+    return [{ ...base, index: -1, chunk }];
+  }
+  return e.chunks.map((chunk, index) => ({ ...base, index, chunk: { ...chunk } }));
+}
+function replyChunks(view, runId, options = {}) {
+  const buffer = [];
+  let wake = null;
+  let last = options.after ?? -1;
+  let ended = false;
+  const signal = options.signal ?? null;
+  const flush = () => {
+    if (wake === null) return;
+    const w = wake;
+    if (buffer.length) {
+      wake = null;
+      w({ value: buffer.shift(), done: false });
+    } else if (ended) {
+      wake = null;
+      w({ value: void 0, done: true });
+    }
+  };
+  const runOver = () => {
+    if (runId === null) return false;
+    const info = view.run(runId);
+    return info !== null && isTerminal(info.status);
+  };
+  const take = (e) => {
+    if (ended || typeof e.serial !== "number" || e.serial <= last) return;
+    if (runId !== null && e.run_id !== runId) return;
+    last = e.serial;
+    buffer.push(...entryChunks(e));
+  };
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    view._entryHooks.delete(onEntry);
+    view._changed.delete(onChange);
+    signal?.removeEventListener("abort", onAbort);
+    flush();
+  };
+  const onEntry = (e) => {
+    take(e);
+    if (runOver()) end();
+    flush();
+  };
+  const onChange = () => {
+    if (view._closed || runOver()) end();
+  };
+  const onAbort = () => end();
+  for (const e of view.tree._held()) take(e);
+  if (view._closed || runOver() || signal?.aborted) ended = true;
+  else {
+    view._entryHooks.add(onEntry);
+    view._changed.add(onChange);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  }
+  return {
+    next: () => new Promise((resolve) => {
+      wake = resolve;
+      flush();
+    }),
+    return: () => {
+      buffer.length = 0;
+      end();
+      return Promise.resolve({ value: void 0, done: true });
+    },
+    [Symbol.asyncIterator]() {
+      return this;
+    }
+  };
+}
+
 // src/frames.ts
 var RELAY_FRAME_FIELDS = {
   "welcome": {
@@ -662,6 +747,16 @@ var ClientRun = class {
   get status() {
     this._checkReadable("ClientRun.status");
     return this._session.view.run(this.runId)?.status ?? "pending";
+  }
+  /**
+   * The raw UI message stream chunks of this Run's replies, in order: those the view holds
+   * (after `options.after`, a serial), then live ones; ends once the Run ended, the session
+   * closed or `options.signal` aborted. A reconnect neither skips nor repeats a chunk.
+   * Throws NOT_ATTACHED on a write-only session.
+   */
+  chunks(options = {}) {
+    this._checkReadable("ClientRun.chunks()");
+    return replyChunks(this._session.view, this.runId, options);
   }
   /** @param {string} what */
   _checkReadable(what) {
@@ -1515,6 +1610,10 @@ var ConversationTree = class {
   refusals(runId = null) {
     return [...this._state.refusals.values()].filter((r) => runId === null || r.runId === runId);
   }
+  /** Every entry the tree holds, in serial order (internal: the chunk streams start from them). */
+  _held() {
+    return [...this._entries.keys()].sort((a, b) => a - b).map((s) => this._entries.get(s));
+  }
   /** The latest `checkpoint` entry of a Run, if the tree holds one. @param {string} runId @returns {Entry | null} */
   checkpoint(runId) {
     return this._state.runs.get(runId)?.checkpoint ?? null;
@@ -1557,6 +1656,8 @@ var View = class {
   _older;
   _changed;
   _hooks;
+  /** Called with each entry the view folds live, once folded (internal: the chunk streams). */
+  _entryHooks;
   _streams;
   _callbacks;
   _hasOlder;
@@ -1579,6 +1680,7 @@ var View = class {
     this._callbacks = { message: /* @__PURE__ */ new Set(), run: /* @__PURE__ */ new Set(), delivery: /* @__PURE__ */ new Set() };
     this._streams = /* @__PURE__ */ new Set();
     this._hooks = [];
+    this._entryHooks = /* @__PURE__ */ new Set();
     this._changed = /* @__PURE__ */ new Set();
     this._older = null;
     this._closed = false;
@@ -1748,7 +1850,10 @@ var View = class {
       if (this._oldest === null) this._oldest = serial;
     }
     try {
-      return this._tree.fold(entry);
+      const events = this._tree.fold(entry);
+      const folded = serial === null ? void 0 : this._tree._entries.get(serial);
+      if (folded !== void 0) for (const hook of [...this._entryHooks]) hook(folded);
+      return events;
     } catch (err) {
       console.warn(`runwire: session ${this.sessionId}: skipping an entry the view cannot read:`, err);
       return [];
@@ -2151,6 +2256,17 @@ var Session = class {
     this.cancel(runId, { reason: "the send's signal was aborted" }).catch((err) => {
       console.warn(`runwire: cancelling run ${runId} after its signal fired failed:`, err);
     });
+  }
+  /**
+   * The raw UI message stream chunks of every Run's replies in this session, in order: those
+   * the view holds after `options.after` (a serial; default: from now on), then live ones, each
+   * with its Run and message; ends when the session closes or `options.signal` aborts. A
+   * reconnect neither skips nor repeats a chunk. Throws NOT_ATTACHED on a write-only session.
+   */
+  chunks(options = {}) {
+    if (!this.subscribe) throw writeOnlyError(this.sessionId, "session.chunks()");
+    const after = options.after === void 0 ? this.view._newest : options.after;
+    return replyChunks(this.view, null, { ...options, after });
   }
   /**
    * A handle on a Run the view knows (one this client or another one started). Throws
@@ -2763,6 +2879,7 @@ export {
   decodeEntry,
   endReason,
   endedBeforeStored,
+  entryChunks,
   messageText,
   newId,
   userMessage

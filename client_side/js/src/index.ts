@@ -73,6 +73,8 @@ export { ConversationTree } from "./tree.js";
 export { View } from "./view.js";
 export { ClientRun, Delivery } from "./runs.js";
 export { Session } from "./session.js";
+export type { ChunksOptions, ReplyChunk } from "./chunks.js";
+export { entryChunks } from "./chunks.js";
 
 /**
  * Connect to the relay at `url` (ws:// or wss://) and attach to `sessionId`. Resolves to the

@@ -1,3 +1,5 @@
+import type { ChunksOptions, ReplyChunk } from "./chunks.js";
+import { replyChunks } from "./chunks.js";
 import type { CancelDenial, Outcome, Published, QueuedIntent, Refused, RunResult, RunStatus, UIMessage } from "./types.js";
 import { count, validateMessage } from "./entries.js";
 import { CANCEL_DENIED, CONNECTION_CLOSED, EPOCH_MISMATCH, NOT_ATTACHED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, TERMINAL, UNAUTHORIZED, VALIDATION_ERROR, endReason, isObject, userMessage, isTerminal } from "./errors.js";
@@ -96,6 +98,17 @@ export class ClientRun {
   get status(): RunStatus {
     this._checkReadable("ClientRun.status");
     return this._session.view.run(this.runId)?.status ?? "pending";
+  }
+
+  /**
+   * The raw UI message stream chunks of this Run's replies, in order: those the view holds
+   * (after `options.after`, a serial), then live ones; ends once the Run ended, the session
+   * closed or `options.signal` aborted. A reconnect neither skips nor repeats a chunk.
+   * Throws NOT_ATTACHED on a write-only session.
+   */
+  chunks(options: ChunksOptions = {}): AsyncIterableIterator<ReplyChunk> {
+    this._checkReadable("ClientRun.chunks()");
+    return replyChunks(this._session.view, this.runId, options);
   }
 
   /** @param {string} what */

@@ -1,3 +1,5 @@
+import type { ChunksOptions, ReplyChunk } from "./chunks.js";
+import { replyChunks } from "./chunks.js";
 import type { CancelDenial, ConnectOptions, ConnectionState, Entry, Intent, Interrupt, Multitask, OutcomeRecord, Refusal, Refused, ThreadAccess, TreeEvent, UIMessage, PendingRequest } from "./types.js";
 import { ABORTED, CANCEL_DENIED, CLOSE_CODES, CONNECTION_CLOSED, EPOCH_MISMATCH, MULTITASK_STRATEGIES, NOT_ATTACHED, PAYLOAD_TOO_LARGE, PROTOCOL_ERROR, PROTOCOL_VERSION, RATE_LIMITED, RETRIED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, STORE_HELD_WAIT, STORE_UNAVAILABLE, TERMINAL, TOKEN_EXPIRED, UNAUTHORIZED, VALIDATION_ERROR, backoff, isObject, newId, retryDelay, utf8Length, isTerminal } from "./errors.js";
 import { checkRelayFrame } from "./frames.js";
@@ -352,6 +354,18 @@ export class Session {
     this.cancel(runId, { reason: "the send's signal was aborted" }).catch((err) => {
       console.warn(`runwire: cancelling run ${runId} after its signal fired failed:`, err);
     });
+  }
+
+  /**
+   * The raw UI message stream chunks of every Run's replies in this session, in order: those
+   * the view holds after `options.after` (a serial; default: from now on), then live ones, each
+   * with its Run and message; ends when the session closes or `options.signal` aborts. A
+   * reconnect neither skips nor repeats a chunk. Throws NOT_ATTACHED on a write-only session.
+   */
+  chunks(options: ChunksOptions = {}): AsyncIterableIterator<ReplyChunk> {
+    if (!this.subscribe) throw writeOnlyError(this.sessionId, "session.chunks()");
+    const after = options.after === undefined ? this.view._newest : options.after;
+    return replyChunks(this.view, null, { ...options, after });
   }
 
   /**

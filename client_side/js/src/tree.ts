@@ -373,6 +373,11 @@ export class ConversationTree {
     return [...this._state.refusals.values()].filter((r) => runId === null || r.runId === runId);
   }
 
+  /** Every entry the tree holds, in serial order (internal: the chunk streams start from them). */
+  _held(): Entry[] {
+    return [...this._entries.keys()].sort((a, b) => a - b).map((s) => this._entries.get(s) as Entry);
+  }
+
   /** The latest `checkpoint` entry of a Run, if the tree holds one. @param {string} runId @returns {Entry | null} */
   checkpoint(runId: string): Entry | null {
     return this._state.runs.get(runId)?.checkpoint ?? null;

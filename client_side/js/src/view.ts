@@ -1,4 +1,4 @@
-import type { RunInfo, TreeEvent, ViewMessage } from "./types.js";
+import type { Entry, RunInfo, TreeEvent, ViewMessage } from "./types.js";
 import { CONNECTION_CLOSED, EVENT_KINDS, NOT_ATTACHED, RunwireError, VALIDATION_ERROR, isObject } from "./errors.js";
 import { Fold } from "./fold.js";
 import { connect } from "./index.js";
@@ -21,6 +21,8 @@ export class View {
   _older: Promise<number> | null;
   _changed: Set<() => void>;
   _hooks: ((event: TreeEvent) => void)[];
+  /** Called with each entry the view folds live, once folded (internal: the chunk streams). */
+  _entryHooks: Set<(entry: Entry) => void>;
   _streams: Set<(event: TreeEvent) => void>;
   _callbacks: Record<string, Set<(event: any) => void>>;
   _hasOlder: boolean;
@@ -44,6 +46,7 @@ export class View {
     this._callbacks = { message: new Set(), run: new Set(), delivery: new Set() };
     /** @type {Set<(event: TreeEvent) => void>} */ this._streams = new Set();
     /** @type {((event: TreeEvent) => void)[]} */ this._hooks = [];
+    this._entryHooks = new Set();
     /** @type {Set<() => void>} */ this._changed = new Set();
     /** @type {Promise<number> | null} */ this._older = null;
     this._closed = false;
@@ -232,7 +235,10 @@ export class View {
       if (this._oldest === null) this._oldest = serial;
     }
     try {
-      return this._tree.fold(entry);
+      const events = this._tree.fold(entry);
+      const folded = serial === null ? undefined : this._tree._entries.get(serial);
+      if (folded !== undefined) for (const hook of [...this._entryHooks]) hook(folded);
+      return events;
     } catch (err) {
       console.warn(`runwire: session ${this.sessionId}: skipping an entry the view cannot read:`, err);
       return [];
