@@ -124,3 +124,19 @@ async def test_npm_pack_installs_into_a_fresh_project_and_runs(tmp_path: Path) -
     assert "user: Plan a 3-day trip to Lisbon." in out
     result = json.loads(out.splitlines()[-1])
     assert result["runId"]
+
+
+def test_the_package_tests_pass_with_the_real_ai_package() -> None:
+    """client_side/js/test/: the AI SDK transport (``ai`` as installed by npm ci) and friends."""
+    node, _ = need_tools()
+    subprocess.run([node, str(PKG / "build.mjs")], check=True, timeout=120)
+    done = subprocess.run(
+        [node, "--test", "--test-reporter=tap", "test/"],
+        cwd=PKG,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    assert "# fail 0" in done.stdout
+    assert "# skipped 0" in done.stdout
