@@ -29,14 +29,17 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   agent client that started it) only that client may move it, stream into it
   or refuse its cancels (``UNAUTHORIZED``); the relay itself may end any Run
   (``AGENT_LOST``); a queued Run is moved by the relay only;
-* a cancel on a pending Run is kept (``cancel_requested``) so that the agent
-  applies it when it starts the Run; a ``cancel_denied`` clears it;
+* a cancel on a pending Run that no agent has started yet (never handed over)
+  ends it: the relay owes it ``run: cancelled`` (``due()``), as for a queued Run,
+  since no agent could refuse it; a cancel on a pending Run handed over (its
+  agent went away, or its pause was settled) is kept (``cancel_requested``) so
+  that the worker that adopts it applies it; a ``cancel_denied`` clears it;
 * the relay's cancel for an ``interrupt`` (``interrupted_by``) needs the
   interrupting Run still queued, uncancelled, and naming the target
   (``RUN_NOT_ACTIVE``: a cancel worked out before the interrupting prompt was
   cancelled is stale); likewise the relay's ``run: cancelled`` for a pending
-  Run needs a waiting interrupt that names it, and for a queued Run a standing
-  cancel (``VALIDATION_ERROR``);
+  Run needs a waiting interrupt that names it or a standing cancel of a Run no
+  agent started, and for a queued Run a standing cancel (``VALIDATION_ERROR``);
 * ``refused`` and ``checkpoint`` entries need a live Run and come from its
   agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
   clients); a checkpoint becomes the record's ``checkpoint``;
@@ -285,6 +288,11 @@ class RunRecord:
     def going_on(self) -> bool:
         """True while ``pending`` or ``active``."""
         return self.status in GOING_ON
+
+    @property
+    def unstarted(self) -> bool:
+        """True while ``pending`` and never started: no agent ever took it (not handed over)."""
+        return self.status == "pending" and self.owner is None and self.adoptions == 0
 
     @property
     def resume_owed(self) -> bool:
@@ -622,7 +630,8 @@ class RunRegistry:
     def due(self) -> list[tuple[EntryBody, Sender]]:
         """What the relay owes the session now, with the identity to publish it under.
 
-        In order: for each queued interrupting Run, a ``cancel`` (stamped with
+        In order: ``run: cancelled`` for each pending Run no agent started whose
+        cancel stands; for each queued interrupting Run, a ``cancel`` (stamped with
         the interrupting sender's identity and ``interrupted_by``) for each Run
         it interrupts that goes on, or ``run: cancelled`` for one no agent has
         started; ``run: cancelled`` for each queued Run whose sender cancelled
@@ -632,6 +641,9 @@ class RunRegistry:
         which refuses what is no longer due.
         """
         out: list[tuple[EntryBody, Sender]] = []
+        for record in self._ordered(self.runs.values()):
+            if record.unstarted and record.cancel_requested:
+                out.append((_status(record.run_id, "cancelled"), RELAY))
         for record in self.queued():
             if record.cancel_requested:
                 out.append((_status(record.run_id, "cancelled"), RELAY))
@@ -766,7 +778,8 @@ class RunRegistry:
 
     def _relay_may_end(self, record: RunRecord) -> None:
         """The relay ends only Runs no agent started, and only while that is owed: a queued
-        Run whose cancel stands, or a pending one that a waiting ``interrupt`` names."""
+        Run whose cancel stands, a pending one never started whose cancel stands, or a
+        pending one that a waiting ``interrupt`` names."""
         if record.status not in ("queued", "pending"):
             # A started one gets a cancel entry instead.
             raise RunwireError(
@@ -780,6 +793,8 @@ class RunRegistry:
                 f"run {record.run_id!r} waits its turn and nobody cancelled it",
                 details={"run_id": record.run_id, "status": record.status},
             )
+        if record.unstarted and record.cancel_requested:
+            return
         if record.status == "pending" and not any(
             r.status == "queued" and not r.cancel_requested and record.run_id in r.interrupts
             for r in self.runs.values()
