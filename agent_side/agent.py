@@ -72,6 +72,7 @@ class Agent:
         history: bool = True,
         save_interrupted_reply: bool = True,
         durable: bool = False,
+        timeout: float | None = None,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
     ) -> None:
@@ -94,6 +95,7 @@ class Agent:
             history=history,
             save_interrupted_reply=save_interrupted_reply,
             durable=durable,
+            timeout=timeout,
         )
         self.queue = self.options.queue
         self.max_in_flight = max_in_flight

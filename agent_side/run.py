@@ -34,8 +34,10 @@ hook refused, so it is stored before what the Run publishes next (``end()`` righ
 refused. Cancels that folded in before ``start()``
 (several devices may have asked) are offered right after it, each on its own,
 oldest first, until one is accepted. A terminal lifecycle entry that this Run
-did not publish (the relay ending it ``AGENT_LOST``), or the relay handing the
-Run to another worker, marks it ended and fires ``abort_signal`` too.
+did not publish (the relay ending it ``AGENT_LOST``, or ``cancelled`` with
+``RUN_TIMEOUT`` at the deadline its ``timeout`` set), or the relay handing the
+Run to another worker, marks it ended and fires ``abort_signal`` too (its reason
+the end's error).
 
 What a cancel leaves. ``pipe()`` saves the text already streamed as the reply
 with ``metadata.interrupted: true`` (with ``save_interrupted_reply=False`` it
@@ -151,6 +153,8 @@ class Run(RunSteps):
         self.keeps_history = opts.history
         self.save_interrupted_reply = opts.save_interrupted_reply
         self.durable = opts.durable
+        self.timeout = opts.timeout
+        """Seconds the Run may stay active from each start; the relay ends it ``RUN_TIMEOUT``."""
         self.adopted = adopted
         self.state: dict[str, Any] = {}
         """The agent's own state, saved with every checkpoint of a durable Run."""
@@ -342,7 +346,9 @@ class Run(RunSteps):
             self._prompt_checked = True
             if await self._refuse_prompt():
                 return
-        await self._publish_status("active", durable=True if self.durable else None)
+        await self._publish_status(
+            "active", durable=True if self.durable else None, timeout=self.timeout
+        )
         if self.ended:  # ended elsewhere while the publish was in flight
             return
         self.status = "active"
@@ -569,6 +575,7 @@ class Run(RunSteps):
         error: ErrorBody | None = None,
         durable: bool | None = None,
         seen: list[str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         entry = RunEntry(
             id=self._entry_id(),
@@ -577,6 +584,7 @@ class Run(RunSteps):
             error=error,
             durable=durable,
             seen=seen,
+            timeout=timeout,
         )
         await self._session._publish(entry)
 

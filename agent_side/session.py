@@ -235,6 +235,7 @@ class AgentSession:
         history: bool | None = None,
         save_interrupted_reply: bool | None = None,
         durable: bool | None = None,
+        timeout: float | None = None,
         adopted: bool | None = None,
         checkpoint: dict[str, Any] | None = None,
     ) -> Run:
@@ -244,7 +245,9 @@ class AgentSession:
         ``queue``, ``input_checks``, ``max_iterations`` (model calls per turn),
         ``on_iteration_limit`` (``"stop"`` or ``"error"``), ``history``
         (``False``: the Run keeps no history, so injects it had no model call
-        for stay undelivered), ``save_interrupted_reply``, ``durable``.
+        for stay undelivered), ``save_interrupted_reply``, ``durable``,
+        ``timeout`` (seconds the Run may stay active from each start: the relay
+        ends it ``cancelled``, ``RUN_TIMEOUT``, at that deadline).
         ``adopted`` (default: the view shows the Run was started before)
         makes the Run go on from its last ``checkpoint`` (default: the
         newest in the view). Raises ``ValueError`` for another session's
@@ -266,6 +269,7 @@ class AgentSession:
             history=history,
             save_interrupted_reply=save_interrupted_reply,
             durable=durable,
+            timeout=timeout,
         )
         if adopted is None:
             adopted = invocation.run_id in self._started or bool(

@@ -155,6 +155,8 @@ Id = Annotated[str, Field(min_length=1, max_length=200)]
 SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:\-]+$")]
 Int = Annotated[int, Field(strict=True)]
 Bool = Annotated[bool, Field(strict=True)]
+MAX_RUN_TIMEOUT = 31_536_000.0
+"""The longest Run deadline, in seconds (a year)."""
 """A JSON ``true`` or ``false``: not ``1``, not ``"yes"`` (pydantic's lax ``bool`` takes both)."""
 """A JSON integer: not ``true``/``false``, not ``"5"``, not ``5.0`` (pydantic's lax ``int``
 takes all three)."""
@@ -242,6 +244,12 @@ class RunEntry(_Entry):
     """On ``active``: the agent keeps checkpoints, so the relay may hand the Run on."""
     seen: list[Id] | None = None
     """On a terminal status: queued messages taken in without a response (saved injects)."""
+    timeout: (
+        Annotated[float, Field(strict=True, gt=0, le=MAX_RUN_TIMEOUT, allow_inf_nan=False)] | None
+    ) = None
+    """On ``active``: seconds the Run may stay active from this start (its deadline). The
+    relay stamps the one it enforces (its ``max_run_seconds`` may lower it) and ends the Run
+    ``cancelled`` with ``RUN_TIMEOUT`` when it passes."""
 
 
 class CancelEntry(_Entry):

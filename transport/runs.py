@@ -130,6 +130,7 @@ from .errors import (
     DUPLICATE_RUN,
     RUN_NOT_ACTIVE,
     RUN_NOT_FOUND,
+    RUN_TIMEOUT,
     THREAD_ACCESS_DENIED,
     THREAD_BUSY,
     UNAUTHORIZED,
@@ -141,6 +142,7 @@ from .frames import (
     CancelEntry,
     CheckpointEntry,
     EntryBody,
+    ErrorBody,
     Interrupt,
     InterruptEntry,
     MessageEntry,
@@ -186,9 +188,11 @@ __all__ = [
     "RunRegistry",
     "Sender",
     "SlotBook",
+    "effective_timeout",
     "end_reason",
     "relay_entry_id",
     "rights_refusal",
+    "timeout_entry",
 ]
 
 MULTITASK_STRATEGIES: tuple[Multitask, ...] = (
@@ -274,6 +278,10 @@ class RunRecord:
     """The Run whose interrupt cancelled this one (set when the relay's cancel is stored)."""
     pause: dict[str, Any] | None = None
     """What the Run waits on (see ``transport.interrupts``), once it paused on questions."""
+    timeout: float | None = None
+    """Seconds the Run may stay active from its latest start (None: no deadline)."""
+    deadline_ms: int | None = None
+    """While active with a ``timeout``: when the relay ends it ``RUN_TIMEOUT`` (wall clock)."""
 
     def waiting(self) -> list[dict[str, Any]]:
         """The questions this Run waits on (none unless it paused)."""
@@ -502,6 +510,10 @@ class RunRegistry:
                 update.update(multitask=None, queued=None, interrupts=None)
         elif isinstance(entry, CancelEntry) and sender.role != "relay":
             update["interrupted_by"] = None
+        elif isinstance(entry, RunEntry):
+            record = next((r for r in changes if r.run_id == entry.run_id), None)
+            active = entry.status == "active" and record is not None
+            update["timeout"] = record.timeout if active and record is not None else None
         elif isinstance(entry, InterruptEntry) and entry.status != "paused":
             record = next((r for r in changes if r.run_id == entry.run_id), None)
             pause = (record.pause if record is not None else None) or {}
@@ -550,6 +562,7 @@ class RunRegistry:
             ):
                 # An agent's first move makes it the owner; the relay's never does.
                 owner = client_id
+            timeout = entry.timeout if entry.status == "active" else record.timeout
             changes = [
                 replace(
                     record,
@@ -560,6 +573,8 @@ class RunRegistry:
                     adoptions=adoptions,
                     pause=pause,
                     updated_ts=ts,
+                    timeout=timeout,
+                    deadline_ms=_deadline(entry.status, timeout, ts),
                 )
             ]
         else:
@@ -781,7 +796,7 @@ class RunRegistry:
         Run whose cancel stands, a pending one never started whose cancel stands, or a
         pending one that a waiting ``interrupt`` names."""
         if record.status not in ("queued", "pending"):
-            # A started one gets a cancel entry instead.
+            # A started one gets a cancel entry instead, unless its deadline passed.
             raise RunwireError(
                 VALIDATION_ERROR,
                 f"run {record.run_id!r} has started; the relay cancels it with a cancel entry",
@@ -871,7 +886,7 @@ class RunRegistry:
                     f"run {record.run_id!r} is not next in line",
                     details={"run_id": record.run_id},
                 )
-        elif entry.status == "cancelled":
+        elif entry.status == "cancelled" and not _timed_out(record, entry, now_ms):
             self._relay_may_end(record)
         self._check_owner(record, sender)
         if record.status == "suspended" and entry.status == "active":
@@ -879,6 +894,9 @@ class RunRegistry:
         owner = record.owner
         if sender.role == "agent" and owner is None:
             owner = sender.client_id
+        timeout = record.timeout
+        if entry.status == "active":
+            timeout = effective_timeout(entry.timeout, self.policy.max_run_seconds)
         new = replace(
             record,
             status=entry.status,
@@ -887,6 +905,8 @@ class RunRegistry:
             durable=record.durable or bool(entry.status == "active" and entry.durable),
             pause=_taken_up(record, entry.status),
             updated_ts=now_ms,
+            timeout=timeout,
+            deadline_ms=_deadline(entry.status, timeout, now_ms),
         )
         if entry.status == "pending" and self.slots is not None:
             self.slots.hold((self.session_id, record.run_id))
@@ -932,6 +952,7 @@ class RunRegistry:
             adoptions=record.adoptions + 1,
             pause={**record.pause, "due": False} if record.pause is not None else None,
             updated_ts=now_ms,
+            deadline_ms=None,
         )
 
     def _plan_interrupt(
@@ -1097,6 +1118,48 @@ def rights_refusal(entry: EntryBody, sender: Sender) -> RunwireError | None:
         UNAUTHORIZED,
         f"the token does not grant {needs!r} in this session",
         details={"needs": needs},
+    )
+
+
+def effective_timeout(asked: float | None, most: float | None) -> float | None:
+    """The deadline the relay enforces: the agent's ``timeout``, at most ``most`` seconds."""
+    if asked is None:
+        return most
+    return asked if most is None else min(asked, most)
+
+
+def timeout_entry(record: RunRecord) -> RunEntry:
+    """The relay's end of an active Run whose deadline passed: ``cancelled``, ``RUN_TIMEOUT``.
+
+    Its id names the deadline, so every node that ends it stores it once."""
+    assert record.deadline_ms is not None and record.timeout is not None
+    return RunEntry(
+        id=relay_entry_id(record.run_id, "timeout", str(record.deadline_ms)),
+        run_id=record.run_id,
+        status="cancelled",
+        error=ErrorBody(
+            code=RUN_TIMEOUT,
+            message=f"the Run was still active at its deadline ({record.timeout:g} s)",
+            details={"timeout_seconds": record.timeout},
+        ),
+    )
+
+
+def _deadline(status: str, timeout: float | None, now_ms: int) -> int | None:
+    """When a Run that goes to ``status`` at ``now_ms`` ends ``RUN_TIMEOUT`` (None: never)."""
+    if status != "active" or timeout is None:
+        return None
+    return now_ms + round(timeout * 1000)
+
+
+def _timed_out(record: RunRecord, entry: RunEntry, now_ms: int) -> bool:
+    """True if ``entry`` is the relay's timeout end of ``record``, due at ``now_ms``."""
+    return (
+        record.status == "active"
+        and record.deadline_ms is not None
+        and now_ms >= record.deadline_ms
+        and entry.error is not None
+        and entry.error.code == RUN_TIMEOUT
     )
 
 

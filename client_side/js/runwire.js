@@ -388,7 +388,7 @@ function validateMessage(raw, where) {
 const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
 const KIND_FIELDS = {
   message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
-  run: ["status", "error", "durable", "seen"],
+  run: ["status", "error", "durable", "seen", "timeout"],
   cancel: ["reason", "interrupted_by"],
   cancel_denied: ["cancel_id", "reason"],
   response_open: ["message_id", "parent_id", "seen", "metadata"],
@@ -476,6 +476,9 @@ export function decodeEntry(raw) {
     if (raw.durable !== undefined && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
     e.durable = raw.durable ?? null;
     e.seen = raw.seen === undefined || raw.seen === null ? null : idList(raw.seen, "run.seen");
+    // On `active`: the seconds the Run may stay active from this start (its deadline).
+    if (raw.timeout !== undefined && raw.timeout !== null && (typeof raw.timeout !== "number" || !(raw.timeout > 0) || raw.timeout > 31536000)) invalid("run.timeout", "must be a number of seconds, more than 0 and at most a year");
+    e.timeout = raw.timeout ?? null;
   } else if (kind === "refused") {
     e.message_id = checkId(raw.message_id, "refused.message_id");
     const intent = raw.intent === undefined ? "steer" : raw.intent;
