@@ -60,6 +60,7 @@ from transport.checks import Check, first_refusal, refusal_entry_id
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import (
     CancelDenied,
+    EntryBody,
     ErrorBody,
     RefusedEntry,
     ResponseAppend,
@@ -162,6 +163,8 @@ class Run(RunSteps):
         self.view: View = View(session, run=self)
         self._session = session
         self._abort = AbortController()
+        self._lost: RunwireError | None = None  # the link went away with the Run (AGENT_LOST)
+        self._output: set[anyio.CancelScope] = set()  # pipe publishes waiting for the relay
         self._ending = False
         # The end ``end()`` asked for that the store refused, tried again in the background
         # (explicit mode) until stored: its reason and error.
@@ -540,7 +543,7 @@ class Run(RunSteps):
             message_id=message_id,
             seen=seen,
             abort_signal=self.abort_signal,
-            publish=self._session._publish,
+            publish=self._publish_output,
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
             max_batch_bytes=max(256, frame_bytes // 2),
@@ -559,6 +562,20 @@ class Run(RunSteps):
         return result
 
     # ---------------------------------------------------------- internal --
+
+    async def _publish_output(self, entry: EntryBody) -> None:
+        """Publish a piece of a reply; raise the loss once the link went away with the Run
+        (waiting publishes too: they would wait for a relay that ended the Run)."""
+        if self._lost is not None:
+            raise self._lost
+        with anyio.CancelScope() as scope:
+            self._output.add(scope)
+            try:
+                await self._session._publish(entry)
+            finally:
+                self._output.discard(scope)
+        if scope.cancelled_caught and self._lost is not None:
+            raise self._lost
 
     def _require_live(self) -> None:
         if self.ended:
@@ -723,7 +740,12 @@ class Run(RunSteps):
     def _attachment_lost(self, error: RunwireError) -> None:
         """The worker lost this Run's session (its token no longer covers it): this agent
         can publish nothing more for the Run, which the relay ends ``AGENT_LOST`` after its
-        grace. Marked ended, and ``abort_signal`` fires with ``error``."""
+        grace; likewise when the worker's connection stayed down past that grace. Marked
+        ended, ``abort_signal`` fires with ``error``, and the reply publishes still waiting
+        give up with it."""
+        self._lost = error
+        for scope in list(self._output):
+            scope.cancel()
         self._ended_elsewhere("error", error)
 
     def _handed_over(self) -> None:

@@ -452,6 +452,8 @@ class Welcome(_RelayModel):
     max_frame_bytes: Int
     multitask: Multitask | None = None
     """The relay's default strategy for prompts that name none."""
+    agent_grace: float | None = None
+    """Seconds an agent may be gone before the relay ends its active Runs ``AGENT_LOST``."""
 
 
 class Attached(_RelayModel):
