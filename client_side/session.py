@@ -342,6 +342,7 @@ class ClientSession:
         parent_run_id: str | None = None,
         thread_access: ThreadAccess | None = None,
         signal: AbortSignal | None = None,
+        activate: bool | None = None,
     ) -> ClientRun:
         """Start a Run with ``message``; returns once the relay acknowledged the prompt.
 
@@ -365,6 +366,9 @@ class ClientSession:
         others); ``parent_run_id`` the Run whose tool call starts this one
         (never held back). With ``signal`` already aborted nothing is sent and
         ``RunwireError(ABORTED)`` is raised; aborted later, it cancels the Run.
+        ``activate=False`` (with ``parent_id``: a Run on a branch that leaves the
+        active leaf where it is) makes the Run count for no strategy: it runs
+        alongside, and later prompts neither wait for nor interrupt it.
         Raises ``VALIDATION_ERROR`` for an unknown strategy, and the relay's
         ``RunwireError`` if it refuses the prompt.
         """
@@ -396,6 +400,7 @@ class ClientSession:
             multitask=multitask,
             parent_run_id=parent_run_id,
             thread_access=thread_access,
+            activate=activate,
         )
         ack = await self._publish(entry)
         if ack.duplicate and self.subscribe and not self._is_own(msg.id, run_id, "prompt"):

@@ -230,6 +230,9 @@ class MessageEntry(_Entry):
     """Stamped by the relay: true when the Run waits (``queued``); a sender's value is dropped."""
     interrupts: list[Id] | None = None
     """Stamped by the relay: the Runs an ``interrupt``/``rollback`` prompt cancels."""
+    activate: Bool | None = None
+    """For a prompt on a branch: ``false`` leaves the session's active leaf where it is, so
+    its Run does not count as the session's Run for multitask (it runs alongside)."""
 
 
 class RunEntry(_Entry):

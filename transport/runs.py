@@ -97,6 +97,10 @@ turn).
 * A prompt whose ``parent_run_id`` names a Run going on (a tool call of that
   Run started it) is never held back: it runs alongside, and takes a slot even
   when none is free.
+* A prompt with ``activate: false`` (a Run on a branch that leaves the active
+  leaf where it is) does not count as the session's Run: it runs alongside,
+  whatever its strategy, and no later prompt's strategy counts it (nor waits
+  for, interrupts or is refused for it). It still takes a slot like any Run.
 * With a ``SlotBook`` (the relay's ``max_concurrent_runs``), a Run that would
   start while no slot is free is queued instead; a queued Run holds no slot.
   Nor does a suspended Run: going on again (the relay's resume or hand-over
@@ -278,6 +282,9 @@ class RunRecord:
     """The Run whose interrupt cancelled this one (set when the relay's cancel is stored)."""
     pause: dict[str, Any] | None = None
     """What the Run waits on (see ``transport.interrupts``), once it paused on questions."""
+    off_thread: bool = False
+    """Its prompt said ``activate: false``: a Run on a branch that leaves the active leaf
+    where it is. It runs alongside and counts for no strategy."""
     timeout: float | None = None
     """Seconds the Run may stay active from its latest start (None: no deadline)."""
     deadline_ms: int | None = None
@@ -376,7 +383,7 @@ class RunRegistry:
         however late its ``run: pending`` is published); any queued Run waits
         for a free slot.
         """
-        going = any(r.going_on or r.resume_owed for r in self.runs.values())
+        going = any((r.going_on or r.resume_owed) and not r.off_thread for r in self.runs.values())
         if not self._slot_left():
             return None
         waiting = sorted(
@@ -713,7 +720,10 @@ class RunRegistry:
             )
         parent = self.runs.get(entry.parent_run_id) if entry.parent_run_id else None
         child = parent is not None and parent.going_on
-        strategy: Multitask = "alongside" if child else entry.multitask or self.policy.multitask
+        off_thread = entry.activate is False
+        strategy: Multitask = (
+            "alongside" if child or off_thread else entry.multitask or self.policy.multitask
+        )
         moved_on = [
             replace(r, pause={**(r.pause or {}), "moved_on": True, "due": True}, updated_ts=now_ms)
             for r in self._ordered(self.runs.values())
@@ -723,7 +733,7 @@ class RunRegistry:
         owed = [r for r in after.values() if r.resume_owed]
         # A suspended Run owed its resume (this prompt's own move on included) is about to
         # go on: every strategy treats it as a Run going on.
-        going = self._ordered([*self.going_on(), *owed])
+        going = self._ordered(r for r in [*self.going_on(), *owed] if not r.off_thread)
         if strategy != "alongside":
             others = [r.run_id for r in going if r.user_id != sender.user_id]
             if others and self.thread_access(entry) != "shared":
@@ -766,6 +776,7 @@ class RunRegistry:
             parent_run_id=entry.parent_run_id,
             thread_access=entry.thread_access,
             interrupts=interrupts,
+            off_thread=off_thread,
         )
         if not queued and self.slots is not None:
             self.slots.hold((self.session_id, entry.run_id))

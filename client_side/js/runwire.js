@@ -387,7 +387,7 @@ function validateMessage(raw, where) {
 
 const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
 const KIND_FIELDS = {
-  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
+  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts", "activate"],
   run: ["status", "error", "durable", "seen", "timeout"],
   cancel: ["reason", "interrupted_by"],
   cancel_denied: ["cancel_id", "reason"],
@@ -463,6 +463,9 @@ export function decodeEntry(raw) {
     e.thread_access = optChoice(raw.thread_access, THREAD_ACCESS, "message.thread_access");
     if (raw.queued !== undefined && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
     e.queued = raw.queued ?? null;
+    // A prompt on a branch that leaves the active leaf where it is (its Run counts for no strategy).
+    if (raw.activate !== undefined && raw.activate !== null && typeof raw.activate !== "boolean") invalid("message.activate", "must be a boolean");
+    e.activate = raw.activate ?? null;
     if (raw.interrupts === undefined || raw.interrupts === null) e.interrupts = null;
     else {
       if (!Array.isArray(raw.interrupts)) invalid("message.interrupts", "must be a list");

@@ -81,6 +81,7 @@ BASES: dict[str, dict[str, Any]] = {
         "thread_access": "shared",
         "queued": True,
         "interrupts": ["r9"],
+        "activate": False,
     },
     "run": {
         **_COMMON,
