@@ -48,7 +48,7 @@ async def test_an_agents_timeout_ends_its_run_and_fires_its_abort_signal() -> No
         error = end_error(session, run.run_id)
         assert error is not None and error["code"] == RUN_TIMEOUT
         assert error["details"] == {"timeout_seconds": 0.3}
-        assert outcome.run_terminal_reason == "cancelled"
+        assert not outcome.consumed and outcome.run_terminal_reason == "cancelled"
         [reason] = reasons
         assert isinstance(reason, RunwireError) and reason.code == RUN_TIMEOUT
         stored = await stored_entries(server, "s")
