@@ -155,6 +155,8 @@ Id = Annotated[str, Field(min_length=1, max_length=200)]
 SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:\-]+$")]
 Int = Annotated[int, Field(strict=True)]
 Bool = Annotated[bool, Field(strict=True)]
+Seconds = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+"""A duration in seconds: a JSON number, not negative (never a boolean or a string)."""
 MAX_RUN_TIMEOUT = 31_536_000.0
 """The longest Run deadline, in seconds (a year)."""
 """A JSON ``true`` or ``false``: not ``1``, not ``"yes"`` (pydantic's lax ``bool`` takes both)."""
@@ -455,7 +457,7 @@ class Welcome(_RelayModel):
     max_frame_bytes: Int
     multitask: Multitask | None = None
     """The relay's default strategy for prompts that name none."""
-    agent_grace: float | None = None
+    agent_grace: Seconds | None = None
     """Seconds an agent may be gone before the relay ends its active Runs ``AGENT_LOST``."""
 
 
