@@ -102,3 +102,27 @@ def test_the_keepalive_timeout_bounds_pings_and_close() -> None:
     assert keepalive(1, close_max=2).close_timeout == pytest.approx(0.2)
     with pytest.raises(ValueError):
         keepalive(0, close_max=2)
+
+
+async def test_the_relay_closes_a_blackholed_client_within_its_keepalive_timeout() -> None:
+    async with relay.serve(port=0, store="memory://", keepalive_timeout=0.5) as server:
+        proxy = LinkProxy(server.port)
+        await proxy.start()
+        try:
+            async with client_side.connect(proxy.url, "s", keepalive_timeout=60):
+                await wait_until(lambda: len(server.hub.peers) == 1)
+                proxy.blackhole()
+                # The client pings too seldom to notice: the relay's own pings find it.
+                await wait_until(lambda: not server.hub.peers, timeout=10)
+        finally:
+            await proxy.aclose()
+
+
+def test_the_relay_cli_takes_the_new_options() -> None:
+    from relay import cli
+
+    args = cli.build_parser().parse_args(["--max-run-seconds", "90", "--keepalive-timeout", "4"])
+    options = cli.options(args)
+    assert (options["max_run_seconds"], options["keepalive_timeout"]) == (90.0, 4.0)
+    defaults = cli.options(cli.build_parser().parse_args([]))
+    assert (defaults["max_run_seconds"], defaults["keepalive_timeout"]) == (None, 10.0)
