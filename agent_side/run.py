@@ -34,8 +34,10 @@ hook refused, so it is stored before what the Run publishes next (``end()`` righ
 refused. Cancels that folded in before ``start()``
 (several devices may have asked) are offered right after it, each on its own,
 oldest first, until one is accepted. A terminal lifecycle entry that this Run
-did not publish (the relay ending it ``AGENT_LOST``), or the relay handing the
-Run to another worker, marks it ended and fires ``abort_signal`` too.
+did not publish (the relay ending it ``AGENT_LOST``, or ``cancelled`` with
+``RUN_TIMEOUT`` at the deadline its ``timeout`` set), or the relay handing the
+Run to another worker, marks it ended and fires ``abort_signal`` too (its reason
+the end's error).
 
 What a cancel leaves. ``pipe()`` saves the text already streamed as the reply
 with ``metadata.interrupted: true`` (with ``save_interrupted_reply=False`` it
@@ -65,6 +67,7 @@ from transport.errors import (
 )
 from transport.frames import (
     CancelDenied,
+    EntryBody,
     ErrorBody,
     Interrupt,
     RefusedEntry,
@@ -160,6 +163,8 @@ class Run(RunSteps):
         self.keeps_history = opts.history
         self.save_interrupted_reply = opts.save_interrupted_reply
         self.durable = opts.durable
+        self.timeout = opts.timeout
+        """Seconds the Run may stay active from each start; the relay ends it ``RUN_TIMEOUT``."""
         self.adopted = adopted
         self.state: dict[str, Any] = {}
         """The agent's own state, saved with every checkpoint of a durable Run."""
@@ -168,6 +173,8 @@ class Run(RunSteps):
         self._session = session
         self._abort = AbortController()
         self._unlinks: list[Callable[[], None]] = []
+        self._lost: RunwireError | None = None  # the link went away with the Run (AGENT_LOST)
+        self._output: set[anyio.CancelScope] = set()  # pipe publishes waiting for the relay
         self._ending = False
         # The end ``end()`` asked for that the store refused, tried again in the background
         # (explicit mode) until stored: its reason and error.
@@ -392,7 +399,9 @@ class Run(RunSteps):
             self._prompt_checked = True
             if await self._refuse_prompt():
                 return
-        await self._publish_status("active", durable=True if self.durable else None)
+        await self._publish_status(
+            "active", durable=True if self.durable else None, timeout=self.timeout
+        )
         if self.ended:  # ended elsewhere while the publish was in flight
             return
         self.status = "active"
@@ -593,7 +602,7 @@ class Run(RunSteps):
             message_id=message_id,
             seen=seen,
             abort_signal=self.abort_signal,
-            publish=self._session._publish,
+            publish=self._publish_output,
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
             max_batch_bytes=max(256, frame_bytes // 2),
@@ -613,6 +622,20 @@ class Run(RunSteps):
 
     # ---------------------------------------------------------- internal --
 
+    async def _publish_output(self, entry: EntryBody) -> None:
+        """Publish a piece of a reply; raise the loss once the link went away with the Run
+        (waiting publishes too: they would wait for a relay that ended the Run)."""
+        if self._lost is not None:
+            raise self._lost
+        with anyio.CancelScope() as scope:
+            self._output.add(scope)
+            try:
+                await self._session._publish(entry)
+            finally:
+                self._output.discard(scope)
+        if scope.cancelled_caught and self._lost is not None:
+            raise self._lost
+
     def _require_live(self) -> None:
         if self.ended:
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
@@ -628,6 +651,7 @@ class Run(RunSteps):
         error: ErrorBody | None = None,
         durable: bool | None = None,
         seen: list[str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         entry = RunEntry(
             id=self._entry_id(),
@@ -636,6 +660,7 @@ class Run(RunSteps):
             error=error,
             durable=durable,
             seen=seen,
+            timeout=timeout,
         )
         await self._session._publish(entry)
 
@@ -774,7 +799,12 @@ class Run(RunSteps):
     def _attachment_lost(self, error: RunwireError) -> None:
         """The worker lost this Run's session (its token no longer covers it): this agent
         can publish nothing more for the Run, which the relay ends ``AGENT_LOST`` after its
-        grace. Marked ended, and ``abort_signal`` fires with ``error``."""
+        grace; likewise when the worker's connection stayed down past that grace. Marked
+        ended, ``abort_signal`` fires with ``error``, and the reply publishes still waiting
+        give up with it."""
+        self._lost = error
+        for scope in list(self._output):
+            scope.cancel()
         self._ended_elsewhere("error", error)
 
     def _handed_over(self) -> None:

@@ -387,8 +387,8 @@ function validateMessage(raw, where) {
 
 const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
 const KIND_FIELDS = {
-  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
-  run: ["status", "error", "durable", "seen"],
+  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts", "activate"],
+  run: ["status", "error", "durable", "seen", "timeout"],
   cancel: ["reason", "interrupted_by"],
   cancel_denied: ["cancel_id", "reason"],
   response_open: ["message_id", "parent_id", "seen", "metadata"],
@@ -463,6 +463,9 @@ export function decodeEntry(raw) {
     e.thread_access = optChoice(raw.thread_access, THREAD_ACCESS, "message.thread_access");
     if (raw.queued !== undefined && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
     e.queued = raw.queued ?? null;
+    // A prompt on a branch that leaves the active leaf where it is (its Run counts for no strategy).
+    if (raw.activate !== undefined && raw.activate !== null && typeof raw.activate !== "boolean") invalid("message.activate", "must be a boolean");
+    e.activate = raw.activate ?? null;
     if (raw.interrupts === undefined || raw.interrupts === null) e.interrupts = null;
     else {
       if (!Array.isArray(raw.interrupts)) invalid("message.interrupts", "must be a list");
@@ -476,6 +479,9 @@ export function decodeEntry(raw) {
     if (raw.durable !== undefined && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
     e.durable = raw.durable ?? null;
     e.seen = raw.seen === undefined || raw.seen === null ? null : idList(raw.seen, "run.seen");
+    // On `active`: the seconds the Run may stay active from this start (its deadline).
+    if (raw.timeout !== undefined && raw.timeout !== null && (typeof raw.timeout !== "number" || !(raw.timeout > 0) || raw.timeout > 31536000)) invalid("run.timeout", "must be a number of seconds, more than 0 and at most a year");
+    e.timeout = raw.timeout ?? null;
   } else if (kind === "refused") {
     e.message_id = checkId(raw.message_id, "refused.message_id");
     const intent = raw.intent === undefined ? "steer" : raw.intent;
@@ -572,7 +578,8 @@ const RELAY_FRAME_FIELDS = {
     "user_id": ["str", "optional"],
     "connection_id": ["str", "required"],
     "max_frame_bytes": ["int", "required"],
-    "multitask": ["multitask", "optional"]
+    "multitask": ["multitask", "optional"],
+    "agent_grace": ["seconds", "optional"]
   },
   "attached": {
     "req": ["req", "required"],
@@ -656,6 +663,9 @@ function checkFrameField(kind, v, where) {
       return;
     case "multitask":
       if (!MULTITASK_STRATEGIES.includes(v)) invalid(where, `must be one of ${MULTITASK_STRATEGIES.join(", ")}`);
+      return;
+    case "seconds":
+      if (typeof v !== "number" || !Number.isFinite(v) || v < 0) invalid(where, "must be a number of seconds, not negative");
       return;
     case "error":
       errorBody(v, where, true); // unknown fields are not refused, as in the frames
