@@ -176,7 +176,8 @@ class Ledger:
 
 
 def watch_view(ledger: Ledger, name: str, view: View) -> None:
-    """Record every entry ``view`` folds (the ones newer than it held) and its resets."""
+    """Record every entry ``view`` takes in (its newest serial moves to the entry's) and its
+    resets."""
     ledger.observer(name, view.session_id)
     fold_one, reset = view._fold_one, view._reset
 
@@ -184,8 +185,8 @@ def watch_view(ledger: Ledger, name: str, view: View) -> None:
         newest = view._newest
         events = fold_one(entry)
         serial = entry.get("serial")
-        if isinstance(serial, int) and (newest is None or serial > newest):
-            ledger.saw(name, serial, str(entry.get("id")))
+        if isinstance(serial, int) and view._newest == serial and newest != serial:
+            ledger.saw(name, serial, str(entry.get("id")))  # the view took it in
         return events
 
     def resetting(entries: list[dict[str, Any]], head: int, has_older: bool) -> None:

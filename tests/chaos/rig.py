@@ -163,7 +163,9 @@ class Fleet:
     def errors(self) -> list[str]:
         return [e for d in self.devices for e in d.errors]
 
-    async def traffic(self, rounds: int = ROUNDS, words_per_run: tuple[int, int] = (15, 40)) -> None:
+    async def traffic(
+        self, rounds: int = ROUNDS, words_per_run: tuple[int, int] = (15, 40)
+    ) -> None:
         """Every device sends ``rounds`` prompts, one after the other, steering each."""
         async with anyio.create_task_group() as tg:
             for device in self.devices:

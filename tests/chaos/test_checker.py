@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
 import client_side
 import relay
+from client_side.view import View
 from relay.store.memory import MemoryStore
 
 from .checker import Counts, Ledger, watch_connection, watch_view
@@ -138,3 +141,23 @@ def _id(data: bytes) -> str:
     from transport import codec
 
     return str(codec.loads(data)["id"])
+
+
+def test_watch_view_records_only_what_the_view_took_in() -> None:
+    async def no_older(before: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        return [], False
+
+    view = View("s", no_older)
+    take = view._fold_one
+
+    def dropping(entry: dict[str, Any]) -> Any:  # a view that loses serial 2
+        return [] if entry.get("serial") == 2 else take(entry)
+
+    view._fold_one = dropping  # type: ignore[method-assign]
+    ledger = Ledger()
+    watch_view(ledger, "phone", view)
+    entries = [{"serial": s, "id": i, "kind": "unknown-kind"} for s, i in STORED["s"]]
+    view._fold_live(entries)
+    view._fold_live(entries[:2])  # a repeat the view skips
+    assert ledger.seen["phone"] == [(1, "a"), (3, "c")]
+    assert ledger.count(STORED, DONE) == Counts(gapped=1)
