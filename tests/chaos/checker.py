@@ -6,8 +6,11 @@ order (``saw``; ``reset`` when an observer's view was rebuilt). At the end it as
 for ``count(stored, runs)`` with what the store holds and how each Run stands:
 
 * **lost**: an acknowledged publish the store does not hold at its acknowledged
-  serial, or that an observer of its session never saw;
+  serial, or that an observer of its session never saw; and a word missing from
+  a reply an observer shows (``reply``: the workers stream numbered words, so
+  this counts appends of a worker whose acknowledgements the test cannot see);
 * **duplicated**: an entry id stored, or seen by one observer, more than once;
+  and a word a reply shows twice;
 * **gapped**: an observer's serials that do not follow one another (a jump, or a
   step back), a first serial that is not 1, an end short of the store's head,
   and every reset; and gaps among the stored serials;
@@ -60,6 +63,8 @@ class Ledger:
         self.resets: Counter[str] = Counter()
         self.runs: dict[str, str] = {}
         """run id -> its session, for every Run a prompt started."""
+        self.replies: dict[str, list[str]] = defaultdict(list)
+        """observer -> the text of each reply it shows, at the end."""
         self.problems: list[str] = []
         """What each count counted, one line each (filled by ``count``)."""
 
@@ -85,6 +90,10 @@ class Ledger:
     def saw(self, name: str, serial: int, entry_id: str) -> None:
         self.seen[name].append((serial, entry_id))
 
+    def reply(self, name: str, text: str) -> None:
+        """A reply the observer shows: numbered words ``<tag>-0 <tag>-1 ...`` of one model call."""
+        self.replies[name].append(text)
+
     def reset(self, name: str) -> None:
         """The observer's view was rebuilt from a page: what it saw starts again."""
         self.resets[name] += 1
@@ -98,8 +107,9 @@ class Ledger:
         """The four counts, given the (serial, id) of each session's stored entries in
         order and the status of every stored Run (run id -> status)."""
         self.problems = []
-        lost = self._lost(stored)
-        duplicated = self._duplicated(stored)
+        skipped, repeated = self._words()
+        lost = self._lost(stored) + skipped
+        duplicated = self._duplicated(stored) + repeated
         gapped = self._gapped(stored)
         hung = self._hung(runs)
         return Counts(lost=lost, duplicated=duplicated, gapped=gapped, hung=hung)
@@ -119,6 +129,29 @@ class Ledger:
                         lost += 1
                         self.problems.append(f"lost: {name} never saw {entry_id}")
         return lost
+
+    def _words(self) -> tuple[int, int]:
+        """Words missing from a reply (an index skipped), and words it shows twice."""
+        skipped = repeated = 0
+        for name, texts in self.replies.items():
+            for text in texts:
+                want = 0
+                tag = None
+                for word in text.split():
+                    head, _, index = word.rpartition("-")
+                    if tag is None:
+                        tag = head
+                    n = int(index) if index.isdigit() and head == tag else -1
+                    if n == want:
+                        want += 1
+                    elif 0 <= n < want:
+                        repeated += 1
+                        self.problems.append(f"duplicated: {name} shows {word} twice in {text!r}")
+                    else:
+                        skipped += 1
+                        self.problems.append(f"lost: {name} skips to {word} in {text!r}")
+                        want = n + 1 if n >= 0 else want
+        return skipped, repeated
 
     def _duplicated(self, stored: Mapping[str, Sequence[tuple[int, str]]]) -> int:
         duplicated = 0

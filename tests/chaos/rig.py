@@ -254,6 +254,10 @@ class Fleet:
         runs: dict[str, str] = {}
         for entries in history.values():
             runs.update(statuses(entries))
+        for device in self.devices:
+            for vm in device.session.view.messages():
+                if vm.message.role == "assistant":
+                    self.ledger.reply(device.name, message_text(vm.message))
         self.runs = runs
         self.summary = (
             f"{sum(len(a) for a in self.ledger.acks.values())} acknowledged publishes, "

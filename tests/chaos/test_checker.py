@@ -161,3 +161,16 @@ def test_watch_view_records_only_what_the_view_took_in() -> None:
     view._fold_live(entries[:2])  # a repeat the view skips
     assert ledger.seen["phone"] == [(1, "a"), (3, "c")]
     assert ledger.count(STORED, DONE) == Counts(gapped=1)
+
+
+def test_a_reply_missing_or_repeating_a_word_counts_lost_or_duplicated() -> None:
+    ledger = ledger_of(STORED["s"])
+    ledger.reply("phone", "p1-0 p1-1 p1-2 ")
+    ledger.reply("phone", "s2-0 ")
+    assert ledger.count(STORED, DONE) == Counts()
+    ledger.reply("phone", "p3-0 p3-2 p3-3 p3-3 ")
+    assert ledger.count(STORED, DONE) == Counts(lost=1, duplicated=1)
+    assert ledger.problems == [
+        "lost: phone skips to p3-2 in 'p3-0 p3-2 p3-3 p3-3 '",
+        "duplicated: phone shows p3-3 twice in 'p3-0 p3-2 p3-3 p3-3 '",
+    ]
