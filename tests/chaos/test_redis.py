@@ -10,13 +10,14 @@ process on it. While the sessions stream and steer:
   order, with the same entry ids, until Redis is back.
 * hung: Redis is stopped with SIGSTOP, so it holds every connection but answers
   nothing, then SIGCONT. ``short`` hangs for less than the relay's Redis socket
-  timeout (5 s): its calls wait. ``long`` hangs past it: its calls fail, and an
+  timeout (``SOCKET_TIMEOUT``): its calls wait. ``long`` hangs past it: its calls fail, and an
   append that failed so may still be written once Redis runs again, which the
   SDKs' repeat of the same entry id must not store twice.
 """
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from relay.store.redis import RedisStore
 from tests.cluster.conftest import Cluster
 from tests.cluster.test_redis_outage import ThrowawayRedis
 
@@ -38,8 +40,8 @@ SESSIONS = 30 if SOAK else 8
 WORDS = (40, 80)
 OUTAGE = 20.0 if SOAK else GRACE * 3 / 2
 """How long Redis is away: longer than the grace, so presence lapses meanwhile."""
-SOCKET_TIMEOUT = 5.0
-"""The relay's Redis socket timeout (``RedisStore``'s default)."""
+SOCKET_TIMEOUT = float(inspect.signature(RedisStore).parameters["socket_timeout"].default)
+"""The relay's Redis socket timeout (``RedisStore``'s default, 5 s when this was written)."""
 HANGS = {"short": 1.0, "long": SOCKET_TIMEOUT + (10.0 if SOAK else 1.0)}
 
 
