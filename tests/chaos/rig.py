@@ -195,6 +195,12 @@ class Fleet:
             except TimeoutError:
                 device.errors.append(f"{device.name}: run {run.run_id} did not end")
 
+    async def connected(self, timeout: float = 60.0) -> None:
+        """Wait until every device is connected (back from the last fault)."""
+        with anyio.fail_after(timeout):
+            while not all(d.session.connected for d in self.devices):
+                await anyio.sleep(0.02)
+
     def streamed(self, device: Device) -> int:
         """How many words the device sees in the replies of its current Run."""
         run = device.run

@@ -40,6 +40,7 @@ async def test_a_sqlite_relay_sigkilled_mid_stream_loses_nothing(tmp_path: Path)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(fleet.traffic)
                 for _ in range(KILLS):
+                    await fleet.connected()  # so this kill drops every device again
                     await wait_acks(ledger, 300)  # every session is streaming by now
                     node.kill()
                     steers.extend(fleet.steer_all("while-the-relay-is-dead"))
