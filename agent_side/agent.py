@@ -269,6 +269,11 @@ class Agent:
                 # The relay ended it meanwhile (an interrupt of a Run not started yet).
                 log.info("run %s ended elsewhere while its handler ran: %s", run.run_id, exc)
                 return
+            if run._started_elsewhere and not run.started:
+                # Handed out twice (a relay restart, or a link that dropped between the
+                # dispatch and the start): the other worker started it first and owns it.
+                log.info("run %s was started by another worker: %s", run.run_id, exc)
+                return
             log.exception("handler of run %s failed", run.run_id)
             await self._end_quietly(run, "error", exc)
         except Exception as exc:

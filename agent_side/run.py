@@ -63,6 +63,7 @@ from transport.errors import (
     RUN_CANCELLED,
     RUN_NOT_ACTIVE,
     STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
     RunwireError,
 )
 from transport.frames import (
@@ -176,6 +177,7 @@ class Run(RunSteps):
         self._lost: RunwireError | None = None  # the link went away with the Run (AGENT_LOST)
         self._output: set[anyio.CancelScope] = set()  # pipe publishes waiting for the relay
         self._ending = False
+        self._started_elsewhere = False  # start() refused: another worker started it
         # The end ``end()`` asked for that the store refused, tried again in the background
         # (explicit mode) until stored: its reason and error.
         self._end_again: tuple[EndReason, RunwireError | BaseException | str | None] | None = None
@@ -389,7 +391,11 @@ class Run(RunSteps):
         ``max_concurrent_runs``, ``VALIDATION_ERROR`` while none is free; the
         Run stays suspended, and once its questions are settled the relay resumes
         it, handing it to a worker, when one frees; a Run whose cancel stands
-        resumes, to apply it, free slot or not).
+        resumes, to apply it, free slot or not). A Run another worker started
+        first (the relay handed it out twice: it restarted, or this worker's link
+        dropped between the dispatch and the start) is refused ``VALIDATION_ERROR``
+        (``details["status"]`` is ``"active"``); the ``Agent`` lets its handler go
+        quietly then, without ending the Run, which is the other worker's.
         """
         if self.ended:
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
@@ -399,9 +405,17 @@ class Run(RunSteps):
             self._prompt_checked = True
             if await self._refuse_prompt():
                 return
-        await self._publish_status(
-            "active", durable=True if self.durable else None, timeout=self.timeout
-        )
+        try:
+            await self._publish_status(
+                "active", durable=True if self.durable else None, timeout=self.timeout
+            )
+        except RunwireError as exc:
+            # Refused as already active: another worker started it (the relay handed it
+            # out twice). The Agent lets such a handler go quietly.
+            self._started_elsewhere = exc.code == VALIDATION_ERROR and (
+                exc.details.get("status") == "active"
+            )
+            raise
         if self.ended:  # ended elsewhere while the publish was in flight
             return
         self.status = "active"
