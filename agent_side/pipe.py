@@ -20,19 +20,25 @@ a frame, else none, and every reader keeps the content the appends built).
 Batches stay within a frame: a merged delta is capped at
 ``max_batch_bytes // 8`` characters (a character is at most 6 bytes of JSON),
 and a longer delta from the stream is split.
-It races only the Run's abort signal: when that fires it stops reading,
-closes the iterator, flushes what it holds, closes the response and reports
+It races the Run's abort signal: when that fires it stops reading, closes
+the source it was given (its ``aclose()`` or ``close()``, and the iterator
+``aiter()`` returned), flushes what it holds, closes the response and reports
 ``cancelled`` (also when the stream raises as it is aborted, as many model
-clients do). A stream that raises otherwise closes the response with what it
-had and reports ``error``.
+clients do). The source is closed whether or not the model's code watches the
+signal, so a provider's HTTP stream ends at once. A ``stop_signal`` (steering's
+abort of one model call) stops the read the same way but reports ``complete``.
+A stream that raises, or yields an ``error`` chunk, closes the response with
+what it had and reports ``error``. Items with a ``model_dump`` (pydantic chunk
+objects, such as pydantic-ai's) are taken as the dicts they dump to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,11 +61,13 @@ __all__ = [
     "Chunk",
     "Coalescer",
     "MessageBuilder",
+    "ModelStreamError",
     "Normalizer",
     "PipeReason",
     "PipeResult",
     "close_budget",
     "close_entry",
+    "close_source",
     "pipe_stream",
 ]
 
@@ -97,6 +105,10 @@ class PipeResult:
     closed: bool = field(default=True, compare=False)
 
 
+class ModelStreamError(Exception):
+    """The model's stream said it failed: an ``error`` chunk, whose ``errorText`` this carries."""
+
+
 # ------------------------------------------------------------ normalising --
 
 
@@ -111,9 +123,13 @@ class Normalizer:
     def feed(self, item: object) -> list[Chunk]:
         """The chunks for one stream item.
 
-        Raises ``TypeError`` for an item that is neither a ``str`` nor a dict
-        with a string ``type``.
+        An object with a ``model_dump`` (a pydantic chunk) counts as the
+        camelCase dict it dumps to. Raises ``TypeError`` for an item that is
+        neither a ``str`` nor a dict with a string ``type``.
         """
+        dump = getattr(item, "model_dump", None)
+        if callable(dump) and not isinstance(item, str | dict):
+            item = dump(mode="json", by_alias=True, exclude_none=True)
         if isinstance(item, str):
             if not item:
                 return []
@@ -400,21 +416,24 @@ async def pipe_stream(
     max_batch_bytes: int = 512 * 1024,
     max_close_bytes: int | None = None,
     save_interrupted: bool = True,
+    stop_signal: AbortSignal | None = None,
 ) -> PipeResult:
     """Publish ``stream`` as one response of ``run_id`` (see the module docstring).
 
     ``publish`` sends an entry and returns once the relay acknowledged it;
     ``entry_id()`` returns a fresh entry id. ``max_batch_bytes`` bounds the
     chunks of one append, ``max_close_bytes`` a close carrying the whole
-    message (``close_entry``; ``None``: always carry it). Never raises for the stream's or
+    message (``close_entry``; ``None``: always carry it). ``stop_signal`` also
+    stops the read, as if the stream had ended there. Never raises for the stream's or
     the relay's errors: they come back as ``PipeResult(reason="error")``.
     """
     if max_in_flight < 1:
         raise ValueError("max_in_flight must be at least 1")
     iterator = aiter(stream)
     if abort_signal.aborted:
-        await _close_iterator(iterator)
+        await close_source(stream, iterator)
         return PipeResult("cancelled", None)
+    stop = stop_signal if stop_signal is not None else AbortSignal()
 
     normalizer = Normalizer()
     builder = MessageBuilder(message_id)
@@ -479,17 +498,22 @@ async def pipe_stream(
         state.cancel_reading = tg.cancel_scope.cancel
         tg.start_soon(pump)
         try:
-            async with abort_signal.scope():
+            async with abort_signal.scope(), stop.scope():
                 async for item in iterator:
-                    push(normalizer.feed(item))
+                    chunks = normalizer.feed(item)
+                    push(chunks)
+                    failed = _stream_error(chunks)
+                    if failed is not None:
+                        reason, error = "error", failed
+                        break
         except Exception as exc:
-            if abort_signal.aborted:  # the stream failed because it was aborted: a cancel
+            if abort_signal.aborted or stop.aborted:  # it failed because it was aborted
                 log.debug("response %s: the stream raised on the abort: %r", message_id, exc)
             else:
                 reason, error = "error", exc
         finally:
             with anyio.CancelScope(shield=True):
-                await _close_iterator(iterator)
+                await close_source(stream, iterator)
         if reason != "error" and abort_signal.aborted:
             reason = "cancelled"
         push(normalizer.finish())
@@ -537,9 +561,30 @@ class _PumpState:
             self.cancel_reading()
 
 
-async def _close_iterator(iterator: AsyncIterator[Any]) -> None:
-    aclose = getattr(iterator, "aclose", None)
-    if aclose is None:
-        return
-    with anyio.move_on_after(_CLOSE_TIMEOUT), contextlib.suppress(Exception):
-        await aclose()
+def _stream_error(chunks: list[Chunk]) -> ModelStreamError | None:
+    """The failure an ``error`` chunk among ``chunks`` reports, if there is one."""
+    for chunk in chunks:
+        if chunk.get("type") == "error":
+            text = chunk.get("errorText")
+            return ModelStreamError(text if isinstance(text, str) and text else "model error")
+    return None
+
+
+async def close_source(*sources: object) -> None:
+    """Close each of ``sources`` that can be: its ``aclose()``, else its ``close()``.
+
+    A source given twice (a stream that is its own iterator) is closed once.
+    Errors are ignored and each close gets ``_CLOSE_TIMEOUT`` seconds.
+    """
+    done: set[int] = set()
+    for source in sources:
+        if id(source) in done:
+            continue
+        done.add(id(source))
+        closer = getattr(source, "aclose", None) or getattr(source, "close", None)
+        if not callable(closer):
+            continue
+        with anyio.move_on_after(_CLOSE_TIMEOUT), contextlib.suppress(Exception):
+            outcome = closer()
+            if inspect.isawaitable(outcome):
+                await outcome
