@@ -46,14 +46,13 @@ import anyio
 
 from transport import codec
 from transport.asyncio.abort import AbortSignal
+from transport.chunks import fold_part
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
 from transport.messages import (
     Part,
     ReasoningPart,
     TextPart,
-    ToolCallPart,
-    ToolResultPart,
     UIMessage,
 )
 
@@ -274,7 +273,9 @@ class _Streamed:
 
 
 class MessageBuilder:
-    """Folds stream chunks into an assistant ``UIMessage`` (``transport.tree``'s rules).
+    """Folds stream chunks into an assistant ``UIMessage`` (``transport.chunks``'s rules).
+
+    Text and reasoning are folded here; every other chunk by ``fold_part``.
 
     A delta costs the same however long its part already is: text is kept as
     the list of its deltas and joined when ``message()`` is asked for.
@@ -285,7 +286,6 @@ class MessageBuilder:
         self.metadata: dict[str, Any] = dict(metadata or {})
         self._parts: list[Part | _Streamed] = []
         self._by_id: dict[tuple[str, str], _Streamed] = {}
-        self._calls: dict[str, ToolCallPart] = {}
 
     @property
     def parts(self) -> list[Part]:
@@ -303,18 +303,12 @@ class MessageBuilder:
             part_id = chunk.get("id")
             if part_id is None or isinstance(part_id, str):
                 self._new_part(kind.split("-")[0], part_id)
-        elif kind == "tool-input-available":
-            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
-            if isinstance(call_id, str) and isinstance(name, str):
-                call = ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
-                self._calls[call_id] = call
-                self._parts.append(call)
-        elif kind in ("tool-output-available", "tool-output-error"):
-            self._tool_result(kind, chunk)
         elif kind in ("start", "finish", "message-metadata"):
             meta = chunk.get("messageMetadata")
             if isinstance(meta, dict):
                 self.metadata.update(meta)
+        else:
+            fold_part(self._parts, chunk)
 
     def message(self) -> UIMessage:
         """The message as folded so far (a copy)."""
@@ -346,31 +340,6 @@ class MessageBuilder:
             else:
                 part = self._new_part(kind, None)
         part.pieces.append(delta)
-
-    def _tool_result(self, kind: str, chunk: Chunk) -> None:
-        call_id = chunk.get("toolCallId")
-        if not isinstance(call_id, str):
-            return
-        call = self._calls.get(call_id)
-        name = call.tool_name if call else chunk.get("toolName")
-        if kind == "tool-output-error":
-            text = chunk.get("errorText")
-            if not isinstance(text, str):
-                return
-            code = chunk.get("errorCode")
-            result = ToolResultPart(
-                tool_call_id=call_id,
-                tool_name=name if isinstance(name, str) else "",
-                output={"code": code, "message": text} if isinstance(code, str) else text,
-                is_error=True,
-            )
-        else:
-            result = ToolResultPart(
-                tool_call_id=call_id,
-                tool_name=name if isinstance(name, str) else "",
-                output=chunk.get("output"),
-            )
-        self._parts.append(result)
 
 
 # ---------------------------------------------------------------- driving --
