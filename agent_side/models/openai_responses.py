@@ -38,7 +38,14 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
     from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 
-__all__ = ["openai_responses_model", "responses_chunks", "responses_tools", "to_responses_input"]
+__all__ = [
+    "ResponseFailedError",
+    "ResponsesFolder",
+    "openai_responses_model",
+    "responses_chunks",
+    "responses_tools",
+    "to_responses_input",
+]
 
 
 def to_responses_input(messages: Sequence[UIMessage]) -> list[ResponseInputItemParam]:
@@ -91,64 +98,90 @@ class ResponseFailedError(Exception):
     """The provider reported the response failed (an ``error`` or ``response.failed`` event)."""
 
 
-async def responses_chunks(stream: AsyncIterable[Any]) -> AsyncIterator[Chunk]:
-    """UI chunks for a streamed response (see the module docstring)."""
-    calls: dict[str, tuple[str, str]] = {}  # item id -> (call id, name)
-    arguments: dict[str, list[str]] = {}
-    texts: set[str] = set()
-    usage: dict[str, Any] | None = None
-    status: str | None = None
-    async for event in stream:
+class ResponsesFolder:
+    """Turns Responses API stream events into UI chunks, one event at a time.
+
+    ``responses_chunks`` drives one over a stream; the OpenAI Agents SDK
+    converter drives one over the raw events of several responses.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[str, tuple[str, str]] = {}  # item id -> (call id, name)
+        self._arguments: dict[str, list[str]] = {}
+        self._texts: set[str] = set()
+        self.usage: dict[str, Any] | None = None
+        self.status: str | None = None
+
+    def feed(self, event: Any) -> list[Chunk]:
+        """The chunks for one event; raises ``ResponseFailedError`` for a failure event."""
         kind = getattr(event, "type", None)
         if kind == "response.output_item.added" and event.item.type == "function_call":
             item = event.item
-            calls[item.id or item.call_id] = (item.call_id, item.name)
-            arguments[item.id or item.call_id] = []
-            yield {"type": "tool-input-start", "toolCallId": item.call_id, "toolName": item.name}
-        elif kind == "response.output_text.delta":
-            if event.item_id not in texts:
-                texts.add(event.item_id)
-                yield {"type": "text-start", "id": event.item_id}
-            yield {"type": "text-delta", "id": event.item_id, "delta": event.delta}
-        elif kind == "response.output_text.done":
-            if event.item_id in texts:
-                yield {"type": "text-end", "id": event.item_id}
-        elif kind == "response.reasoning_summary_text.delta":
-            yield {"type": "reasoning-delta", "id": event.item_id, "delta": event.delta}
-        elif kind == "response.function_call_arguments.delta":
-            known = calls.get(event.item_id)
-            if known is not None and event.delta:
-                arguments[event.item_id].append(event.delta)
-                yield {
-                    "type": "tool-input-delta",
-                    "toolCallId": known[0],
-                    "inputTextDelta": event.delta,
-                }
-        elif kind == "response.output_item.done" and event.item.type == "function_call":
+            self._calls[item.id or item.call_id] = (item.call_id, item.name)
+            self._arguments[item.id or item.call_id] = []
+            return [{"type": "tool-input-start", "toolCallId": item.call_id, "toolName": item.name}]
+        if kind == "response.output_text.delta":
+            out: list[Chunk] = []
+            if event.item_id not in self._texts:
+                self._texts.add(event.item_id)
+                out.append({"type": "text-start", "id": event.item_id})
+            out.append({"type": "text-delta", "id": event.item_id, "delta": event.delta})
+            return out
+        if kind == "response.output_text.done" and event.item_id in self._texts:
+            return [{"type": "text-end", "id": event.item_id}]
+        if kind == "response.reasoning_summary_text.delta":
+            return [{"type": "reasoning-delta", "id": event.item_id, "delta": event.delta}]
+        if kind == "response.function_call_arguments.delta":
+            known = self._calls.get(event.item_id)
+            if known is None or not event.delta:
+                return []
+            self._arguments[event.item_id].append(event.delta)
+            return [
+                {"type": "tool-input-delta", "toolCallId": known[0], "inputTextDelta": event.delta}
+            ]
+        if kind == "response.output_item.done" and event.item.type == "function_call":
             item = event.item
-            key = item.id or item.call_id
-            text = item.arguments or "".join(arguments.get(key, []))
-            yield {
-                "type": "tool-input-available",
-                "toolCallId": item.call_id,
-                "toolName": item.name,
-                "input": input_json(text),
-            }
-        elif kind in ("response.completed", "response.incomplete"):
-            status = event.response.status
-            got = event.response.usage
-            if got is not None:
-                usage = {
-                    "inputTokens": got.input_tokens,
-                    "outputTokens": got.output_tokens,
-                    "totalTokens": got.total_tokens,
+            text = item.arguments or "".join(self._arguments.get(item.id or item.call_id, []))
+            return [
+                {
+                    "type": "tool-input-available",
+                    "toolCallId": item.call_id,
+                    "toolName": item.name,
+                    "input": input_json(text),
                 }
+            ]
+        if kind in ("response.completed", "response.incomplete"):
+            self.status = event.response.status
+            self._add_usage(event.response.usage)
         elif kind == "response.failed":
             error = event.response.error
             raise ResponseFailedError(error.message if error is not None else "response failed")
         elif kind == "error":
             raise ResponseFailedError(getattr(event, "message", None) or "response failed")
-    yield finish_chunk(usage, status)
+        return []
+
+    def _add_usage(self, got: Any) -> None:
+        if got is None:
+            return
+        before = self.usage or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+        self.usage = {
+            "inputTokens": before["inputTokens"] + got.input_tokens,
+            "outputTokens": before["outputTokens"] + got.output_tokens,
+            "totalTokens": before["totalTokens"] + got.total_tokens,
+        }
+
+    def finish(self) -> Chunk:
+        """The ``finish`` chunk: usage summed over the responses seen, and the last status."""
+        return finish_chunk(self.usage, self.status)
+
+
+async def responses_chunks(stream: AsyncIterable[Any]) -> AsyncIterator[Chunk]:
+    """UI chunks for a streamed response (see the module docstring)."""
+    folder = ResponsesFolder()
+    async for event in stream:
+        for chunk in folder.feed(event):
+            yield chunk
+    yield folder.finish()
 
 
 def openai_responses_model(
