@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from agents import Agent as AgentsAgent
-from agents import OpenAIResponsesModel, function_tool
+from agents import OpenAIResponsesModel, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -24,6 +24,8 @@ from ..agent_side.helpers import client_end
 from .fake_provider import FakeProvider, Reply
 
 pytestmark = pytest.mark.anyio
+
+set_tracing_disabled(True)  # the Agents SDK would export traces to OpenAI: no network here
 
 
 def _openai(url: str) -> AsyncOpenAI:
