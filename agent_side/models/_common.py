@@ -134,7 +134,8 @@ async def call_provider(
     """Open a provider's stream with ``start()`` and yield ``convert(stream)``'s chunks.
 
     The stream is closed however the read ends: at its end, on an abort, or
-    when ``pipe()`` stops reading. A provider error (unreachable, refused,
+    when ``pipe()`` stops reading. Each chunk is followed by a checkpoint, so
+    a backlog the SDK buffered never holds the event loop. A provider error (unreachable, refused,
     failed mid-stream) becomes an ``error`` chunk with the provider's message,
     unless ``signal`` fired (then the call just stops).
     """
@@ -145,6 +146,10 @@ async def call_provider(
         stream = await start()
         async for chunk in convert(stream):
             yield chunk
+            # An SDK hands out events it already buffered without suspending: let the loop
+            # run (the pipe's publisher, other Runs) between them, as a model client paced
+            # by its socket would.
+            await anyio.lowlevel.checkpoint()
     except Exception as exc:
         if signal.aborted:
             log.debug("model call stopped on its abort: %r", exc)
