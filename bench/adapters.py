@@ -1,6 +1,6 @@
 """What a model adapter costs: relay and agent CPU per delivered token, adapter against plain text.
 
-    .venv/bin/python bench/adapters.py --sessions 100 --rate 50 --duration 20
+    .venv/bin/python bench/adapters.py --sessions 100 --rate 50 --warmup 10 --duration 20
 
 Two modes, measured one after the other in the same run, each with a fresh
 relay (``python -m relay --store memory://``) and a fresh agent process (a
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--rate", type=float, default=50.0, help="tokens/s per session")
-    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     args = parser.parse_args(argv)
