@@ -280,10 +280,14 @@ class Agent:
             log.exception("handler of run %s failed", run.run_id)
             await self._end_quietly(run, "error", as_error(exc))
         else:
-            if not run.ended:
-                await self._end_quietly(
-                    run, "cancelled" if run.abort_signal.aborted else "complete", None
-                )
+            if run.ended:
+                return
+            if run.abort_signal.aborted:
+                await self._end_quietly(run, "cancelled", None)
+            elif run.pipe_error is not None:  # the last model call failed: an error chunk
+                await self._end_quietly(run, "error", as_error(run.pipe_error))
+            else:
+                await self._end_quietly(run, "complete", None)
 
     @staticmethod
     async def _end_quietly(run: Run, reason: EndReason, error: RunwireError | None) -> None:

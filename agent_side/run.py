@@ -167,6 +167,8 @@ class Run(RunSteps):
         self.timeout = opts.timeout
         """Seconds the Run may stay active from each start; the relay ends it ``RUN_TIMEOUT``."""
         self.adopted = adopted
+        self.pipe_error: BaseException | None = None
+        """Why the last ``pipe()`` ended ``error`` (``None`` when it did not)."""
         self.state: dict[str, Any] = {}
         """The agent's own state, saved with every checkpoint of a durable Run."""
         self.status: RunStatus = "pending"
@@ -584,6 +586,7 @@ class Run(RunSteps):
         *,
         max_in_flight: int | None = None,
         save_interrupted_reply: bool | None = None,
+        signal: AbortSignal | None = None,
     ) -> PipeResult:
         """Publish a model call's output stream as one response (see ``agent_side.pipe``).
 
@@ -591,10 +594,14 @@ class Run(RunSteps):
         ``has_input()`` took in; the call counts against the turn's
         ``max_iterations``. On a cancel the reply is saved with what was
         streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
-        leaves it open for ``save_reply``). Raises ``RunwireError(RUN_NOT_ACTIVE)``
-        if the Run has ended; the stream's and the relay's errors come back as
-        ``PipeResult(reason="error")``. It always yields to the event loop at least
-        once, also when the Run was cancelled already, so no loop around it can spin.
+        leaves it open for ``save_reply``). ``signal`` (steering's abort of this
+        model call) stops the read too: the source is closed and the response
+        closes as it stands, ``complete``. Raises ``RunwireError(RUN_NOT_ACTIVE)``
+        if the Run has ended; the stream's and the relay's errors (an ``error``
+        chunk too) come back as ``PipeResult(reason="error")``, and a worker
+        (``agent_side.Agent``) whose handler returns after one ends the Run ``error``.
+        It always yields to the event loop at least once, also when the Run was
+        cancelled already, so no loop around it can spin.
         """
         await anyio.lowlevel.checkpoint()
         self._require_live()
@@ -622,7 +629,9 @@ class Run(RunSteps):
             max_batch_bytes=max(256, frame_bytes // 2),
             max_close_bytes=close_budget(frame_bytes),
             save_interrupted=save,
+            stop_signal=signal,
         )
+        self.pipe_error = result.error if result.reason == "error" else None
         if result.message_id is None:  # nothing was published: nothing was taken in
             self._inputs.untake(seen, was_answered)
             self._step = step_before
