@@ -1,4 +1,4 @@
-import type { Entry, Part, UIMessage } from "./types.js";
+import type { DataPart, Entry, Part, SourceDocumentPart, SourceUrlPart, ToolCallPart, UIMessage } from "./types.js";
 import { MULTITASK_STRATEGIES, RunwireError, THREAD_ACCESS, VALIDATION_ERROR, isObject } from "./errors.js";
 
 // ---------------------------------------------------------------------------- validation ---
@@ -103,10 +103,13 @@ export function validatePart(raw: any, where: string): Part {
     return { type: t, text: raw.text };
   }
   if (t === "tool-call") {
-    checkKeys(raw, ["type", "tool_call_id", "tool_name", "input"], where);
+    checkKeys(raw, ["type", "tool_call_id", "tool_name", "input", "input_text"], where);
     if (typeof raw.tool_call_id !== "string") invalid(`${where}.tool_call_id`, "must be a string");
     if (typeof raw.tool_name !== "string") invalid(`${where}.tool_name`, "must be a string");
-    return { type: t, tool_call_id: raw.tool_call_id, tool_name: raw.tool_name, input: raw.input ?? null };
+    const call: ToolCallPart = { type: t, tool_call_id: raw.tool_call_id, tool_name: raw.tool_name, input: raw.input ?? null };
+    const inputText = optString(raw.input_text, `${where}.input_text`);
+    if (inputText !== null) call.input_text = inputText;
+    return call;
   }
   if (t === "tool-result") {
     checkKeys(raw, ["type", "tool_call_id", "tool_name", "output", "is_error"], where);
@@ -121,7 +124,40 @@ export function validatePart(raw: any, where: string): Part {
       is_error: raw.is_error ?? false,
     };
   }
+  if (t === "source-url") {
+    checkKeys(raw, ["type", "source_id", "url", "title"], where);
+    const part: SourceUrlPart = { type: t, source_id: needString(raw.source_id, `${where}.source_id`), url: needString(raw.url, `${where}.url`) };
+    const title = optString(raw.title, `${where}.title`);
+    return title === null ? part : { ...part, title };
+  }
+  if (t === "source-document") {
+    checkKeys(raw, ["type", "source_id", "media_type", "title", "filename"], where);
+    const part: SourceDocumentPart = {
+      type: t,
+      source_id: needString(raw.source_id, `${where}.source_id`),
+      media_type: needString(raw.media_type, `${where}.media_type`),
+      title: needString(raw.title, `${where}.title`),
+    };
+    const filename = optString(raw.filename, `${where}.filename`);
+    return filename === null ? part : { ...part, filename };
+  }
+  if (t === "file") {
+    checkKeys(raw, ["type", "url", "media_type"], where);
+    return { type: t, url: needString(raw.url, `${where}.url`), media_type: needString(raw.media_type, `${where}.media_type`) };
+  }
+  if (typeof t === "string" && t.startsWith("data-") && t.length > 5) {
+    checkKeys(raw, ["type", "id", "data"], where);
+    const id = optString(raw.id, `${where}.id`);
+    const part: DataPart = { type: t as `data-${string}`, data: raw.data ?? null };
+    return id === null ? part : { type: part.type, id, data: part.data };
+  }
   return invalid(`${where}.type`, "unknown part type");
+}
+
+/** A string, or VALIDATION_ERROR. */
+export function needString(v: any, where: string): string {
+  if (typeof v !== "string") invalid(where, "must be a string");
+  return v;
 }
 
 /** @param {any} raw @param {string} where @returns {UIMessage} */
@@ -143,8 +179,8 @@ export function validateMessage(raw: any, where: string): UIMessage {
 
 export const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
 export const KIND_FIELDS = {
-  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
-  run: ["status", "error", "durable", "seen"],
+  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts", "activate"],
+  run: ["status", "error", "durable", "seen", "timeout"],
   cancel: ["reason", "interrupted_by"],
   cancel_denied: ["cancel_id", "reason"],
   response_open: ["message_id", "parent_id", "seen", "metadata"],
@@ -219,6 +255,9 @@ export function decodeEntry(raw: any): Entry {
     e.thread_access = optChoice(raw.thread_access, THREAD_ACCESS, "message.thread_access");
     if (raw.queued !== undefined && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
     e.queued = raw.queued ?? null;
+    // A prompt on a branch that leaves the active leaf where it is (its Run counts for no strategy).
+    if (raw.activate !== undefined && raw.activate !== null && typeof raw.activate !== "boolean") invalid("message.activate", "must be a boolean");
+    e.activate = raw.activate ?? null;
     if (raw.interrupts === undefined || raw.interrupts === null) e.interrupts = null;
     else {
       if (!Array.isArray(raw.interrupts)) invalid("message.interrupts", "must be a list");
@@ -232,6 +271,9 @@ export function decodeEntry(raw: any): Entry {
     if (raw.durable !== undefined && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
     e.durable = raw.durable ?? null;
     e.seen = raw.seen === undefined || raw.seen === null ? null : idList(raw.seen, "run.seen");
+    // On `active`: the seconds the Run may stay active from this start (its deadline).
+    if (raw.timeout !== undefined && raw.timeout !== null && (typeof raw.timeout !== "number" || !(raw.timeout > 0) || raw.timeout > 31536000)) invalid("run.timeout", "must be a number of seconds, more than 0 and at most a year");
+    e.timeout = raw.timeout ?? null;
   } else if (kind === "refused") {
     e.message_id = checkId(raw.message_id, "refused.message_id");
     const intent = raw.intent === undefined ? "steer" : raw.intent;

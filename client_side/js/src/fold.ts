@@ -1,4 +1,4 @@
-import type { CancelDenial, Entry, Intent, Part, ReasoningPart, Refusal, RunInfo, TextPart, TreeEvent, UIMessage, ViewMessage, TreeNode, TreeRun } from "./types.js";
+import type { CancelDenial, DataPart, Entry, Intent, Part, ReasoningPart, Refusal, RunInfo, SourceDocumentPart, TextPart, ToolCallPart, TreeEvent, TreeNode, TreeRun, UIMessage, ViewMessage } from "./types.js";
 import { RunwireError, TERMINAL, VALIDATION_ERROR, deepEqual, endReason, isTerminal } from "./errors.js";
 import { OutcomeBook } from "./outcomes.js";
 
@@ -388,31 +388,124 @@ export function foldChunks(node: TreeNode, chunks: Record<string, any>[]): UIMes
       changed = stream(parts, node.partIds, "text", kind === "text-start", chunk) || changed;
     } else if (kind === "reasoning-start" || kind === "reasoning-delta") {
       changed = stream(parts, node.partIds, "reasoning", kind === "reasoning-start", chunk) || changed;
-    } else if (kind === "tool-input-available") {
-      const callId = chunk.toolCallId;
-      const name = chunk.toolName;
-      if (typeof callId === "string" && typeof name === "string") {
-        parts.push({ type: "tool-call", tool_call_id: callId, tool_name: name, input: chunk.input ?? null });
-        changed = true;
-      }
-    } else if (kind === "tool-output-available" || kind === "tool-output-error") {
-      const callId = chunk.toolCallId;
-      const error = chunk.errorText;
-      if (typeof callId !== "string" || (kind === "tool-output-error" && typeof error !== "string")) continue;
-      const name = toolName(parts, callId, chunk.toolName);
-      if (kind === "tool-output-error") {
-        // With a string errorCode the output carries it (runwire's tool runner and history repair).
-        const code = chunk.errorCode;
-        const output = typeof code === "string" ? { code, message: error } : error;
-        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
-      } else {
-        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: chunk.output ?? null, is_error: false });
-      }
-      changed = true;
+    } else {
+      changed = foldPart(parts, chunk) || changed;
     }
   }
   if (!changed) return node.view.message;
   return { ...node.view.message, parts };
+}
+
+export const TOOL_DENIED = "TOOL_DENIED";
+
+/**
+ * Fold one chunk other than text and reasoning (transport/chunks.py's rules); true if the
+ * parts changed. Parts are only replaced in place or appended, so indexes stay valid.
+ */
+export function foldPart(parts: Part[], chunk: Record<string, any>): boolean {
+  const kind = chunk.type;
+  if (typeof kind !== "string") return false;
+  if (kind.startsWith("tool-")) return foldTool(parts, kind, chunk);
+  if (kind.startsWith("data-")) return foldData(parts, kind, chunk);
+  const str = (...v: unknown[]) => v.every((x) => typeof x === "string");
+  const opt = (v: unknown) => v === undefined || v === null || typeof v === "string";
+  if (kind === "source-url") {
+    const { sourceId, url, title } = chunk;
+    if (!str(sourceId, url) || !opt(title)) return false;
+    parts.push(typeof title === "string" ? { type: kind, source_id: sourceId, url, title } : { type: kind, source_id: sourceId, url });
+    return true;
+  }
+  if (kind === "source-document") {
+    const { sourceId, mediaType, title, filename } = chunk;
+    if (!str(sourceId, mediaType, title) || !opt(filename)) return false;
+    const part: SourceDocumentPart = { type: kind, source_id: sourceId, media_type: mediaType, title };
+    parts.push(typeof filename === "string" ? { ...part, filename } : part);
+    return true;
+  }
+  if (kind === "file") {
+    const { url, mediaType } = chunk;
+    if (!str(url, mediaType)) return false;
+    parts.push({ type: kind, url, media_type: mediaType });
+    return true;
+  }
+  return false;
+}
+
+export function foldTool(parts: Part[], kind: string, chunk: Record<string, any>): boolean {
+  const callId = chunk.toolCallId;
+  if (typeof callId !== "string") return false;
+  if (kind === "tool-input-start") {
+    const name = chunk.toolName;
+    if (typeof name !== "string" || callIndex(parts, callId) !== undefined) return false;
+    parts.push({ type: "tool-call", tool_call_id: callId, tool_name: name, input: null, input_text: "" });
+    return true;
+  }
+  if (kind === "tool-input-delta") {
+    const delta = chunk.inputTextDelta;
+    const index = callIndex(parts, callId);
+    if (typeof delta !== "string" || !delta || index === undefined) return false;
+    const call = parts[index] as ToolCallPart;
+    if (call.input_text === undefined) return false;
+    parts[index] = { ...call, input_text: call.input_text + delta };
+    return true;
+  }
+  if (kind === "tool-input-available" || kind === "tool-input-error") {
+    const name = chunk.toolName;
+    const error = chunk.errorText;
+    if (typeof name !== "string" || (kind === "tool-input-error" && typeof error !== "string")) return false;
+    const whole: ToolCallPart = { type: "tool-call", tool_call_id: callId, tool_name: name, input: chunk.input ?? null };
+    const index = callIndex(parts, callId);
+    if (index === undefined) parts.push(whole);
+    else parts[index] = whole;
+    if (kind === "tool-input-error") parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: error, is_error: true });
+    return true;
+  }
+  const name = toolName(parts, callId, chunk.toolName);
+  if (kind === "tool-output-available") {
+    if (chunk.preliminary === true) return false;
+    parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: chunk.output ?? null, is_error: false });
+    return true;
+  }
+  if (kind === "tool-output-error") {
+    const error = chunk.errorText;
+    if (typeof error !== "string") return false;
+    // With a string errorCode the output carries it (runwire's tool runner and history repair).
+    const code = chunk.errorCode;
+    const output = typeof code === "string" ? { code, message: error } : error;
+    parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
+    return true;
+  }
+  if (kind === "tool-output-denied") {
+    const output = { code: TOOL_DENIED, message: "the tool call was denied" };
+    parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
+    return true;
+  }
+  return false;
+}
+
+export function foldData(parts: Part[], kind: string, chunk: Record<string, any>): boolean {
+  const id = chunk.id;
+  if (chunk.transient === true || kind.length === 5) return false;
+  if (id !== undefined && id !== null && typeof id !== "string") return false;
+  const type = kind as `data-${string}`;
+  const part: DataPart = typeof id === "string" ? { type, id, data: chunk.data ?? null } : { type, data: chunk.data ?? null };
+  if (typeof id === "string") {
+    const at = parts.findIndex((p) => p.type === kind && (p as DataPart).id === id);
+    if (at >= 0) {
+      parts[at] = part;
+      return true;
+    }
+  }
+  parts.push(part);
+  return true;
+}
+
+export function callIndex(parts: Part[], callId: string): number | undefined {
+  for (let i = parts.length - 1; i >= 0; i--) {
+    const part = parts[i];
+    if (part.type === "tool-call" && part.tool_call_id === callId) return i;
+  }
+  return undefined;
 }
 
 /**

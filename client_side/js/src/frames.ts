@@ -10,7 +10,8 @@ export const RELAY_FRAME_FIELDS = {
     "user_id": ["str", "optional"],
     "connection_id": ["str", "required"],
     "max_frame_bytes": ["int", "required"],
-    "multitask": ["multitask", "optional"]
+    "multitask": ["multitask", "optional"],
+    "agent_grace": ["seconds", "optional"]
   },
   "attached": {
     "req": ["req", "required"],
@@ -94,6 +95,9 @@ export function checkFrameField(kind: string, v: any, where: string) {
       return;
     case "multitask":
       if (!MULTITASK_STRATEGIES.includes(v)) invalid(where, `must be one of ${MULTITASK_STRATEGIES.join(", ")}`);
+      return;
+    case "seconds":
+      if (typeof v !== "number" || !Number.isFinite(v) || v < 0) invalid(where, "must be a number of seconds, not negative");
       return;
     case "error":
       errorBody(v, where, true); // unknown fields are not refused, as in the frames
