@@ -104,8 +104,10 @@ async def test_npm_pack_installs_into_a_fresh_project_and_runs(tmp_path: Path) -
             ],
             cwd=app,
         )
-    shutil.copy(ROOT / "examples" / "node" / "quickstart.mjs", app / "quickstart.mjs")
+    for name in ("quickstart.mjs", "ag_ui.mjs"):
+        shutil.copy(ROOT / "examples" / "node" / name, app / name)
     async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
+        url = f"ws://127.0.0.1:{server.port}"
         with anyio.fail_after(60):
             done = await anyio.run_process(
                 [
@@ -113,9 +115,15 @@ async def test_npm_pack_installs_into_a_fresh_project_and_runs(tmp_path: Path) -
                     "--no-warnings",
                     "--experimental-websocket",
                     "quickstart.mjs",
-                    f"ws://127.0.0.1:{server.port}",
+                    url,
                     "pack-1",
                 ],
+                cwd=app,
+                check=False,
+            )
+            # The subpath exports resolve too: the session's history as AG-UI events.
+            events = await anyio.run_process(
+                [node, "--no-warnings", "--experimental-websocket", "ag_ui.mjs", url, "pack-1"],
                 cwd=app,
                 check=False,
             )
@@ -124,6 +132,13 @@ async def test_npm_pack_installs_into_a_fresh_project_and_runs(tmp_path: Path) -
     assert "user: Plan a 3-day trip to Lisbon." in out
     result = json.loads(out.splitlines()[-1])
     assert result["runId"]
+    assert events.returncode == 0, events.stderr.decode()[-3000:]
+    got = [json.loads(line) for line in events.stdout.decode().splitlines()]
+    assert got[0]["type"] == "TEXT_MESSAGE_START" and got[0]["role"] == "user"
+    assert {"type": "TEXT_MESSAGE_CONTENT", "delta": "Plan a 3-day trip to Lisbon."}.items() <= got[
+        1
+    ].items()
+    assert any(e.get("name") == "runwire.cancel" for e in got)
 
 
 def test_the_package_tests_pass_with_the_real_ai_package() -> None:
@@ -140,3 +155,24 @@ def test_the_package_tests_pass_with_the_real_ai_package() -> None:
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
     assert "# fail 0" in done.stdout
     assert "# skipped 0" in done.stdout
+
+
+def test_the_api_reference_is_what_typedoc_makes_of_the_sources(tmp_path: Path) -> None:
+    """docs/reference/javascript/ is generated (TypeDoc, client_side/js/typedoc.json)."""
+    node, _ = need_tools()
+    typedoc = PKG / "node_modules" / "typedoc" / "bin" / "typedoc"
+    subprocess.run(
+        [node, str(typedoc), "--logLevel", "Warn", "--out", str(tmp_path)],
+        cwd=PKG,
+        check=True,
+        timeout=300,
+    )
+    committed = ROOT / "docs" / "reference" / "javascript"
+    fresh = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*.md")}
+    kept = {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*.md")}
+    assert fresh.keys() == kept.keys() and fresh == kept, (
+        "docs/reference/javascript/ is stale: run `npx typedoc` in client_side/js and commit it"
+    )
+    index = (committed / "index" / "index.md").read_text()
+    for name in ("connect", "Session", "ClientRun", "RunwireError", "ReplyChunk"):
+        assert name in index, name

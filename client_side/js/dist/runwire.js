@@ -607,10 +607,15 @@ function checkRelayFrame(frame) {
 
 // src/outcomes.ts
 var OutcomeBook = class {
+  /** @internal */
   _resolved;
+  /** @internal */
   _ended;
+  /** @internal */
   _seen;
+  /** @internal */
   _pending;
+  /** @internal */
   _runOf;
   constructor() {
     this._runOf = /* @__PURE__ */ new Map();
@@ -690,7 +695,7 @@ var OutcomeBook = class {
   resolved() {
     return [...this._resolved.values()];
   }
-  /** @param {string} messageId @param {string} runId @param {RunEndReason | null} reason */
+  /** @param {string} messageId @param {string} runId @param {RunEndReason | null} reason @internal */
   _resolve(messageId, runId, reason) {
     const record = Object.freeze({
       messageId,
@@ -747,7 +752,9 @@ var Deferred = class {
 var Delivery = class {
   outcome;
   published;
+  /** @internal */
   _outcome;
+  /** @internal */
   _published;
   intent;
   runId;
@@ -762,17 +769,20 @@ var Delivery = class {
     this.published = this._published.promise;
     this.outcome = this._outcome.promise;
   }
-  /** @param {RunwireError} error */
+  /** @param {RunwireError} error @internal */
   _fail(error) {
     this._published.reject(error);
     this._outcome.reject(error);
   }
 };
 var ClientRun = class {
+  /** @internal */
   _resets;
+  /** @internal */
   _deliveries;
   prompt;
   runId;
+  /** @internal */
   _session;
   /** @param {Session} session @param {string} runId @param {UIMessage | null} prompt */
   constructor(session, runId, prompt) {
@@ -800,7 +810,7 @@ var ClientRun = class {
     this._checkReadable("ClientRun.chunks()");
     return replyChunks(this._session.view, this.runId, options);
   }
-  /** @param {string} what */
+  /** @param {string} what @internal */
   _checkReadable(what) {
     if (!this._session.subscribe) throw writeOnlyError(this._session.sessionId, what);
   }
@@ -846,6 +856,7 @@ var ClientRun = class {
   /**
    * Publish a queued message (`metadata.queued` set to its kind) in the background.
    * @param {QueuedIntent} intent @param {string | UIMessage} message @returns {Delivery}
+   * @internal
    */
   _queue(intent, message) {
     const session = this._session;
@@ -866,7 +877,7 @@ var ClientRun = class {
     session._startDelivery(delivery, { kind: "message", id: msg.id, run_id: this.runId, intent, message: msg });
     return delivery;
   }
-  /** Deliveries that went out (or are going out), were not refused and not taken in. @returns {Delivery[]} */
+  /** Deliveries that went out (or are going out), were not refused and not taken in. @returns {Delivery[]} @internal */
   _untaken() {
     const book = this._session.view.tree.outcomes;
     return this._deliveries.filter((d) => {
@@ -1122,7 +1133,7 @@ var Fold = class {
     }
     return events;
   }
-  /** @param {Entry} e @returns {TreeEvent[]} */
+  /** @param {Entry} e @returns {TreeEvent[]} @internal */
   _refuse(e) {
     if (this.refusals.has(e.message_id)) return [];
     this.refusals.set(
@@ -1148,7 +1159,7 @@ var Fold = class {
     for (const r of this.book.refuse(e.message_id, e.run_id, e.error)) events.push({ kind: "delivery", outcome: r });
     return events;
   }
-  /** @param {Entry} e @returns {[TreeRun, boolean]} */
+  /** @param {Entry} e @returns {[TreeRun, boolean]} @internal */
   _run(e) {
     const existing = this.runs.get(e.run_id);
     if (existing !== void 0) return [existing, false];
@@ -1178,6 +1189,7 @@ var Fold = class {
   /**
    * Add a prompt: under its parent, beside the turn it rolls back, or at the tip.
    * @param {Entry} e @returns {TreeNode}
+   * @internal
    */
   _place(e) {
     if ((e.parent_id === null || !this.nodes.has(e.parent_id)) && e.multitask === "rollback" && e.interrupts && e.interrupts.length) {
@@ -1199,6 +1211,7 @@ var Fold = class {
    * @param {string | null} parentId @param {Intent | null} intent @param {boolean} response
    * @param {boolean} [exact] take `parentId` as it is (null: a new root)
    * @returns {TreeNode}
+   * @internal
    */
   _add(message, runId, serial, parentId, intent, response, exact = false) {
     if (!exact && (parentId === null || !this.nodes.has(parentId))) {
@@ -1412,14 +1425,23 @@ function toolName(parts, callId, fallback) {
 
 // src/tree.ts
 var ConversationTree = class {
+  /** @internal */
   _pathPos;
+  /** @internal */
   _path;
+  /** @internal */
   _pathOf;
+  /** @internal */
   _state;
+  /** @internal */
   _reported;
+  /** @internal */
   _selected;
+  /** @internal */
   _newest;
+  /** @internal */
   _oldest;
+  /** @internal */
   _entries;
   constructor() {
     this._entries = /* @__PURE__ */ new Map();
@@ -1465,7 +1487,7 @@ var ConversationTree = class {
     }
     return this._once(events);
   }
-  /** @returns {TreeEvent[]} */
+  /** @returns {TreeEvent[]} @internal */
   _rebuild() {
     const old = this._state;
     const shown = this._shown();
@@ -1522,7 +1544,7 @@ var ConversationTree = class {
     }
     return events;
   }
-  /** Ids of `messages()`, and every node's view (what `_removed` compares). */
+  /** Ids of `messages()`, and every node's view (what `_removed` compares). @internal */
   _shown() {
     const views = /* @__PURE__ */ new Map();
     for (const [mid, node] of this._state.nodes) views.set(mid, node.view);
@@ -1531,6 +1553,7 @@ var ConversationTree = class {
   /**
    * "removed" MessageEvents for what `path` / `views` showed and this tree does not.
    * @param {string[]} path @param {Map<string, ViewMessage>} views @returns {TreeEvent[]}
+   * @internal
    */
   _removed(path, views) {
     const nodes = this._state.nodes;
@@ -1544,7 +1567,7 @@ var ConversationTree = class {
       shown: false
     }));
   }
-  /** Compute the active path again unless it was kept for the current state. */
+  /** Compute the active path again unless it was kept for the current state. @internal */
   _syncPath() {
     if (this._pathOf !== this._state) {
       this._path = this._state.path();
@@ -1552,13 +1575,13 @@ var ConversationTree = class {
       this._pathOf = this._state;
     }
   }
-  /** Ids of `messages()`. @returns {string[]} */
+  /** Ids of `messages()`. @returns {string[]} @internal */
   _shownIds() {
     this._syncPath();
     const nodes = this._state.nodes;
     return this._path.filter((mid) => !nodes.get(mid).view.refused);
   }
-  /** Whether `messages()` holds the message. @param {string} messageId */
+  /** Whether `messages()` holds the message. @param {string} messageId @internal */
   _shows(messageId) {
     this._syncPath();
     const node = this._state.nodes.get(messageId);
@@ -1571,6 +1594,7 @@ var ConversationTree = class {
    * each message that left (in the order they showed), ahead of the delivery events. (Nothing
    * already held comes onto the path here.)
    * @param {TreeEvent[]} events @returns {TreeEvent[]}
+   * @internal
    */
   _follow(events) {
     const state = this._state;
@@ -1605,7 +1629,7 @@ var ConversationTree = class {
     if (at < 0) at = events.length;
     return [...events.slice(0, at), ...moved, ...events.slice(at)];
   }
-  /** @param {TreeEvent[]} events @returns {TreeEvent[]} */
+  /** @param {TreeEvent[]} events @returns {TreeEvent[]} @internal */
   _once(events) {
     return events.filter((event) => {
       if (event.kind !== "delivery") return true;
@@ -1736,7 +1760,7 @@ var ConversationTree = class {
   refusals(runId = null) {
     return [...this._state.refusals.values()].filter((r) => runId === null || r.runId === runId);
   }
-  /** Every entry the tree holds, in serial order (internal: the chunk streams start from them). */
+  /** Every entry the tree holds, in serial order (internal: the chunk streams start from them). @internal */
   _held() {
     return [...this._entries.keys()].sort((a, b) => a - b).map((s) => this._entries.get(s));
   }
@@ -1777,19 +1801,31 @@ var ConversationTree = class {
 
 // src/view.ts
 var View = class {
+  /** @internal */
   _writeOnly;
+  /** @internal */
   _closed;
+  /** @internal */
   _older;
+  /** @internal */
   _changed;
+  /** @internal */
   _hooks;
-  /** Called with each entry the view folds live, once folded (internal: the chunk streams). */
+  /** Called with each entry the view folds live, once folded (internal: the chunk streams). @internal */
   _entryHooks;
+  /** @internal */
   _streams;
+  /** @internal */
   _callbacks;
+  /** @internal */
   _hasOlder;
+  /** @internal */
   _oldest;
+  /** @internal */
   _newest;
+  /** @internal */
   _tree;
+  /** @internal */
   _fetchOlder;
   sessionId;
   /**
@@ -1816,7 +1852,7 @@ var View = class {
   get readable() {
     return !this._writeOnly;
   }
-  /** @param {string} what */
+  /** @param {string} what @internal */
   _checkReadable(what) {
     if (this._writeOnly) throw writeOnlyError(this.sessionId, what);
   }
@@ -1962,12 +1998,12 @@ var View = class {
       }
     };
   }
-  /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries */
+  /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries @internal */
   _foldLive(entries) {
     for (const entry of entries) this._dispatch(this._foldOne(entry));
     this._notify();
   }
-  /** Fold one entry if it is newer than the view holds; the events it caused. @param {any} entry @returns {TreeEvent[]} */
+  /** Fold one entry if it is newer than the view holds; the events it caused. @param {any} entry @returns {TreeEvent[]} @internal */
   _foldOne(entry) {
     const serial = isObject(entry) && Number.isInteger(entry.serial) ? entry.serial : null;
     if (serial !== null) {
@@ -1985,13 +2021,13 @@ var View = class {
       return [];
     }
   }
-  /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
+  /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder @internal */
   _attached(entries, head, hasOlder) {
     this._hasOlder = hasOlder;
     this._foldLive(entries);
     if (this._newest === null) this._newest = head;
   }
-  /** A resume: everything after the newest serial the view held. @param {any[]} entries @param {number} head */
+  /** A resume: everything after the newest serial the view held. @param {any[]} entries @param {number} head @internal */
   _resumed(entries, head) {
     this._foldLive(entries);
     if (this._newest === null) this._newest = head;
@@ -2001,6 +2037,7 @@ var View = class {
    * folded, reports its events (as a first attach does), then what the rebuilt view no longer
    * shows: "removed" message and Run events (`ConversationTree.removedSince`).
    * @param {any[]} entries @param {number} head @param {boolean} hasOlder
+   * @internal
    */
   _reset(entries, head, hasOlder) {
     const old = this._tree;
@@ -2015,11 +2052,12 @@ var View = class {
     this._dispatch(events);
     this._notify();
   }
+  /** @internal */
   _close() {
     this._closed = true;
     this._notify();
   }
-  /** @param {TreeEvent[]} events */
+  /** @param {TreeEvent[]} events @internal */
   _dispatch(events) {
     if (!events.length) return;
     for (const event of events) {
@@ -2035,6 +2073,7 @@ var View = class {
     }
     this._notify();
   }
+  /** @internal */
   _notify() {
     for (const fn of [...this._changed]) fn();
   }
@@ -2043,6 +2082,7 @@ var View = class {
    * close; with `giveUp`, stop checking and resolve null once it settles.
    * @template T @param {() => T | null | undefined | false} predicate
    * @param {Promise<unknown> | null} [giveUp] @returns {Promise<T>}
+   * @internal
    */
   _until(predicate, giveUp = null) {
     return new Promise((resolve, reject) => {
@@ -2077,44 +2117,81 @@ var View = class {
 // src/session.ts
 var OPEN = 1;
 var Session = class {
+  /** @internal */
   _resets;
+  /** @internal */
   _onOffline;
+  /** @internal */
   _onOnline;
+  /** @internal */
   _first;
+  /** @internal */
   _attachReq;
+  /** @internal */
   _retryTimer;
+  /** @internal */
   _stateCallbacks;
+  /** @internal */
   _newsAfter;
   onRefusedMessage;
+  /** @internal */
   _refusedMessages;
+  /** @internal */
   _deliveries;
+  /** @internal */
   _laneWaiters;
+  /** @internal */
   _gaveUp;
+  /** @internal */
   _storeGaveUp;
+  /** @internal */
   _held;
+  /** @internal */
   _publishSeq;
+  /** @internal */
   _pending;
+  /** @internal */
   _nextReq;
+  /** @internal */
   _attempt;
+  /** @internal */
   _connects;
+  /** @internal */
   _maxFrameBytes;
+  /** @internal */
   _defaultMultitask;
+  /** @internal */
   _epoch;
+  /** @internal */
   _fatal;
+  /** @internal */
   _closed;
+  /** @internal */
   _ready;
+  /** @internal */
   _ws;
   view;
+  /** @internal */
   _WebSocket;
+  /** @internal */
   _storeWait;
+  /** @internal */
   _rateLimitWait;
+  /** @internal */
   _openTimeout;
+  /** @internal */
   _backoffMax;
+  /** @internal */
   _backoffInitial;
+  /** @internal */
   _refusal;
+  /** @internal */
   _expired;
+  /** @internal */
   _tries;
+  /** @internal */
   _tokenProvider;
+  /** @internal */
   _token;
   clientId;
   historyLimit;
@@ -2345,6 +2422,7 @@ var Session = class {
    * `cancelId` is refused, with CONNECTION_CLOSED if the session closes first, with EPOCH_MISMATCH
    * if a reset after `resets` lost the Run.
    * @param {string} runId @param {string} cancelId @param {number | null} timeout @param {number} resets
+   * @internal
    */
   async _settled(runId, cancelId, timeout, resets) {
     const view = this.view;
@@ -2369,13 +2447,14 @@ var Session = class {
   /**
    * Throw EPOCH_MISMATCH if a reset since `resets` left the view without the Run.
    * @param {string} runId @param {number} resets
+   * @internal
    */
   _checkLost(runId, resets) {
     if (this._resets > resets && this.view.run(runId) === null) {
       throw new RunwireError(EPOCH_MISMATCH, "the relay lost the session's history; how the Run ended is unknown", { run_id: runId });
     }
   }
-  /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId */
+  /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId @internal */
   _cancelSoon(runId) {
     const info = this.subscribe ? this.view.run(runId) : null;
     if (this._closed || info !== null && isTerminal(info.status)) return;
@@ -2430,7 +2509,7 @@ var Session = class {
     }
   }
   // ----------------------------------------------------------------- internal --
-  /** @returns {Promise<Session>} */
+  /** @returns {Promise<Session>} @internal */
   _start() {
     if (typeof globalThis.addEventListener === "function") {
       globalThis.addEventListener("online", this._onOnline);
@@ -2439,7 +2518,7 @@ var Session = class {
     this._open();
     return this._first.promise;
   }
-  /** @param {RunwireError} error */
+  /** @param {RunwireError} error @internal */
   _shutdown(error) {
     const wasReady = this._ready;
     this._closed = true;
@@ -2459,7 +2538,7 @@ var Session = class {
     this.view._close();
     if (wasReady || this._first.settled) this._emit("closed");
   }
-  /** @param {ConnectionState} state */
+  /** @param {ConnectionState} state @internal */
   _emit(state) {
     for (const fn of [...this._stateCallbacks]) {
       try {
@@ -2469,7 +2548,7 @@ var Session = class {
       }
     }
   }
-  /** Open the next socket, with a fresh token first when there is a provider. */
+  /** Open the next socket, with a fresh token first when there is a provider. @internal */
   _open() {
     if (this._closed) return;
     const fresh = this._tokenProvider !== null && (this._tries > 0 || this._token === null);
@@ -2485,7 +2564,7 @@ var Session = class {
       }
     );
   }
-  /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. */
+  /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. @internal */
   async _freshToken() {
     const provider = this._tokenProvider;
     let token;
@@ -2497,6 +2576,7 @@ var Session = class {
     if (typeof token !== "string" || !token) throw new RunwireError(UNAUTHORIZED, "the token provider returned no token");
     this._token = token;
   }
+  /** @internal */
   _openSocket() {
     if (this._closed) return;
     let url = this.url;
@@ -2565,7 +2645,7 @@ var Session = class {
       if (this._ws === ws) this._lost(ev, null);
     });
   }
-  /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer */
+  /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer @internal */
   _attach(ws, timer) {
     const first = this._epoch === null;
     const attach = { type: "attach", session_id: this.sessionId, limit: this.historyLimit };
@@ -2610,6 +2690,7 @@ var Session = class {
   /**
    * The socket is ready (welcomed, and attached unless write-only): re-send what waits.
    * @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer
+   * @internal
    */
   _up(ws, timer) {
     if (this._ws !== ws) return;
@@ -2622,7 +2703,7 @@ var Session = class {
       if (p.sentOn !== this._connects) this._send(p);
     }
   }
-  /** @param {Record<string, any>} frame */
+  /** @param {Record<string, any>} frame @internal */
   _onFrame(frame) {
     const req = frame.req;
     if (req !== void 0 && req !== null) {
@@ -2645,7 +2726,7 @@ var Session = class {
       console.error(`runwire: handling a ${frame.type} frame failed:`, err);
     }
   }
-  /** @param {CloseEvent | null} ev @param {unknown} err */
+  /** @param {CloseEvent | null} ev @param {unknown} err @internal */
   _lost(ev, err) {
     const wasReady = this._ready;
     this._ready = false;
@@ -2678,6 +2759,7 @@ var Session = class {
    * The credentials error a close stands for (a refused hello's error frame, or close 4001 /
    * 4003); null for any other close. Takes the refused hello's error.
    * @param {CloseEvent | null} ev @returns {RunwireError | null}
+   * @internal
    */
   _credentialsError(ev) {
     const refusal = this._refusal;
@@ -2690,7 +2772,7 @@ var Session = class {
     const reason = raw.startsWith(prefix) ? raw.slice(prefix.length) : raw;
     return new RunwireError(CLOSE_CODES[code], reason || "the relay refused the credentials");
   }
-  /** @param {RunwireError} error */
+  /** @param {RunwireError} error @internal */
   _fatalError(error) {
     this._fatal = error;
     this._shutdown(error);
@@ -2700,6 +2782,7 @@ var Session = class {
    * @param {Record<string, any>} frame
    * @param {{immediate?: boolean, resolve: (reply: Record<string, any>) => void, reject: (error: RunwireError) => void}} handlers
    * @returns {number | null} the request's `req` (null when the session is closed)
+   * @internal
    */
   _request(frame, handlers) {
     if (this._closed) {
@@ -2724,11 +2807,11 @@ var Session = class {
     if (this._ready || handlers.immediate) this._send(pending);
     return req;
   }
-  /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} */
+  /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} @internal */
   _call(frame) {
     return new Promise((resolve, reject) => this._request(frame, { resolve, reject }));
   }
-  /** @param {PendingRequest} pending */
+  /** @param {PendingRequest} pending @internal */
   _send(pending) {
     const ws = this._ws;
     if (ws === null || ws.readyState !== OPEN) return;
@@ -2747,6 +2830,7 @@ var Session = class {
    * at once any publish the store refuses until one is taken again. One the relay holds behind an
    * earlier one of ours (`details.held`: until that one comes again, or 2 s) goes again likewise.
    * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
+   * @internal
    */
   async _publish(entry) {
     if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
@@ -2816,6 +2900,7 @@ var Session = class {
    * one's error instead of going, unless it was free to go before: what waited behind that one
    * does not overtake it.
    * @param {number} seq @param {RunwireError | null} refusal @param {number} deadline
+   * @internal
    */
   async _turn(seq, refusal, deadline) {
     let waited = false;
@@ -2841,20 +2926,20 @@ var Session = class {
       });
     }
   }
-  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq */
+  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq @internal */
   _letGo(seq) {
     const at = this._held.indexOf(seq);
     if (at >= 0) this._held.splice(at, 1);
     for (const wake of [...this._laneWaiters]) wake();
   }
-  /** @param {number} before @param {number} limit */
+  /** @param {number} before @param {number} limit @internal */
   async _fetchOlder(before, limit) {
     if (this._closed) throw new RunwireError(CONNECTION_CLOSED, "the session was closed");
     const reply = await this._call({ type: "history", session_id: this.sessionId, before, limit });
     if (reply.type !== "page") throw new RunwireError(PROTOCOL_ERROR, `expected a page, got ${reply.type}`);
     return { entries: reply.entries, hasOlder: Boolean(reply.has_older) };
   }
-  /** @param {Delivery} delivery @param {Entry} entry */
+  /** @param {Delivery} delivery @param {Entry} entry @internal */
   _startDelivery(delivery, entry) {
     if (this._closed) {
       delivery._fail(this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed"));
@@ -2903,6 +2988,7 @@ var Session = class {
    * After a reset: settle the outcomes the rebuilt view can tell; reject EPOCH_MISMATCH those of
    * acknowledged messages whose Run it does not know (they would never resolve), as the seed's
    * clients do when continuity is lost. A publish still in flight is re-sent and answered.
+   * @internal
    */
   _afterReset() {
     for (const list of [...this._deliveries.values()]) {
@@ -2922,12 +3008,12 @@ var Session = class {
       }
     }
   }
-  /** @param {string} messageId @param {string} runId @param {Intent} intent */
+  /** @param {string} messageId @param {string} runId @param {Intent} intent @internal */
   _isOwn(messageId, runId, intent) {
     const vm = this.view.tree.message(messageId);
     return vm !== null && vm.runId === runId && vm.intent === intent;
   }
-  /** @param {Delivery} delivery */
+  /** @param {Delivery} delivery @internal */
   _forget(delivery) {
     const list = this._deliveries.get(delivery.message.id);
     if (list === void 0) return;
@@ -2935,7 +3021,7 @@ var Session = class {
     if (i >= 0) list.splice(i, 1);
     if (!list.length) this._deliveries.delete(delivery.message.id);
   }
-  /** @param {Delivery} delivery @param {OutcomeRecord} record */
+  /** @param {Delivery} delivery @param {OutcomeRecord} record @internal */
   _settle(delivery, record) {
     if (record.refused) this._refusedMessages.set(delivery.message.id, delivery.message);
     delivery._outcome.resolve({
@@ -2945,7 +3031,7 @@ var Session = class {
     });
     this._forget(delivery);
   }
-  /** The client's record of a refusal, with the message if this device has it. @param {Refusal} refusal @returns {Refused} */
+  /** The client's record of a refusal, with the message if this device has it. @param {Refusal} refusal @returns {Refused} @internal */
   _refused(refusal) {
     const vm = this.view.tree.message(refusal.messageId);
     const message = this._refusedMessages.get(refusal.messageId) ?? (vm !== null ? vm.message : null);
@@ -2957,7 +3043,7 @@ var Session = class {
       message
     });
   }
-  /** @param {TreeEvent} event */
+  /** @param {TreeEvent} event @internal */
   _onEvent(event) {
     if (event.kind !== "delivery") return;
     const record = event.outcome;
@@ -2966,7 +3052,7 @@ var Session = class {
     }
     if (record.refused && this.onRefusedMessage) this._tellRefused(record.messageId);
   }
-  /** Call `onRefusedMessage` for the refusal of `messageId` unless it is history. @param {string} messageId */
+  /** Call `onRefusedMessage` for the refusal of `messageId` unless it is history. @param {string} messageId @internal */
   _tellRefused(messageId) {
     const refusal = this.view.tree.refusals().findLast((r) => r.messageId === messageId);
     if (refusal === void 0 || this._newsAfter !== null && refusal.serial <= this._newsAfter) return;

@@ -111,6 +111,11 @@ export function toAgUiEvents(entries: Iterable<Entry>, threadId: string): AgUiEv
   return out;
 }
 
+/** The AG-UI events of every entry the session's view holds, in serial order (its thread id is the session id). */
+export function heldAgUiEvents(session: Session): AgUiEvent[] {
+  return toAgUiEvents(session.view.tree._held(), session.sessionId);
+}
+
 /**
  * The AG-UI events of the entries the session's view holds (after `after`, a serial), then of
  * each entry as it comes, as an async iterator; it ends when the session closes or `signal`

@@ -218,7 +218,7 @@ export class Fold {
     return events;
   }
 
-  /** @param {Entry} e @returns {TreeEvent[]} */
+  /** @param {Entry} e @returns {TreeEvent[]} @internal */
   _refuse(e: Entry): TreeEvent[] {
     if (this.refusals.has(e.message_id)) return [];
     this.refusals.set(
@@ -246,7 +246,7 @@ export class Fold {
     return events;
   }
 
-  /** @param {Entry} e @returns {[TreeRun, boolean]} */
+  /** @param {Entry} e @returns {[TreeRun, boolean]} @internal */
   _run(e: Entry): [TreeRun, boolean] {
     const existing = this.runs.get(e.run_id);
     if (existing !== undefined) return [existing, false];
@@ -279,6 +279,7 @@ export class Fold {
   /**
    * Add a prompt: under its parent, beside the turn it rolls back, or at the tip.
    * @param {Entry} e @returns {TreeNode}
+   * @internal
    */
   _place(e: Entry): TreeNode {
     if ((e.parent_id === null || !this.nodes.has(e.parent_id)) && e.multitask === "rollback" && e.interrupts && e.interrupts.length) {
@@ -303,6 +304,7 @@ export class Fold {
    * @param {string | null} parentId @param {Intent | null} intent @param {boolean} response
    * @param {boolean} [exact] take `parentId` as it is (null: a new root)
    * @returns {TreeNode}
+   * @internal
    */
   _add(message: UIMessage, runId: string, serial: number, parentId: string | null, intent: Intent | null, response: boolean, exact: boolean = false): TreeNode {
     if (!exact && (parentId === null || !this.nodes.has(parentId))) {

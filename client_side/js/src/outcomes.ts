@@ -8,10 +8,15 @@ import { RUN_NOT_ACTIVE, endReason } from "./errors.js";
  * Each message resolves exactly once; the methods return the records they resolved.
  */
 export class OutcomeBook {
+  /** @internal */
   _resolved: Map<string, OutcomeRecord>;
+  /** @internal */
   _ended: Map<string, RunEndReason>;
+  /** @internal */
   _seen: Map<string, Set<string>>;
+  /** @internal */
   _pending: Map<string, Set<string>>;
+  /** @internal */
   _runOf: Map<string, string>;
   constructor() {
     /** @type {Map<string, string>} */ this._runOf = new Map();
@@ -102,7 +107,7 @@ export class OutcomeBook {
     return [...this._resolved.values()];
   }
 
-  /** @param {string} messageId @param {string} runId @param {RunEndReason | null} reason */
+  /** @param {string} messageId @param {string} runId @param {RunEndReason | null} reason @internal */
   _resolve(messageId: string, runId: string, reason: RunEndReason | null) {
     /** @type {OutcomeRecord} */
     const record: OutcomeRecord = Object.freeze({

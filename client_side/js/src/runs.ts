@@ -46,7 +46,9 @@ export class Deferred<T> {
 export class Delivery {
   outcome: Promise<Outcome>;
   published: Promise<Published>;
+  /** @internal */
   _outcome: Deferred<Outcome>;
+  /** @internal */
   _published: Deferred<Published>;
   intent: QueuedIntent;
   runId: string;
@@ -65,7 +67,7 @@ export class Delivery {
     this.outcome = this._outcome.promise;
   }
 
-  /** @param {RunwireError} error */
+  /** @param {RunwireError} error @internal */
   _fail(error: RunwireError) {
     this._published.reject(error);
     this._outcome.reject(error);
@@ -77,10 +79,13 @@ export class Delivery {
  * results count only messages sent through this handle; `refused` lists every refusal of the Run.
  */
 export class ClientRun {
+  /** @internal */
   _resets: any;
+  /** @internal */
   _deliveries: Delivery[];
   prompt: UIMessage | null;
   runId: string;
+  /** @internal */
   _session: Session;
   /** @param {Session} session @param {string} runId @param {UIMessage | null} prompt */
   constructor(session: Session, runId: string, prompt: UIMessage | null) {
@@ -111,7 +116,7 @@ export class ClientRun {
     return replyChunks(this._session.view, this.runId, options);
   }
 
-  /** @param {string} what */
+  /** @param {string} what @internal */
   _checkReadable(what: string) {
     if (!this._session.subscribe) throw writeOnlyError(this._session.sessionId, what);
   }
@@ -165,6 +170,7 @@ export class ClientRun {
   /**
    * Publish a queued message (`metadata.queued` set to its kind) in the background.
    * @param {QueuedIntent} intent @param {string | UIMessage} message @returns {Delivery}
+   * @internal
    */
   _queue(intent: QueuedIntent, message: string | UIMessage): Delivery {
     const session = this._session;
@@ -186,7 +192,7 @@ export class ClientRun {
     return delivery;
   }
 
-  /** Deliveries that went out (or are going out), were not refused and not taken in. @returns {Delivery[]} */
+  /** Deliveries that went out (or are going out), were not refused and not taken in. @returns {Delivery[]} @internal */
   _untaken(): Delivery[] {
     const book = this._session.view.tree.outcomes;
     return this._deliveries.filter((d) => {

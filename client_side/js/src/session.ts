@@ -23,44 +23,81 @@ export const OPEN = 1;
  * and a reused message id cannot be told from a re-sent publish (give each message a fresh id).
  */
 export class Session {
+  /** @internal */
   _resets: any;
+  /** @internal */
   _onOffline: () => void;
+  /** @internal */
   _onOnline: () => void;
+  /** @internal */
   _first: Deferred<Session>;
+  /** @internal */
   _attachReq: number | null;
+  /** @internal */
   _retryTimer: ReturnType<typeof setTimeout> | null;
+  /** @internal */
   _stateCallbacks: Set<(state: ConnectionState) => void>;
+  /** @internal */
   _newsAfter: number | null;
   onRefusedMessage: ((refused: Refused) => void) | null;
+  /** @internal */
   _refusedMessages: Map<string, UIMessage>;
+  /** @internal */
   _deliveries: Map<string, Delivery[]>;
+  /** @internal */
   _laneWaiters: Set<() => void>;
+  /** @internal */
   _gaveUp: {last: number, error: RunwireError};
+  /** @internal */
   _storeGaveUp: boolean;
+  /** @internal */
   _held: number[];
+  /** @internal */
   _publishSeq: number;
+  /** @internal */
   _pending: Map<number, PendingRequest>;
+  /** @internal */
   _nextReq: number;
+  /** @internal */
   _attempt: number;
+  /** @internal */
   _connects: number;
+  /** @internal */
   _maxFrameBytes: number;
+  /** @internal */
   _defaultMultitask: Multitask | null;
+  /** @internal */
   _epoch: string | null;
+  /** @internal */
   _fatal: RunwireError | null;
+  /** @internal */
   _closed: boolean;
+  /** @internal */
   _ready: boolean;
+  /** @internal */
   _ws: WebSocket | null;
   view: View;
+  /** @internal */
   _WebSocket: { new(url: string | URL, protocols?: string | string[]): WebSocket; prototype: WebSocket; readonly CONNECTING: 0; readonly OPEN: 1; readonly CLOSING: 2; readonly CLOSED: 3; };
+  /** @internal */
   _storeWait: number;
+  /** @internal */
   _rateLimitWait: number;
+  /** @internal */
   _openTimeout: number;
+  /** @internal */
   _backoffMax: number;
+  /** @internal */
   _backoffInitial: number;
+  /** @internal */
   _refusal: RunwireError | null;
+  /** @internal */
   _expired: number;
+  /** @internal */
   _tries: number;
+  /** @internal */
   _tokenProvider: (() => string | Promise<string>) | null;
+  /** @internal */
   _token: string | null;
   clientId: string | null;
   historyLimit: number;
@@ -313,6 +350,7 @@ export class Session {
    * `cancelId` is refused, with CONNECTION_CLOSED if the session closes first, with EPOCH_MISMATCH
    * if a reset after `resets` lost the Run.
    * @param {string} runId @param {string} cancelId @param {number | null} timeout @param {number} resets
+   * @internal
    */
   async _settled(runId: string, cancelId: string, timeout: number | null, resets: number) {
     const view = this.view;
@@ -340,6 +378,7 @@ export class Session {
   /**
    * Throw EPOCH_MISMATCH if a reset since `resets` left the view without the Run.
    * @param {string} runId @param {number} resets
+   * @internal
    */
   _checkLost(runId: string, resets: number) {
     if (this._resets > resets && this.view.run(runId) === null) {
@@ -347,7 +386,7 @@ export class Session {
     }
   }
 
-  /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId */
+  /** A send's signal fired: cancel its Run unless it ended (failures are logged). @param {string} runId @internal */
   _cancelSoon(runId: string) {
     const info = this.subscribe ? this.view.run(runId) : null;
     if (this._closed || (info !== null && isTerminal(info.status))) return;
@@ -410,7 +449,7 @@ export class Session {
 
   // ----------------------------------------------------------------- internal --
 
-  /** @returns {Promise<Session>} */
+  /** @returns {Promise<Session>} @internal */
   _start(): Promise<Session> {
     if (typeof globalThis.addEventListener === "function") {
       globalThis.addEventListener("online", this._onOnline);
@@ -420,7 +459,7 @@ export class Session {
     return this._first.promise;
   }
 
-  /** @param {RunwireError} error */
+  /** @param {RunwireError} error @internal */
   _shutdown(error: RunwireError) {
     const wasReady = this._ready;
     this._closed = true;
@@ -441,7 +480,7 @@ export class Session {
     if (wasReady || this._first.settled) this._emit("closed");
   }
 
-  /** @param {ConnectionState} state */
+  /** @param {ConnectionState} state @internal */
   _emit(state: ConnectionState) {
     for (const fn of [...this._stateCallbacks]) {
       try {
@@ -452,7 +491,7 @@ export class Session {
     }
   }
 
-  /** Open the next socket, with a fresh token first when there is a provider. */
+  /** Open the next socket, with a fresh token first when there is a provider. @internal */
   _open() {
     if (this._closed) return;
     const fresh = this._tokenProvider !== null && (this._tries > 0 || this._token === null);
@@ -469,7 +508,7 @@ export class Session {
     );
   }
 
-  /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. */
+  /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. @internal */
   async _freshToken() {
     const provider = (this._tokenProvider as () => string | Promise<string>);
     let token;
@@ -482,6 +521,7 @@ export class Session {
     this._token = token;
   }
 
+  /** @internal */
   _openSocket() {
     if (this._closed) return;
     let url = this.url;
@@ -556,7 +596,7 @@ export class Session {
     });
   }
 
-  /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer */
+  /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer @internal */
   _attach(ws: WebSocket, timer: ReturnType<typeof setTimeout>) {
     const first = this._epoch === null;
     /** @type {Record<string, any>} */
@@ -605,6 +645,7 @@ export class Session {
   /**
    * The socket is ready (welcomed, and attached unless write-only): re-send what waits.
    * @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer
+   * @internal
    */
   _up(ws: WebSocket, timer: ReturnType<typeof setTimeout>) {
     if (this._ws !== ws) return;
@@ -618,7 +659,7 @@ export class Session {
     }
   }
 
-  /** @param {Record<string, any>} frame */
+  /** @param {Record<string, any>} frame @internal */
   _onFrame(frame: Record<string, any>) {
     const req = frame.req;
     if (req !== undefined && req !== null) {
@@ -642,7 +683,7 @@ export class Session {
     }
   }
 
-  /** @param {CloseEvent | null} ev @param {unknown} err */
+  /** @param {CloseEvent | null} ev @param {unknown} err @internal */
   _lost(ev: CloseEvent | null, err: unknown) {
     const wasReady = this._ready;
     this._ready = false;
@@ -677,6 +718,7 @@ export class Session {
    * The credentials error a close stands for (a refused hello's error frame, or close 4001 /
    * 4003); null for any other close. Takes the refused hello's error.
    * @param {CloseEvent | null} ev @returns {RunwireError | null}
+   * @internal
    */
   _credentialsError(ev: CloseEvent | null): RunwireError | null {
     const refusal = this._refusal;
@@ -691,7 +733,7 @@ export class Session {
     return new RunwireError(CLOSE_CODES[code], reason || "the relay refused the credentials");
   }
 
-  /** @param {RunwireError} error */
+  /** @param {RunwireError} error @internal */
   _fatalError(error: RunwireError) {
     this._fatal = error;
     this._shutdown(error);
@@ -702,6 +744,7 @@ export class Session {
    * @param {Record<string, any>} frame
    * @param {{immediate?: boolean, resolve: (reply: Record<string, any>) => void, reject: (error: RunwireError) => void}} handlers
    * @returns {number | null} the request's `req` (null when the session is closed)
+   * @internal
    */
   _request(frame: Record<string, any>, handlers: { immediate?: boolean; resolve: (reply: Record<string, any>) => void; reject: (error: RunwireError) => void; }): number | null {
     if (this._closed) {
@@ -730,12 +773,12 @@ export class Session {
     return req;
   }
 
-  /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} */
+  /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} @internal */
   _call(frame: Record<string, any>): Promise<Record<string, any>> {
     return new Promise((resolve, reject) => this._request(frame, { resolve, reject }));
   }
 
-  /** @param {PendingRequest} pending */
+  /** @param {PendingRequest} pending @internal */
   _send(pending: PendingRequest) {
     const ws = this._ws;
     if (ws === null || ws.readyState !== OPEN) return; // re-sent after the next connect
@@ -755,6 +798,7 @@ export class Session {
    * at once any publish the store refuses until one is taken again. One the relay holds behind an
    * earlier one of ours (`details.held`: until that one comes again, or 2 s) goes again likewise.
    * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
+   * @internal
    */
   async _publish(entry: Entry): Promise<{ serial: number; duplicate: boolean; }> {
     if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
@@ -828,6 +872,7 @@ export class Session {
    * one's error instead of going, unless it was free to go before: what waited behind that one
    * does not overtake it.
    * @param {number} seq @param {RunwireError | null} refusal @param {number} deadline
+   * @internal
    */
   async _turn(seq: number, refusal: RunwireError | null, deadline: number) {
     let waited = false;
@@ -854,14 +899,14 @@ export class Session {
     }
   }
 
-  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq */
+  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq @internal */
   _letGo(seq: number) {
     const at = this._held.indexOf(seq);
     if (at >= 0) this._held.splice(at, 1);
     for (const wake of [...this._laneWaiters]) wake();
   }
 
-  /** @param {number} before @param {number} limit */
+  /** @param {number} before @param {number} limit @internal */
   async _fetchOlder(before: number, limit: number) {
     if (this._closed) throw new RunwireError(CONNECTION_CLOSED, "the session was closed");
     const reply = await this._call({ type: "history", session_id: this.sessionId, before, limit });
@@ -869,7 +914,7 @@ export class Session {
     return { entries: reply.entries, hasOlder: Boolean(reply.has_older) };
   }
 
-  /** @param {Delivery} delivery @param {Entry} entry */
+  /** @param {Delivery} delivery @param {Entry} entry @internal */
   _startDelivery(delivery: Delivery, entry: Entry) {
     if (this._closed) {
       delivery._fail(this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed"));
@@ -922,6 +967,7 @@ export class Session {
    * After a reset: settle the outcomes the rebuilt view can tell; reject EPOCH_MISMATCH those of
    * acknowledged messages whose Run it does not know (they would never resolve), as the seed's
    * clients do when continuity is lost. A publish still in flight is re-sent and answered.
+   * @internal
    */
   _afterReset() {
     for (const list of [...this._deliveries.values()]) {
@@ -942,13 +988,13 @@ export class Session {
     }
   }
 
-  /** @param {string} messageId @param {string} runId @param {Intent} intent */
+  /** @param {string} messageId @param {string} runId @param {Intent} intent @internal */
   _isOwn(messageId: string, runId: string, intent: Intent) {
     const vm = this.view.tree.message(messageId);
     return vm !== null && vm.runId === runId && vm.intent === intent;
   }
 
-  /** @param {Delivery} delivery */
+  /** @param {Delivery} delivery @internal */
   _forget(delivery: Delivery) {
     const list = this._deliveries.get(delivery.message.id);
     if (list === undefined) return;
@@ -957,7 +1003,7 @@ export class Session {
     if (!list.length) this._deliveries.delete(delivery.message.id);
   }
 
-  /** @param {Delivery} delivery @param {OutcomeRecord} record */
+  /** @param {Delivery} delivery @param {OutcomeRecord} record @internal */
   _settle(delivery: Delivery, record: OutcomeRecord) {
     if (record.refused) this._refusedMessages.set(delivery.message.id, delivery.message);
     delivery._outcome.resolve({
@@ -968,7 +1014,7 @@ export class Session {
     this._forget(delivery);
   }
 
-  /** The client's record of a refusal, with the message if this device has it. @param {Refusal} refusal @returns {Refused} */
+  /** The client's record of a refusal, with the message if this device has it. @param {Refusal} refusal @returns {Refused} @internal */
   _refused(refusal: Refusal): Refused {
     const vm = this.view.tree.message(refusal.messageId);
     const message = this._refusedMessages.get(refusal.messageId) ?? (vm !== null ? vm.message : null);
@@ -981,7 +1027,7 @@ export class Session {
     });
   }
 
-  /** @param {TreeEvent} event */
+  /** @param {TreeEvent} event @internal */
   _onEvent(event: TreeEvent) {
     if (event.kind !== "delivery") return;
     const record = event.outcome;
@@ -991,7 +1037,7 @@ export class Session {
     if (record.refused && this.onRefusedMessage) this._tellRefused(record.messageId);
   }
 
-  /** Call `onRefusedMessage` for the refusal of `messageId` unless it is history. @param {string} messageId */
+  /** Call `onRefusedMessage` for the refusal of `messageId` unless it is history. @param {string} messageId @internal */
   _tellRefused(messageId: string) {
     const refusal = this.view.tree.refusals().findLast((r: { messageId: string; }) => r.messageId === messageId);
     if (refusal === undefined || (this._newsAfter !== null && refusal.serial <= this._newsAfter)) return;

@@ -4,14 +4,23 @@ import { RunwireError, VALIDATION_ERROR, deepEqual } from "./errors.js";
 import { Fold, replacingCloses } from "./fold.js";
 
 export class ConversationTree {
+  /** @internal */
   _pathPos: Map<string, number>;
+  /** @internal */
   _path: string[];
+  /** @internal */
   _pathOf: Fold | null;
+  /** @internal */
   _state: Fold;
+  /** @internal */
   _reported: Set<string>;
+  /** @internal */
   _selected: Map<string | null, string>;
+  /** @internal */
   _newest: number | null;
+  /** @internal */
   _oldest: number | null;
+  /** @internal */
   _entries: Map<number, Entry>;
   constructor() {
     /** @type {Map<number, Entry>} */ this._entries = new Map();
@@ -64,7 +73,7 @@ export class ConversationTree {
     return this._once(events);
   }
 
-  /** @returns {TreeEvent[]} */
+  /** @returns {TreeEvent[]} @internal */
   _rebuild(): TreeEvent[] {
     const old = this._state;
     const shown = this._shown();
@@ -128,7 +137,7 @@ export class ConversationTree {
     return events;
   }
 
-  /** Ids of `messages()`, and every node's view (what `_removed` compares). */
+  /** Ids of `messages()`, and every node's view (what `_removed` compares). @internal */
   _shown() {
     /** @type {Map<string, ViewMessage>} */
     const views: Map<string, ViewMessage> = new Map();
@@ -139,6 +148,7 @@ export class ConversationTree {
   /**
    * "removed" MessageEvents for what `path` / `views` showed and this tree does not.
    * @param {string[]} path @param {Map<string, ViewMessage>} views @returns {TreeEvent[]}
+   * @internal
    */
   _removed(path: string[], views: Map<string, ViewMessage>): TreeEvent[] {
     const nodes = this._state.nodes;
@@ -153,7 +163,7 @@ export class ConversationTree {
     }));
   }
 
-  /** Compute the active path again unless it was kept for the current state. */
+  /** Compute the active path again unless it was kept for the current state. @internal */
   _syncPath() {
     if (this._pathOf !== this._state) {
       this._path = this._state.path();
@@ -162,14 +172,14 @@ export class ConversationTree {
     }
   }
 
-  /** Ids of `messages()`. @returns {string[]} */
+  /** Ids of `messages()`. @returns {string[]} @internal */
   _shownIds(): string[] {
     this._syncPath();
     const nodes = this._state.nodes;
     return this._path.filter((mid) => !((nodes.get(mid) as TreeNode).view.refused));
   }
 
-  /** Whether `messages()` holds the message. @param {string} messageId */
+  /** Whether `messages()` holds the message. @param {string} messageId @internal */
   _shows(messageId: string) {
     this._syncPath();
     const node = this._state.nodes.get(messageId);
@@ -183,6 +193,7 @@ export class ConversationTree {
    * each message that left (in the order they showed), ahead of the delivery events. (Nothing
    * already held comes onto the path here.)
    * @param {TreeEvent[]} events @returns {TreeEvent[]}
+   * @internal
    */
   _follow(events: TreeEvent[]): TreeEvent[] {
     const state = this._state;
@@ -222,7 +233,7 @@ export class ConversationTree {
     return [...events.slice(0, at), ...moved, ...events.slice(at)];
   }
 
-  /** @param {TreeEvent[]} events @returns {TreeEvent[]} */
+  /** @param {TreeEvent[]} events @returns {TreeEvent[]} @internal */
   _once(events: TreeEvent[]): TreeEvent[] {
     return events.filter((event) => {
       if (event.kind !== "delivery") return true;
@@ -373,7 +384,7 @@ export class ConversationTree {
     return [...this._state.refusals.values()].filter((r) => runId === null || r.runId === runId);
   }
 
-  /** Every entry the tree holds, in serial order (internal: the chunk streams start from them). */
+  /** Every entry the tree holds, in serial order (internal: the chunk streams start from them). @internal */
   _held(): Entry[] {
     return [...this._entries.keys()].sort((a, b) => a - b).map((s) => this._entries.get(s) as Entry);
   }

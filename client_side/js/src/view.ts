@@ -16,19 +16,31 @@ import { ConversationTree } from "./tree.js";
  * reading method and event subscription throws RunwireError(NOT_ATTACHED) at once.
  */
 export class View {
+  /** @internal */
   _writeOnly: boolean;
+  /** @internal */
   _closed: boolean;
+  /** @internal */
   _older: Promise<number> | null;
+  /** @internal */
   _changed: Set<() => void>;
+  /** @internal */
   _hooks: ((event: TreeEvent) => void)[];
-  /** Called with each entry the view folds live, once folded (internal: the chunk streams). */
+  /** Called with each entry the view folds live, once folded (internal: the chunk streams). @internal */
   _entryHooks: Set<(entry: Entry) => void>;
+  /** @internal */
   _streams: Set<(event: TreeEvent) => void>;
+  /** @internal */
   _callbacks: Record<string, Set<(event: any) => void>>;
+  /** @internal */
   _hasOlder: boolean;
+  /** @internal */
   _oldest: number | null;
+  /** @internal */
   _newest: number | null;
+  /** @internal */
   _tree: ConversationTree;
+  /** @internal */
   _fetchOlder: (before: number, limit: number) => Promise<{ entries: any[]; hasOlder: boolean; }>;
   sessionId: string;
   /**
@@ -58,7 +70,7 @@ export class View {
     return !this._writeOnly;
   }
 
-  /** @param {string} what */
+  /** @param {string} what @internal */
   _checkReadable(what: string) {
     if (this._writeOnly) throw writeOnlyError(this.sessionId, what);
   }
@@ -220,13 +232,13 @@ export class View {
     };
   }
 
-  /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries */
+  /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries @internal */
   _foldLive(entries: any[]) {
     for (const entry of entries) this._dispatch(this._foldOne(entry));
     this._notify(); // entries that raise no event (a refused cancel) still wake waiters
   }
 
-  /** Fold one entry if it is newer than the view holds; the events it caused. @param {any} entry @returns {TreeEvent[]} */
+  /** Fold one entry if it is newer than the view holds; the events it caused. @param {any} entry @returns {TreeEvent[]} @internal */
   _foldOne(entry: any): TreeEvent[] {
     const serial = isObject(entry) && Number.isInteger(entry.serial) ? entry.serial : null;
     if (serial !== null) {
@@ -245,14 +257,14 @@ export class View {
     }
   }
 
-  /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder */
+  /** A first attach: the newest page. @param {any[]} entries @param {number} head @param {boolean} hasOlder @internal */
   _attached(entries: any[], head: number, hasOlder: boolean) {
     this._hasOlder = hasOlder;
     this._foldLive(entries);
     if (this._newest === null) this._newest = head;
   }
 
-  /** A resume: everything after the newest serial the view held. @param {any[]} entries @param {number} head */
+  /** A resume: everything after the newest serial the view held. @param {any[]} entries @param {number} head @internal */
   _resumed(entries: any[], head: number) {
     this._foldLive(entries);
     if (this._newest === null) this._newest = head;
@@ -263,6 +275,7 @@ export class View {
    * folded, reports its events (as a first attach does), then what the rebuilt view no longer
    * shows: "removed" message and Run events (`ConversationTree.removedSince`).
    * @param {any[]} entries @param {number} head @param {boolean} hasOlder
+   * @internal
    */
   _reset(entries: any[], head: number, hasOlder: boolean) {
     const old = this._tree;
@@ -279,12 +292,13 @@ export class View {
     this._notify();
   }
 
+  /** @internal */
   _close() {
     this._closed = true;
     this._notify();
   }
 
-  /** @param {TreeEvent[]} events */
+  /** @param {TreeEvent[]} events @internal */
   _dispatch(events: TreeEvent[]) {
     if (!events.length) return;
     for (const event of events) {
@@ -301,6 +315,7 @@ export class View {
     this._notify();
   }
 
+  /** @internal */
   _notify() {
     for (const fn of [...this._changed]) fn();
   }
@@ -310,6 +325,7 @@ export class View {
    * close; with `giveUp`, stop checking and resolve null once it settles.
    * @template T @param {() => T | null | undefined | false} predicate
    * @param {Promise<unknown> | null} [giveUp] @returns {Promise<T>}
+   * @internal
    */
   _until<T>(predicate: () => T | null | undefined | false, giveUp: Promise<unknown> | null = null): Promise<T> {
     return new Promise((resolve, reject) => {

@@ -20,6 +20,7 @@ export function App() {
 }
 
 function Chat({ session, state }) {
+  // --8<-- [start:usechat]
   const transport = useMemo(() => new RunwireChatTransport({ session }), [session]);
   const { messages, sendMessage, setMessages, status, stop } = useChat({
     id: session.sessionId,
@@ -27,9 +28,11 @@ function Chat({ session, state }) {
     messages: transport.uiMessages(),
     resume: true, // a Run still going after a reload streams on (reconnectToStream)
   });
+  // --8<-- [end:usechat]
   const [input, setInput] = useState("");
   const busy = status === "submitted" || status === "streaming";
 
+  // --8<-- [start:hooks]
   // What other tabs and devices send (and their replies) shows while this tab streams nothing.
   const shown = useMessages(session);
   useEffect(() => {
@@ -38,14 +41,17 @@ function Chat({ session, state }) {
 
   const runs = useRuns(session);
   const going = runs.filter((r) => r.status === "active" || r.status === "pending" || r.status === "queued");
+  // --8<-- [end:hooks]
 
   const submit = (event) => {
     event.preventDefault();
     const text = input.trim();
     if (!text) return;
     setInput("");
+    // --8<-- [start:steer]
     if (busy || going.length) transport.steer(text);
     else sendMessage({ text });
+    // --8<-- [end:steer]
   };
 
   return (
