@@ -497,114 +497,6 @@ function replyChunks(view, runId, options = {}) {
   };
 }
 
-// src/frames.ts
-var RELAY_FRAME_FIELDS = {
-  "welcome": {
-    "v": ["int", "default"],
-    "req": ["req", "optional"],
-    "client_id": ["str", "required"],
-    "user_id": ["str", "optional"],
-    "connection_id": ["str", "required"],
-    "max_frame_bytes": ["int", "required"],
-    "multitask": ["multitask", "optional"],
-    "agent_grace": ["seconds", "optional"]
-  },
-  "attached": {
-    "req": ["req", "required"],
-    "session_id": ["str", "required"],
-    "epoch": ["str", "required"],
-    "head": ["serial", "required"],
-    "entries": ["entries", "required"],
-    "has_older": ["bool", "required"],
-    "reset": ["bool", "default"]
-  },
-  "ack": {
-    "req": ["req", "required"],
-    "serial": ["serial", "optional"],
-    "duplicate": ["bool", "default"]
-  },
-  "page": {
-    "req": ["req", "required"],
-    "session_id": ["str", "required"],
-    "entries": ["entries", "required"],
-    "has_older": ["bool", "required"]
-  },
-  "deliver": {
-    "session_id": ["str", "required"],
-    "entries": ["entries", "required"]
-  },
-  "dispatch": {
-    "session_id": ["str", "required"],
-    "run_id": ["str", "required"],
-    "agent": ["str", "required"],
-    "message_id": ["str", "required"],
-    "adopted": ["bool", "optional"],
-    "checkpoint": ["object", "optional"]
-  },
-  "error": {
-    "req": ["req", "optional"],
-    "session_id": ["str", "optional"],
-    "error": ["error", "required"]
-  }
-};
-var FRAME_CHECKS = new Map(
-  Object.entries(RELAY_FRAME_FIELDS).map(([type, fields]) => [
-    type,
-    Object.entries(fields).map(([name, [kind, rule]]) => ({ name, kind, rule, where: `${type}.${name}` }))
-  ])
-);
-function checkFrameField(kind, v, where) {
-  switch (kind) {
-    case "int":
-      if (!Number.isInteger(v)) invalid(where, "must be an integer");
-      return;
-    case "serial":
-      if (!Number.isInteger(v) || v < 0) invalid(where, "must be a non-negative integer");
-      return;
-    case "req":
-      if (!Number.isInteger(v) && (typeof v !== "string" || longerThan(v, 100))) {
-        invalid(where, "must be an integer or a string of at most 100 characters");
-      }
-      return;
-    case "str":
-      if (typeof v !== "string") invalid(where, "must be a string");
-      return;
-    case "bool":
-      if (typeof v !== "boolean") invalid(where, "must be a boolean");
-      return;
-    case "object":
-      if (!isObject(v)) invalid(where, "must be an object");
-      return;
-    case "entries":
-      if (!Array.isArray(v)) invalid(where, "must be a list");
-      for (let i = 0; i < v.length; i++) if (!isObject(v[i])) invalid(`${where}.${i}`, "must be an object");
-      return;
-    case "multitask":
-      if (!MULTITASK_STRATEGIES.includes(v)) invalid(where, `must be one of ${MULTITASK_STRATEGIES.join(", ")}`);
-      return;
-    case "seconds":
-      if (typeof v !== "number" || !Number.isFinite(v) || v < 0) invalid(where, "must be a number of seconds, not negative");
-      return;
-    case "error":
-      errorBody(v, where, true);
-      return;
-    default:
-      throw new Error(`runwire: RELAY_FRAME_FIELDS names an unknown kind ${kind}`);
-  }
-}
-function checkRelayFrame(frame) {
-  if (!isObject(frame)) throw new RunwireError(PROTOCOL_ERROR, "frame must be a JSON object");
-  const checks = FRAME_CHECKS.get(frame.type);
-  if (checks === void 0) return;
-  for (let i = 0; i < checks.length; i++) {
-    const c = checks[i];
-    const v = frame[c.name];
-    if (v === void 0) {
-      if (c.rule === "required") invalid(c.where, "field required");
-    } else if (v !== null || c.rule !== "optional") checkFrameField(c.kind, v, c.where);
-  }
-}
-
 // src/outcomes.ts
 var OutcomeBook = class {
   /** @internal */
@@ -2114,8 +2006,398 @@ var View = class {
   }
 };
 
-// src/session.ts
+// src/frames.ts
+var RELAY_FRAME_FIELDS = {
+  "welcome": {
+    "v": ["int", "default"],
+    "req": ["req", "optional"],
+    "client_id": ["str", "required"],
+    "user_id": ["str", "optional"],
+    "connection_id": ["str", "required"],
+    "max_frame_bytes": ["int", "required"],
+    "multitask": ["multitask", "optional"],
+    "agent_grace": ["seconds", "optional"]
+  },
+  "attached": {
+    "req": ["req", "required"],
+    "session_id": ["str", "required"],
+    "epoch": ["str", "required"],
+    "head": ["serial", "required"],
+    "entries": ["entries", "required"],
+    "has_older": ["bool", "required"],
+    "reset": ["bool", "default"]
+  },
+  "ack": {
+    "req": ["req", "required"],
+    "serial": ["serial", "optional"],
+    "duplicate": ["bool", "default"]
+  },
+  "page": {
+    "req": ["req", "required"],
+    "session_id": ["str", "required"],
+    "entries": ["entries", "required"],
+    "has_older": ["bool", "required"]
+  },
+  "deliver": {
+    "session_id": ["str", "required"],
+    "entries": ["entries", "required"]
+  },
+  "dispatch": {
+    "session_id": ["str", "required"],
+    "run_id": ["str", "required"],
+    "agent": ["str", "required"],
+    "message_id": ["str", "required"],
+    "adopted": ["bool", "optional"],
+    "checkpoint": ["object", "optional"]
+  },
+  "error": {
+    "req": ["req", "optional"],
+    "session_id": ["str", "optional"],
+    "error": ["error", "required"]
+  }
+};
+var FRAME_CHECKS = new Map(
+  Object.entries(RELAY_FRAME_FIELDS).map(([type, fields]) => [
+    type,
+    Object.entries(fields).map(([name, [kind, rule]]) => ({ name, kind, rule, where: `${type}.${name}` }))
+  ])
+);
+function checkFrameField(kind, v, where) {
+  switch (kind) {
+    case "int":
+      if (!Number.isInteger(v)) invalid(where, "must be an integer");
+      return;
+    case "serial":
+      if (!Number.isInteger(v) || v < 0) invalid(where, "must be a non-negative integer");
+      return;
+    case "req":
+      if (!Number.isInteger(v) && (typeof v !== "string" || longerThan(v, 100))) {
+        invalid(where, "must be an integer or a string of at most 100 characters");
+      }
+      return;
+    case "str":
+      if (typeof v !== "string") invalid(where, "must be a string");
+      return;
+    case "bool":
+      if (typeof v !== "boolean") invalid(where, "must be a boolean");
+      return;
+    case "object":
+      if (!isObject(v)) invalid(where, "must be an object");
+      return;
+    case "entries":
+      if (!Array.isArray(v)) invalid(where, "must be a list");
+      for (let i = 0; i < v.length; i++) if (!isObject(v[i])) invalid(`${where}.${i}`, "must be an object");
+      return;
+    case "multitask":
+      if (!MULTITASK_STRATEGIES.includes(v)) invalid(where, `must be one of ${MULTITASK_STRATEGIES.join(", ")}`);
+      return;
+    case "seconds":
+      if (typeof v !== "number" || !Number.isFinite(v) || v < 0) invalid(where, "must be a number of seconds, not negative");
+      return;
+    case "error":
+      errorBody(v, where, true);
+      return;
+    default:
+      throw new Error(`runwire: RELAY_FRAME_FIELDS names an unknown kind ${kind}`);
+  }
+}
+function checkRelayFrame(frame) {
+  if (!isObject(frame)) throw new RunwireError(PROTOCOL_ERROR, "frame must be a JSON object");
+  const checks = FRAME_CHECKS.get(frame.type);
+  if (checks === void 0) return;
+  for (let i = 0; i < checks.length; i++) {
+    const c = checks[i];
+    const v = frame[c.name];
+    if (v === void 0) {
+      if (c.rule === "required") invalid(c.where, "field required");
+    } else if (v !== null || c.rule !== "optional") checkFrameField(c.kind, v, c.where);
+  }
+}
+
+// src/connection.ts
 var OPEN = 1;
+function _start() {
+  if (typeof globalThis.addEventListener === "function") {
+    globalThis.addEventListener("online", this._onOnline);
+    globalThis.addEventListener("offline", this._onOffline);
+  }
+  this._open();
+  return this._first.promise;
+}
+function _shutdown(error) {
+  const wasReady = this._ready;
+  this._closed = true;
+  this._ready = false;
+  if (this._retryTimer !== null) clearTimeout(this._retryTimer);
+  this._retryTimer = null;
+  if (typeof globalThis.removeEventListener === "function") {
+    globalThis.removeEventListener("online", this._onOnline);
+    globalThis.removeEventListener("offline", this._onOffline);
+  }
+  for (const p of [...this._pending.values()]) p.reject(error);
+  this._pending.clear();
+  this._letGo(0);
+  for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
+  this._deliveries.clear();
+  this._first.reject(error);
+  this.view._close();
+  if (wasReady || this._first.settled) this._emit("closed");
+}
+function _emit(state) {
+  for (const fn of [...this._stateCallbacks]) {
+    try {
+      fn(state);
+    } catch (err) {
+      console.error("runwire: a state callback failed:", err);
+    }
+  }
+}
+function _open() {
+  if (this._closed) return;
+  const fresh = this._tokenProvider !== null && (this._tries > 0 || this._token === null);
+  this._tries += 1;
+  if (!fresh) {
+    this._openSocket();
+    return;
+  }
+  this._freshToken().then(
+    () => this._openSocket(),
+    (error) => {
+      if (!this._closed) this._fatalError(error);
+    }
+  );
+}
+async function _freshToken() {
+  const provider = this._tokenProvider;
+  let token;
+  try {
+    token = await provider();
+  } catch (err) {
+    throw new RunwireError(UNAUTHORIZED, `the token provider failed: ${err}`);
+  }
+  if (typeof token !== "string" || !token) throw new RunwireError(UNAUTHORIZED, "the token provider returned no token");
+  this._token = token;
+}
+function _openSocket() {
+  if (this._closed) return;
+  let url = this.url;
+  if (this._token) url += (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(this._token);
+  let ws;
+  try {
+    ws = new this._WebSocket(url);
+  } catch (err) {
+    this._lost(null, err);
+    return;
+  }
+  this._ws = ws;
+  let welcomed = false;
+  const timer = setTimeout(() => {
+    if (!this._ready && this._ws === ws) ws.close(4e3, "timed out");
+  }, this._openTimeout);
+  ws.addEventListener("open", () => {
+    const hello = { type: "hello", v: PROTOCOL_VERSION, role: "client" };
+    if (this.clientId) hello.client_id = this.clientId;
+    ws.send(JSON.stringify(hello));
+  });
+  ws.addEventListener("message", (ev) => {
+    if (this._ws !== ws) return;
+    let frame;
+    try {
+      frame = JSON.parse(typeof ev.data === "string" ? ev.data : String(ev.data));
+    } catch {
+      console.warn("runwire: dropping a frame this client cannot read");
+      return;
+    }
+    if (!isObject(frame) || typeof frame.type !== "string") return;
+    try {
+      checkRelayFrame(frame);
+    } catch (err) {
+      console.warn(`runwire: dropping a frame this client cannot read: ${err instanceof Error ? err.message : err}`);
+      if (!welcomed) {
+        if (!this._first.settled) this._fatalError(err);
+        ws.close(4002, "cannot read the welcome");
+      }
+      return;
+    }
+    if (!welcomed) {
+      if (frame.type === "error") {
+        this._refusal = RunwireError.fromWire(frame.error);
+        ws.close();
+        return;
+      }
+      if (frame.type !== "welcome") {
+        ws.close(4002, "expected welcome");
+        return;
+      }
+      welcomed = true;
+      this._expired = 0;
+      this.clientId = frame.client_id;
+      this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
+      if (Number.isInteger(frame.max_frame_bytes) && frame.max_frame_bytes > 0) this._maxFrameBytes = frame.max_frame_bytes;
+      this._connects += 1;
+      if (this.subscribe) this._attach(ws, timer);
+      else this._up(ws, timer);
+      return;
+    }
+    this._onFrame(frame);
+  });
+  ws.addEventListener("close", (ev) => {
+    clearTimeout(timer);
+    if (this._ws === ws) this._lost(ev, null);
+  });
+}
+function _attach(ws, timer) {
+  const first = this._epoch === null;
+  const attach = { type: "attach", session_id: this.sessionId, limit: this.historyLimit };
+  if (!first) {
+    if (this.view.newestSerial !== null) attach.from_serial = this.view.newestSerial;
+    attach.epoch = this._epoch;
+  }
+  const connects = this._connects;
+  if (this._attachReq !== null) this._pending.delete(this._attachReq);
+  this._attachReq = this._request(attach, {
+    immediate: true,
+    // Called synchronously from the socket's message handler: no deliver frame can fold between.
+    resolve: (reply) => {
+      if (this._ws !== ws || this._connects !== connects) return;
+      if (reply.type !== "attached") {
+        ws.close(4002, "expected attached");
+        return;
+      }
+      clearTimeout(timer);
+      if (first) {
+        this._newsAfter = reply.head;
+        this.view._attached(reply.entries, reply.head, reply.has_older);
+      } else if (reply.reset) {
+        console.warn(`runwire: session ${this.sessionId}: the relay lost history; rebuilding`);
+        this._newsAfter = reply.head;
+        this._resets += 1;
+        this.view._reset(reply.entries, reply.head, reply.has_older);
+        this._afterReset();
+      } else this.view._resumed(reply.entries, reply.head);
+      this._epoch = reply.epoch;
+      this._up(ws, timer);
+    },
+    reject: (error) => {
+      if (this._ws !== ws) return;
+      console.warn(`runwire: attaching to ${this.sessionId} failed:`, error);
+      if (!this._first.settled) this._fatalError(error);
+      else if (error instanceof RunwireError && error.code === UNAUTHORIZED) this._refusal = error;
+      ws.close();
+    }
+  });
+}
+function _up(ws, timer) {
+  if (this._ws !== ws) return;
+  clearTimeout(timer);
+  this._attempt = 0;
+  this._ready = true;
+  this._first.resolve(this);
+  this._emit("connected");
+  for (const p of [...this._pending.values()]) {
+    if (p.sentOn !== this._connects) this._send(p);
+  }
+}
+function _onFrame(frame) {
+  const req = frame.req;
+  if (req !== void 0 && req !== null) {
+    const pending = typeof req === "number" ? this._pending.get(req) : void 0;
+    if (pending !== void 0) {
+      this._pending.delete(req);
+      if (frame.type === "error") pending.reject(RunwireError.fromWire(frame.error));
+      else pending.resolve(frame);
+    }
+    return;
+  }
+  try {
+    if (frame.type === "deliver") {
+      if (frame.session_id === this.sessionId && Array.isArray(frame.entries)) this.view._foldLive(frame.entries);
+    } else if (frame.type === "error") {
+      const e = isObject(frame.error) ? frame.error : {};
+      console.warn(`runwire: relay reported on session ${frame.session_id}: ${e.code} ${e.message}`);
+    }
+  } catch (err) {
+    console.error(`runwire: handling a ${frame.type} frame failed:`, err);
+  }
+}
+function _lost(ev, err) {
+  const wasReady = this._ready;
+  this._ready = false;
+  this._ws = null;
+  if (this._attachReq !== null) this._pending.delete(this._attachReq);
+  this._attachReq = null;
+  const refused = this._credentialsError(ev);
+  if (this._closed) return;
+  if (refused !== null) {
+    const retry = refused.code === TOKEN_EXPIRED && this._tokenProvider !== null && ++this._expired <= 3;
+    if (!retry) {
+      this._fatalError(refused);
+      return;
+    }
+  } else if (!this._first.settled) {
+    const code = ev ? ev.code : 0;
+    const reason = err ? String(err) : `closed with code ${code}`;
+    this._fatalError(new RunwireError(CONNECTION_CLOSED, `cannot connect to ${this.url}: ${reason}`));
+    return;
+  }
+  if (wasReady || this._attempt === 0) this._emit("disconnected");
+  const delay = backoff(this._backoffInitial, this._backoffMax, this._attempt);
+  this._attempt = Math.min(this._attempt + 1, 16);
+  this._retryTimer = setTimeout(() => {
+    this._retryTimer = null;
+    this._open();
+  }, delay);
+}
+function _credentialsError(ev) {
+  const refusal = this._refusal;
+  this._refusal = null;
+  if (refusal !== null) return refusal;
+  const code = ev ? ev.code : 0;
+  if (code !== 4001 && code !== 4003) return null;
+  const raw = ev && ev.reason || "";
+  const prefix = `${CLOSE_CODES[code]}: `;
+  const reason = raw.startsWith(prefix) ? raw.slice(prefix.length) : raw;
+  return new RunwireError(CLOSE_CODES[code], reason || "the relay refused the credentials");
+}
+function _fatalError(error) {
+  this._fatal = error;
+  this._shutdown(error);
+}
+function _request(frame, handlers) {
+  if (this._closed) {
+    handlers.reject(this._fatal || new RunwireError(CONNECTION_CLOSED, "connection closed"));
+    return null;
+  }
+  const req = ++this._nextReq;
+  const data = { ...frame, req };
+  const text = JSON.stringify(data);
+  const size = utf8Length(text, this._maxFrameBytes);
+  if (size > this._maxFrameBytes) {
+    handlers.reject(
+      new RunwireError(PAYLOAD_TOO_LARGE, `frame of ${size} bytes exceeds the limit of ${this._maxFrameBytes}`, {
+        size,
+        limit: this._maxFrameBytes
+      })
+    );
+    return null;
+  }
+  const pending = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
+  this._pending.set(req, pending);
+  if (this._ready || handlers.immediate) this._send(pending);
+  return req;
+}
+function _call(frame) {
+  return new Promise((resolve, reject) => this._request(frame, { resolve, reject }));
+}
+function _send(pending) {
+  const ws = this._ws;
+  if (ws === null || ws.readyState !== OPEN) return;
+  pending.sentOn = this._connects;
+  ws.send(pending.text);
+}
+var connectionMethods = { _start, _shutdown, _emit, _open, _freshToken, _openSocket, _attach, _up, _onFrame, _lost, _credentialsError, _fatalError, _request, _call, _send };
+
+// src/session.ts
 var Session = class {
   /** @internal */
   _resets;
@@ -2509,315 +2791,6 @@ var Session = class {
     }
   }
   // ----------------------------------------------------------------- internal --
-  /** @returns {Promise<Session>} @internal */
-  _start() {
-    if (typeof globalThis.addEventListener === "function") {
-      globalThis.addEventListener("online", this._onOnline);
-      globalThis.addEventListener("offline", this._onOffline);
-    }
-    this._open();
-    return this._first.promise;
-  }
-  /** @param {RunwireError} error @internal */
-  _shutdown(error) {
-    const wasReady = this._ready;
-    this._closed = true;
-    this._ready = false;
-    if (this._retryTimer !== null) clearTimeout(this._retryTimer);
-    this._retryTimer = null;
-    if (typeof globalThis.removeEventListener === "function") {
-      globalThis.removeEventListener("online", this._onOnline);
-      globalThis.removeEventListener("offline", this._onOffline);
-    }
-    for (const p of [...this._pending.values()]) p.reject(error);
-    this._pending.clear();
-    this._letGo(0);
-    for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
-    this._deliveries.clear();
-    this._first.reject(error);
-    this.view._close();
-    if (wasReady || this._first.settled) this._emit("closed");
-  }
-  /** @param {ConnectionState} state @internal */
-  _emit(state) {
-    for (const fn of [...this._stateCallbacks]) {
-      try {
-        fn(state);
-      } catch (err) {
-        console.error("runwire: a state callback failed:", err);
-      }
-    }
-  }
-  /** Open the next socket, with a fresh token first when there is a provider. @internal */
-  _open() {
-    if (this._closed) return;
-    const fresh = this._tokenProvider !== null && (this._tries > 0 || this._token === null);
-    this._tries += 1;
-    if (!fresh) {
-      this._openSocket();
-      return;
-    }
-    this._freshToken().then(
-      () => this._openSocket(),
-      (error) => {
-        if (!this._closed) this._fatalError(error);
-      }
-    );
-  }
-  /** Ask the token provider for a token; UNAUTHORIZED if it fails or gives none. @internal */
-  async _freshToken() {
-    const provider = this._tokenProvider;
-    let token;
-    try {
-      token = await provider();
-    } catch (err) {
-      throw new RunwireError(UNAUTHORIZED, `the token provider failed: ${err}`);
-    }
-    if (typeof token !== "string" || !token) throw new RunwireError(UNAUTHORIZED, "the token provider returned no token");
-    this._token = token;
-  }
-  /** @internal */
-  _openSocket() {
-    if (this._closed) return;
-    let url = this.url;
-    if (this._token) url += (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(this._token);
-    let ws;
-    try {
-      ws = new this._WebSocket(url);
-    } catch (err) {
-      this._lost(null, err);
-      return;
-    }
-    this._ws = ws;
-    let welcomed = false;
-    const timer = setTimeout(() => {
-      if (!this._ready && this._ws === ws) ws.close(4e3, "timed out");
-    }, this._openTimeout);
-    ws.addEventListener("open", () => {
-      const hello = { type: "hello", v: PROTOCOL_VERSION, role: "client" };
-      if (this.clientId) hello.client_id = this.clientId;
-      ws.send(JSON.stringify(hello));
-    });
-    ws.addEventListener("message", (ev) => {
-      if (this._ws !== ws) return;
-      let frame;
-      try {
-        frame = JSON.parse(typeof ev.data === "string" ? ev.data : String(ev.data));
-      } catch {
-        console.warn("runwire: dropping a frame this client cannot read");
-        return;
-      }
-      if (!isObject(frame) || typeof frame.type !== "string") return;
-      try {
-        checkRelayFrame(frame);
-      } catch (err) {
-        console.warn(`runwire: dropping a frame this client cannot read: ${err instanceof Error ? err.message : err}`);
-        if (!welcomed) {
-          if (!this._first.settled) this._fatalError(err);
-          ws.close(4002, "cannot read the welcome");
-        }
-        return;
-      }
-      if (!welcomed) {
-        if (frame.type === "error") {
-          this._refusal = RunwireError.fromWire(frame.error);
-          ws.close();
-          return;
-        }
-        if (frame.type !== "welcome") {
-          ws.close(4002, "expected welcome");
-          return;
-        }
-        welcomed = true;
-        this._expired = 0;
-        this.clientId = frame.client_id;
-        this._defaultMultitask = MULTITASK_STRATEGIES.includes(frame.multitask) ? frame.multitask : null;
-        if (Number.isInteger(frame.max_frame_bytes) && frame.max_frame_bytes > 0) this._maxFrameBytes = frame.max_frame_bytes;
-        this._connects += 1;
-        if (this.subscribe) this._attach(ws, timer);
-        else this._up(ws, timer);
-        return;
-      }
-      this._onFrame(frame);
-    });
-    ws.addEventListener("close", (ev) => {
-      clearTimeout(timer);
-      if (this._ws === ws) this._lost(ev, null);
-    });
-  }
-  /** @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer @internal */
-  _attach(ws, timer) {
-    const first = this._epoch === null;
-    const attach = { type: "attach", session_id: this.sessionId, limit: this.historyLimit };
-    if (!first) {
-      if (this.view.newestSerial !== null) attach.from_serial = this.view.newestSerial;
-      attach.epoch = this._epoch;
-    }
-    const connects = this._connects;
-    if (this._attachReq !== null) this._pending.delete(this._attachReq);
-    this._attachReq = this._request(attach, {
-      immediate: true,
-      // Called synchronously from the socket's message handler: no deliver frame can fold between.
-      resolve: (reply) => {
-        if (this._ws !== ws || this._connects !== connects) return;
-        if (reply.type !== "attached") {
-          ws.close(4002, "expected attached");
-          return;
-        }
-        clearTimeout(timer);
-        if (first) {
-          this._newsAfter = reply.head;
-          this.view._attached(reply.entries, reply.head, reply.has_older);
-        } else if (reply.reset) {
-          console.warn(`runwire: session ${this.sessionId}: the relay lost history; rebuilding`);
-          this._newsAfter = reply.head;
-          this._resets += 1;
-          this.view._reset(reply.entries, reply.head, reply.has_older);
-          this._afterReset();
-        } else this.view._resumed(reply.entries, reply.head);
-        this._epoch = reply.epoch;
-        this._up(ws, timer);
-      },
-      reject: (error) => {
-        if (this._ws !== ws) return;
-        console.warn(`runwire: attaching to ${this.sessionId} failed:`, error);
-        if (!this._first.settled) this._fatalError(error);
-        else if (error instanceof RunwireError && error.code === UNAUTHORIZED) this._refusal = error;
-        ws.close();
-      }
-    });
-  }
-  /**
-   * The socket is ready (welcomed, and attached unless write-only): re-send what waits.
-   * @param {WebSocket} ws @param {ReturnType<typeof setTimeout>} timer
-   * @internal
-   */
-  _up(ws, timer) {
-    if (this._ws !== ws) return;
-    clearTimeout(timer);
-    this._attempt = 0;
-    this._ready = true;
-    this._first.resolve(this);
-    this._emit("connected");
-    for (const p of [...this._pending.values()]) {
-      if (p.sentOn !== this._connects) this._send(p);
-    }
-  }
-  /** @param {Record<string, any>} frame @internal */
-  _onFrame(frame) {
-    const req = frame.req;
-    if (req !== void 0 && req !== null) {
-      const pending = typeof req === "number" ? this._pending.get(req) : void 0;
-      if (pending !== void 0) {
-        this._pending.delete(req);
-        if (frame.type === "error") pending.reject(RunwireError.fromWire(frame.error));
-        else pending.resolve(frame);
-      }
-      return;
-    }
-    try {
-      if (frame.type === "deliver") {
-        if (frame.session_id === this.sessionId && Array.isArray(frame.entries)) this.view._foldLive(frame.entries);
-      } else if (frame.type === "error") {
-        const e = isObject(frame.error) ? frame.error : {};
-        console.warn(`runwire: relay reported on session ${frame.session_id}: ${e.code} ${e.message}`);
-      }
-    } catch (err) {
-      console.error(`runwire: handling a ${frame.type} frame failed:`, err);
-    }
-  }
-  /** @param {CloseEvent | null} ev @param {unknown} err @internal */
-  _lost(ev, err) {
-    const wasReady = this._ready;
-    this._ready = false;
-    this._ws = null;
-    if (this._attachReq !== null) this._pending.delete(this._attachReq);
-    this._attachReq = null;
-    const refused = this._credentialsError(ev);
-    if (this._closed) return;
-    if (refused !== null) {
-      const retry = refused.code === TOKEN_EXPIRED && this._tokenProvider !== null && ++this._expired <= 3;
-      if (!retry) {
-        this._fatalError(refused);
-        return;
-      }
-    } else if (!this._first.settled) {
-      const code = ev ? ev.code : 0;
-      const reason = err ? String(err) : `closed with code ${code}`;
-      this._fatalError(new RunwireError(CONNECTION_CLOSED, `cannot connect to ${this.url}: ${reason}`));
-      return;
-    }
-    if (wasReady || this._attempt === 0) this._emit("disconnected");
-    const delay = backoff(this._backoffInitial, this._backoffMax, this._attempt);
-    this._attempt = Math.min(this._attempt + 1, 16);
-    this._retryTimer = setTimeout(() => {
-      this._retryTimer = null;
-      this._open();
-    }, delay);
-  }
-  /**
-   * The credentials error a close stands for (a refused hello's error frame, or close 4001 /
-   * 4003); null for any other close. Takes the refused hello's error.
-   * @param {CloseEvent | null} ev @returns {RunwireError | null}
-   * @internal
-   */
-  _credentialsError(ev) {
-    const refusal = this._refusal;
-    this._refusal = null;
-    if (refusal !== null) return refusal;
-    const code = ev ? ev.code : 0;
-    if (code !== 4001 && code !== 4003) return null;
-    const raw = ev && ev.reason || "";
-    const prefix = `${CLOSE_CODES[code]}: `;
-    const reason = raw.startsWith(prefix) ? raw.slice(prefix.length) : raw;
-    return new RunwireError(CLOSE_CODES[code], reason || "the relay refused the credentials");
-  }
-  /** @param {RunwireError} error @internal */
-  _fatalError(error) {
-    this._fatal = error;
-    this._shutdown(error);
-  }
-  /**
-   * Send a request and hand its reply to `resolve` (an `error` reply to `reject`).
-   * @param {Record<string, any>} frame
-   * @param {{immediate?: boolean, resolve: (reply: Record<string, any>) => void, reject: (error: RunwireError) => void}} handlers
-   * @returns {number | null} the request's `req` (null when the session is closed)
-   * @internal
-   */
-  _request(frame, handlers) {
-    if (this._closed) {
-      handlers.reject(this._fatal || new RunwireError(CONNECTION_CLOSED, "connection closed"));
-      return null;
-    }
-    const req = ++this._nextReq;
-    const data = { ...frame, req };
-    const text = JSON.stringify(data);
-    const size = utf8Length(text, this._maxFrameBytes);
-    if (size > this._maxFrameBytes) {
-      handlers.reject(
-        new RunwireError(PAYLOAD_TOO_LARGE, `frame of ${size} bytes exceeds the limit of ${this._maxFrameBytes}`, {
-          size,
-          limit: this._maxFrameBytes
-        })
-      );
-      return null;
-    }
-    const pending = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
-    this._pending.set(req, pending);
-    if (this._ready || handlers.immediate) this._send(pending);
-    return req;
-  }
-  /** @param {Record<string, any>} frame @returns {Promise<Record<string, any>>} @internal */
-  _call(frame) {
-    return new Promise((resolve, reject) => this._request(frame, { resolve, reject }));
-  }
-  /** @param {PendingRequest} pending @internal */
-  _send(pending) {
-    const ws = this._ws;
-    if (ws === null || ws.readyState !== OPEN) return;
-    pending.sentOn = this._connects;
-    ws.send(pending.text);
-  }
   /**
    * Publish one entry. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
    * de-duplicates) after its `details.retry_after` seconds (none named: a backoff with jitter from
@@ -3063,6 +3036,7 @@ var Session = class {
     }
   }
 };
+Object.assign(Session.prototype, connectionMethods);
 
 // src/index.ts
 function connect(url, sessionId, options = {}) {
