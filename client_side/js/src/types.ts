@@ -3,14 +3,17 @@ import type { RunwireError } from "./errors.js";
 
 export type Role = "user" | "assistant" | "system";
 
+/** "queued": waiting its turn (multitask enqueue/interrupt/rollback); "pending": not started yet. */
 export type RunStatus = "queued" | "pending" | "active" | "suspended" | "complete" | "cancelled" | "error";
 
 export type RunEndReason = "complete" | "cancelled" | "error";
 
 export type Intent = "prompt" | "steer" | "follow_up" | "inject";
 
+/** What a prompt's Run does to Runs going on in the session. */
 export type Multitask = "alongside" | "reject" | "enqueue" | "interrupt" | "rollback";
 
+/** `shared` on a session's first prompt lets other users' strategies touch its Runs. */
 export type ThreadAccess = "own" | "shared";
 
 export type ConnectionState = "connected" | "disconnected" | "closed";
@@ -83,6 +86,7 @@ export type Part =
   | FilePart
   | DataPart;
 
+/** One message of a conversation; the same shape as on the wire. */
 export interface UIMessage {
   id: string;
   role: Role;
@@ -90,6 +94,7 @@ export interface UIMessage {
   metadata: Record<string, unknown>;
 }
 
+/** A message as the tree holds it; `intent` is null for responses; `refused` once an input check refused it. */
 export interface ViewMessage {
   readonly message: UIMessage;
   readonly runId: string;
@@ -99,6 +104,7 @@ export interface ViewMessage {
   readonly refused: boolean;
 }
 
+/** An input check refused a queued message: which, where, the error object, who published the refusal. */
 export interface Refusal {
   readonly messageId: string;
   readonly runId: string;
@@ -108,12 +114,14 @@ export interface Refusal {
   readonly clientId: string | null;
 }
 
+/** One response of a Run: the message, whether it was closed, what it had seen. */
 export interface ResponseState {
   readonly view: ViewMessage;
   readonly closed: boolean;
   readonly seen: string[];
 }
 
+/** A snapshot of one Run; `clientId` / `userId` / `agent` come from its prompt. */
 export interface RunInfo {
   readonly runId: string;
   readonly status: RunStatus;
@@ -124,6 +132,7 @@ export interface RunInfo {
   readonly agent: string | null;
 }
 
+/** An agent refused a cancel: which one (`cancelId`, the refused cancel entry's id), of which Run, who refused. */
 export interface CancelDenial {
   readonly runId: string;
   readonly cancelId: string | null;
@@ -141,6 +150,15 @@ export interface OutcomeRecord {
   readonly refused: Record<string, unknown> | null;
 }
 
+/**
+ * `op: "added"`: a new message, or one already held that came onto the active branch
+ * (`selectBranch`, a rebuild); `"updated"`: its content, parent or `refused` changed;
+ * `"removed"`: it left `getMessages()` (a fork or rollback left its turn behind, a branch was
+ * selected, it was refused, a rebuild moved it, a reset dropped it).
+ * `shown`: whether the message is in `getMessages()` once the entry (or selection) that caused the
+ * event is applied (false for "removed", and for messages off the active branch). A UI that
+ * follows events upserts a message whose event is shown and drops it otherwise.
+ */
 export interface MessageEvent {
   kind: "message";
   message: ViewMessage;
@@ -148,6 +166,10 @@ export interface MessageEvent {
   shown: boolean;
 }
 
+/**
+ * `op: "changed"`: the Run appeared or its status (or error) changed; `"removed"`: a reset rebuilt
+ * the view from a page that does not name it (`run` is the last snapshot the view had).
+ */
 export interface RunEvent {
   kind: "run";
   run: RunInfo;
@@ -161,6 +183,10 @@ export interface DeliveryEvent {
 
 export type TreeEvent = MessageEvent | RunEvent | DeliveryEvent;
 
+/**
+ * A channel entry (see docs/schema/stamped-entry.json); wire field names. Kinds: message, run,
+ * cancel, cancel_denied, response_open, response_append, response_close.
+ */
 export type Entry = Record<string, any>;
 
 export interface EventMap {
@@ -179,6 +205,7 @@ export interface Outcome {
   refused: RunwireError | null;
 }
 
+/** A question a Run asks (`response` only on `resumed` entries). */
 export interface Interrupt {
   id: string;
   kind: "input" | "approval" | "plan";
@@ -203,8 +230,13 @@ export interface RunResult {
   reason: string | null;
 }
 
+/** The kinds of message a Run takes while it works. */
 export type QueuedIntent = "steer" | "follow_up" | "inject";
 
+/**
+ * A queued message an input check refused, and the error; `message` is null on a device that
+ * never had its content (the relay refused it, so only the sender holds it).
+ */
 export interface Refused {
   readonly messageId: string;
   readonly runId: string;
