@@ -93,10 +93,12 @@ CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "dis
 
 
 class Server:
-    """A running relay: ``.url`` (ws://), ``.port``, ``.hub``, ``.store``."""
+    """A running relay: ``.url`` (ws://), ``.port``, ``.hub``, ``.store``, ``.admission``
+    (the open connections it counts against its caps)."""
 
-    def __init__(self, ws_server: WSServer, hub: Hub, host: str) -> None:
+    def __init__(self, ws_server: WSServer, hub: Hub, host: str, admission: Admission) -> None:
         self.ws_server = ws_server
+        self.admission = admission
         self.hub = hub
         self.store = hub.store
         sock = next(iter(ws_server.sockets))
@@ -204,6 +206,9 @@ async def serve(
             flusher=Flusher(),
         )
 
+        admission = Admission(
+            opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+        )
         async with ws_serve(
             handler,
             host,
@@ -214,9 +219,7 @@ async def serve(
                 opts.max_token_bytes,
                 credentials=verifier is not None,
                 authorize=None if verifier is None else functools.partial(_authorize, verifier),
-                admission=Admission(
-                    opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
-                ),
+                admission=admission,
             ),
             open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
@@ -226,7 +229,7 @@ async def serve(
             ping_timeout=ping.ping_timeout,
             close_timeout=ping.close_timeout,
         ) as ws_server:
-            yield Server(ws_server, hub, host)
+            yield Server(ws_server, hub, host, admission)
             api.close()
             ws_server.close(close_connections=True)
     finally:
