@@ -6,7 +6,8 @@ closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
 connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
 ``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
 /metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
-(``client_side/js/runwire.js``), ``GET /static/...`` the chat page's own files
+(``client_side/js/dist/runwire.js``, built from client_side/js/src), ``GET
+/static/...`` the chat page's own files
 (a fixed list, ``relay.static_files``), and ``GET /`` the ``index_html`` file
 when that option names one. ``/v1/...`` is the HTTP API for back ends without a
 socket (``relay.http_api``, which also explains how request bodies are read).
@@ -87,7 +88,7 @@ __all__ = ["Server", "serve"]
 
 log = logging.getLogger("runwire.relay")
 
-CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "runwire.js"
+CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "dist" / "runwire.js"
 """The browser client, served at ``/client.js`` (found beside the installed packages)."""
 
 
