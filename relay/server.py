@@ -65,6 +65,7 @@ from transport.keepalive import keepalive
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 
+from . import handshake_log
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
 from .http_api import (
@@ -123,6 +124,7 @@ async def serve(
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
     redact_tokens()  # before websockets logs a request line or header with a token
+    handshake_log.install()  # a connection that hangs up before its request is no error
     _check_limits(opts)
     ping = keepalive(opts.keepalive_timeout, close_max=2.0)  # ValueError for a bad one
     verifier: TokenVerifier | None = None
