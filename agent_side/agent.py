@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from ssl import SSLContext
 from types import TracebackType
 
 import anyio
@@ -74,6 +75,7 @@ class Agent:
         durable: bool = False,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        ssl: SSLContext | None = None,
     ) -> None:
         """A worker of agent ``name``; the keyword options are the ``RunOptions`` of its Runs.
 
@@ -82,7 +84,8 @@ class Agent:
         limit Runs: a worker takes every Run the relay hands it, in any number
         of sessions. ``rate_limit_wait`` and ``store_wait`` bound how long a
         publish refused ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again (as
-        for ``connect()``). Raises ``ValueError`` for a bad option.
+        for ``connect()``). ``ssl`` is the TLS context of a ``wss://`` URL (as for
+        ``connect()``). Raises ``ValueError`` for a bad option.
         """
         self.url = url
         self.name = name
@@ -107,6 +110,7 @@ class Agent:
             after_connect=self._register,
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
+            ssl=ssl,
         )
         self._taken: set[tuple[str, str]] = set()
         self._again: dict[tuple[str, str], Dispatch] = {}

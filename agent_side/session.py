@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from ssl import SSLContext
 from typing import Any
 
 import anyio
@@ -551,6 +552,7 @@ class _Link:
         after_connect: Callable[[Connection], Awaitable[None]] | None = None,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.sessions: dict[str, AgentSession] = {}
         self.conn = Connection(
@@ -563,6 +565,7 @@ class _Link:
             on_connect=self._on_connect,
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
+            ssl=ssl,
         )
         self._on_dispatch = on_dispatch
         self._after_connect = after_connect
@@ -725,6 +728,7 @@ async def connect(
     durable: bool | None = None,
     rate_limit_wait: float = RATE_LIMIT_WAIT,
     store_wait: float = STORE_WAIT,
+    ssl: SSLContext | None = None,
 ) -> AsyncIterator[AgentSession]:
     """Attach to one session as an agent until the block exits (explicit mode).
 
@@ -738,6 +742,8 @@ async def connect(
     ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order, for up to
     ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
     refusal; then the error is raised (``pipe()`` returns ``reason="error"``).
+    ``ssl`` is the TLS context of a ``wss://`` URL, for a relay whose certificate the
+    system does not trust (``ssl.create_default_context(cafile=...)``).
     """
     link = _Link(
         url,
@@ -746,6 +752,7 @@ async def connect(
         client_id=client_id,
         rate_limit_wait=rate_limit_wait,
         store_wait=store_wait,
+        ssl=ssl,
     )
     options = RunOptions().merge(
         queue=queue,

@@ -63,6 +63,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from ssl import SSLContext
 from typing import Any
 
 import anyio
@@ -133,6 +134,7 @@ def connect(
     subscribe: bool = True,
     rate_limit_wait: float = RATE_LIMIT_WAIT,
     store_wait: float = STORE_WAIT,
+    ssl: SSLContext | None = None,
 ) -> ClientSession:
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
 
@@ -155,7 +157,9 @@ def connect(
     A publish (``send``, steering, ``cancel``, ...) the relay refuses ``RATE_LIMITED``
     or ``STORE_UNAVAILABLE`` goes again, in the order they were made, for up to
     ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
-    refusal; then it raises that error.
+    refusal; then it raises that error. ``ssl`` is the TLS context of a ``wss://``
+    URL, for a relay whose certificate the system does not trust
+    (``ssl.create_default_context(cafile=...)``); None uses the system's.
     """
     return ClientSession(
         url,
@@ -169,6 +173,7 @@ def connect(
         subscribe=subscribe,
         rate_limit_wait=rate_limit_wait,
         store_wait=store_wait,
+        ssl=ssl,
     )
 
 
@@ -189,6 +194,7 @@ class ClientSession:
         subscribe: bool = True,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        ssl: SSLContext | None = None,
     ) -> None:
         if not 1 <= history_limit <= 1000:
             raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
@@ -217,6 +223,7 @@ class ClientSession:
             on_connect=self._on_connect,
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
+            ssl=ssl,
         )
         self._epoch: str | None = None
         self._resets = 0  # how many resets rebuilt the view (a Run one lost fails its waits)

@@ -34,6 +34,10 @@ allowed origin, never ``*``. Connections are capped (``max_connections``,
 ``max_connections_per_ip``) and have ``request_timeout`` (10 s) to send their
 request (``relay.admission``). Every record of the websockets and runwire
 loggers has its tokens redacted (``transport.redact``).
+
+TLS. With ``ssl_certfile`` (and ``ssl_keyfile``) or an ``ssl`` context the
+port speaks TLS only: ``wss://`` for WebSocket and ``https://`` for HTTP,
+and ``Server.url`` / ``Server.http_url`` say so.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import asyncio
 import functools
 import ipaddress
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -91,9 +96,10 @@ CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "run
 
 
 class Server:
-    """A running relay: ``.url`` (ws://), ``.port``, ``.hub``, ``.store``."""
+    """A running relay: ``.url`` (ws:// or, with TLS, wss://), ``.http_url``, ``.port``,
+    ``.hub``, ``.store``."""
 
-    def __init__(self, ws_server: WSServer, hub: Hub, host: str) -> None:
+    def __init__(self, ws_server: WSServer, hub: Hub, host: str, *, tls: bool = False) -> None:
         self.ws_server = ws_server
         self.hub = hub
         self.store = hub.store
@@ -101,8 +107,9 @@ class Server:
         self.port: int = sock.getsockname()[1]
         self.host = host
         shown = f"[{host}]" if ":" in host else host
-        self.url = f"ws://{shown}:{self.port}"
-        self.http_url = f"http://{shown}:{self.port}"
+        secure = "s" if tls else ""
+        self.url = f"ws{secure}://{shown}:{self.port}"
+        self.http_url = f"http{secure}://{shown}:{self.port}"
 
 
 @asynccontextmanager
@@ -120,6 +127,7 @@ async def serve(
     opts = RelayOptions(**options)
     redact_tokens()  # before websockets logs a request line or header with a token
     _check_limits(opts)
+    tls = server_tls(opts)
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(
@@ -222,8 +230,9 @@ async def serve(
             ping_interval=20,
             ping_timeout=20,
             close_timeout=2,
+            ssl=tls,
         ) as ws_server:
-            yield Server(ws_server, hub, host)
+            yield Server(ws_server, hub, host, tls=tls is not None)
             api.close()
             ws_server.close(close_connections=True)
     finally:
@@ -239,6 +248,35 @@ def _check_limits(opts: RelayOptions) -> None:
             raise ValueError(f"{name} must be at least 1 (or None: no cap), not {value}")
     if not opts.request_timeout > 0:
         raise ValueError(f"request_timeout must be positive seconds, not {opts.request_timeout}")
+
+
+def server_tls(opts: RelayOptions) -> ssl.SSLContext | None:
+    """The TLS context the relay serves with: ``opts.ssl``, or one loaded from
+    ``ssl_certfile`` / ``ssl_keyfile``; None for plain ``ws://`` and ``http://``.
+
+    Raises ``ValueError`` for options that do not go together and for files that
+    cannot be read or hold no matching certificate and key.
+    """
+    if opts.ssl is not None:
+        if opts.ssl_certfile or opts.ssl_keyfile:
+            raise ValueError("give ssl (a context) or ssl_certfile / ssl_keyfile, not both")
+        if not isinstance(opts.ssl, ssl.SSLContext):
+            raise ValueError("ssl must be an ssl.SSLContext")
+        return opts.ssl
+    if opts.ssl_keyfile and not opts.ssl_certfile:
+        raise ValueError("ssl_keyfile needs ssl_certfile (--ssl-certfile): the certificate")
+    if not opts.ssl_certfile:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(opts.ssl_certfile, opts.ssl_keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(
+            f"cannot load the TLS certificate {opts.ssl_certfile!r}"
+            + (f" and key {opts.ssl_keyfile!r}" if opts.ssl_keyfile else "")
+            + f": {exc}"
+        ) from None
+    return context
 
 
 def _origin_policy(opts: RelayOptions, host: str, *, anonymous: bool) -> OriginPolicy:

@@ -79,6 +79,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from ssl import SSLContext
 from typing import Any, Literal
 
 import anyio
@@ -167,8 +168,11 @@ class Connection:
         open_timeout: float = 10.0,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.url = url
+        self.ssl = ssl
+        """The TLS context of a ``wss://`` URL (None: the system's trusted certificates)."""
         self.client_id = client_id
         self.role = role
         self.token = token
@@ -596,6 +600,7 @@ class Connection:
 
     async def _connect_once(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        tls: dict[str, Any] = {} if self.ssl is None else {"ssl": self.ssl}
         try:
             ws = await connect(
                 self.url,
@@ -603,6 +608,7 @@ class Connection:
                 open_timeout=self.open_timeout,
                 max_size=64 * 1024 * 1024,
                 compression=None,
+                **tls,
             )
         except InvalidStatus as exc:
             if exc.response.status_code in (401, 403):
