@@ -28,6 +28,8 @@ percent-encoded):
   "head", "epoch"}``: the newest ``limit`` (50) entries below ``before`` (default:
   the newest), in serial order, as WebSocket ``page`` frames carry them.
 * ``GET /v1/sessions/{id}/events?from=&wait=&limit=``: Server-Sent Events, below.
+* ``GET /v1/openapi.json``: the OpenAPI document of these routes (``relay.openapi``), to
+  anyone: it needs no token.
 
 Rights and errors. A request presents a token as a WebSocket connection does
 (``Authorization: Bearer``, or the ``token`` query parameter) and has the
@@ -164,6 +166,7 @@ from transport.frames import (
 from transport.messages import UIMessage, new_id, user_message
 from transport.runs import SUBSCRIBE, Sender
 
+from . import openapi
 from .admission import Admission, refuse_raw
 from .auth import Identity, TokenVerifier, token_from_request, token_too_large
 from .channel import Channel
@@ -710,6 +713,8 @@ class HttpApi:
     async def _route(self, conn: ServerConnection, request: Request) -> Response:
         method = request_method(conn, request)
         split = urlsplit(request.path)
+        if split.path == "/v1/openapi.json":
+            return _openapi(method)
         parts = split.path.split("/")
         name = ""
         run_id: str | None = None
@@ -1035,6 +1040,17 @@ class HttpApi:
         if status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="runwire"'
         return response
+
+
+def _openapi(method: str) -> Response:
+    """``/v1/openapi.json``: the API's description, to anyone (it holds no session data)."""
+    if method == "OPTIONS":
+        return _response(204, b"", None)
+    if method not in ("GET", "HEAD"):
+        response = _json(405, {"error": {"code": PROTOCOL_ERROR, "message": "GET only"}})
+        response.headers["Allow"] = "GET, HEAD, OPTIONS"
+        return response
+    return _response(200, openapi.render(), "application/json")
 
 
 def _param(query: dict[str, list[str]], name: str) -> str | None:
