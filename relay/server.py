@@ -68,6 +68,7 @@ from transport.frames import Hello, Welcome
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 
+from . import sse
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
 from .http_api import (
@@ -110,6 +111,8 @@ class Server:
         secure = "s" if tls else ""
         self.url = f"ws{secure}://{shown}:{self.port}"
         self.http_url = f"http{secure}://{shown}:{self.port}"
+        self.admission: Admission | None = None
+        """The open connections, counted (``relay.admission``)."""
 
 
 @asynccontextmanager
@@ -199,6 +202,17 @@ async def serve(
                 return _response(404, b"not found\n", "text/plain")
             return None
 
+        async def stream_events(request: Request, out: sse.Stream) -> None:
+            origin, refused = check_origin(origins, request)
+            if refused is not None:
+                out.respond(refused)
+                return
+            await api.stream(request, out, origin)
+
+        admission = Admission(
+            opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+        )
+
         # A partial, not a wrapping coroutine: one coroutine frame less per connection.
         handler = functools.partial(
             _handle_connection,
@@ -219,9 +233,9 @@ async def serve(
                 opts.max_token_bytes,
                 credentials=verifier is not None,
                 authorize=None if verifier is None else functools.partial(_authorize, verifier),
-                admission=Admission(
-                    opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
-                ),
+                admission=admission,
+                stream=stream_events,
+                max_stream_buffer=opts.send_queue_bytes,
             ),
             open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
@@ -232,7 +246,9 @@ async def serve(
             close_timeout=2,
             ssl=tls,
         ) as ws_server:
-            yield Server(ws_server, hub, host, tls=tls is not None)
+            running = Server(ws_server, hub, host, tls=tls is not None)
+            running.admission = admission
+            yield running
             api.close()
             ws_server.close(close_connections=True)
     finally:
