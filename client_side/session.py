@@ -108,6 +108,7 @@ from transport.frames import (
 )
 from transport.frames import Error as ErrorFrame
 from transport.interrupts import PausedRun
+from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id, user_message
 from transport.outcomes import OutcomeRecord, ended_before_stored
 from transport.runs import MULTITASK_STRATEGIES, TERMINAL
@@ -134,6 +135,7 @@ def connect(
     subscribe: bool = True,
     rate_limit_wait: float = RATE_LIMIT_WAIT,
     store_wait: float = STORE_WAIT,
+    keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
     ssl: SSLContext | None = None,
 ) -> ClientSession:
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
@@ -157,9 +159,11 @@ def connect(
     A publish (``send``, steering, ``cancel``, ...) the relay refuses ``RATE_LIMITED``
     or ``STORE_UNAVAILABLE`` goes again, in the order they were made, for up to
     ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
-    refusal; then it raises that error. ``ssl`` is the TLS context of a ``wss://``
-    URL, for a relay whose certificate the system does not trust
-    (``ssl.create_default_context(cafile=...)``); None uses the system's.
+    refusal; then it raises that error. A relay that answers no ping for
+    ``keepalive_timeout`` (10) seconds counts as gone: the session reconnects.
+    ``ssl`` is the TLS context of a ``wss://`` URL, for a relay whose certificate
+    the system does not trust (``ssl.create_default_context(cafile=...)``); None uses
+    the system's.
     """
     return ClientSession(
         url,
@@ -173,6 +177,7 @@ def connect(
         subscribe=subscribe,
         rate_limit_wait=rate_limit_wait,
         store_wait=store_wait,
+        keepalive_timeout=keepalive_timeout,
         ssl=ssl,
     )
 
@@ -194,6 +199,7 @@ class ClientSession:
         subscribe: bool = True,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
         ssl: SSLContext | None = None,
     ) -> None:
         if not 1 <= history_limit <= 1000:
@@ -223,6 +229,7 @@ class ClientSession:
             on_connect=self._on_connect,
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
+            keepalive_timeout=keepalive_timeout,
             ssl=ssl,
         )
         self._epoch: str | None = None
@@ -343,6 +350,7 @@ class ClientSession:
         parent_run_id: str | None = None,
         thread_access: ThreadAccess | None = None,
         signal: AbortSignal | None = None,
+        activate: bool | None = None,
     ) -> ClientRun:
         """Start a Run with ``message``; returns once the relay acknowledged the prompt.
 
@@ -366,6 +374,9 @@ class ClientSession:
         others); ``parent_run_id`` the Run whose tool call starts this one
         (never held back). With ``signal`` already aborted nothing is sent and
         ``RunwireError(ABORTED)`` is raised; aborted later, it cancels the Run.
+        ``activate=False`` (with ``parent_id``: a Run on a branch that leaves the
+        active leaf where it is) makes the Run count for no strategy: it runs
+        alongside, and later prompts neither wait for nor interrupt it.
         Raises ``VALIDATION_ERROR`` for an unknown strategy, and the relay's
         ``RunwireError`` if it refuses the prompt.
         """
@@ -397,6 +408,7 @@ class ClientSession:
             multitask=multitask,
             parent_run_id=parent_run_id,
             thread_access=thread_access,
+            activate=activate,
         )
         ack = await self._publish(entry)
         if ack.duplicate and self.subscribe and not self._is_own(msg.id, run_id, "prompt"):

@@ -198,9 +198,11 @@ def document() -> dict[str, Any]:
                 "get": {
                     "summary": "The session's entries as Server-Sent Events",
                     "description": (
-                        "Events `entry` (id: the serial, data: the entry) and `reset` (data: "
-                        "epoch, head, first). Each response ends with an id "
-                        "`<serial>@<epoch>` to resume from (Last-Event-ID)."
+                        "Events `entry` (id: the serial, data: the entry), `interrupt-required` "
+                        "(after an entry that pauses a Run: run_id, serial, interrupts) and "
+                        "`reset` (data: epoch, head, first). Each batch ends with an id "
+                        "`<serial>@<epoch>` to resume from (Last-Event-ID). With Accept: "
+                        "text/event-stream the response stays open; else it is one batch."
                     ),
                     "parameters": [
                         {
