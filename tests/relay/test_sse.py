@@ -18,6 +18,7 @@ import relay
 from relay import Server
 
 from .test_http_api import Event, call, post, sse
+from .wire import RawPeer, run_status
 
 pytestmark = pytest.mark.anyio
 
@@ -161,3 +162,30 @@ async def test_the_relay_stopping_ends_the_stream() -> None:
             # The relay stopped, the client still listens: the body ends properly.
             await client.until(lambda p: False)
             assert client.ended
+
+
+async def test_a_pause_on_questions_reaches_the_open_stream_as_interrupt_required() -> None:
+    async with relay.serve(port=0, store="memory://") as server:
+        with anyio.fail_after(30):
+            async with stream(server, "/v1/sessions/s5/events?from=0", {}) as client:
+                await client.head()
+                await client.until(lambda p: p[1] == 25)  # open before anything happens
+                run_id = (await post(server, "s5", {"message": "deploy it"})).json()["run_id"]
+                agent = await RawPeer.open(server.url, role="agent", client_id="agent-1")
+                try:
+                    await agent.attach("s5")
+                    await agent.publish("s5", run_status(run_id, "active"))
+                    question = {"id": "q1", "reason": "approval", "message": "Deploy?"}
+                    paused = {"kind": "interrupt", "id": "p1", "run_id": run_id}
+                    ack = await agent.publish(
+                        "s5", {**paused, "status": "paused", "interrupts": [question]}
+                    )
+                    assert ack["type"] == "ack", ack
+                finally:
+                    await agent.close()
+                got, _, _ = await client.until(
+                    lambda p: any(e.event == "interrupt-required" for e in p[0])
+                )
+                required = got[-1]
+                assert required.event == "interrupt-required" and required.id == got[-2].id
+                assert json.loads(required.data)["interrupts"][0]["id"] == "q1"
