@@ -99,10 +99,13 @@ CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "run
 
 class Server:
     """A running relay: ``.url`` (ws:// or, with TLS, wss://), ``.http_url``, ``.port``,
-    ``.hub``, ``.store``."""
+    ``.hub``, ``.store``, ``.admission`` (the open connections it counts against its caps)."""
 
-    def __init__(self, ws_server: WSServer, hub: Hub, host: str, *, tls: bool = False) -> None:
+    def __init__(
+        self, ws_server: WSServer, hub: Hub, host: str, admission: Admission, *, tls: bool = False
+    ) -> None:
         self.ws_server = ws_server
+        self.admission = admission
         self.hub = hub
         self.store = hub.store
         sock = next(iter(ws_server.sockets))
@@ -112,8 +115,6 @@ class Server:
         secure = "s" if tls else ""
         self.url = f"ws{secure}://{shown}:{self.port}"
         self.http_url = f"http{secure}://{shown}:{self.port}"
-        self.admission: Admission | None = None
-        """The open connections, counted (``relay.admission``)."""
 
 
 @asynccontextmanager
@@ -211,10 +212,6 @@ async def serve(
                 return
             await api.stream(request, out, origin)
 
-        admission = Admission(
-            opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
-        )
-
         # A partial, not a wrapping coroutine: one coroutine frame less per connection.
         handler = functools.partial(
             _handle_connection,
@@ -225,6 +222,9 @@ async def serve(
             flusher=Flusher(),
         )
 
+        admission = Admission(
+            opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+        )
         async with ws_serve(
             handler,
             host,
@@ -248,9 +248,7 @@ async def serve(
             close_timeout=ping.close_timeout,
             ssl=tls,
         ) as ws_server:
-            running = Server(ws_server, hub, host, tls=tls is not None)
-            running.admission = admission
-            yield running
+            yield Server(ws_server, hub, host, admission, tls=tls is not None)
             api.close()
             ws_server.close(close_connections=True)
     finally:

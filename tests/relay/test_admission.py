@@ -136,7 +136,6 @@ async def test_connections_over_the_caps_are_refused_and_logged_once_per_burst(
     async with relay.serve(port=0, store="memory://", max_connections=3) as server:
         with raw(server.port), raw(server.port), raw(server.port):
             with anyio.fail_after(10):  # three stalled connections, counted
-                assert server.admission is not None
                 while server.admission.total < 3:
                     await anyio.sleep(0.01)
             for _ in range(4):
