@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from ssl import SSLContext
 from types import TracebackType
 
 import anyio
@@ -77,6 +78,7 @@ class Agent:
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
         keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+        ssl: SSLContext | None = None,
     ) -> None:
         """A worker of agent ``name``; the keyword options are the ``RunOptions`` of its Runs.
 
@@ -87,7 +89,8 @@ class Agent:
         publish refused ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again (as
         for ``connect()``). ``keepalive_timeout``: a relay that answers no ping this
         long counts as gone; still gone after its ``agent_grace``, the worker's started
-        Runs' ``abort_signal`` fires ``AGENT_LOST``. Raises ``ValueError`` for a bad option.
+        Runs' ``abort_signal`` fires ``AGENT_LOST``. ``ssl`` is the TLS context of a ``wss://``
+        URL (as for ``connect()``). Raises ``ValueError`` for a bad option.
         """
         self.url = url
         self.name = name
@@ -114,6 +117,7 @@ class Agent:
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
             keepalive_timeout=keepalive_timeout,
+            ssl=ssl,
         )
         self._taken: set[tuple[str, str]] = set()
         self._again: dict[tuple[str, str], Dispatch] = {}

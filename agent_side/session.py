@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from ssl import SSLContext
 from typing import Any
 
 import anyio
@@ -557,6 +558,7 @@ class _Link:
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
         keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.sessions: dict[str, AgentSession] = {}
         self.conn = Connection(
@@ -570,6 +572,7 @@ class _Link:
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
             keepalive_timeout=keepalive_timeout,
+            ssl=ssl,
         )
         self.conn.on_state(self._on_state)
         self._downs = 0  # how many times the connection dropped
@@ -760,6 +763,7 @@ async def connect(
     rate_limit_wait: float = RATE_LIMIT_WAIT,
     store_wait: float = STORE_WAIT,
     keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+    ssl: SSLContext | None = None,
 ) -> AsyncIterator[AgentSession]:
     """Attach to one session as an agent until the block exits (explicit mode).
 
@@ -776,6 +780,8 @@ async def connect(
     A relay that answers no ping for ``keepalive_timeout`` seconds counts as gone
     (the connection reconnects); still gone after the relay's ``agent_grace``, the
     session's started Runs end here too: ``abort_signal`` fires with ``AGENT_LOST``.
+    ``ssl`` is the TLS context of a ``wss://`` URL, for a relay whose certificate the
+    system does not trust (``ssl.create_default_context(cafile=...)``).
     """
     link = _Link(
         url,
@@ -785,6 +791,7 @@ async def connect(
         rate_limit_wait=rate_limit_wait,
         store_wait=store_wait,
         keepalive_timeout=keepalive_timeout,
+        ssl=ssl,
     )
     options = RunOptions().merge(
         queue=queue,

@@ -63,6 +63,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from ssl import SSLContext
 from typing import Any
 
 import anyio
@@ -135,6 +136,7 @@ def connect(
     rate_limit_wait: float = RATE_LIMIT_WAIT,
     store_wait: float = STORE_WAIT,
     keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+    ssl: SSLContext | None = None,
 ) -> ClientSession:
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
 
@@ -159,6 +161,9 @@ def connect(
     ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
     refusal; then it raises that error. A relay that answers no ping for
     ``keepalive_timeout`` (10) seconds counts as gone: the session reconnects.
+    ``ssl`` is the TLS context of a ``wss://`` URL, for a relay whose certificate
+    the system does not trust (``ssl.create_default_context(cafile=...)``); None uses
+    the system's.
     """
     return ClientSession(
         url,
@@ -173,6 +178,7 @@ def connect(
         rate_limit_wait=rate_limit_wait,
         store_wait=store_wait,
         keepalive_timeout=keepalive_timeout,
+        ssl=ssl,
     )
 
 
@@ -194,6 +200,7 @@ class ClientSession:
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
         keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+        ssl: SSLContext | None = None,
     ) -> None:
         if not 1 <= history_limit <= 1000:
             raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
@@ -223,6 +230,7 @@ class ClientSession:
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
             keepalive_timeout=keepalive_timeout,
+            ssl=ssl,
         )
         self._epoch: str | None = None
         self._resets = 0  # how many resets rebuilt the view (a Run one lost fails its waits)

@@ -151,6 +151,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default=10.0,
         help="seconds a connection has to send its request, head and body (default: 10)",
     )
+    parser.add_argument(
+        "--ssl-certfile",
+        help="PEM certificate chain: serve wss:// and https:// on the port (TLS)",
+    )
+    parser.add_argument(
+        "--ssl-keyfile", help="PEM private key of --ssl-certfile (default: in that file)"
+    )
     return parser
 
 
@@ -178,6 +185,8 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "max_connections": args.max_connections,
         "max_connections_per_ip": args.max_connections_per_ip,
         "request_timeout": args.request_timeout,
+        "ssl_certfile": args.ssl_certfile,
+        "ssl_keyfile": args.ssl_keyfile,
     }
 
 

@@ -28,6 +28,8 @@ percent-encoded):
   "head", "epoch"}``: the newest ``limit`` (50) entries below ``before`` (default:
   the newest), in serial order, as WebSocket ``page`` frames carry them.
 * ``GET /v1/sessions/{id}/events?from=&wait=&limit=``: Server-Sent Events, below.
+* ``GET /v1/openapi.json``: the OpenAPI document of these routes (``relay.openapi``), to
+  anyone: it needs no token.
 
 Rights and errors. A request presents a token as a WebSocket connection does
 (``Authorization: Bearer``, or the ``token`` query parameter) and has the
@@ -44,15 +46,17 @@ the token lacks), 404 ``RUN_NOT_FOUND`` / ``NOT_FOUND`` (no such route), 405,
 ``THREAD_ACCESS_DENIED``, 413 ``PAYLOAD_TOO_LARGE`` (a body over
 ``max_frame_bytes``), 410 ``INTERRUPT_EXPIRED``, 503 ``STORE_UNAVAILABLE``.
 
-The event stream, long-poll style. websockets' ``process_request`` returns a
-whole response, so a response cannot stay open and stream. The stream is
-made of short responses instead, in the way ``EventSource`` already
-reconnects: each response carries every entry after the position (the
-``Last-Event-ID`` header, else the ``from`` query parameter, else the head:
-only new entries), at most ``limit`` (100) of them, as ``id: <serial>`` /
-``event: entry`` / ``data: <entry JSON>``; when there are none yet it waits up
-to ``wait`` seconds (15, at most ``MAX_WAIT``, and never past the token's
-expiry) for one, then ends. It starts
+The event stream. A request that accepts ``text/event-stream`` (every
+``EventSource``) is taken before websockets sees it (``relay.sse``) and gets a
+response that stays open (``HttpApi.stream``): the batches below, one after
+another, each written as the channel takes entries in. Other requests reach
+websockets' ``process_request``, which returns a whole response, so they get
+one batch per response, in the way ``EventSource`` reconnects: each response
+carries every entry after the position (the ``Last-Event-ID`` header, else the
+``from`` query parameter, else the head: only new entries), at most ``limit``
+(100) of them, as ``id: <serial>`` / ``event: entry`` / ``data: <entry
+JSON>``; when there are none yet it waits up to ``wait`` seconds (15, at most
+``MAX_WAIT``, and never past the token's expiry) for one, then ends. It starts
 with ``retry: 25`` and ``id: <position>`` and ends with ``id:
 <serial>@<epoch>`` (no data: it sets the last event id and fires no event),
 so a browser reconnects 25 ms later with ``Last-Event-ID`` set to the last
@@ -123,9 +127,10 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -170,10 +175,12 @@ from transport.frames import (
 from transport.messages import UIMessage, new_id, user_message
 from transport.runs import SUBSCRIBE, Sender
 
+from . import openapi, sse
 from .admission import Admission, refuse_raw
 from .auth import Identity, TokenVerifier, token_from_request, token_too_large
 from .channel import Channel
 from .hub import Hub
+from .origins import cors
 from .wsconn import RelayConnection
 
 __all__ = [
@@ -195,6 +202,8 @@ MAX_WAIT = 25.0
 """The longest an event-stream request waits for a new entry (seconds)."""
 OPEN_TIMEOUT = MAX_WAIT + 10.0
 """websockets' handshake timeout, which covers ``process_request``: a waiting request fits."""
+STREAM_BEAT = 15.0
+"""An open event stream sends its last id at least this often (seconds): proxies see it alive."""
 RETRY_MS = 25
 """The ``retry:`` an event stream announces: browsers reconnect this soon after a response."""
 DEFAULT_CLIENT_ID = "http"
@@ -503,6 +512,9 @@ MAX_HEAD_BYTES = 64 * 1024
 """The most a request head may hold (websockets allows 128 lines of 8 KiB), besides room for
 a token on its request line and ``Authorization`` header (``max_token_bytes`` each)."""
 
+StreamHandler = Callable[[Request, "sse.Stream"], Coroutine[Any, Any, None]]
+"""Serves a request ``sse.route`` took, on its ``sse.Stream``."""
+
 Authorize = Callable[[str, str | None], RunwireError | None]
 """Checks a request's token from its target and ``Authorization`` header: the refusal, or
 None (``BodyReader``: a body is read only when the token is good)."""
@@ -546,12 +558,17 @@ def connection_class(
     credentials: bool = False,
     authorize: Authorize | None = None,
     admission: Admission | None = None,
+    stream: StreamHandler | None = None,
+    max_stream_buffer: int = 8 * 1024 * 1024,
 ) -> type[ServerConnection]:
     """A ``ServerConnection`` that reads request bodies of up to ``max_body`` bytes, and a
     request line or ``Authorization`` header with a token of up to ``max_token`` bytes (for
     websockets' ``serve(create_connection=...)``); ``credentials``: the relay checks tokens,
     so one too long to read is refused as a token; ``authorize``: a body is read only when
-    it checks the token good; ``admission``: the connection caps and request timeout."""
+    it checks the token good; ``admission``: the connection caps and request timeout;
+    ``stream``: serves the requests ``relay.sse.route`` takes (the event stream that stays
+    open), before websockets sees them."""
+    peek_limit = MAX_HEAD_BYTES + 2 * max_token
 
     class HttpConnection(RelayConnection):
         def __init__(self, protocol: ServerProtocol, *args: Any, **kwargs: Any) -> None:
@@ -565,48 +582,90 @@ def connection_class(
             self.admitted: str | None = None
             self.refused = False
             self.deadline: asyncio.TimerHandle | None = None
+            # The first bytes, held until ``sse.route`` says whose the connection is
+            # (None: websockets'); the event stream, once it took the connection.
+            self.held: bytearray | None = None if stream is None else bytearray()
+            self.stream: sse.Stream | None = None
+            self.raw: asyncio.Transport | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)
+            self.raw = cast(asyncio.Transport, transport)
+            if self.held is None:
+                super().connection_made(transport)
             if admission is not None:
-                _admit(self, admission)
+                _admit(self, admission, self.raw)
 
         def data_received(self, data: bytes) -> None:
-            if self.refused:
+            if self.refused or self.stream is not None:
                 return  # answered already: what else comes is dropped unread
+            if self.held is not None:
+                self.held += data
+                taken = sse.route(bytes(self.held), peek_limit)
+                if taken is None:
+                    return
+                data, self.held = bytes(self.held), None
+                assert self.raw is not None
+                if isinstance(taken, Request) and stream is not None:
+                    self._stop_deadline()
+                    self.stream = sse.Stream(self.raw, max_stream_buffer)
+                    asyncio.get_running_loop().create_task(stream(taken, self.stream))
+                    return
+                super().connection_made(self.raw)
             super().data_received(data)
             if self.deadline is not None and _request_arrived(self):
-                self.deadline.cancel()
-                self.deadline = None
+                self._stop_deadline()
 
-        def connection_lost(self, exc: Exception | None) -> None:
+        def _stop_deadline(self) -> None:
             if self.deadline is not None:
                 self.deadline.cancel()
                 self.deadline = None
+
+        def _websockets(self) -> bool:
+            """Whether websockets has the connection (it saw ``connection_made``)."""
+            return self.held is None and self.stream is None
+
+        def eof_received(self) -> None:
+            if self._websockets():
+                super().eof_received()
+            # Else None: the transport closes itself.
+
+        def pause_writing(self) -> None:
+            if self._websockets():
+                super().pause_writing()
+
+        def resume_writing(self) -> None:
+            if self._websockets():
+                super().resume_writing()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_deadline()
             if admission is not None and self.admitted is not None:
                 admission.release(self.admitted)
                 self.admitted = None
-            super().connection_lost(exc)
+            if self.stream is not None:
+                self.stream.connection_lost()
+            elif self._websockets():
+                super().connection_lost(exc)
 
     return HttpConnection
 
 
-def _admit(conn: Any, admission: Admission) -> None:
+def _admit(conn: Any, admission: Admission, transport: asyncio.Transport) -> None:
     """Count a new connection, or refuse it at once; start its request timeout."""
-    peer = conn.transport.get_extra_info("peername")
+    peer = transport.get_extra_info("peername")
     ip = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
     refusal = admission.admit(ip)
     if refusal is not None:
         conn.refused = True
-        refuse_raw(conn.transport, *refusal)
+        refuse_raw(transport, *refusal)
         return
     conn.admitted = ip
 
     def timed_out() -> None:
         conn.deadline = None
-        if not _request_arrived(conn) and not conn.refused:
+        if not _request_arrived(conn) and not conn.refused and conn.stream is None:
             conn.refused = True
-            refuse_raw(conn.transport, 408, admission.timed_out(ip))
+            refuse_raw(transport, 408, admission.timed_out(ip))
 
     conn.deadline = asyncio.get_running_loop().call_later(admission.request_timeout, timed_out)
 
@@ -675,6 +734,18 @@ class PostResume(_Body):
 
 B = TypeVar("B", bound=_Body)
 
+
+@dataclass(frozen=True)
+class _Batch:
+    """Events of a stream: ``body`` from position ``start`` (after a reset: where it starts
+    over) to ``last``, of ``epoch``."""
+
+    body: bytes
+    start: int
+    last: int
+    epoch: str | None
+
+
 # -------------------------------------------------------------------- the API --
 
 _ROUTES: dict[str, str] = {
@@ -696,12 +767,16 @@ class HttpApi:
         self.verifier = verifier
         self.closing = False
         self._wakers: set[asyncio.Event] = set()
+        self._streams: set[asyncio.Task[Any]] = set()
 
     def close(self) -> None:
-        """The relay is stopping: waiting requests answer now, new ones do not wait."""
+        """The relay is stopping: waiting requests answer now, new ones do not wait, and open
+        event streams end."""
         self.closing = True
         for waker in self._wakers:
             waker.set()
+        for task in self._streams:
+            task.cancel()
 
     async def handle(self, conn: ServerConnection, request: Request) -> Response:
         """Answer one request (never raises)."""
@@ -716,6 +791,8 @@ class HttpApi:
     async def _route(self, conn: ServerConnection, request: Request) -> Response:
         method = request_method(conn, request)
         split = urlsplit(request.path)
+        if split.path == "/v1/openapi.json":
+            return _openapi(method)
         parts = split.path.split("/")
         name = ""
         run_id: str | None = None
@@ -892,6 +969,16 @@ class HttpApi:
         )
         return _response(200, body, "application/json")
 
+    def _position(
+        self, request: Request, query: dict[str, list[str]]
+    ) -> tuple[int | None, str | None]:
+        """Where a stream resumes: ``Last-Event-ID``, else ``from``, else the head (None)."""
+        header = request.headers.get("Last-Event-ID")
+        if header is not None and header.strip():
+            return _position("Last-Event-ID", header.strip())
+        text = _param(query, "from")
+        return _position("from", text) if text else (None, None)
+
     async def _events(
         self,
         conn: ServerConnection,
@@ -902,25 +989,104 @@ class HttpApi:
     ) -> Response:
         limit = min(_int(query, "limit", 100, 1, 1000), self.options.history_page_max)
         wait = _float(query, "wait", 15.0, 0.0, MAX_WAIT)
-        shape = _param(query, "format") or "entries"
-        if shape not in ("entries", "ag-ui"):
-            raise RunwireError(VALIDATION_ERROR, "format must be entries or ag-ui")
+        shape = _shape(query)
         if identity is not None:
             # Not past the token's expiry: what is stored after it is not the token's to
             # read (a WebSocket connection is closed 4003 at that moment). The next
             # request, with the expired token, gets 401 TOKEN_EXPIRED.
             wait = max(0.0, min(wait, identity.expires_at - time.time()))
-        header = request.headers.get("Last-Event-ID")
-        after: int | None
-        epoch: str | None
-        if header is not None and header.strip():
-            after, epoch = _position("Last-Event-ID", header.strip())
-        else:
-            text = _param(query, "from")
-            after, epoch = _position("from", text) if text else (None, None)
+        after, epoch = self._position(request, query)
         reader = _reader(conn)
         if reader is not None:  # stay inside websockets' handshake timeout
             wait = min(wait, OPEN_TIMEOUT - 2.0 - (time.monotonic() - reader.opened_at))
+        lost: asyncio.Future[None] | None = getattr(conn, "connection_lost_waiter", None)
+        batch = await self._batch(session_id, after, epoch, limit, wait, lost, shape)
+        body = b"retry: %d\nid: %d\n\n" % (RETRY_MS, batch.start) + batch.body
+        response = _response(200, body, "text/event-stream; charset=utf-8")
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+    async def stream(self, request: Request, out: sse.Stream, origin: str | None) -> None:
+        """Serve the event stream that stays open (``relay.sse``): each batch of entries is
+        written as the channel takes it in, with the ids, resets and last id of
+        ``_events``, until the client hangs up, the token expires or the relay stops."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._streams.add(task)
+        try:
+            try:
+                split = urlsplit(request.path)
+                session_id = unquote(split.path.split("/")[3])
+                if not _SESSION_ID.fullmatch(session_id):
+                    raise RunwireError(
+                        VALIDATION_ERROR,
+                        "a session id is 1-200 characters out of A-Z a-z 0-9 . _ : -",
+                        details={"session_id": session_id[:300]},
+                    )
+                identity = self._identity(request)
+                self._need_subscribe(identity, session_id)
+                query = parse_qs(split.query)
+                limit = min(_int(query, "limit", 100, 1, 1000), self.options.history_page_max)
+                shape = _shape(query)
+                after, epoch = self._position(request, query)
+            except RunwireError as exc:
+                out.respond(cors(self._error(exc), origin))
+                return
+            headers = _response(200, b"", "text/event-stream; charset=utf-8").headers
+            headers["Cache-Control"] = "no-cache"
+            headers["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+            out.start(cors(Response(200, "OK", headers), origin).headers)
+            await self._follow(out, session_id, identity, limit, after, epoch, shape)
+        except Exception:
+            log.exception("the event stream of %s failed", request.path.split("?", 1)[0])
+        finally:
+            out.end()
+            if task is not None:
+                self._streams.discard(task)
+
+    async def _follow(
+        self,
+        out: sse.Stream,
+        session_id: str,
+        identity: Identity | None,
+        limit: int,
+        after: int | None,
+        epoch: str | None,
+        shape: str = "entries",
+    ) -> None:
+        first = True
+        while not (self.closing or out.closed):
+            wait = 0.0 if first else STREAM_BEAT
+            if identity is not None:
+                left = identity.expires_at - time.time()
+                if left <= 0:
+                    return  # the client comes back with a fresh token (else 401)
+                wait = min(wait, left)
+            try:
+                batch = await self._batch(session_id, after, epoch, limit, wait, out.lost, shape)
+            except RunwireError as exc:
+                # The store is down, say: end; the client comes back and is told why.
+                log.info("ending the event stream of %s: %s", session_id, exc.code)
+                return
+            head = b"retry: %d\nid: %d\n\n" % (RETRY_MS, batch.start) if first else b""
+            if not out.send(head + batch.body):
+                return
+            first = False
+            after, epoch = batch.last, batch.epoch
+
+    async def _batch(
+        self,
+        session_id: str,
+        after: int | None,
+        epoch: str | None,
+        limit: int,
+        wait: float,
+        lost: asyncio.Future[None] | None,
+        shape: str = "entries",
+    ) -> _Batch:
+        """The entries after ``after`` (of ``epoch``), waiting up to ``wait`` seconds when
+        there are none yet, as events: a reset first if the position cannot be continued
+        from, then each entry, then the id ``<serial>@<epoch>`` to resume from."""
         blocks: list[bytes] = []
         async with self.hub.hold(session_id) as channel:
             if after is None:
@@ -929,7 +1095,7 @@ class HttpApi:
             # A position the channel cannot simply continue from: ask the store below.
             odd = expected != channel.epoch or not channel.first - 1 <= after <= channel.last
             if not odd and channel.last <= after and wait > 0:
-                await self._wait(conn, channel, wait)
+                await self._wait(lost, channel, wait)
             entries = await self.store.read(session_id, after=after, limit=limit)
             now: str | None = channel.epoch
             head = channel.last
@@ -952,7 +1118,7 @@ class HttpApi:
                 after = max(first - 1, 0)
                 reset = {"epoch": now, "head": head, "first": first}
                 blocks.append(b"id: %d\nevent: reset\ndata: %s\n\n" % (after, codec.dumps(reset)))
-        blocks.insert(0, b"retry: %d\nid: %d\n\n" % (RETRY_MS, after))
+        start = after
         if shape == "ag-ui":
             blocks.extend(_ag_ui_block(e.serial, e.data, session_id) for e in entries)
         else:
@@ -963,24 +1129,23 @@ class HttpApi:
                     blocks.append(
                         b"id: %d\nevent: interrupt-required\ndata: %s\n\n" % (e.serial, questions)
                     )
+        last = entries[-1].serial if entries else after
         if now is not None:
             # The position to resume from, with its epoch: an id without data sets the
             # last event id EventSource sends back, and fires no event.
-            last = entries[-1].serial if entries else after
             blocks.append(b"id: %d@%s\n\n" % (last, now.encode()))
-        response = _response(200, b"".join(blocks), "text/event-stream; charset=utf-8")
-        response.headers["Cache-Control"] = "no-cache"
-        return response
+        return _Batch(b"".join(blocks), start, last, now)
 
-    async def _wait(self, conn: ServerConnection, channel: Channel, timeout: float) -> None:
+    async def _wait(
+        self, lost: asyncio.Future[None] | None, channel: Channel, timeout: float
+    ) -> None:
         """Until the channel takes in an entry or resets (the store lost its history), the
-        client hangs up, the relay stops, or ``timeout`` seconds pass."""
+        client hangs up (``lost``), the relay stops, or ``timeout`` seconds pass."""
         if self.closing or channel.reset:
             return
         woke = asyncio.Event()
         stop = channel.listen(lambda _stored: woke.set(), on_reset=woke.set)
         self._wakers.add(woke)
-        lost: asyncio.Future[None] | None = getattr(conn, "connection_lost_waiter", None)
 
         def hung_up(_: object) -> None:
             woke.set()
@@ -1055,6 +1220,14 @@ class HttpApi:
         return response
 
 
+def _shape(query: dict[str, list[str]]) -> str:
+    """The ``format`` of an event stream: ``entries`` (the default) or ``ag-ui``."""
+    shape = _param(query, "format") or "entries"
+    if shape not in ("entries", "ag-ui"):
+        raise RunwireError(VALIDATION_ERROR, "format must be entries or ag-ui")
+    return shape
+
+
 def _ag_ui_block(serial: int, data: bytes, session_id: str) -> bytes:
     """One stored entry as AG-UI events: unnamed ``data:`` events, the entry's id on the last."""
     events = agui.entry_events(codec.loads(data), session_id)
@@ -1063,6 +1236,17 @@ def _ag_ui_block(serial: int, data: bytes, session_id: str) -> bytes:
         lines[-1] = b"id: %d\n" % serial + lines[-1]
         return b"".join(lines)
     return b"id: %d\n\n" % serial
+
+
+def _openapi(method: str) -> Response:
+    """``/v1/openapi.json``: the API's description, to anyone (it holds no session data)."""
+    if method == "OPTIONS":
+        return _response(204, b"", None)
+    if method not in ("GET", "HEAD"):
+        response = _json(405, {"error": {"code": PROTOCOL_ERROR, "message": "GET only"}})
+        response.headers["Allow"] = "GET, HEAD, OPTIONS"
+        return response
+    return _response(200, openapi.render(), "application/json")
 
 
 def _param(query: dict[str, list[str]], name: str) -> str | None:

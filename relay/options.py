@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 
 from transport.checks import Check
 from transport.frames import Multitask, ThreadAccess
@@ -72,3 +73,9 @@ class RelayOptions:
     (None: no cap, as behind a proxy every connection comes from one address)."""
     request_timeout: float = 10.0
     """Seconds a connection has to send its whole request (head and body); then 408."""
+    ssl_certfile: str | None = None
+    """A PEM certificate chain: the relay serves ``wss://`` and ``https://`` on its port."""
+    ssl_keyfile: str | None = None
+    """The PEM private key of ``ssl_certfile`` (None: the key is in that file)."""
+    ssl: SSLContext | None = None
+    """A server TLS context, instead of ``ssl_certfile`` / ``ssl_keyfile``."""

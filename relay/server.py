@@ -35,6 +35,10 @@ allowed origin, never ``*``. Connections are capped (``max_connections``,
 ``max_connections_per_ip``) and have ``request_timeout`` (10 s) to send their
 request (``relay.admission``). Every record of the websockets and runwire
 loggers has its tokens redacted (``transport.redact``).
+
+TLS. With ``ssl_certfile`` (and ``ssl_keyfile``) or an ``ssl`` context the
+port speaks TLS only: ``wss://`` for WebSocket and ``https://`` for HTTP,
+and ``Server.url`` / ``Server.http_url`` say so.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import asyncio
 import functools
 import ipaddress
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -65,7 +70,7 @@ from transport.keepalive import keepalive
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 
-from . import handshake_log
+from . import handshake_log, sse
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
 from .http_api import (
@@ -94,10 +99,12 @@ CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "dis
 
 
 class Server:
-    """A running relay: ``.url`` (ws://), ``.port``, ``.hub``, ``.store``, ``.admission``
-    (the open connections it counts against its caps)."""
+    """A running relay: ``.url`` (ws:// or, with TLS, wss://), ``.http_url``, ``.port``,
+    ``.hub``, ``.store``, ``.admission`` (the open connections it counts against its caps)."""
 
-    def __init__(self, ws_server: WSServer, hub: Hub, host: str, admission: Admission) -> None:
+    def __init__(
+        self, ws_server: WSServer, hub: Hub, host: str, admission: Admission, *, tls: bool = False
+    ) -> None:
         self.ws_server = ws_server
         self.admission = admission
         self.hub = hub
@@ -106,8 +113,9 @@ class Server:
         self.port: int = sock.getsockname()[1]
         self.host = host
         shown = f"[{host}]" if ":" in host else host
-        self.url = f"ws://{shown}:{self.port}"
-        self.http_url = f"http://{shown}:{self.port}"
+        secure = "s" if tls else ""
+        self.url = f"ws{secure}://{shown}:{self.port}"
+        self.http_url = f"http{secure}://{shown}:{self.port}"
 
 
 @asynccontextmanager
@@ -127,6 +135,7 @@ async def serve(
     handshake_log.install()  # a connection that hangs up before its request is no error
     _check_limits(opts)
     ping = keepalive(opts.keepalive_timeout, close_max=2.0)  # ValueError for a bad one
+    tls = server_tls(opts)
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(
@@ -198,6 +207,13 @@ async def serve(
                 return _response(404, b"not found\n", "text/plain")
             return None
 
+        async def stream_events(request: Request, out: sse.Stream) -> None:
+            origin, refused = check_origin(origins, request)
+            if refused is not None:
+                out.respond(refused)
+                return
+            await api.stream(request, out, origin)
+
         # A partial, not a wrapping coroutine: one coroutine frame less per connection.
         handler = functools.partial(
             _handle_connection,
@@ -222,6 +238,8 @@ async def serve(
                 credentials=verifier is not None,
                 authorize=None if verifier is None else functools.partial(_authorize, verifier),
                 admission=admission,
+                stream=stream_events,
+                max_stream_buffer=opts.send_queue_bytes,
             ),
             open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
@@ -230,8 +248,9 @@ async def serve(
             ping_interval=ping.ping_interval,
             ping_timeout=ping.ping_timeout,
             close_timeout=ping.close_timeout,
+            ssl=tls,
         ) as ws_server:
-            yield Server(ws_server, hub, host, admission)
+            yield Server(ws_server, hub, host, admission, tls=tls is not None)
             api.close()
             ws_server.close(close_connections=True)
     finally:
@@ -247,6 +266,35 @@ def _check_limits(opts: RelayOptions) -> None:
             raise ValueError(f"{name} must be at least 1 (or None: no cap), not {value}")
     if not opts.request_timeout > 0:
         raise ValueError(f"request_timeout must be positive seconds, not {opts.request_timeout}")
+
+
+def server_tls(opts: RelayOptions) -> ssl.SSLContext | None:
+    """The TLS context the relay serves with: ``opts.ssl``, or one loaded from
+    ``ssl_certfile`` / ``ssl_keyfile``; None for plain ``ws://`` and ``http://``.
+
+    Raises ``ValueError`` for options that do not go together and for files that
+    cannot be read or hold no matching certificate and key.
+    """
+    if opts.ssl is not None:
+        if opts.ssl_certfile or opts.ssl_keyfile:
+            raise ValueError("give ssl (a context) or ssl_certfile / ssl_keyfile, not both")
+        if not isinstance(opts.ssl, ssl.SSLContext):
+            raise ValueError("ssl must be an ssl.SSLContext")
+        return opts.ssl
+    if opts.ssl_keyfile and not opts.ssl_certfile:
+        raise ValueError("ssl_keyfile needs ssl_certfile (--ssl-certfile): the certificate")
+    if not opts.ssl_certfile:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(opts.ssl_certfile, opts.ssl_keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(
+            f"cannot load the TLS certificate {opts.ssl_certfile!r}"
+            + (f" and key {opts.ssl_keyfile!r}" if opts.ssl_keyfile else "")
+            + f": {exc}"
+        ) from None
+    return context
 
 
 def _origin_policy(opts: RelayOptions, host: str, *, anonymous: bool) -> OriginPolicy:

@@ -1,5 +1,6 @@
-"""The HTTP API's event stream in a real browser: chromium's own ``EventSource`` follows the
-long-poll responses (``retry:``, ``Last-Event-ID``) and gets every entry once, in order."""
+"""The HTTP API's event stream in a real browser: chromium's own ``EventSource`` gets every
+entry once, in order, on one response that stays open (``relay.sse``), and resumes with
+``Last-Event-ID`` when that response ends (here: the relay restarts)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import urllib.request
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -74,8 +76,46 @@ async def test_event_source_resumes_across_responses_with_no_gap_and_no_duplicat
         with anyio.fail_after(20):
             while await page.evaluate("window.got.length") < 15:
                 await anyio.sleep(0.05)
-        await anyio.sleep(0.8)  # a few more idle responses: still nothing twice
+        await anyio.sleep(0.8)  # idle a while: still nothing twice
         got = await page.evaluate("window.got")
         assert got == [[n, n] for n in range(1, 16)]
-        assert await page.evaluate("window.opened") > 4  # it did reconnect, many times
+        # One response carried them all: the stream stayed open (it no longer ends after
+        # each batch, as the long-poll form did, to be reconnected 25 ms later).
+        assert await page.evaluate("window.opened") == 1
+
+
+async def test_event_source_resumes_with_last_event_id_after_the_relay_restarts(
+    browser: Browser, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path}/restart.db"
+    async with relay.serve(port=0, store=store) as server:
+        base, port = server.http_url, server.port
+        for i in range(3):
+            await anyio.to_thread.run_sync(post, base, f"first-{i}")
+        page = await browser.new_page()
+        await page.goto(f"{base}/healthz")
+        await page.evaluate(
+            """(url) => {
+                window.got = [];
+                window.opened = 0;
+                const source = new EventSource(url);
+                source.onopen = () => { window.opened += 1; };
+                source.addEventListener("entry", (e) => {
+                    window.got.push([e.lastEventId, JSON.parse(e.data).serial]);
+                });
+            }""",
+            "/v1/sessions/trip-1/events?from=0",
+        )
+        with anyio.fail_after(20):
+            while await page.evaluate("window.got.length") < 3:
+                await anyio.sleep(0.05)
+    # The relay stopped: the stream ended, and the page keeps trying to reconnect.
+    async with relay.serve(port=port, store=store) as server:
+        for i in range(3):
+            await anyio.to_thread.run_sync(post, server.http_url, f"second-{i}")
+        with anyio.fail_after(30):
+            while await page.evaluate("window.got.length") < 6:
+                await anyio.sleep(0.05)
+        assert await page.evaluate("window.got") == [[str(n), n] for n in range(1, 7)]
+        assert await page.evaluate("window.opened") == 2
         await page.close()

@@ -81,6 +81,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from ssl import SSLContext
 from typing import Any, Literal
 
 import anyio
@@ -171,10 +172,13 @@ class Connection:
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
         keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.url = url
         self.keepalive = keepalive(keepalive_timeout, close_max=10.0)
         """Ping settings: a relay that answers no ping for ``keepalive_timeout`` s is gone."""
+        self.ssl = ssl
+        """The TLS context of a ``wss://`` URL (None: the system's trusted certificates)."""
         self.client_id = client_id
         self.role = role
         self.token = token
@@ -602,6 +606,7 @@ class Connection:
 
     async def _connect_once(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        tls: dict[str, Any] = {} if self.ssl is None else {"ssl": self.ssl}
         try:
             ws = await connect(
                 self.url,
@@ -612,6 +617,7 @@ class Connection:
                 ping_interval=self.keepalive.ping_interval,
                 ping_timeout=self.keepalive.ping_timeout,
                 close_timeout=self.keepalive.close_timeout,
+                **tls,
             )
         except InvalidStatus as exc:
             if exc.response.status_code in (401, 403):
