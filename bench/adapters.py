@@ -13,7 +13,10 @@ worker, ``agent_side.Agent``, one Run per session):
   process) that sends the same tokens as chat completion chunks over HTTP at
   ``--rate`` per session. The adapter reads the raw HTTP stream
   (``with_streaming_response``) and parses each event with orjson;
-* ``sdk`` (with ``--modes plain,adapter,sdk``): the same, through the SDK's
+* ``http`` (with ``--modes``): the floor under any adapter. The agent opens
+  the same call the same way and reads the same HTTP stream, but cuts each
+  token out of its line as text, with no JSON parsing and no conversion;
+* ``sdk`` (with ``--modes plain,http,adapter,sdk``): the same, through the SDK's
   own stream objects (``chat.completions.create(stream=True)`` then
   ``chat_chunks``), the path users take who hand runwire their own stream.
 
@@ -132,6 +135,26 @@ async def _agent(url: str, mode: str, provider: str | None, limit: int, rate: fl
                 )
 
             return call_provider(start, chat_chunks, signal)
+
+    if provider is not None and mode == "http":
+        from agent_side.models import open_raw
+
+        async def floor(messages: Any) -> Any:
+            stream = await open_raw(
+                client.chat.completions.with_streaming_response.create(
+                    model="bench", messages=to_chat_messages(messages), stream=True
+                )
+            )
+            try:
+                async for line in stream.lines():
+                    at = line.find('"content":"')
+                    if at >= 0:
+                        yield line[at + 11 : line.index('"', at + 11)]
+            finally:
+                await stream.aclose()
+
+        def llm(messages: Any, signal: Any) -> Any:
+            return floor(messages)
 
     @agent.on_run
     async def handle(run: agent_side.Run) -> None:
@@ -302,12 +325,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     parser.add_argument(
-        "--modes", default="plain,adapter", help="plain,adapter and optionally sdk (the SDK path)"
+        "--modes",
+        default="plain,adapter",
+        help="plain,adapter; http (the HTTP floor), sdk (the SDK path)",
     )
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    if "plain" not in modes or not set(modes) <= {"plain", "adapter", "sdk"}:
-        parser.error("--modes: plain and adapter and/or sdk, in the order to run them")
+    if "plain" not in modes or not set(modes) <= {"plain", "http", "adapter", "sdk"}:
+        parser.error("--modes: plain, and any of http, adapter, sdk, in the order to run")
     raise_nofile()
     with tempfile.TemporaryDirectory() as tmp:
         results: dict[str, Any] = {mode: measure_mode(mode, args, Path(tmp)) for mode in modes}
