@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -190,7 +191,9 @@ async def sse_data(source: RawStream | AsyncIterator[str]) -> AsyncIterator[Any]
     ``source`` is a ``RawStream`` or an iterator of lines. Event names are
     not needed: each provider's data carries its own ``type``. Comments and
     other fields are skipped, and several ``data`` lines of one event are
-    joined with newlines, as the SSE format says.
+    joined with newlines, as the SSE format says. After ``[DONE]`` the rest
+    of the body is read (for up to a second), so the client keeps the
+    connection for its next call.
     """
     lines = source.lines() if isinstance(source, RawStream) else source
     data: list[str] = []
@@ -205,10 +208,22 @@ async def sse_data(source: RawStream | AsyncIterator[str]) -> AsyncIterator[Any]
         text = data[0] if len(data) == 1 else "\n".join(data)
         data = []
         if text.startswith("[DONE]"):
+            await _drain(lines)
             return
         yield loads(text)
     if data and not data[0].startswith("[DONE]"):
         yield loads("\n".join(data))
+
+
+_DRAIN_TIMEOUT = 1.0
+"""Seconds to read what follows ``[DONE]``, so the connection can be kept for the next call."""
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read the body to its end after ``[DONE]``, as the SDK does: HTTP/1.1 keeps the connection."""
+    with anyio.move_on_after(_DRAIN_TIMEOUT), contextlib.suppress(Exception):
+        async for _ in lines:
+            pass
 
 
 class _Yielder:

@@ -74,6 +74,18 @@ async def test_sse_data_joins_data_lines_skips_comments_and_stops_at_done() -> N
 # The SDKs build their stream events with ``construct_type`` (no validation), as here.
 
 
+async def test_sse_data_reads_the_body_to_its_end_after_done() -> None:
+    read: list[str] = []
+
+    async def body() -> AsyncIterator[str]:
+        for line in ['data: {"a": 1}', "", "data: [DONE]", "", ": trailer", ""]:
+            read.append(line)
+            yield line
+
+    assert [e async for e in sse_data(body())] == [{"a": 1}]
+    assert read[-1:] == [""] and len(read) == 6  # drained, so HTTP/1.1 can reuse the connection
+
+
 def _chat(event: dict[str, Any]) -> Any:
     return openai_construct(type_=ChatCompletionChunk, value=event)
 
