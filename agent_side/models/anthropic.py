@@ -7,7 +7,8 @@ tool calls are ``tool_use`` blocks and their results ``tool_result`` blocks at
 the head of the next user message, steering is user text after them, and an
 interrupted reply ends with ``[interrupted by the user]``. System messages go
 to the ``system`` parameter (``anthropic_system``). ``anthropic_chunks(stream)``
-turns the raw stream events into UI chunks: text, thinking as reasoning, tool
+turns the raw stream events (the SDK's objects or their JSON as dicts) into
+UI chunks: text, thinking as reasoning, tool
 calls with their JSON streamed, and a ``finish`` chunk with usage and stop
 reason. ``anthropic_model(client, model, ...)`` is a ``steering_loop`` model.
 Install with ``pip install 'runwire[anthropic]'``.

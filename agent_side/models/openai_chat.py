@@ -5,7 +5,8 @@
 assistant message's ``tool_calls``, each result is a ``tool`` message,
 steering is a user message where it came, and an interrupted reply ends with
 ``[interrupted by the user]``. ``chat_chunks(stream)`` turns the streamed
-``ChatCompletionChunk`` objects into UI chunks: text, tool calls with their
+``ChatCompletionChunk`` objects (or their JSON as dicts) into UI chunks:
+text, tool calls with their
 arguments streamed (``tool-input-start`` / ``-delta`` / ``-available``), and a
 ``finish`` chunk whose metadata carries the usage and finish reason.
 ``openai_chat_model(client, model, ...)`` is a ``steering_loop`` model.

@@ -4,7 +4,8 @@
 items: user and assistant text as messages, tool calls as ``function_call``
 items and their results as ``function_call_output`` items, steering as a user
 message where it came, an interrupted reply ending with ``[interrupted by the
-user]``. ``responses_chunks(stream)`` turns the streamed events into UI
+user]``. ``responses_chunks(stream)`` turns the streamed events (the SDK's
+objects or their JSON as dicts) into UI
 chunks: text, reasoning summaries, function calls with their arguments
 streamed, and a ``finish`` chunk with usage. An ``error`` event or a failed
 response becomes an ``error`` chunk. ``openai_responses_model(client, model,
