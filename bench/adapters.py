@@ -11,7 +11,14 @@ worker, ``agent_side.Agent``, one Run per session):
 * ``adapter``: the worker's ``run.pipe()`` reads ``openai_chat_model``, the
   OpenAI Chat Completions adapter, streaming from a fake provider (its own
   process) that sends the same tokens as chat completion chunks over HTTP at
-  ``--rate`` per session.
+  ``--rate`` per session. The adapter reads the raw HTTP stream
+  (``with_streaming_response``) and parses each event with orjson;
+* ``http`` (with ``--modes``): the floor under any adapter. The agent opens
+  the same call the same way and reads the same HTTP stream, but cuts each
+  token out of its line as text, with no JSON parsing and no conversion;
+* ``sdk`` (with ``--modes plain,http,adapter,sdk``): the same, through the SDK's
+  own stream objects (``chat.completions.create(stream=True)`` then
+  ``chat_chunks``), the path users take who hand runwire their own stream.
 
 Subscribers (in this process, one raw connection per session) count the
 tokens the relay delivers inside the measuring window. CPU is read with
@@ -19,8 +26,10 @@ psutil from the relay's and the agent's processes over the same window. The
 figures are CPU microseconds per delivered token and the adapter/plain ratio
 of each: the target is an adapter ratio of at most 1.15 for the agent. A
 last line splits the adapter's time per event, measured in this process:
-the OpenAI SDK building its event object, runwire's conversion, and the
-checkpoint after each chunk.
+reading the SSE lines into dicts (``sse_data``, orjson), runwire's
+conversion, the yielder after each chunk when reading suspended, and, for
+comparison, what the fast path skips: the OpenAI SDK building its event
+object, and a checkpoint after every chunk.
 """
 
 from __future__ import annotations
@@ -102,20 +111,50 @@ def provider_main(port_out: multiprocessing.connection.Connection, limit: int, r
 def agent_main(url: str, mode: str, provider: str | None, limit: int, rate: float) -> None:
     """The agent's process: a worker answering every Run in ``mode``."""
     raise_nofile()
-    asyncio.run(_agent(url, provider, limit, rate))
+    asyncio.run(_agent(url, mode, provider, limit, rate))
 
 
-async def _agent(url: str, provider: str | None, limit: int, rate: float) -> None:
+async def _agent(url: str, mode: str, provider: str | None, limit: int, rate: float) -> None:
     from openai import AsyncOpenAI
 
     import agent_side
-    from agent_side.models.openai_chat import openai_chat_model
+    from agent_side.models._common import call_provider
+    from agent_side.models.openai_chat import chat_chunks, openai_chat_model, to_chat_messages
 
     agent = agent_side.Agent(url)
-    llm = None
+    llm: Any = None
     if provider is not None:
         client = AsyncOpenAI(api_key="bench", base_url=f"{provider}/v1", max_retries=0)
         llm = openai_chat_model(client, "bench")
+    if provider is not None and mode == "sdk":
+
+        def llm(messages: Any, signal: Any) -> Any:
+            async def start() -> Any:
+                return await client.chat.completions.create(
+                    model="bench", messages=to_chat_messages(messages), stream=True
+                )
+
+            return call_provider(start, chat_chunks, signal)
+
+    if provider is not None and mode == "http":
+        from agent_side.models import open_raw
+
+        async def floor(messages: Any) -> Any:
+            stream = await open_raw(
+                client.chat.completions.with_streaming_response.create(
+                    model="bench", messages=to_chat_messages(messages), stream=True
+                )
+            )
+            try:
+                async for line in stream.lines():
+                    at = line.find('"content":"')
+                    if at >= 0:
+                        yield line[at + 11 : line.index('"', at + 11)]
+            finally:
+                await stream.aclose()
+
+        def llm(messages: Any, signal: Any) -> Any:
+            return floor(messages)
 
     @agent.on_run
     async def handle(run: agent_side.Run) -> None:
@@ -186,7 +225,7 @@ def measure_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str
     try:
         provider = None
         provider_pid = None
-        if mode == "adapter":
+        if mode != "plain":
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=provider_main, args=(send, limit, args.rate), daemon=True)
             proc.start()
@@ -210,43 +249,71 @@ def measure_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str
 def split(events: int = 20000) -> dict[str, float]:
     """Where the adapter's time per event goes, in this process: microseconds per event.
 
-    ``sdk_construct``: the OpenAI SDK turning a decoded event into a
-    ``ChatCompletionChunk``; ``convert``: ``chat_chunks`` turning those into UI
-    chunks; ``checkpoint``: the yield to the event loop after each chunk.
+    ``sse_parse``: ``sse_data`` turning SSE lines into dicts (orjson);
+    ``convert``: ``chat_chunks`` turning those into UI chunks; ``yielder``:
+    what ``call_provider`` adds after a chunk when reading suspended. For
+    comparison, what the fast path skips: ``sdk_construct``, the OpenAI SDK
+    turning a decoded event into a ``ChatCompletionChunk``, and
+    ``checkpoint``, a yield to the event loop after every chunk.
     """
     import anyio
     from openai._models import construct_type
     from openai.types.chat import ChatCompletionChunk
 
+    from agent_side.models._common import _Yielder, sse_data
     from agent_side.models.openai_chat import chat_chunks
 
-    raw = orjson.loads(_chunk("<1700000000000>")[6:])
+    event = _chunk("<1700000000000>").decode()
+    raw = orjson.loads(event[6:])
     start = time.perf_counter()
-    objs = [construct_type(type_=ChatCompletionChunk, value=dict(raw)) for _ in range(events)]
+    for _ in range(events):
+        construct_type(type_=ChatCompletionChunk, value=dict(raw))
     construct = time.perf_counter() - start
+    lines = event.split("\n")[:2] * events
 
     async def source() -> Any:
-        for obj in objs:
-            yield obj
+        for line in lines:
+            yield line
+
+    dicts: list[Any] = []
+
+    async def parse() -> None:
+        async for item in sse_data(source()):
+            dicts.append(item)
+
+    async def dict_source() -> Any:
+        for item in dicts:
+            yield item
 
     async def convert() -> None:
-        async for _ in chat_chunks(source()):
+        async for _ in chat_chunks(dict_source()):
             pass
 
     async def checkpoints() -> None:
         for _ in range(events):
             await anyio.lowlevel.checkpoint()
 
-    start = time.perf_counter()
-    asyncio.run(convert())
-    converted = time.perf_counter() - start
-    start = time.perf_counter()
-    asyncio.run(checkpoints())
-    checked = time.perf_counter() - start
+    async def paced() -> None:
+        yielder = _Yielder()
+        for _ in range(events):
+            await anyio.lowlevel.checkpoint()
+            await yielder.after_chunk()
+
+    def timed(fn: Any) -> float:
+        start = time.perf_counter()
+        asyncio.run(fn())
+        return (time.perf_counter() - start) / events * 1e6
+
+    parsed = timed(parse)
+    converted = timed(convert)
+    checked = timed(checkpoints)
+    yielded = timed(paced) - checked
     return {
-        "sdk_construct": construct / events * 1e6,
-        "convert": converted / events * 1e6,
-        "checkpoint": checked / events * 1e6,
+        "sse_parse": parsed,
+        "convert": converted,
+        "yielder": max(yielded, 0.0),
+        "sdk_construct (skipped)": construct / events * 1e6,
+        "checkpoint (skipped)": checked,
     }
 
 
@@ -257,23 +324,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
+    parser.add_argument(
+        "--modes",
+        default="plain,adapter",
+        help="plain,adapter; http (the HTTP floor), sdk (the SDK path)",
+    )
     args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if "plain" not in modes or not set(modes) <= {"plain", "http", "adapter", "sdk"}:
+        parser.error("--modes: plain, and any of http, adapter, sdk, in the order to run")
     raise_nofile()
     with tempfile.TemporaryDirectory() as tmp:
-        results = {mode: measure_mode(mode, args, Path(tmp)) for mode in ("plain", "adapter")}
-    plain, adapter = results["plain"], results["adapter"]
-    results["ratio"] = {
-        key: adapter[key] / plain[key] if plain[key] else float("nan")
-        for key in ("relay_us_per_token", "agent_us_per_token")
-    }
+        results: dict[str, Any] = {mode: measure_mode(mode, args, Path(tmp)) for mode in modes}
+    plain = results["plain"]
+    modes = ["plain"] + [m for m in modes if m != "plain"]
+    ratios: dict[str, dict[str, float]] = {}
+    for mode in modes[1:]:
+        ratios[mode] = {
+            key: results[mode][key] / plain[key] if plain[key] else float("nan")
+            for key in ("relay_us_per_token", "agent_us_per_token")
+        }
+    results["ratio"] = ratios.get("adapter", {})
+    if "sdk" in ratios:
+        results["ratio_sdk"] = ratios["sdk"]
     print(f"{args.sessions} sessions at {args.rate:g} tokens/s, {args.duration:g} s measured")
-    print(f"{'':22}{'plain':>10}{'adapter':>10}{'ratio':>8}")
+    head = "".join(f"{m:>10}" for m in modes) + "".join(f"{m + '/plain':>14}" for m in modes[1:])
+    print(f"{'':22}{head}")
     for key in ("tokens_per_s", "relay_us_per_token", "agent_us_per_token"):
-        ratio = results["ratio"].get(key)
-        tail = f"{ratio:8.2f}" if ratio is not None else ""
-        print(f"{key:22}{plain[key]:10.1f}{adapter[key]:10.1f}{tail}")
+        cells = "".join(f"{results[m][key]:10.1f}" for m in modes)
+        tail = "".join(f"{ratios[m].get(key, float('nan')):14.2f}" for m in modes[1:])
+        print(f"{key:22}{cells}{tail if key in ratios.get(modes[-1], {}) else ''}")
     for key in ("tokens_per_frame", "relay_busy_pct", "agent_busy_pct", "provider_busy_pct"):
-        print(f"{key:22}{plain[key]:10.1f}{adapter[key]:10.1f}")
+        print(f"{key:22}" + "".join(f"{results[m][key]:10.1f}" for m in modes))
     results["split_us_per_event"] = parts = split()
     print("adapter time per event (us): " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
     if args.out is not None:

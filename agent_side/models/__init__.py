@@ -16,4 +16,12 @@ and ``openai_agents`` (``runwire[openai-agents]``). One shape across them:
 
 ``pipe()`` closes the provider's stream the moment steering or a cancel
 aborts the call.
+
+The raw-stream fast path the adapters take is public too: ``open_raw`` keeps
+a ``with_streaming_response`` call's HTTP response open, ``sse_data`` reads
+its events as dicts, and each stream converter takes those dicts.
 """
+
+from ._common import ProviderStreamError, RawStream, open_raw, sse_data
+
+__all__ = ["ProviderStreamError", "RawStream", "open_raw", "sse_data"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, TypeVar
 
 import anyio
+import orjson
 
 from transport.asyncio.abort import AbortSignal
 from transport.history import INTERRUPTED_MARK, history_message
@@ -17,13 +21,18 @@ from ..pipe import Chunk, close_source
 from ..tools import Tool
 
 __all__ = [
+    "ProviderStreamError",
+    "RawStream",
     "ToolSpec",
     "call_provider",
+    "field",
     "finish_chunk",
     "input_json",
+    "open_raw",
     "output_text",
     "provider_message",
     "segments",
+    "sse_data",
     "tool_specs",
 ]
 
@@ -126,6 +135,130 @@ def provider_message(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def field(event: Any, name: str) -> Any:
+    """``event``'s ``name``: a key of a dict, an attribute of an SDK object, ``None`` if absent."""
+    if type(event) is dict:
+        return event.get(name)
+    return getattr(event, name, None)
+
+
+class ProviderStreamError(Exception):
+    """The provider reported an error in the middle of its stream; ``message`` is its text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RawStream:
+    """A provider's raw HTTP response, opened with the SDK's ``with_streaming_response``.
+
+    ``lines`` are the response's text lines; ``aclose()`` closes the
+    response, and with it the HTTP stream, at once.
+    """
+
+    def __init__(self, response: Any, stack: AsyncExitStack) -> None:
+        self.response = response
+        self._stack = stack
+
+    def lines(self) -> AsyncIterator[str]:
+        """The body's lines, as the SDK's HTTP client decodes them."""
+        lines: AsyncIterator[str] = self.response.http_response.aiter_lines()
+        return lines
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+
+
+async def open_raw(request: AbstractAsyncContextManager[Any]) -> RawStream:
+    """Send ``request`` (a ``with_streaming_response.create(...)``) and keep its response open.
+
+    The SDK raises its own error for a refused call (an HTTP error status),
+    as its plain ``create`` does.
+    """
+    stack = AsyncExitStack()
+    try:
+        response = await stack.enter_async_context(request)
+    except BaseException:
+        await stack.aclose()
+        raise
+    return RawStream(response, stack)
+
+
+async def sse_data(source: RawStream | AsyncIterator[str]) -> AsyncIterator[Any]:
+    """The JSON ``data`` of each server-sent event, parsed with orjson; ends at ``[DONE]``.
+
+    ``source`` is a ``RawStream`` or an iterator of lines. Event names are
+    not needed: each provider's data carries its own ``type``. Comments and
+    other fields are skipped, and several ``data`` lines of one event are
+    joined with newlines, as the SSE format says. After ``[DONE]`` the rest
+    of the body is read (for up to a second), so the client keeps the
+    connection for its next call.
+    """
+    lines = source.lines() if isinstance(source, RawStream) else source
+    data: list[str] = []
+    loads = orjson.loads
+    async for line in lines:
+        if line.startswith("data:"):
+            value = line[6:] if line.startswith("data: ") else line[5:]
+            data.append(value)
+            continue
+        if line or not data:
+            continue
+        text = data[0] if len(data) == 1 else "\n".join(data)
+        data = []
+        if text.startswith("[DONE]"):
+            await _drain(lines)
+            return
+        yield loads(text)
+    if data and not data[0].startswith("[DONE]"):
+        yield loads("\n".join(data))
+
+
+_DRAIN_TIMEOUT = 1.0
+"""Seconds to read what follows ``[DONE]``, so the connection can be kept for the next call."""
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read the body to its end after ``[DONE]``, as the SDK does: HTTP/1.1 keeps the connection."""
+    with anyio.move_on_after(_DRAIN_TIMEOUT), contextlib.suppress(Exception):
+        async for _ in lines:
+            pass
+
+
+class _Yielder:
+    """Lets the event loop run between chunks only when the source did not let it.
+
+    A source read from a socket suspends between events, so a checkpoint
+    after each chunk would be a wasted loop turn. A callback scheduled with
+    ``call_soon`` tells whether the loop ran since the last chunk; when it
+    did not (the SDK handed out a buffered backlog), the yielder checkpoints.
+    Outside asyncio, it checkpoints after every chunk.
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._ran = False
+        self._armed = False
+
+    def _mark(self) -> None:
+        self._ran = True
+
+    async def after_chunk(self) -> None:
+        loop = self._loop
+        if loop is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        if not (self._armed and self._ran):
+            await anyio.lowlevel.checkpoint()
+        self._ran = False
+        self._armed = True
+        loop.call_soon(self._mark)
+
+
 async def call_provider(
     start: Callable[[], Awaitable[S]],
     convert: Callable[[S], AsyncIterator[Chunk]],
@@ -134,8 +267,9 @@ async def call_provider(
     """Open a provider's stream with ``start()`` and yield ``convert(stream)``'s chunks.
 
     The stream is closed however the read ends: at its end, on an abort, or
-    when ``pipe()`` stops reading. Each chunk is followed by a checkpoint, so
-    a backlog the SDK buffered never holds the event loop. A provider error (unreachable, refused,
+    when ``pipe()`` stops reading. The event loop runs between chunks (a
+    checkpoint when reading did not suspend), so a backlog the SDK buffered
+    never holds it. A provider error (unreachable, refused,
     failed mid-stream) becomes an ``error`` chunk with the provider's message,
     unless ``signal`` fired (then the call just stops).
     """
@@ -144,12 +278,13 @@ async def call_provider(
         if signal.aborted:
             return
         stream = await start()
+        yielder = _Yielder()
         async for chunk in convert(stream):
             yield chunk
             # An SDK hands out events it already buffered without suspending: let the loop
             # run (the pipe's publisher, other Runs) between them, as a model client paced
             # by its socket would.
-            await anyio.lowlevel.checkpoint()
+            await yielder.after_chunk()
     except Exception as exc:
         if signal.aborted:
             log.debug("model call stopped on its abort: %r", exc)

@@ -7,7 +7,8 @@ tool calls are ``tool_use`` blocks and their results ``tool_result`` blocks at
 the head of the next user message, steering is user text after them, and an
 interrupted reply ends with ``[interrupted by the user]``. System messages go
 to the ``system`` parameter (``anthropic_system``). ``anthropic_chunks(stream)``
-turns the raw stream events into UI chunks: text, thinking as reasoning, tool
+turns the raw stream events (the SDK's objects or their JSON as dicts) into
+UI chunks: text, thinking as reasoning, tool
 calls with their JSON streamed, and a ``finish`` chunk with usage and stop
 reason. ``anthropic_model(client, model, ...)`` is a ``steering_loop`` model.
 Install with ``pip install 'runwire[anthropic]'``.
@@ -25,12 +26,17 @@ from ..loop import Model
 from ..pipe import Chunk
 from ..tools import Tool
 from ._common import (
+    ProviderStreamError,
+    RawStream,
     ToolSpec,
     call_provider,
+    field,
     finish_chunk,
     input_json,
+    open_raw,
     output_text,
     segments,
+    sse_data,
     tool_specs,
 )
 
@@ -112,49 +118,63 @@ def anthropic_tools(tools: Iterable[Tool | ToolSpec] | None) -> list[ToolParam]:
 
 
 async def anthropic_chunks(stream: AsyncIterable[Any]) -> AsyncIterator[Chunk]:
-    """UI chunks for a raw Messages stream (see the module docstring)."""
+    """UI chunks for a raw Messages stream (see the module docstring).
+
+    The events are the SDK's raw stream events or their JSON as dicts (what
+    ``sse_data`` reads off the raw response). An ``error`` event raises
+    ``ProviderStreamError`` with the provider's message.
+    """
     blocks: dict[int, tuple[str, str, str]] = {}  # index -> (kind, id, name)
     arguments: dict[int, list[str]] = {}
     usage: dict[str, Any] = {}
     stop: str | None = None
     async for event in stream:
-        kind = event.type
-        if kind == "message_start":
-            usage["inputTokens"] = event.message.usage.input_tokens
-            usage["outputTokens"] = event.message.usage.output_tokens
-        elif kind == "content_block_start":
-            block = event.content_block
-            index = event.index
-            if block.type == "text":
-                blocks[index] = ("text", f"text-{index}", "")
-                yield {"type": "text-start", "id": f"text-{index}"}
-                if block.text:
-                    yield {"type": "text-delta", "id": f"text-{index}", "delta": block.text}
-            elif block.type == "thinking":
-                blocks[index] = ("reasoning", f"reasoning-{index}", "")
-                yield {"type": "reasoning-start", "id": f"reasoning-{index}"}
-            elif block.type == "tool_use":
-                blocks[index] = ("tool", block.id, block.name)
-                arguments[index] = []
-                yield {"type": "tool-input-start", "toolCallId": block.id, "toolName": block.name}
-        elif kind == "content_block_delta":
-            known = blocks.get(event.index)
-            delta = event.delta
+        kind = field(event, "type")
+        if kind == "content_block_delta":
+            index = field(event, "index")
+            known = blocks.get(index)
             if known is None:
                 continue
-            if delta.type == "text_delta":
-                yield {"type": "text-delta", "id": known[1], "delta": delta.text}
-            elif delta.type == "thinking_delta":
-                yield {"type": "reasoning-delta", "id": known[1], "delta": delta.thinking}
-            elif delta.type == "input_json_delta" and delta.partial_json:
-                arguments[event.index].append(delta.partial_json)
-                yield {
-                    "type": "tool-input-delta",
-                    "toolCallId": known[1],
-                    "inputTextDelta": delta.partial_json,
-                }
+            delta = field(event, "delta")
+            delta_type = field(delta, "type")
+            if delta_type == "text_delta":
+                yield {"type": "text-delta", "id": known[1], "delta": field(delta, "text")}
+            elif delta_type == "thinking_delta":
+                yield {"type": "reasoning-delta", "id": known[1], "delta": field(delta, "thinking")}
+            elif delta_type == "input_json_delta":
+                partial = field(delta, "partial_json")
+                if partial:
+                    arguments[index].append(partial)
+                    yield {
+                        "type": "tool-input-delta",
+                        "toolCallId": known[1],
+                        "inputTextDelta": partial,
+                    }
+        elif kind == "message_start":
+            got = field(field(event, "message"), "usage")
+            usage["inputTokens"] = field(got, "input_tokens")
+            usage["outputTokens"] = field(got, "output_tokens")
+        elif kind == "content_block_start":
+            block = field(event, "content_block")
+            block_type = field(block, "type")
+            index = field(event, "index")
+            if block_type == "text":
+                blocks[index] = ("text", f"text-{index}", "")
+                yield {"type": "text-start", "id": f"text-{index}"}
+                text = field(block, "text")
+                if text:
+                    yield {"type": "text-delta", "id": f"text-{index}", "delta": text}
+            elif block_type == "thinking":
+                blocks[index] = ("reasoning", f"reasoning-{index}", "")
+                yield {"type": "reasoning-start", "id": f"reasoning-{index}"}
+            elif block_type == "tool_use":
+                call_id, name = field(block, "id"), field(block, "name")
+                blocks[index] = ("tool", call_id, name)
+                arguments[index] = []
+                yield {"type": "tool-input-start", "toolCallId": call_id, "toolName": name}
         elif kind == "content_block_stop":
-            known = blocks.get(event.index)
+            index = field(event, "index")
+            known = blocks.get(index)
             if known is None:
                 continue
             if known[0] == "tool":
@@ -162,13 +182,17 @@ async def anthropic_chunks(stream: AsyncIterable[Any]) -> AsyncIterator[Chunk]:
                     "type": "tool-input-available",
                     "toolCallId": known[1],
                     "toolName": known[2],
-                    "input": input_json("".join(arguments[event.index])),
+                    "input": input_json("".join(arguments[index])),
                 }
             else:
                 yield {"type": f"{known[0]}-end", "id": known[1]}
         elif kind == "message_delta":
-            usage["outputTokens"] = event.usage.output_tokens
-            stop = event.delta.stop_reason or stop
+            usage["outputTokens"] = field(field(event, "usage"), "output_tokens")
+            stop = field(field(event, "delta"), "stop_reason") or stop
+        elif kind == "error" and type(event) is dict:
+            error = event.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            raise ProviderStreamError(message or "An error occurred during streaming")
     if usage:
         usage["totalTokens"] = (usage.get("inputTokens") or 0) + (usage.get("outputTokens") or 0)
     yield finish_chunk(usage, stop)
@@ -186,7 +210,9 @@ def anthropic_model(
     """A ``steering_loop`` model: ``model(messages, signal)`` streaming one Messages call.
 
     ``client`` is the user's own ``AsyncAnthropic``; ``params`` go to
-    ``messages.create`` as they are.
+    ``messages.create`` as they are. The call goes through
+    ``with_streaming_response``: the client's own HTTP stream, read as
+    dicts, without building an SDK object per event.
     """
     tool_params = anthropic_tools(tools)
 
@@ -198,14 +224,19 @@ def anthropic_model(
             instructions = anthropic_system(messages, system)
             if instructions:
                 extra["system"] = instructions
-            return await client.messages.create(
+            request = client.messages.with_streaming_response.create(
                 model=model,
                 max_tokens=max_tokens,
                 messages=to_anthropic_messages(messages),
                 stream=True,
                 **extra,
             )
+            return await open_raw(request)
 
-        return call_provider(start, anthropic_chunks, signal)
+        return call_provider(start, _raw_chunks, signal)
 
     return call
+
+
+def _raw_chunks(stream: RawStream) -> AsyncIterator[Chunk]:
+    return anthropic_chunks(sse_data(stream))

@@ -5,7 +5,8 @@
 assistant message's ``tool_calls``, each result is a ``tool`` message,
 steering is a user message where it came, and an interrupted reply ends with
 ``[interrupted by the user]``. ``chat_chunks(stream)`` turns the streamed
-``ChatCompletionChunk`` objects into UI chunks: text, tool calls with their
+``ChatCompletionChunk`` objects (or their JSON as dicts) into UI chunks:
+text, tool calls with their
 arguments streamed (``tool-input-start`` / ``-delta`` / ``-available``), and a
 ``finish`` chunk whose metadata carries the usage and finish reason.
 ``openai_chat_model(client, model, ...)`` is a ``steering_loop`` model.
@@ -24,13 +25,18 @@ from ..loop import Model
 from ..pipe import Chunk
 from ..tools import Tool
 from ._common import (
+    ProviderStreamError,
+    RawStream,
     ToolSpec,
     call_provider,
     calls_of,
+    field,
     finish_chunk,
     input_json,
+    open_raw,
     output_text,
     segments,
+    sse_data,
     text_of,
     tool_specs,
 )
@@ -116,44 +122,58 @@ def chat_tools(tools: Iterable[Tool | ToolSpec] | None) -> list[ChatCompletionFu
 
 
 async def chat_chunks(stream: AsyncIterable[Any]) -> AsyncIterator[Chunk]:
-    """UI chunks for a streamed chat completion (see the module docstring)."""
+    """UI chunks for a streamed chat completion (see the module docstring).
+
+    The events are the SDK's ``ChatCompletionChunk`` objects or their JSON
+    as dicts (what ``sse_data`` reads off the raw response). A dict with an
+    ``error`` raises ``ProviderStreamError`` with the provider's message.
+    """
     text_open = False
     calls: dict[int, list[str]] = {}  # index -> [id, name, arguments so far]
     usage: dict[str, Any] | None = None
     finish: str | None = None
     async for event in stream:
-        if event.usage is not None:
+        if type(event) is dict and event.get("error") is not None:
+            raise ProviderStreamError(_error_text(event["error"]))
+        got = field(event, "usage")
+        if got is not None:
             usage = {
-                "inputTokens": event.usage.prompt_tokens,
-                "outputTokens": event.usage.completion_tokens,
-                "totalTokens": event.usage.total_tokens,
+                "inputTokens": field(got, "prompt_tokens"),
+                "outputTokens": field(got, "completion_tokens"),
+                "totalTokens": field(got, "total_tokens"),
             }
-        for choice in event.choices[:1]:
-            delta = choice.delta
-            reasoning = getattr(delta, "reasoning_content", None)
+        for choice in (field(event, "choices") or ())[:1]:
+            delta = field(choice, "delta")
+            if delta is None:
+                continue
+            reasoning = field(delta, "reasoning_content")
             if isinstance(reasoning, str) and reasoning:
                 yield {"type": "reasoning-delta", "id": "reasoning-0", "delta": reasoning}
-            if delta.content:
+            content = field(delta, "content")
+            if content:
                 if not text_open:
                     text_open = True
                     yield {"type": "text-start", "id": "text-0"}
-                yield {"type": "text-delta", "id": "text-0", "delta": delta.content}
-            for call in delta.tool_calls or []:
-                known = calls.get(call.index)
-                fn = call.function
+                yield {"type": "text-delta", "id": "text-0", "delta": content}
+            for call in field(delta, "tool_calls") or ():
+                index = field(call, "index")
+                known = calls.get(index)
+                fn = field(call, "function")
                 if known is None:
-                    known = calls[call.index] = [call.id or f"call-{call.index}", "", ""]
-                    known[1] = (fn.name if fn and fn.name else "") or ""
+                    known = calls[index] = [field(call, "id") or f"call-{index}", "", ""]
+                    known[1] = (field(fn, "name") if fn is not None else None) or ""
                     yield {"type": "tool-input-start", "toolCallId": known[0], "toolName": known[1]}
-                if fn is not None and fn.arguments:
-                    known[2] += fn.arguments
+                arguments = field(fn, "arguments") if fn is not None else None
+                if arguments:
+                    known[2] += arguments
                     yield {
                         "type": "tool-input-delta",
                         "toolCallId": known[0],
-                        "inputTextDelta": fn.arguments,
+                        "inputTextDelta": arguments,
                     }
-            if choice.finish_reason:
-                finish = choice.finish_reason
+            reason = field(choice, "finish_reason")
+            if reason:
+                finish = reason
     if text_open:
         yield {"type": "text-end", "id": "text-0"}
     for call_id, name, arguments in calls.values():
@@ -164,6 +184,11 @@ async def chat_chunks(stream: AsyncIterable[Any]) -> AsyncIterator[Chunk]:
             "input": input_json(arguments),
         }
     yield finish_chunk(usage, finish)
+
+
+def _error_text(error: Any) -> str:
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) and message else "An error occurred during streaming"
 
 
 def openai_chat_model(
@@ -179,21 +204,28 @@ def openai_chat_model(
     ``client`` is the user's own ``AsyncOpenAI``; ``params`` go to
     ``chat.completions.create`` as they are. Usage is asked for
     (``stream_options.include_usage``) and lands in the reply's metadata.
+    The call goes through ``with_streaming_response``: the client's own
+    HTTP stream, read as dicts, without building an SDK object per event.
     """
     tool_params = chat_tools(tools)
 
     def call(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[Chunk]:
-        async def start() -> Any:
+        async def start() -> RawStream:
             extra: dict[str, Any] = {"stream_options": {"include_usage": True}, **params}
             if tool_params:
                 extra["tools"] = tool_params
-            return await client.chat.completions.create(
+            request = client.chat.completions.with_streaming_response.create(
                 model=model,
                 messages=to_chat_messages(messages, system=system),
                 stream=True,
                 **extra,
             )
+            return await open_raw(request)
 
-        return call_provider(start, chat_chunks, signal)
+        return call_provider(start, _raw_chunks, signal)
 
     return call
+
+
+def _raw_chunks(stream: RawStream) -> AsyncIterator[Chunk]:
+    return chat_chunks(sse_data(stream))

@@ -4,7 +4,8 @@
 items: user and assistant text as messages, tool calls as ``function_call``
 items and their results as ``function_call_output`` items, steering as a user
 message where it came, an interrupted reply ending with ``[interrupted by the
-user]``. ``responses_chunks(stream)`` turns the streamed events into UI
+user]``. ``responses_chunks(stream)`` turns the streamed events (the SDK's
+objects or their JSON as dicts) into UI
 chunks: text, reasoning summaries, function calls with their arguments
 streamed, and a ``finish`` chunk with usage. An ``error`` event or a failed
 response becomes an ``error`` chunk. ``openai_responses_model(client, model,
@@ -24,12 +25,16 @@ from ..loop import Model
 from ..pipe import Chunk
 from ..tools import Tool
 from ._common import (
+    RawStream,
     ToolSpec,
     call_provider,
+    field,
     finish_chunk,
     input_json,
+    open_raw,
     output_text,
     segments,
+    sse_data,
     text_of,
     tool_specs,
 )
@@ -113,51 +118,70 @@ class ResponsesFolder:
         self.status: str | None = None
 
     def feed(self, event: Any) -> list[Chunk]:
-        """The chunks for one event; raises ``ResponseFailedError`` for a failure event."""
-        kind = getattr(event, "type", None)
-        if kind == "response.output_item.added" and event.item.type == "function_call":
-            item = event.item
-            self._calls[item.id or item.call_id] = (item.call_id, item.name)
-            self._arguments[item.id or item.call_id] = []
-            return [{"type": "tool-input-start", "toolCallId": item.call_id, "toolName": item.name}]
+        """The chunks for one event; raises ``ResponseFailedError`` for a failure event.
+
+        ``event`` is an SDK event object or its JSON as a dict.
+        """
+        kind = field(event, "type")
         if kind == "response.output_text.delta":
-            out: list[Chunk] = []
-            if event.item_id not in self._texts:
-                self._texts.add(event.item_id)
-                out.append({"type": "text-start", "id": event.item_id})
-            out.append({"type": "text-delta", "id": event.item_id, "delta": event.delta})
-            return out
-        if kind == "response.output_text.done" and event.item_id in self._texts:
-            return [{"type": "text-end", "id": event.item_id}]
-        if kind == "response.reasoning_summary_text.delta":
-            return [{"type": "reasoning-delta", "id": event.item_id, "delta": event.delta}]
-        if kind == "response.function_call_arguments.delta":
-            known = self._calls.get(event.item_id)
-            if known is None or not event.delta:
+            item_id = field(event, "item_id")
+            delta: Chunk = {"type": "text-delta", "id": item_id, "delta": field(event, "delta")}
+            if item_id in self._texts:
+                return [delta]
+            self._texts.add(item_id)
+            return [{"type": "text-start", "id": item_id}, delta]
+        if kind == "response.output_item.added":
+            item = field(event, "item")
+            if field(item, "type") != "function_call":
                 return []
-            self._arguments[event.item_id].append(event.delta)
+            call_id, name = field(item, "call_id"), field(item, "name")
+            key = field(item, "id") or call_id
+            self._calls[key] = (call_id, name)
+            self._arguments[key] = []
+            return [{"type": "tool-input-start", "toolCallId": call_id, "toolName": name}]
+        if kind == "response.output_text.done":
+            item_id = field(event, "item_id")
+            return [{"type": "text-end", "id": item_id}] if item_id in self._texts else []
+        if kind == "response.reasoning_summary_text.delta":
             return [
-                {"type": "tool-input-delta", "toolCallId": known[0], "inputTextDelta": event.delta}
+                {
+                    "type": "reasoning-delta",
+                    "id": field(event, "item_id"),
+                    "delta": field(event, "delta"),
+                }
             ]
-        if kind == "response.output_item.done" and event.item.type == "function_call":
-            item = event.item
-            text = item.arguments or "".join(self._arguments.get(item.id or item.call_id, []))
+        if kind == "response.function_call_arguments.delta":
+            item_id, text = field(event, "item_id"), field(event, "delta")
+            known = self._calls.get(item_id)
+            if known is None or not text:
+                return []
+            self._arguments[item_id].append(text)
+            return [{"type": "tool-input-delta", "toolCallId": known[0], "inputTextDelta": text}]
+        if kind == "response.output_item.done":
+            item = field(event, "item")
+            if field(item, "type") != "function_call":
+                return []
+            call_id = field(item, "call_id")
+            key = field(item, "id") or call_id
+            text = field(item, "arguments") or "".join(self._arguments.get(key, []))
             return [
                 {
                     "type": "tool-input-available",
-                    "toolCallId": item.call_id,
-                    "toolName": item.name,
+                    "toolCallId": call_id,
+                    "toolName": field(item, "name"),
                     "input": input_json(text),
                 }
             ]
         if kind in ("response.completed", "response.incomplete"):
-            self.status = event.response.status
-            self._add_usage(event.response.usage)
+            response = field(event, "response")
+            self.status = field(response, "status")
+            self._add_usage(field(response, "usage"))
         elif kind == "response.failed":
-            error = event.response.error
-            raise ResponseFailedError(error.message if error is not None else "response failed")
+            error = field(field(event, "response"), "error")
+            message = field(error, "message") if error is not None else None
+            raise ResponseFailedError(message or "response failed")
         elif kind == "error":
-            raise ResponseFailedError(getattr(event, "message", None) or "response failed")
+            raise ResponseFailedError(field(event, "message") or "response failed")
         return []
 
     def _add_usage(self, got: Any) -> None:
@@ -165,9 +189,9 @@ class ResponsesFolder:
             return
         before = self.usage or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
         self.usage = {
-            "inputTokens": before["inputTokens"] + got.input_tokens,
-            "outputTokens": before["outputTokens"] + got.output_tokens,
-            "totalTokens": before["totalTokens"] + got.total_tokens,
+            "inputTokens": before["inputTokens"] + field(got, "input_tokens"),
+            "outputTokens": before["outputTokens"] + field(got, "output_tokens"),
+            "totalTokens": before["totalTokens"] + field(got, "total_tokens"),
         }
 
     def finish(self) -> Chunk:
@@ -196,6 +220,8 @@ def openai_responses_model(
 
     ``client`` is the user's own ``AsyncOpenAI``; ``system`` is sent as
     ``instructions``; ``params`` go to ``responses.create`` as they are.
+    The call goes through ``with_streaming_response``: the client's own
+    HTTP stream, read as dicts, without building an SDK object per event.
     """
     tool_params = responses_tools(tools)
 
@@ -206,10 +232,15 @@ def openai_responses_model(
                 extra["tools"] = tool_params
             if system:
                 extra["instructions"] = system
-            return await client.responses.create(
+            request = client.responses.with_streaming_response.create(
                 model=model, input=to_responses_input(messages), stream=True, **extra
             )
+            return await open_raw(request)
 
-        return call_provider(start, responses_chunks, signal)
+        return call_provider(start, _raw_chunks, signal)
 
     return call
+
+
+def _raw_chunks(stream: RawStream) -> AsyncIterator[Chunk]:
+    return responses_chunks(sse_data(stream))

@@ -1,4 +1,4 @@
-"""Smoke test of ``bench/adapters.py``: both modes run end to end and report their figures.
+"""Smoke test of ``bench/adapters.py``: every mode runs end to end and reports its figures.
 
 It checks that the script works (relay, fake provider and agent processes,
 subscribers, the table, the JSON), never how fast anything is.
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_adapter_bench_runs_both_modes(tmp_path: Path) -> None:
+def test_the_adapter_bench_runs_every_mode(tmp_path: Path) -> None:
     out = tmp_path / "adapters.json"
     command = [
         sys.executable,
@@ -27,6 +27,8 @@ def test_the_adapter_bench_runs_both_modes(tmp_path: Path) -> None:
         "1",
         "--duration",
         "2",
+        "--modes",
+        "plain,http,adapter,sdk",
         "--out",
         str(out),
     ]
@@ -34,8 +36,15 @@ def test_the_adapter_bench_runs_both_modes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "agent_us_per_token" in proc.stdout
     results = json.loads(out.read_text())
-    for mode in ("plain", "adapter"):
+    for mode in ("plain", "http", "adapter", "sdk"):
         assert results[mode]["tokens"] > 0 and results[mode]["errors"] == 0
         assert results[mode]["agent_us_per_token"] > 0
     assert set(results["ratio"]) == {"relay_us_per_token", "agent_us_per_token"}
-    assert set(results["split_us_per_event"]) == {"sdk_construct", "convert", "checkpoint"}
+    assert set(results["ratio_sdk"]) == {"relay_us_per_token", "agent_us_per_token"}
+    assert set(results["split_us_per_event"]) == {
+        "sse_parse",
+        "convert",
+        "yielder",
+        "sdk_construct (skipped)",
+        "checkpoint (skipped)",
+    }

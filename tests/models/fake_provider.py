@@ -109,13 +109,15 @@ class FakeProvider:
         """Send ``reply``; True if the connection can take another request."""
         if reply.sse is None:
             data = json.dumps(reply.body or {}).encode()
+            # An error reply closes its connection: no idle connection is left in the
+            # client's pool for its garbage collection to close after the test's loop.
             head = (
                 f"HTTP/1.1 {reply.status} Error\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(data)}\r\n\r\n"
+                f"content-length: {len(data)}\r\nconnection: close\r\n\r\n"
             )
             writer.write(head.encode() + data)
             await writer.drain()
-            return True
+            return False
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
             b"connection: close\r\n\r\n"

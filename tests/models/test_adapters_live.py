@@ -241,3 +241,43 @@ async def test_a_tool_that_asks_for_approval_pauses_the_run_until_answered(
     assert len(fake.exchanges) == 2
     [(_, output)] = provider.tool_results(fake.exchanges[1].body)
     assert '"temp": 22' in output
+
+
+async def test_a_refused_call_ends_the_run_error_with_the_providers_message(
+    relay_url: str, provider: Provider
+) -> None:
+    sid = f"{provider.name}-refused"
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": "Slow down, please"}}
+    async with (
+        FakeProvider(Reply(status=429, body=body)) as fake,
+        client_end(relay_url, sid) as client,
+    ):
+        run_id = await client.prompt("hello")
+        await loop(relay_url, sid, run_id, provider.make(fake.base_url))
+        await client.wait_status(run_id, "error")
+    info = client.tree.run(run_id)
+    assert info is not None and info.error is not None
+    assert "429" in info.error["message"] and "Slow down, please" in info.error["message"]
+
+
+async def test_the_adapter_reads_the_raw_stream_without_building_sdk_events(
+    relay_url: str, provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anthropic
+    import openai
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the SDK built an event object")
+
+    for client_class in (openai.AsyncOpenAI, anthropic.AsyncAnthropic):
+        monkeypatch.setattr(client_class, "_process_response_data", refuse)
+    sid = f"{provider.name}-raw"
+    async with (
+        FakeProvider(Reply(f"{provider.name}_text.sse")) as fake,
+        client_end(relay_url, sid) as client,
+    ):
+        run_id = await client.prompt("hello")
+        await loop(relay_url, sid, run_id, provider.make(fake.base_url))
+        await client.wait_status(run_id, "complete")
+    assert "".join(client.response_texts(run_id))
+    assert reply_of(client, run_id).metadata["usage"]["outputTokens"] > 0
