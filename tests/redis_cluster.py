@@ -111,7 +111,8 @@ class RedisCluster:
         proc.wait()
 
     def wait_healthy(self, timeout: float = 30) -> None:
-        """Until every live node says the cluster is ok and every slot has a live master."""
+        """Until every live node says the cluster is ok, every slot has a live master and
+        every replica is in sync with its master."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -134,7 +135,10 @@ class RedisCluster:
                 if int(master[1]) not in live:
                     return False
                 covered += end - start + 1
-            return covered == 16384
+            if covered != 16384:
+                return False
+            replication = client.info("replication")
+            return replication["role"] == "master" or replication["master_link_status"] == "up"
 
     def stop(self) -> None:
         for proc in self.procs.values():

@@ -366,6 +366,7 @@ class RedisStore(Store):
         except ValueError as exc:
             raise RunwireError(VALIDATION_ERROR, f"store URL {given!r}: {exc}") from None
         self._map: ClusterMap | None = None
+        self._clients: list[Any] = []  # Cluster mode: the clients ``client()`` made
         if cluster:
             seed = (parts.hostname or "localhost", parts.port or 6379)
             self._map = ClusterMap(seed, prefix, self._pool.connection_kwargs)
@@ -402,7 +403,7 @@ class RedisStore(Store):
             from redis.asyncio.cluster import RedisCluster
 
             kwargs = self._pool.connection_kwargs
-            return RedisCluster(
+            client = RedisCluster(
                 host=self._map.seed[0],
                 port=self._map.seed[1],
                 protocol=2,
@@ -412,6 +413,8 @@ class RedisStore(Store):
                 username=kwargs.get("username"),
                 password=kwargs.get("password"),
             )
+            self._clients.append(client)  # closed with the store
+            return client
         from redis.asyncio import Redis
 
         return Redis(connection_pool=self._pool)
@@ -506,6 +509,8 @@ class RedisStore(Store):
         self._urgent = 0
         if self._conn is not None:
             await self._conn.disconnect(nowait=True)
+        for client in self._clients:
+            await client.aclose()
         await self._pool.disconnect()
 
     async def healthy(self) -> bool:

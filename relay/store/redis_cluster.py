@@ -24,6 +24,8 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
@@ -117,6 +119,7 @@ class ClusterMap:
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             protocol=2,
+            retry=Retry(NoBackoff(), 0),  # a dead node must not cost backoff: ask the next
             **self._kwargs,
         )
         try:
