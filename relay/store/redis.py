@@ -49,9 +49,9 @@ evicted or lost it; ``forget_lost`` drops those from their owner's set once the 
 had its try, ``gone_and_lost``); the append that then ends such an owner's
 Run tests that again in the same script (``append(..., gone=)``), so an
 owner marked present there meanwhile keeps its Run. Those keys are outside the
-session's slot, so the store needs a standalone Redis (or a proxy that keeps
-everything on one node): Redis Cluster would refuse the scripts with
-``CROSSSLOT``. Everything else is ready for Cluster.
+session's slot, so on a Redis Cluster the store runs in Cluster mode
+(``redis+cluster://``, ``relay.store.redis_cluster``): the prefix becomes a
+hash tag and every key of it shares one slot, so the scripts run as here.
 
 With ``history_ttl`` (seconds, ``?history_ttl=`` in the URL) every write to a
 session refreshes an expiry on all its keys, so an idle session is dropped as
@@ -1156,7 +1156,7 @@ class RedisStore(Store):
     async def _follow(self, batch: list[_Op], replies: list[Any]) -> None:
         """Cluster mode: send again, to the slot's master as looked up anew, the commands
         Redis did not run because the slot moved or had no master (``RETRYABLE``), a few
-        times over about a second and a half (a failover takes about that long)."""
+        times over about four seconds (a failover with a short node timeout takes two or three)."""
         commands = [c for op in batch for c in op.commands]
         for attempt in range(8):
             again = [i for i, reply in enumerate(replies) if isinstance(reply, RETRYABLE)]
