@@ -134,6 +134,7 @@ class Run(RunSteps):
         max_in_flight: int = 1,
         options: RunOptions | None = None,
         adopted: bool = False,
+        rollup_window: float = 0.0,
         checkpoint: dict[str, Any] | None = None,
     ) -> None:
         from .session import View
@@ -147,6 +148,8 @@ class Run(RunSteps):
         self.on_steer = on_steer
         self.on_cancel = on_cancel
         self.max_in_flight = max_in_flight
+        self.rollup_window = rollup_window
+        """Seconds ``pipe()`` may hold tokens before it publishes them (``pipe_stream``)."""
         self.on_iteration_limit: IterationLimit = opts.on_iteration_limit
         self.keeps_history = opts.history
         self.save_interrupted_reply = opts.save_interrupted_reply
@@ -504,6 +507,7 @@ class Run(RunSteps):
         *,
         max_in_flight: int | None = None,
         save_interrupted_reply: bool | None = None,
+        rollup_window: float | None = None,
     ) -> PipeResult:
         """Publish a model call's output stream as one response (see ``agent_side.pipe``).
 
@@ -511,9 +515,10 @@ class Run(RunSteps):
         ``has_input()`` took in; the call counts against the turn's
         ``max_iterations``. On a cancel the reply is saved with what was
         streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
-        leaves it open for ``save_reply``). Raises ``RunwireError(RUN_NOT_ACTIVE)``
-        if the Run has ended; the stream's and the relay's errors come back as
-        ``PipeResult(reason="error")``.
+        leaves it open for ``save_reply``). ``rollup_window`` (seconds; default the
+        session's, 0) holds tokens up to that long so several ride one append. Raises
+        ``RunwireError(RUN_NOT_ACTIVE)`` if the Run has ended; the stream's and the
+        relay's errors come back as ``PipeResult(reason="error")``.
         """
         self._require_live()
         if self.status == "pending":
@@ -537,6 +542,7 @@ class Run(RunSteps):
             publish=self._session._publish,
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
+            rollup_window=self.rollup_window if rollup_window is None else rollup_window,
             max_batch_bytes=max(256, frame_bytes // 2),
             max_close_bytes=close_budget(frame_bytes),
             save_interrupted=save,
