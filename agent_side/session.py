@@ -735,9 +735,10 @@ async def connect(
     may hold tokens before it publishes them, so several ride one append. Raises
     ``RunwireError`` if the relay cannot be reached or refuses, ``ValueError`` for a
     bad option. ``token_provider`` (plain or async) gives a fresh token on each
-    reconnect. A publish the relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order, for up to
-    ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
-    refusal; then the error is raised (``pipe()`` returns ``reason="error"``).
+    reconnect. A publish the relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE``
+    goes again, in order, for up to ``rate_limit_wait`` (30) or ``store_wait`` (60)
+    seconds since its first such refusal; then the error is raised (``pipe()``
+    returns ``reason="error"``).
     """
     link = _Link(
         url,
