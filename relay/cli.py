@@ -109,6 +109,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default=None,
         help="Runs going on at once on this relay; more wait queued (default: no limit)",
     )
+    parser.add_argument(
+        "--rollup-window",
+        type=float,
+        default=0.0,
+        help="seconds a subscriber's streamed appends may wait to share a frame (default 0)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     return parser
 
@@ -130,6 +136,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "multitask": args.multitask,
         "thread_access": args.thread_access,
         "max_concurrent_runs": args.max_concurrent_runs,
+        "rollup_window": args.rollup_window,
         "input_checks": [checks.named(name) for name in args.check],
     }
 

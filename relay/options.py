@@ -51,6 +51,10 @@ class RelayOptions:
     """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""
     input_checks: Sequence[Check] = ()
     """Checks every message entry passes before it is stored (see ``transport.checks``)."""
+    rollup_window: float = 0.0
+    """Seconds a subscriber's deliveries of streamed appends (``response_append``) may wait
+    so that several leave in one ``deliver`` frame; any other frame for the connection
+    sends them at once. 0 (the default): none waits."""
     hello_timeout: float = 10.0
     """A connection that sends no ``hello`` this long after its handshake is answered with
     an error (its token's refusal, else ``PROTOCOL_ERROR``) and closed."""

@@ -108,6 +108,8 @@ async def serve(
     if unknown:
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
+    if not 0 <= opts.rollup_window <= 1:
+        raise ValueError(f"rollup_window must be 0 to 1 second, not {opts.rollup_window}")
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(
@@ -182,7 +184,7 @@ async def serve(
             opts=opts,
             metrics=metrics,
             verifier=verifier,
-            flusher=Flusher(),
+            flusher=Flusher(opts.rollup_window),
         )
 
         async with ws_serve(
