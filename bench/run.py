@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -100,6 +100,9 @@ PHASE_TIMEOUT = 120.0
 class RelayProcess:
     """One relay under test, in its own process, listening on a free port."""
 
+    extra: ClassVar[list[str]] = []
+    """More command-line options of every runwire relay (``--rollup-window``)."""
+
     def __init__(self, kind: str, workdir: Path, name: str, store: str | None = None) -> None:
         self.kind = kind
         self.log_path = workdir / f"{name}.log"
@@ -121,6 +124,7 @@ class RelayProcess:
                 store,
                 "--log-level",
                 "WARNING",
+                *self.extra,
             ]
         self.command = shlex.join(cmd)
         self._log: IO[bytes] = open(self.log_path, "wb")
@@ -646,6 +650,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-sdk", action="store_true", help="drive runwire with raw frames")
     parser.add_argument(
+        "--rollup-window",
+        type=float,
+        default=0.0,
+        help="the runwire relays' --rollup-window, seconds (0: none)",
+    )
+    parser.add_argument(
         "--loadgen-procs",
         type=int,
         default=2,
@@ -661,6 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the table, write JSON if asked; returns the report."""
     args = build_parser().parse_args(argv)
+    RelayProcess.extra = ["--rollup-window", str(args.rollup_window)] if args.rollup_window else []
     relays = [r for r in args.relays.split(",") if r]
     if args.redis:
         relays += [k for k in REDIS_KINDS if k not in relays]
