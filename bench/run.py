@@ -75,7 +75,9 @@ __all__ = [
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_RELAYS = ("baseline", "memory", "sqlite")
-RELAYS = (*DEFAULT_RELAYS, *REDIS_KINDS)
+BARE = ("baseline", "node")
+"""The reference relays: no store, raw frames only (``node``: ``bench/node``, Node's ws)."""
+RELAYS = (*DEFAULT_RELAYS, "node", *REDIS_KINDS)
 NODES = {"redis1": 1, "redis2": 2}
 """Relay processes per measurement, for the relays on Redis (one for the others)."""
 REDIS_PHASES = {
@@ -109,6 +111,8 @@ class RelayProcess:
         self.db_path: Path | None = None
         if kind == "baseline":
             cmd = [sys.executable, str(HERE / "baseline_relay.py"), "--port", "0"]
+        elif kind == "node":
+            cmd = ["node", str(HERE / "node" / "baseline_relay.mjs"), "--port", "0"]
         else:
             if store is None and kind != "memory":
                 self.db_path = workdir / f"{name}.db"
@@ -505,6 +509,16 @@ def measure(
     return results
 
 
+def _ready_node() -> None:
+    """Check for Node and install ``bench/node``'s pinned ``ws`` (``npm ci``) if missing."""
+    import shutil
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        raise SystemExit("--relays node: needs Node.js and npm")
+    if not (HERE / "node" / "node_modules" / "ws").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=HERE / "node", check=True)
+
+
 def _measures(name: str, kind: str, clustered: bool = False) -> bool:
     """Whether relay ``kind`` is measured on phase ``name`` (``clustered``: in a run that
     measures relays on Redis too)."""
@@ -515,7 +529,7 @@ def _measures(name: str, kind: str, clustered: bool = False) -> bool:
         # relay with no cluster at all (the bare baseline, the memory store).
         return clustered and kind in HALF_REFERENCES
     # The baseline is always driven by raw frames: it has no SDK rows.
-    return not (kind == "baseline" and (name.endswith("_raw") or name == "steer_all"))
+    return not (kind in BARE and (name.endswith("_raw") or name == "steer_all"))
 
 
 def _measure_one(
@@ -535,7 +549,7 @@ def _measure_one(
         for i in range(NODES.get(kind, 1)):
             nodes.append(RelayProcess(kind, tmp, f"{kind}-{name}-{attempt}-{i}", store))
         phase = Phase(
-            relay="baseline" if kind == "baseline" else "runwire",
+            relay="baseline" if kind in BARE else "runwire",
             urls=tuple(node.url for node in nodes),
             relay_pids=tuple(node.pid for node in nodes),
             tag=name,
@@ -678,6 +692,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = set(relays) - set(RELAYS)
     if unknown:
         raise SystemExit(f"unknown relays: {', '.join(sorted(unknown))}")
+    if "node" in relays:
+        _ready_node()
     redis: RedisKeys | None = None
     if any(k in NODES for k in relays):
         redis = RedisKeys(args.redis_url)
