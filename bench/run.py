@@ -51,6 +51,7 @@ from report import (
     QUICK,
     REDIS_KINDS,
     Sizes,
+    _markdown,
     compute_half_load,
     compute_metrics,
     compute_redis_metrics,
@@ -509,6 +510,82 @@ def measure(
     return results
 
 
+CAPACITY_P99_MS = 50.0
+"""The capacity phase's bound on publish->deliver p99."""
+
+
+def capacity(
+    sizes: Sizes,
+    relays: Sequence[str],
+    rates: Sequence[float],
+    *,
+    start: int,
+    most: int,
+    log: Callable[[str], None],
+    loadgen_procs: int = 2,
+) -> dict[str, dict[str, Any]]:
+    """The largest session count (two subscribers each, raw frames) each relay carries
+    at each rate with publish->deliver p99 under ``CAPACITY_P99_MS`` and no error.
+
+    Steps the count up by half each time from ``start`` until a step fails (or ``most``);
+    returns ``{"<rate>": {relay: {"sessions": best or 0, "steps": [...]}}}``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    loadgen = LoadGen(loadgen_procs)
+    try:
+        with tempfile.TemporaryDirectory(prefix="runwire-bench-") as tmp:
+            for rate in rates:
+                for kind in relays:
+                    best, steps, n = 0, [], start
+                    while n <= most:
+                        fields = {
+                            "warmup": sizes.warmup,
+                            "duration": sizes.duration,
+                            "run_tokens": sizes.run_tokens,
+                            "window": sizes.window,
+                            "sdk": False,
+                            "name": "latency",
+                            "sessions": n,
+                            "rate": rate,
+                        }
+                        started = time.monotonic()
+                        name = f"capacity_{rate:g}_{n}"
+                        result = _measure_one(loadgen, kind, name, fields, Path(tmp), 0)
+                        log(_phase_line(name, kind, result, time.monotonic() - started))
+                        p99 = (result.get("latency") or {}).get("p99_ms")
+                        ok = (
+                            "failed" not in result
+                            and not result.get("errors")
+                            and not result.get("failures")
+                            and p99 is not None
+                            and p99 < CAPACITY_P99_MS
+                        )
+                        steps.append({"sessions": n, "p99_ms": p99, "ok": ok})
+                        if not ok:
+                            break
+                        best = n
+                        n = max(n + 1, int(n * 1.5))
+                    out.setdefault(f"{rate:g}", {})[kind] = {"sessions": best, "steps": steps}
+    finally:
+        loadgen.close()
+    return out
+
+
+def render_capacity(found: dict[str, dict[str, Any]], relays: Sequence[str]) -> str:
+    """``capacity`` as a Markdown table: a row per rate, a column per relay."""
+    rows = [["sessions carried (p99 < 50 ms, no error, 2 subscribers each)", *relays]]
+    for rate, by_relay in found.items():
+        cells = []
+        for kind in relays:
+            best = by_relay.get(kind, {}).get("sessions", 0)
+            steps = by_relay.get(kind, {}).get("steps", [])
+            failed = next((s for s in steps if not s["ok"]), None)
+            # "+": every step passed up to --capacity-most; the relay may carry more.
+            cells.append(f"{best} (not {failed['sessions']})" if failed else f"{best}+")
+        rows.append([f"{rate} tokens/s per session", *cells])
+    return _markdown(rows)
+
+
 def _ready_node() -> None:
     """Check for Node and install ``bench/node``'s pinned ``ws`` (``npm ci``) if missing."""
     import shutil
@@ -664,6 +741,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-sdk", action="store_true", help="drive runwire with raw frames")
     parser.add_argument(
+        "--capacity",
+        help="only the capacity phase, at these tokens/s per session, e.g. 20,50",
+    )
+    parser.add_argument(
+        "--capacity-start", type=int, default=50, help="the capacity phase's first count (50)"
+    )
+    parser.add_argument(
+        "--capacity-most", type=int, default=3000, help="the capacity phase's last count (3000)"
+    )
+    parser.add_argument(
         "--rollup-window",
         type=float,
         default=0.0,
@@ -713,6 +800,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     started = time.monotonic()
+    if args.capacity:
+        rates = [float(r) for r in args.capacity.split(",") if r]
+        found = capacity(
+            sizes,
+            relays,
+            rates,
+            start=args.capacity_start,
+            most=args.capacity_most,
+            log=lambda line: print(line, flush=True),
+            loadgen_procs=args.loadgen_procs,
+        )
+        table = render_capacity(found, relays)
+        print(f"\n{table}\n\n({time.monotonic() - started:.0f} s)", flush=True)
+        report = {"command": command, "sizes": asdict(sizes), "capacity": found, "table": table}
+        if args.out:
+            args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        return report
     try:
         results = measure(
             sizes,
