@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import resource
 import signal
 import sys
 from collections.abc import Sequence
@@ -141,6 +142,28 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def raise_open_files() -> int:
+    """Raise this process's soft limit of open files to its hard limit; the limit now.
+
+    Every client connection holds a file descriptor, so the soft limit (often 1,024)
+    caps the clients one relay process can hold. A relay at the limit keeps serving its
+    connections, but cannot accept a new one until one closes (asyncio retries the
+    accept a second later). Raising the hard limit is the system's business
+    (``ulimit -Hn``, systemd's ``LimitNOFILE=``, Docker's ``--ulimit nofile=``).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logging.getLogger("runwire.relay").warning(
+                "could not raise the open files limit from %d to %d: %s", soft, target, exc
+            )
+    return soft
+
+
 async def run(args: argparse.Namespace) -> None:
     """Serve until SIGINT or SIGTERM (exits with status 2, printing one line, when the relay
     cannot start: a configuration error, a port in use, a store that cannot start)."""
@@ -152,8 +175,12 @@ async def run(args: argparse.Namespace) -> None:
             # file that is no database, an SQLite file another relay has): one line, no trace.
             print(f"runwire relay: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+        limit = raise_open_files()
         logging.getLogger("runwire.relay").info(
-            "relay listening on %s (store %s)", server.url, server.store.url
+            "relay listening on %s (store %s); at most about %d connections (open files limit)",
+            server.url,
+            server.store.url,
+            limit,
         )
         print(f"runwire relay listening on {server.url} (store {server.store.url})", flush=True)
         # What starting allocated (modules, the store, the server) lives as long as the
