@@ -560,7 +560,17 @@ def capacity(
                             and p99 is not None
                             and p99 < CAPACITY_P99_MS
                         )
-                        steps.append({"sessions": n, "p99_ms": p99, "ok": ok})
+                        seconds = result.get("seconds") or 0.0
+                        steps.append(
+                            {
+                                "sessions": n,
+                                "p99_ms": p99,
+                                "ok": ok,
+                                # Who ran out: the relay's and the load's CPU, % of a core.
+                                "relay_busy": _share(result.get("relay_cpu_s"), seconds),
+                                "loadgen_busy": _share(result.get("loadgen_cpu_s"), seconds),
+                            }
+                        )
                         if not ok:
                             break
                         best = n
@@ -569,6 +579,10 @@ def capacity(
     finally:
         loadgen.close()
     return out
+
+
+def _share(cpu_s: float | None, seconds: float) -> float | None:
+    return None if cpu_s is None or not seconds else round(100 * cpu_s / seconds, 1)
 
 
 def render_capacity(found: dict[str, dict[str, Any]], relays: Sequence[str]) -> str:
