@@ -34,8 +34,10 @@ hook refused, so it is stored before what the Run publishes next (``end()`` righ
 refused. Cancels that folded in before ``start()``
 (several devices may have asked) are offered right after it, each on its own,
 oldest first, until one is accepted. A terminal lifecycle entry that this Run
-did not publish (the relay ending it ``AGENT_LOST``), or the relay handing the
-Run to another worker, marks it ended and fires ``abort_signal`` too.
+did not publish (the relay ending it ``AGENT_LOST``, or ``cancelled`` with
+``RUN_TIMEOUT`` at the deadline its ``timeout`` set), or the relay handing the
+Run to another worker, marks it ended and fires ``abort_signal`` too (its reason
+the end's error).
 
 What a cancel leaves. ``pipe()`` saves the text already streamed as the reply
 with ``metadata.interrupted: true`` (with ``save_interrupted_reply=False`` it
@@ -48,17 +50,27 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterable, Awaitable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.lowlevel
 
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check, first_refusal, refusal_entry_id
-from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
+from transport.errors import (
+    AGENT_LOST,
+    RUN_CANCELLED,
+    RUN_NOT_ACTIVE,
+    STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
+    RunwireError,
+)
 from transport.frames import (
     CancelDenied,
+    EntryBody,
     ErrorBody,
+    Interrupt,
     RefusedEntry,
     ResponseAppend,
     RunEntry,
@@ -136,6 +148,7 @@ class Run(RunSteps):
         adopted: bool = False,
         rollup_window: float = 0.0,
         checkpoint: dict[str, Any] | None = None,
+        signal: AbortSignal | None = None,
     ) -> None:
         from .session import View
 
@@ -154,14 +167,22 @@ class Run(RunSteps):
         self.keeps_history = opts.history
         self.save_interrupted_reply = opts.save_interrupted_reply
         self.durable = opts.durable
+        self.timeout = opts.timeout
+        """Seconds the Run may stay active from each start; the relay ends it ``RUN_TIMEOUT``."""
         self.adopted = adopted
+        self.pipe_error: BaseException | None = None
+        """Why the last ``pipe()`` ended ``error`` (``None`` when it did not)."""
         self.state: dict[str, Any] = {}
         """The agent's own state, saved with every checkpoint of a durable Run."""
         self.status: RunStatus = "pending"
         self.view: View = View(session, run=self)
         self._session = session
         self._abort = AbortController()
+        self._unlinks: list[Callable[[], None]] = []
+        self._lost: RunwireError | None = None  # the link went away with the Run (AGENT_LOST)
+        self._output: set[anyio.CancelScope] = set()  # pipe publishes waiting for the relay
         self._ending = False
+        self._started_elsewhere = False  # start() refused: another worker started it
         # The end ``end()`` asked for that the store refused, tried again in the background
         # (explicit mode) until stored: its reason and error.
         self._end_again: tuple[EndReason, RunwireError | BaseException | str | None] | None = None
@@ -209,6 +230,8 @@ class Run(RunSteps):
             self._pause.remembered.update(self.state.get("approved_tools") or [])
         else:
             self._inputs.stamped.update(session.tree.seen(self.run_id))
+        if signal is not None:
+            self.link_signal(signal)
 
     # ----------------------------------------------------------- reading --
 
@@ -221,6 +244,17 @@ class Run(RunSteps):
     def abort_signal(self) -> AbortSignal:
         """Fires on an accepted cancel of this Run, or when the relay ends it."""
         return self._abort.signal
+
+    @property
+    def interrupts(self) -> list[Interrupt]:
+        """The questions this Run waits on while it is paused (``[]`` otherwise)."""
+        return self._session.tree.interrupts(self.run_id)
+
+    @property
+    def cancel_reason(self) -> Any:
+        """Why ``abort_signal`` fired: the accepted ``CancelRequest``, an external
+        signal's reason, or the relay's error; ``None`` while it has not fired."""
+        return self._abort.signal.reason if self._abort.signal.aborted else None
 
     @property
     def started(self) -> bool:
@@ -309,8 +343,12 @@ class Run(RunSteps):
         return dict(self._inputs.refused)
 
     def has_input(self) -> bool:
-        """True while a model call is owed; takes queued messages in (module docstring)."""
-        if self.ended:
+        """True while a model call is owed; takes queued messages in (module docstring).
+
+        False once ``abort_signal`` fired: a loop ``while run.has_input()`` then ends,
+        and what waited stays undelivered.
+        """
+        if self.ended or self.abort_signal.aborted:
             return False
         return self._inputs.has_input()
 
@@ -320,6 +358,29 @@ class Run(RunSteps):
 
     def _tail(self) -> list[str]:
         return self._inputs.tail()
+
+    def link_signal(self, signal: AbortSignal) -> None:
+        """Let an outside ``AbortSignal`` (a request's, a shutdown's) cancel this Run.
+
+        When ``signal`` fires, ``abort_signal`` fires with its reason, as for an
+        accepted cancel: ``has_input()`` turns false, ``pipe()`` stops, and a
+        ``cancelled`` end carries the reason. One that fired already aborts at
+        once. The link is dropped once the Run ended or paused. ``create_run(...,
+        signal=...)`` calls it; in worker mode call it in the handler.
+        """
+        if self.ended:
+            return
+        self._unlinks.append(signal.add_callback(self._external_abort))
+
+    def _external_abort(self, reason: Any) -> None:
+        if not self.ended:
+            self._abort.abort(reason)
+
+    def _unlink_signals(self) -> None:
+        """The Run is done with (ended, paused): drop its links to outside signals."""
+        unlinks, self._unlinks = self._unlinks, []
+        for unlink in unlinks:
+            unlink()
 
     # -------------------------------------------------------- lifecycle --
 
@@ -335,7 +396,11 @@ class Run(RunSteps):
         ``max_concurrent_runs``, ``VALIDATION_ERROR`` while none is free; the
         Run stays suspended, and once its questions are settled the relay resumes
         it, handing it to a worker, when one frees; a Run whose cancel stands
-        resumes, to apply it, free slot or not).
+        resumes, to apply it, free slot or not). A Run another worker started
+        first (the relay handed it out twice: it restarted, or this worker's link
+        dropped between the dispatch and the start) is refused ``VALIDATION_ERROR``
+        (``details["status"]`` is ``"active"``); the ``Agent`` lets its handler go
+        quietly then, without ending the Run, which is the other worker's.
         """
         if self.ended:
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
@@ -345,7 +410,17 @@ class Run(RunSteps):
             self._prompt_checked = True
             if await self._refuse_prompt():
                 return
-        await self._publish_status("active", durable=True if self.durable else None)
+        try:
+            await self._publish_status(
+                "active", durable=True if self.durable else None, timeout=self.timeout
+            )
+        except RunwireError as exc:
+            # Refused as already active: another worker started it (the relay handed it
+            # out twice). The Agent lets such a handler go quietly.
+            self._started_elsewhere = exc.code == VALIDATION_ERROR and (
+                exc.details.get("status") == "active"
+            )
+            raise
         if self.ended:  # ended elsewhere while the publish was in flight
             return
         self.status = "active"
@@ -395,7 +470,10 @@ class Run(RunSteps):
         """Publish the Run's end; ending twice (or after the relay ended it) does nothing.
 
         ``error`` (for ``reason="error"``) is a ``RunwireError`` or text
-        (``AGENT_ERROR``). A Run that stopped at its iteration limit with
+        (``AGENT_ERROR``). A ``cancelled`` end carries the abort's reason
+        (``cancel_reason``, or ``error`` when given) as a ``RUN_CANCELLED``
+        error, so every device's result says why the Run stopped. A Run that
+        stopped at its iteration limit with
         ``on_iteration_limit="error"`` ends ``error`` (``ITERATION_LIMIT_REACHED``)
         when asked to end ``complete``. A ``complete`` end saves the injects
         no model call took in (unless the Run keeps no history). Raises
@@ -428,6 +506,10 @@ class Run(RunSteps):
         if reason == "error":
             err = as_error(error)
             body = ErrorBody(code=err.code, message=err.message, details=err.details)
+        elif reason == "cancelled":
+            why = cancel_error(error if error is not None else self.cancel_reason)
+            if why is not None:
+                body = ErrorBody(code=why.code, message=why.message, details=why.details)
         if self.status == "pending" and reason == "complete":
             await self.start()
             if self.ended:
@@ -507,6 +589,7 @@ class Run(RunSteps):
         *,
         max_in_flight: int | None = None,
         save_interrupted_reply: bool | None = None,
+        signal: AbortSignal | None = None,
         rollup_window: float | None = None,
     ) -> PipeResult:
         """Publish a model call's output stream as one response (see ``agent_side.pipe``).
@@ -515,11 +598,17 @@ class Run(RunSteps):
         ``has_input()`` took in; the call counts against the turn's
         ``max_iterations``. On a cancel the reply is saved with what was
         streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
-        leaves it open for ``save_reply``). ``rollup_window`` (seconds; default the
+        leaves it open for ``save_reply``). ``signal`` (steering's abort of this
+        model call) stops the read too: the source is closed and the response
+        closes as it stands, ``complete``. ``rollup_window`` (seconds; default the
         session's, 0) holds tokens up to that long so several ride one append. Raises
         ``RunwireError(RUN_NOT_ACTIVE)`` if the Run has ended; the stream's and the
-        relay's errors come back as ``PipeResult(reason="error")``.
+        relay's errors (an ``error`` chunk too) come back as ``PipeResult(reason="error")``,
+        and a worker (``agent_side.Agent``) whose handler returns after one ends the Run
+        ``error``. It always yields to the event loop at least once, also when the Run was
+        cancelled already, so no loop around it can spin.
         """
+        await anyio.lowlevel.checkpoint()
         self._require_live()
         if self.status == "pending":
             await self.start()
@@ -539,14 +628,16 @@ class Run(RunSteps):
             message_id=message_id,
             seen=seen,
             abort_signal=self.abort_signal,
-            publish=self._session._publish,
+            publish=self._publish_output,
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
             rollup_window=self.rollup_window if rollup_window is None else rollup_window,
             max_batch_bytes=max(256, frame_bytes // 2),
             max_close_bytes=close_budget(frame_bytes),
             save_interrupted=save,
+            stop_signal=signal,
         )
+        self.pipe_error = result.error if result.reason == "error" else None
         if result.message_id is None:  # nothing was published: nothing was taken in
             self._inputs.untake(seen, was_answered)
             self._step = step_before
@@ -559,6 +650,20 @@ class Run(RunSteps):
         return result
 
     # ---------------------------------------------------------- internal --
+
+    async def _publish_output(self, entry: EntryBody) -> None:
+        """Publish a piece of a reply; raise the loss once the link went away with the Run
+        (waiting publishes too: they would wait for a relay that ended the Run)."""
+        if self._lost is not None:
+            raise self._lost
+        with anyio.CancelScope() as scope:
+            self._output.add(scope)
+            try:
+                await self._session._publish(entry)
+            finally:
+                self._output.discard(scope)
+        if scope.cancelled_caught and self._lost is not None:
+            raise self._lost
 
     def _require_live(self) -> None:
         if self.ended:
@@ -575,6 +680,7 @@ class Run(RunSteps):
         error: ErrorBody | None = None,
         durable: bool | None = None,
         seen: list[str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         entry = RunEntry(
             id=self._entry_id(),
@@ -583,6 +689,7 @@ class Run(RunSteps):
             error=error,
             durable=durable,
             seen=seen,
+            timeout=timeout,
         )
         await self._session._publish(entry)
 
@@ -721,7 +828,12 @@ class Run(RunSteps):
     def _attachment_lost(self, error: RunwireError) -> None:
         """The worker lost this Run's session (its token no longer covers it): this agent
         can publish nothing more for the Run, which the relay ends ``AGENT_LOST`` after its
-        grace. Marked ended, and ``abort_signal`` fires with ``error``."""
+        grace; likewise when the worker's connection stayed down past that grace. Marked
+        ended, ``abort_signal`` fires with ``error``, and the reply publishes still waiting
+        give up with it."""
+        self._lost = error
+        for scope in list(self._output):
+            scope.cancel()
         self._ended_elsewhere("error", error)
 
     def _handed_over(self) -> None:
@@ -734,6 +846,35 @@ class Run(RunSteps):
         return (
             f"Run(session_id={self.session_id!r}, run_id={self.run_id!r}, status={self.status!r})"
         )
+
+
+def cancel_error(reason: object) -> RunwireError | None:
+    """The error a ``cancelled`` end carries for an abort's ``reason``; ``None`` for none.
+
+    A ``CancelRequest`` gives its text (none without one) with who asked in the
+    details; a ``RunwireError`` stays as it is; text or an exception becomes
+    ``RUN_CANCELLED`` with that text.
+    """
+    if reason is None:
+        return None
+    if isinstance(reason, RunwireError):
+        return reason
+    if isinstance(reason, CancelRequest):
+        if not reason.reason:
+            return None
+        asked = {
+            "cancel_id": reason.cancel_id,
+            "client_id": reason.client_id,
+            "user_id": reason.user_id,
+            "interrupted_by": reason.interrupted_by,
+        }
+        details = {k: v for k, v in asked.items() if v is not None}
+        return RunwireError(RUN_CANCELLED, reason.reason, details=details)
+    if isinstance(reason, BaseException):
+        return RunwireError(RUN_CANCELLED, str(reason) or type(reason).__name__)
+    if isinstance(reason, str) and reason:
+        return RunwireError(RUN_CANCELLED, reason[:1000])
+    return None
 
 
 def _refused_entry(run_id: str, vm: ViewMessage, error: RunwireError) -> RefusedEntry:

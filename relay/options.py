@@ -51,6 +51,13 @@ class RelayOptions:
     """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""
     input_checks: Sequence[Check] = ()
     """Checks every message entry passes before it is stored (see ``transport.checks``)."""
+    max_run_seconds: float | None = None
+    """The longest a Run may stay active from a start before the relay ends it ``cancelled``
+    (``RUN_TIMEOUT``); an agent's shorter ``timeout`` wins. None: no limit."""
+    keepalive_timeout: float = 10.0
+    """A connection that answers no WebSocket ping for this long is closed as dead (then an
+    agent's Runs get ``agent_grace``): pings go every 0.4 of it, each waits 0.4 for its
+    pong, and the close handshake at most 0.2 (at most 2 s)."""
     rollup_window: float = 0.0
     """Seconds a subscriber's deliveries of streamed appends (``response_append``) may wait
     so that several leave in one ``deliver`` frame; any other frame for the connection
@@ -58,3 +65,14 @@ class RelayOptions:
     hello_timeout: float = 10.0
     """A connection that sends no ``hello`` this long after its handshake is answered with
     an error (its token's refusal, else ``PROTOCOL_ERROR``) and closed."""
+    allowed_origins: Sequence[str] | None = None
+    """The web pages (``Origin`` headers) that may connect or call the HTTP API; others get
+    403. None: the relay's own origin, plus ``http://localhost:*`` and
+    ``http://127.0.0.1:*`` on an anonymous loopback relay (``relay.origins``)."""
+    max_connections: int | None = 10_000
+    """Connections open at once; one more is answered 503 ``RATE_LIMITED`` and closed."""
+    max_connections_per_ip: int | None = None
+    """Connections open at once from one address; one more is answered 429 ``RATE_LIMITED``
+    (None: no cap, as behind a proxy every connection comes from one address)."""
+    request_timeout: float = 10.0
+    """Seconds a connection has to send its whole request (head and body); then 408."""

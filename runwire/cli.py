@@ -12,6 +12,8 @@ from pathlib import Path
 
 import anyio
 
+from transport import redact
+
 __all__ = ["build_parser", "main"]
 
 
@@ -90,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "relay":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+        redact.install(*logging.getLogger().handlers)  # every record that reaches the log
         anyio.run(relay_cli.run, args)
     elif args.command == "token":
         print(_token(args))
@@ -104,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise SystemExit(2) from None
         # Log lines go to whatever sys.stderr is when written: above the chat's prompt.
         logging.basicConfig(level=logging.WARNING, stream=_Stderr())
+        redact.install(*logging.getLogger().handlers)
         try:
             anyio.run(run_demo, args)
         except KeyboardInterrupt:
