@@ -765,6 +765,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--capacity-most", type=int, default=3000, help="the capacity phase's last count (3000)"
     )
     parser.add_argument(
+        "--relay-arg",
+        action="append",
+        default=[],
+        help="one more option of every runwire relay, e.g. --relay-arg=--max-connections=20000",
+    )
+    parser.add_argument(
         "--rollup-window",
         type=float,
         default=0.0,
@@ -787,6 +793,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the table, write JSON if asked; returns the report."""
     args = build_parser().parse_args(argv)
     RelayProcess.extra = ["--rollup-window", str(args.rollup_window)] if args.rollup_window else []
+    RelayProcess.extra += args.relay_arg
     relays = [r for r in args.relays.split(",") if r]
     if args.redis:
         relays += [k for k in REDIS_KINDS if k not in relays]
