@@ -68,6 +68,7 @@ class Agent:
         client_id: str | None = None,
         queue: Mapping[str, str] | QueueOptions | None = None,
         max_in_flight: int = 1,
+        rollup_window: float = 0.0,
         input_checks: Sequence[Check] = (),
         max_iterations: int | None = None,
         on_iteration_limit: IterationLimit = "stop",
@@ -85,7 +86,9 @@ class Agent:
         ``max_in_flight`` is how many appends of one reply may wait for the
         relay's acknowledgement at once (as for ``connect()``); it does not
         limit Runs: a worker takes every Run the relay hands it, in any number
-        of sessions. ``rate_limit_wait`` and ``store_wait`` bound how long a
+        of sessions. ``rollup_window`` (seconds, default 0: off) is how long a
+        ``pipe()`` may hold tokens before it publishes them (as for ``connect()``).
+        ``rate_limit_wait`` and ``store_wait`` bound how long a
         publish refused ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again (as
         for ``connect()``). ``keepalive_timeout``: a relay that answers no ping this
         long counts as gone; still gone after its ``agent_grace``, the worker's started
@@ -106,6 +109,9 @@ class Agent:
         )
         self.queue = self.options.queue
         self.max_in_flight = max_in_flight
+        if not 0 <= rollup_window <= 10:
+            raise ValueError(f"rollup_window must be 0 to 10 seconds, not {rollup_window}")
+        self.rollup_window = rollup_window
         self.handler: RunHandler | None = None
         self._link = _Link(
             url,
@@ -258,7 +264,11 @@ class Agent:
 
     def _new_session(self, frame: Dispatch) -> AgentSession:
         return AgentSession(
-            self._link, frame.session_id, max_in_flight=self.max_in_flight, options=self.options
+            self._link,
+            frame.session_id,
+            max_in_flight=self.max_in_flight,
+            options=self.options,
+            rollup_window=self.rollup_window,
         )
 
     async def _handle(self, run: Run) -> None:

@@ -383,6 +383,7 @@ async def pipe_stream(
     publish: Publish,
     entry_id: Callable[[], str],
     max_in_flight: int = 1,
+    rollup_window: float = 0.0,
     max_batch_bytes: int = 512 * 1024,
     max_close_bytes: int | None = None,
     save_interrupted: bool = True,
@@ -394,11 +395,15 @@ async def pipe_stream(
     ``entry_id()`` returns a fresh entry id. ``max_batch_bytes`` bounds the
     chunks of one append, ``max_close_bytes`` a close carrying the whole
     message (``close_entry``; ``None``: always carry it). ``stop_signal`` also
-    stops the read, as if the stream had ended there. Never raises for the stream's or
-    the relay's errors: they come back as ``PipeResult(reason="error")``.
+    stops the read, as if the stream had ended there. ``rollup_window`` (seconds)
+    holds a batch until its oldest chunk has waited that long (or the stream ends or is
+    aborted), so a slow stream still puts several tokens on one append. Never raises
+    for the stream's or the relay's errors: they come back as ``PipeResult(reason="error")``.
     """
     if max_in_flight < 1:
         raise ValueError("max_in_flight must be at least 1")
+    if not 0 <= rollup_window <= 10:
+        raise ValueError(f"rollup_window must be 0 to 10 seconds, not {rollup_window}")
     iterator = aiter(stream)
     if abort_signal.aborted:
         await anyio.lowlevel.checkpoint()  # never return without yielding once
@@ -406,6 +411,7 @@ async def pipe_stream(
         return PipeResult("cancelled", None)
     stop = stop_signal if stop_signal is not None else AbortSignal()
 
+    loop = asyncio.get_running_loop()
     normalizer = Normalizer()
     builder = MessageBuilder(message_id)
     queue = Coalescer(max_chunk_chars=max(1, max_batch_bytes // 8))
@@ -414,6 +420,8 @@ async def pipe_stream(
     error: BaseException | None = None
 
     def push(chunks: list[Chunk]) -> None:
+        if chunks and not queue:
+            state.since = loop.time()
         for chunk in chunks:
             builder.apply(chunk)
             queue.add(chunk)
@@ -433,6 +441,12 @@ async def pipe_stream(
         """Wait for chunks to publish; False once none will come (or a publish failed)."""
         while state.error is None:
             if queue:
+                if rollup_window and not state.reading_done:
+                    wait = state.since + rollup_window - loop.time()
+                    if wait > 0:  # hold the batch: more tokens join it meanwhile
+                        with anyio.move_on_after(wait):
+                            await state.wait_done()
+                        continue
                 return True
             if state.reading_done:
                 return False
@@ -515,6 +529,7 @@ class _PumpState:
 
     def __init__(self) -> None:
         self.reading_done = False
+        self.since = 0.0  # when the oldest queued chunk was queued (loop time)
         self.error: RunwireError | None = None
         self.cancel_reading: Callable[[], None] = lambda: None
         self._event = asyncio.Event()  # the SDK runs on asyncio; anyio's Event costs more
@@ -525,6 +540,11 @@ class _PumpState:
     async def wait(self) -> None:
         await self._event.wait()
         self._event.clear()
+
+    async def wait_done(self) -> None:
+        """Until reading ends or a publish fails (a rollup's hold ends early then)."""
+        while not self.reading_done and self.error is None:
+            await self.wait()
 
     def fail(self, exc: RunwireError) -> None:
         if self.error is None:

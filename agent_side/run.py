@@ -146,6 +146,7 @@ class Run(RunSteps):
         max_in_flight: int = 1,
         options: RunOptions | None = None,
         adopted: bool = False,
+        rollup_window: float = 0.0,
         checkpoint: dict[str, Any] | None = None,
         signal: AbortSignal | None = None,
     ) -> None:
@@ -160,6 +161,8 @@ class Run(RunSteps):
         self.on_steer = on_steer
         self.on_cancel = on_cancel
         self.max_in_flight = max_in_flight
+        self.rollup_window = rollup_window
+        """Seconds ``pipe()`` may hold tokens before it publishes them (``pipe_stream``)."""
         self.on_iteration_limit: IterationLimit = opts.on_iteration_limit
         self.keeps_history = opts.history
         self.save_interrupted_reply = opts.save_interrupted_reply
@@ -587,6 +590,7 @@ class Run(RunSteps):
         max_in_flight: int | None = None,
         save_interrupted_reply: bool | None = None,
         signal: AbortSignal | None = None,
+        rollup_window: float | None = None,
     ) -> PipeResult:
         """Publish a model call's output stream as one response (see ``agent_side.pipe``).
 
@@ -596,11 +600,12 @@ class Run(RunSteps):
         streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
         leaves it open for ``save_reply``). ``signal`` (steering's abort of this
         model call) stops the read too: the source is closed and the response
-        closes as it stands, ``complete``. Raises ``RunwireError(RUN_NOT_ACTIVE)``
-        if the Run has ended; the stream's and the relay's errors (an ``error``
-        chunk too) come back as ``PipeResult(reason="error")``, and a worker
-        (``agent_side.Agent``) whose handler returns after one ends the Run ``error``.
-        It always yields to the event loop at least once, also when the Run was
+        closes as it stands, ``complete``. ``rollup_window`` (seconds; default the
+        session's, 0) holds tokens up to that long so several ride one append. Raises
+        ``RunwireError(RUN_NOT_ACTIVE)`` if the Run has ended; the stream's and the
+        relay's errors (an ``error`` chunk too) come back as ``PipeResult(reason="error")``,
+        and a worker (``agent_side.Agent``) whose handler returns after one ends the Run
+        ``error``. It always yields to the event loop at least once, also when the Run was
         cancelled already, so no loop around it can spin.
         """
         await anyio.lowlevel.checkpoint()
@@ -626,6 +631,7 @@ class Run(RunSteps):
             publish=self._publish_output,
             entry_id=self._entry_id,
             max_in_flight=max_in_flight or self.max_in_flight,
+            rollup_window=self.rollup_window if rollup_window is None else rollup_window,
             max_batch_bytes=max(256, frame_bytes // 2),
             max_close_bytes=close_budget(frame_bytes),
             save_interrupted=save,

@@ -186,6 +186,7 @@ class AgentSession:
         max_in_flight: int = 1,
         owns_link: bool = False,
         options: RunOptions | None = None,
+        rollup_window: float = 0.0,
     ) -> None:
         try:
             Attach(req=0, session_id=session_id)
@@ -200,6 +201,9 @@ class AgentSession:
         self._link = link
         self.options = (options or RunOptions()).merge(queue=queue)
         self._max_in_flight = max_in_flight
+        if not 0 <= rollup_window <= 10:
+            raise ValueError(f"rollup_window must be 0 to 10 seconds, not {rollup_window}")
+        self._rollup_window = rollup_window
         self._owns_link = owns_link
         self._has_older = False
         self._oldest: int | None = None
@@ -288,6 +292,7 @@ class AgentSession:
             on_steer=on_steer,
             on_cancel=on_cancel,
             max_in_flight=self._max_in_flight,
+            rollup_window=self._rollup_window,
             options=options,
             adopted=adopted,
             checkpoint=checkpoint,
@@ -754,6 +759,7 @@ async def connect(
     client_id: str | None = None,
     queue: Mapping[str, str] | QueueOptions | None = None,
     max_in_flight: int = 1,
+    rollup_window: float = 0.0,
     input_checks: Sequence[Check] | None = None,
     max_iterations: int | None = None,
     on_iteration_limit: IterationLimit | None = None,
@@ -771,15 +777,17 @@ async def connect(
     ``history``, ``save_interrupted_reply`` and ``durable`` are the defaults
     of the session's Runs (``RunOptions``; ``create_run`` may override each);
     ``max_in_flight`` is how many appends a ``pipe()`` may have
-    unacknowledged. Raises ``RunwireError`` if the relay cannot be reached or
-    refuses, ``ValueError`` for a bad option. ``token_provider`` (plain or
-    async) gives a fresh token on each reconnect. A publish the relay refuses
-    ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order, for up to
-    ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
-    refusal; then the error is raised (``pipe()`` returns ``reason="error"``).
-    A relay that answers no ping for ``keepalive_timeout`` seconds counts as gone
-    (the connection reconnects); still gone after the relay's ``agent_grace``, the
-    session's started Runs end here too: ``abort_signal`` fires with ``AGENT_LOST``.
+    unacknowledged; ``rollup_window`` (seconds, default 0: off) how long a ``pipe()``
+    may hold tokens before it publishes them, so several ride one append. Raises
+    ``RunwireError`` if the relay cannot be reached or refuses, ``ValueError`` for a
+    bad option. ``token_provider`` (plain or async) gives a fresh token on each
+    reconnect. A publish the relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE``
+    goes again, in order, for up to ``rate_limit_wait`` (30) or ``store_wait`` (60)
+    seconds since its first such refusal; then the error is raised (``pipe()``
+    returns ``reason="error"``). A relay that answers no ping for ``keepalive_timeout``
+    seconds counts as gone (the connection reconnects); still gone after the relay's
+    ``agent_grace``, the session's started Runs end here too: ``abort_signal`` fires
+    with ``AGENT_LOST``.
     ``ssl`` is the TLS context of a ``wss://`` URL, for a relay whose certificate the
     system does not trust (``ssl.create_default_context(cafile=...)``).
     """
@@ -803,7 +811,12 @@ async def connect(
         durable=durable,
     )
     session = AgentSession(
-        link, session_id, max_in_flight=max_in_flight, owns_link=True, options=options
+        link,
+        session_id,
+        max_in_flight=max_in_flight,
+        owns_link=True,
+        options=options,
+        rollup_window=rollup_window,
     )
     link.sessions[session_id] = session
     async with link.running():

@@ -176,9 +176,10 @@ def compute_metrics(results: dict[str, dict[str, Any]], relays: Sequence[str]) -
             for p in ("throughput_1", "throughput_n", "latency", "steer", "steer_all", "idle")
         )
         # Without the SDK (and for the baseline) the main phases are the raw ones.
-        lat_raw = get("latency_raw") if "latency_raw" in results and kind != "baseline" else lat
-        steer_raw = get("steer_raw") if "steer_raw" in results and kind != "baseline" else steer
-        if kind == "baseline" or "steer_all" not in results:
+        bare = kind in ("baseline", "node")
+        lat_raw = get("latency_raw") if "latency_raw" in results and not bare else lat
+        steer_raw = get("steer_raw") if "steer_raw" in results and not bare else steer
+        if bare or "steer_all" not in results:
             steer_all = steer
         nan = math.nan
         streaming = [one, many, lat, steer, steer_all, lat_raw, steer_raw]
@@ -240,10 +241,12 @@ def _fmt(value: float) -> str:
 
 def render_table(metrics: dict[str, Any], sizes: Sizes, relays: Sequence[str]) -> str:
     """The results as a Markdown table: one row per metric, a column per relay."""
-    runwire = [k for k in relays if k != "baseline"]
+    runwire = [k for k in relays if k not in ("baseline", "node")]
     head = ["metric", *relays]
     if "baseline" in relays:
         head += [f"{k} / baseline" for k in runwire]
+    if "node" in relays:
+        head += [f"{k} / node" for k in runwire]
     head += ["target", "met"]
     rows = [head]
     for m in metrics_of(sizes):
@@ -255,6 +258,11 @@ def render_table(metrics: dict[str, Any], sizes: Sizes, relays: Sequence[str]) -
             comparable = m.unit != "%"
             row += [
                 _fmt(_div(metrics[k][m.key], base)) + "x" if comparable else "" for k in runwire
+            ]
+        if "node" in relays:
+            node = metrics["node"][m.key]
+            row += [
+                _fmt(_div(metrics[k][m.key], node)) + "x" if m.unit != "%" else "" for k in runwire
             ]
         met = ""
         if m.check is not None:

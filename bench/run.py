@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -51,6 +51,7 @@ from report import (
     QUICK,
     REDIS_KINDS,
     Sizes,
+    _markdown,
     compute_half_load,
     compute_metrics,
     compute_redis_metrics,
@@ -75,7 +76,9 @@ __all__ = [
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_RELAYS = ("baseline", "memory", "sqlite")
-RELAYS = (*DEFAULT_RELAYS, *REDIS_KINDS)
+BARE = ("baseline", "node")
+"""The reference relays: no store, raw frames only (``node``: ``bench/node``, Node's ws)."""
+RELAYS = (*DEFAULT_RELAYS, "node", *REDIS_KINDS)
 NODES = {"redis1": 1, "redis2": 2}
 """Relay processes per measurement, for the relays on Redis (one for the others)."""
 REDIS_PHASES = {
@@ -100,12 +103,17 @@ PHASE_TIMEOUT = 120.0
 class RelayProcess:
     """One relay under test, in its own process, listening on a free port."""
 
+    extra: ClassVar[list[str]] = []
+    """More command-line options of every runwire relay (``--rollup-window``)."""
+
     def __init__(self, kind: str, workdir: Path, name: str, store: str | None = None) -> None:
         self.kind = kind
         self.log_path = workdir / f"{name}.log"
         self.db_path: Path | None = None
         if kind == "baseline":
             cmd = [sys.executable, str(HERE / "baseline_relay.py"), "--port", "0"]
+        elif kind == "node":
+            cmd = ["node", str(HERE / "node" / "baseline_relay.mjs"), "--port", "0"]
         else:
             if store is None and kind != "memory":
                 self.db_path = workdir / f"{name}.db"
@@ -121,6 +129,7 @@ class RelayProcess:
                 store,
                 "--log-level",
                 "WARNING",
+                *self.extra,
             ]
         self.command = shlex.join(cmd)
         self._log: IO[bytes] = open(self.log_path, "wb")
@@ -501,6 +510,106 @@ def measure(
     return results
 
 
+CAPACITY_P99_MS = 50.0
+"""The capacity phase's bound on publish->deliver p99."""
+
+
+def capacity(
+    sizes: Sizes,
+    relays: Sequence[str],
+    rates: Sequence[float],
+    *,
+    start: int,
+    most: int,
+    log: Callable[[str], None],
+    loadgen_procs: int = 2,
+) -> dict[str, dict[str, Any]]:
+    """The largest session count (two subscribers each, raw frames) each relay carries
+    at each rate with publish->deliver p99 under ``CAPACITY_P99_MS`` and no error.
+
+    Steps the count up by half each time from ``start`` until a step fails (or ``most``);
+    returns ``{"<rate>": {relay: {"sessions": best or 0, "steps": [...]}}}``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    loadgen = LoadGen(loadgen_procs)
+    try:
+        with tempfile.TemporaryDirectory(prefix="runwire-bench-") as tmp:
+            for rate in rates:
+                for kind in relays:
+                    best, steps, n = 0, [], start
+                    while n <= most:
+                        fields = {
+                            "warmup": sizes.warmup,
+                            "duration": sizes.duration,
+                            "run_tokens": sizes.run_tokens,
+                            "window": sizes.window,
+                            "sdk": False,
+                            "name": "latency",
+                            "sessions": n,
+                            "rate": rate,
+                        }
+                        started = time.monotonic()
+                        name = f"capacity_{rate:g}_{n}"
+                        result = _measure_one(loadgen, kind, name, fields, Path(tmp), 0)
+                        log(_phase_line(name, kind, result, time.monotonic() - started))
+                        p99 = (result.get("latency") or {}).get("p99_ms")
+                        ok = (
+                            "failed" not in result
+                            and not result.get("errors")
+                            and not result.get("failures")
+                            and p99 is not None
+                            and p99 < CAPACITY_P99_MS
+                        )
+                        seconds = result.get("seconds") or 0.0
+                        steps.append(
+                            {
+                                "sessions": n,
+                                "p99_ms": p99,
+                                "ok": ok,
+                                # Who ran out: the relay's and the load's CPU, % of a core.
+                                "relay_busy": _share(result.get("relay_cpu_s"), seconds),
+                                "loadgen_busy": _share(result.get("loadgen_cpu_s"), seconds),
+                            }
+                        )
+                        if not ok:
+                            break
+                        best = n
+                        n = max(n + 1, int(n * 1.5))
+                    out.setdefault(f"{rate:g}", {})[kind] = {"sessions": best, "steps": steps}
+    finally:
+        loadgen.close()
+    return out
+
+
+def _share(cpu_s: float | None, seconds: float) -> float | None:
+    return None if cpu_s is None or not seconds else round(100 * cpu_s / seconds, 1)
+
+
+def render_capacity(found: dict[str, dict[str, Any]], relays: Sequence[str]) -> str:
+    """``capacity`` as a Markdown table: a row per rate, a column per relay."""
+    rows = [["sessions carried (p99 < 50 ms, no error, 2 subscribers each)", *relays]]
+    for rate, by_relay in found.items():
+        cells = []
+        for kind in relays:
+            best = by_relay.get(kind, {}).get("sessions", 0)
+            steps = by_relay.get(kind, {}).get("steps", [])
+            failed = next((s for s in steps if not s["ok"]), None)
+            # "+": every step passed up to --capacity-most; the relay may carry more.
+            cells.append(f"{best} (not {failed['sessions']})" if failed else f"{best}+")
+        rows.append([f"{rate} tokens/s per session", *cells])
+    return _markdown(rows)
+
+
+def _ready_node() -> None:
+    """Check for Node and install ``bench/node``'s pinned ``ws`` (``npm ci``) if missing."""
+    import shutil
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        raise SystemExit("--relays node: needs Node.js and npm")
+    if not (HERE / "node" / "node_modules" / "ws").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=HERE / "node", check=True)
+
+
 def _measures(name: str, kind: str, clustered: bool = False) -> bool:
     """Whether relay ``kind`` is measured on phase ``name`` (``clustered``: in a run that
     measures relays on Redis too)."""
@@ -511,7 +620,7 @@ def _measures(name: str, kind: str, clustered: bool = False) -> bool:
         # relay with no cluster at all (the bare baseline, the memory store).
         return clustered and kind in HALF_REFERENCES
     # The baseline is always driven by raw frames: it has no SDK rows.
-    return not (kind == "baseline" and (name.endswith("_raw") or name == "steer_all"))
+    return not (kind in BARE and (name.endswith("_raw") or name == "steer_all"))
 
 
 def _measure_one(
@@ -531,7 +640,7 @@ def _measure_one(
         for i in range(NODES.get(kind, 1)):
             nodes.append(RelayProcess(kind, tmp, f"{kind}-{name}-{attempt}-{i}", store))
         phase = Phase(
-            relay="baseline" if kind == "baseline" else "runwire",
+            relay="baseline" if kind in BARE else "runwire",
             urls=tuple(node.url for node in nodes),
             relay_pids=tuple(node.pid for node in nodes),
             tag=name,
@@ -646,6 +755,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-sdk", action="store_true", help="drive runwire with raw frames")
     parser.add_argument(
+        "--capacity",
+        help="only the capacity phase, at these tokens/s per session, e.g. 20,50",
+    )
+    parser.add_argument(
+        "--capacity-start", type=int, default=50, help="the capacity phase's first count (50)"
+    )
+    parser.add_argument(
+        "--capacity-most", type=int, default=3000, help="the capacity phase's last count (3000)"
+    )
+    parser.add_argument(
+        "--relay-arg",
+        action="append",
+        default=[],
+        help="one more option of every runwire relay, e.g. --relay-arg=--max-connections=20000",
+    )
+    parser.add_argument(
+        "--rollup-window",
+        type=float,
+        default=0.0,
+        help="the runwire relays' --rollup-window, seconds (0: none)",
+    )
+    parser.add_argument(
         "--loadgen-procs",
         type=int,
         default=2,
@@ -661,12 +792,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the table, write JSON if asked; returns the report."""
     args = build_parser().parse_args(argv)
+    RelayProcess.extra = ["--rollup-window", str(args.rollup_window)] if args.rollup_window else []
+    RelayProcess.extra += args.relay_arg
     relays = [r for r in args.relays.split(",") if r]
     if args.redis:
         relays += [k for k in REDIS_KINDS if k not in relays]
     unknown = set(relays) - set(RELAYS)
     if unknown:
         raise SystemExit(f"unknown relays: {', '.join(sorted(unknown))}")
+    if "node" in relays:
+        _ready_node()
     redis: RedisKeys | None = None
     if any(k in NODES for k in relays):
         redis = RedisKeys(args.redis_url)
@@ -686,6 +821,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     started = time.monotonic()
+    if args.capacity:
+        rates = [float(r) for r in args.capacity.split(",") if r]
+        found = capacity(
+            sizes,
+            relays,
+            rates,
+            start=args.capacity_start,
+            most=args.capacity_most,
+            log=lambda line: print(line, flush=True),
+            loadgen_procs=args.loadgen_procs,
+        )
+        table = render_capacity(found, relays)
+        print(f"\n{table}\n\n({time.monotonic() - started:.0f} s)", flush=True)
+        report = {"command": command, "sizes": asdict(sizes), "capacity": found, "table": table}
+        if args.out:
+            args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        return report
     try:
         results = measure(
             sizes,

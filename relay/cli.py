@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import resource
 import signal
 import sys
 from collections.abc import Sequence
@@ -123,6 +124,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="seconds without an answer to the relay's pings before a connection counts as "
         "dead (an agent's Runs then get --agent-grace)",
     )
+    parser.add_argument(
+        "--rollup-window",
+        type=float,
+        default=0.0,
+        help="seconds a subscriber's streamed appends may wait to share a frame (default 0)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     parser.add_argument(
         "--allowed-origins",
@@ -180,6 +187,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "max_concurrent_runs": args.max_concurrent_runs,
         "max_run_seconds": args.max_run_seconds,
         "keepalive_timeout": args.keepalive_timeout,
+        "rollup_window": args.rollup_window,
         "input_checks": [checks.named(name) for name in args.check],
         "allowed_origins": _split_list(args.allowed_origins),
         "max_connections": args.max_connections,
@@ -188,6 +196,28 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "ssl_certfile": args.ssl_certfile,
         "ssl_keyfile": args.ssl_keyfile,
     }
+
+
+def raise_open_files() -> int:
+    """Raise this process's soft limit of open files to its hard limit; the limit now.
+
+    Every client connection holds a file descriptor, so the soft limit (often 1,024)
+    caps the clients one relay process can hold. A relay at the limit keeps serving its
+    connections, but cannot accept a new one until one closes (asyncio retries the
+    accept a second later). Raising the hard limit is the system's business
+    (``ulimit -Hn``, systemd's ``LimitNOFILE=``, Docker's ``--ulimit nofile=``).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logging.getLogger("runwire.relay").warning(
+                "could not raise the open files limit from %d to %d: %s", soft, target, exc
+            )
+    return soft
 
 
 def _split_list(values: list[str] | None) -> list[str] | None:
@@ -208,8 +238,12 @@ async def run(args: argparse.Namespace) -> None:
             # file that is no database, an SQLite file another relay has): one line, no trace.
             print(f"runwire relay: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+        limit = raise_open_files()
         logging.getLogger("runwire.relay").info(
-            "relay listening on %s (store %s)", server.url, server.store.url
+            "relay listening on %s (store %s); at most about %d connections (open files limit)",
+            server.url,
+            server.store.url,
+            limit,
         )
         print(f"runwire relay listening on {server.url} (store {server.store.url})", flush=True)
         # What starting allocated (modules, the store, the server) lives as long as the

@@ -125,7 +125,7 @@ class Hub:
         self._lost_failures: dict[tuple[str, str], tuple[float, int]] = {}
         """Runs whose AGENT_LOST end failed: when it was last logged, how many since."""
         self.dispatcher: Dispatcher | RedisDispatcher
-        if store.url.startswith(("redis://", "rediss://")):
+        if store.url.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")):
             from .cluster import RedisDispatcher
             from .store.redis import RedisStore
 

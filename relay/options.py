@@ -59,6 +59,10 @@ class RelayOptions:
     """A connection that answers no WebSocket ping for this long is closed as dead (then an
     agent's Runs get ``agent_grace``): pings go every 0.4 of it, each waits 0.4 for its
     pong, and the close handshake at most 0.2 (at most 2 s)."""
+    rollup_window: float = 0.0
+    """Seconds a subscriber's deliveries of streamed appends (``response_append``) may wait
+    so that several leave in one ``deliver`` frame; any other frame for the connection
+    sends them at once. 0 (the default): none waits."""
     hello_timeout: float = 10.0
     """A connection that sends no ``hello`` this long after its handshake is answered with
     an error (its token's refusal, else ``PROTOCOL_ERROR``) and closed."""

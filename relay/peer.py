@@ -42,18 +42,26 @@ __all__ = ["Flusher", "Peer", "in_scope"]
 
 log = logging.getLogger("runwire.relay")
 
+_APPEND_KIND = b'"kind":"response_append"'
+"""How a streamed append's entry starts (its kind comes first: ``codec.dumps``)."""
+
 _WRITE_BYTES = 256 * 1024
 """Frames queued together are written at once up to about this many bytes."""
 
 
 class Flusher:
-    """Writes the queues of the peers that asked, once per turn of the event loop."""
+    """Writes the queues of the peers that asked, once per turn of the event loop.
 
-    __slots__ = ("_armed", "_dirty")
+    ``rollup_window`` (seconds): how long a peer whose queue holds only streamed appends
+    (``response_append`` entries) waits before it asks (``Peer._put``).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_armed", "_dirty", "rollup_window")
+
+    def __init__(self, rollup_window: float = 0.0) -> None:
         self._dirty: list[Peer] = []
         self._armed = False
+        self.rollup_window = rollup_window
 
     def mark(self, peer: Peer) -> None:
         """Have ``peer``'s queue written at the end of the loop's next turn."""
@@ -82,6 +90,7 @@ class Peer:
         "_marked",
         "_queue",
         "_queued_bytes",
+        "_rollup",
         "agent",
         "attached",
         "closed",
@@ -135,6 +144,7 @@ class Peer:
         self._drain: asyncio.Task[None] | None = None
         self._flusher = flusher
         self._marked = False
+        self._rollup: asyncio.TimerHandle | None = None  # holds streamed appends back
 
     def stamp(self, sender: Sender) -> None:
         """Set the connection's identity (at ``hello``), forgetting the per-session copies."""
@@ -214,13 +224,30 @@ class Peer:
             self.metrics.slow_consumers.inc()
             self.close(CloseCode.SLOW_CONSUMER, "SLOW_CONSUMER: send queue full, resume")
             return
-        if not self._marked and self._drain is None:
+        if self._marked or self._drain is not None:
+            return
+        window = self._flusher.rollup_window
+        if window and session_id is not None and _APPEND_KIND in data[:200]:
+            if self._rollup is None:  # the window starts with the oldest append held
+                loop = asyncio.get_running_loop()
+                self._rollup = loop.call_later(window, self._roll_up)
+            return
+        self._marked = True
+        self._flusher.mark(self)
+
+    def _roll_up(self) -> None:
+        """The rollup window of the oldest held append is over: have the queue written."""
+        self._rollup = None
+        if not self._marked and self._drain is None and not self.closed:
             self._marked = True
             self._flusher.mark(self)
 
     def write_queued(self) -> None:
         """Write the queue to the socket now (the ``Flusher`` calls this)."""
         self._marked = False
+        if self._rollup is not None:  # what it held leaves now
+            self._rollup.cancel()
+            self._rollup = None
         queue = self._queue
         if self.closed or not queue or self._drain is not None:
             return
@@ -262,6 +289,9 @@ class Peer:
         self.closed = True
         self._queue = None
         self._queued_bytes = 0
+        if self._rollup is not None:
+            self._rollup.cancel()
+            self._rollup = None
         if self._drain is not None:
             # A send stuck on a full socket buffer would hold up the close frame.
             self._drain.cancel()

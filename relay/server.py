@@ -136,6 +136,8 @@ async def serve(
     _check_limits(opts)
     ping = keepalive(opts.keepalive_timeout, close_max=2.0)  # ValueError for a bad one
     tls = server_tls(opts)
+    if not 0 <= opts.rollup_window <= 1:
+        raise ValueError(f"rollup_window must be 0 to 1 second, not {opts.rollup_window}")
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(
@@ -221,7 +223,7 @@ async def serve(
             opts=opts,
             metrics=metrics,
             verifier=verifier,
-            flusher=Flusher(),
+            flusher=Flusher(opts.rollup_window),
         )
 
         admission = Admission(

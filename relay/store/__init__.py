@@ -5,6 +5,8 @@
   writes them): one SQLite file, the default.
 * ``redis://host:port/db`` (``rediss://`` for TLS): several relay nodes sharing
   sessions (``pip install 'runwire[redis]'``); see ``relay.store.redis``.
+  ``redis+cluster://host:port`` (or ``?cluster=1``): the same on a Redis Cluster,
+  any node a seed; see ``relay.store.redis_cluster``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def open_store(url: str) -> Store:
                 VALIDATION_ERROR, f"store URL {url!r}: the SQLite store takes no options"
             )
         return SQLiteStore(rest[1:])
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         try:
             from .redis import RedisStore
         except ModuleNotFoundError as exc:

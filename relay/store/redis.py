@@ -49,9 +49,9 @@ evicted or lost it; ``forget_lost`` drops those from their owner's set once the 
 had its try, ``gone_and_lost``); the append that then ends such an owner's
 Run tests that again in the same script (``append(..., gone=)``), so an
 owner marked present there meanwhile keeps its Run. Those keys are outside the
-session's slot, so the store needs a standalone Redis (or a proxy that keeps
-everything on one node): Redis Cluster would refuse the scripts with
-``CROSSSLOT``. Everything else is ready for Cluster.
+session's slot, so on a Redis Cluster the store runs in Cluster mode
+(``redis+cluster://``, ``relay.store.redis_cluster``): the prefix becomes a
+hash tag and every key of it shares one slot, so the scripts run as here.
 
 With ``history_ttl`` (seconds, ``?history_ttl=`` in the URL) every write to a
 session refreshes an expiry on all its keys, so an idle session is dropped as
@@ -155,6 +155,7 @@ from .base import (
     Unsubscribe,
     read_position,
 )
+from .redis_cluster import RETRYABLE, ClusterMap, cluster_prefix, split_url
 from .redis_live import Listener, connect, stop
 from .redis_lua import INDEXED, SCRIPTS, SHA, STATUSES
 from .redis_wire import Wire, unsupported
@@ -185,6 +186,7 @@ URL_OPTIONS = (
     "linger_ms",
     "socket_timeout",
     "connect_timeout",
+    "wait_replicas",
 )
 """Query options of a ``redis://`` URL that are the store's own, not redis-py's."""
 
@@ -308,7 +310,10 @@ class RedisStore(Store):
         linger_ms: float = LINGER_MS,
         socket_timeout: float = SOCKET_TIMEOUT,
         connect_timeout: float = CONNECT_TIMEOUT,
+        wait_replicas: int = 0,
     ) -> None:
+        given = url
+        url, cluster = split_url(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
         options: dict[str, str] = {k: query.pop(k) for k in URL_OPTIONS if k in query}
@@ -321,8 +326,13 @@ class RedisStore(Store):
             linger_ms = float(options.get("linger_ms", linger_ms))
             socket_timeout = float(options.get("socket_timeout", socket_timeout))
             connect_timeout = float(options.get("connect_timeout", connect_timeout))
+            wait_replicas = int(options.get("wait_replicas", wait_replicas))
         except ValueError as exc:
-            raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
+            raise RunwireError(VALIDATION_ERROR, f"store URL {given!r}: {exc}") from None
+        if not 0 <= wait_replicas <= 16:
+            raise RunwireError(
+                VALIDATION_ERROR, f"wait_replicas must be 0 to 16, not {wait_replicas}"
+            )
         if "{" in prefix or "}" in prefix:
             raise RunwireError(VALIDATION_ERROR, f"Redis key prefix {prefix!r} has a brace")
         if dedup_window < 1 or max_history < dedup_window:
@@ -338,7 +348,17 @@ class RedisStore(Store):
             )
         if not 0 <= linger_ms <= 1000:
             raise RunwireError(VALIDATION_ERROR, f"linger_ms must be 0 to 1000, not {linger_ms}")
-        self.url = url
+        self.url = given
+        self.cluster = cluster
+        """Cluster mode (``redis+cluster://`` or ``?cluster=1``: see ``redis_cluster``)."""
+        self.wait_replicas = wait_replicas
+        """Replicas an append must reach (``WAIT``) before it is acknowledged; 0: none."""
+        if cluster:
+            if parts.path not in ("", "/", "/0"):
+                raise RunwireError(
+                    VALIDATION_ERROR, f"store URL {given!r}: a Redis Cluster has database 0 only"
+                )
+            prefix = cluster_prefix(prefix)
         self.prefix = prefix
         self.max_history = max_history
         self.dedup_window = dedup_window
@@ -351,6 +371,8 @@ class RedisStore(Store):
         self.where = parts.hostname or "localhost"
         if parts.port:
             self.where += f":{parts.port}"
+        if cluster:
+            parts = parts._replace(path="/0")
         redis_url = urlunsplit(parts._replace(query=urlencode(query)))
         try:
             self._pool = ConnectionPool.from_url(
@@ -362,12 +384,19 @@ class RedisStore(Store):
                 retry=Retry(NoBackoff(), 0),
             )
         except ValueError as exc:
-            raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
+            raise RunwireError(VALIDATION_ERROR, f"store URL {given!r}: {exc}") from None
+        self._map: ClusterMap | None = None
+        self._clients: list[Any] = []  # Cluster mode: the clients ``client()`` made
+        if cluster:
+            seed = (parts.hostname or "localhost", parts.port or 6379)
+            self._map = ClusterMap(seed, prefix, self._pool.connection_kwargs)
         reason = unsupported(self.new_connection())
         if reason is not None:
             raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {reason}")
         self.socket_timeout = socket_timeout
         """Seconds a round trip (or a connect with its handshake) may take."""
+        self._wait_ms = max(1, round(socket_timeout * 500))
+        """How long an append's ``WAIT`` waits for replicas: half the socket timeout."""
         self._ttl = "0" if history_ttl is None else str(max(1, round(history_ttl * 1000)))
         self._epochs: dict[str, str] = {}
         self._session_keys: dict[str, list[str]] = {}
@@ -388,10 +417,33 @@ class RedisStore(Store):
         self._closed = False
 
     def client(self) -> Any:
-        """A ``redis.asyncio.Redis`` on this store's pool, for relay-node coordination."""
+        """A ``redis.asyncio.Redis`` on this store's pool, for relay-node coordination
+        (in Cluster mode a ``RedisCluster``, which follows the prefix's slot itself)."""
+        if self._map is not None:
+            from redis.asyncio.cluster import RedisCluster
+
+            kwargs = self._pool.connection_kwargs
+            client = RedisCluster(
+                host=self._map.seed[0],
+                port=self._map.seed[1],
+                protocol=2,
+                decode_responses=False,
+                socket_timeout=kwargs.get("socket_timeout"),
+                socket_connect_timeout=kwargs.get("socket_connect_timeout"),
+                username=kwargs.get("username"),
+                password=kwargs.get("password"),
+            )
+            self._clients.append(client)  # closed with the store
+            return client
         from redis.asyncio import Redis
 
         return Redis(connection_pool=self._pool)
+
+    async def locate(self) -> None:
+        """In Cluster mode, look up which master serves the store's slot now (the next
+        connection goes there); nothing on a standalone Redis."""
+        if self._map is not None:
+            await self._map.locate(self.socket_timeout)
 
     def dispatch_stream(self, agent: str) -> str:
         """The stream of an agent's Runs waiting for a worker (``<prefix>agent:<name>:runs``)."""
@@ -477,6 +529,8 @@ class RedisStore(Store):
         self._urgent = 0
         if self._conn is not None:
             await self._conn.disconnect(nowait=True)
+        for client in self._clients:
+            await client.aclose()
         await self._pool.disconnect()
 
     async def healthy(self) -> bool:
@@ -553,10 +607,13 @@ class RedisStore(Store):
         if runs or gone is not None:
             keys = [*keys, *self._status_keys]  # the presence last
         contended = session_id in self._contended
-        (reply,) = await self._call(
-            self._eval("append", keys, args), linger=not (urgent or contended)
-        )
+        commands = [self._eval("append", keys, args)]
+        if self.wait_replicas:
+            commands.append(("WAIT", self.wait_replicas, self._wait_ms))
+        reply, *waited = await self._call(*commands, linger=not (urgent or contended))
         self._check(reply)
+        if waited:
+            self._check_replicated(session_id, entry_id, waited[0])
         code = int(reply[0])
         if code == 0:
             now = reply[1].decode() or None
@@ -590,6 +647,19 @@ class RedisStore(Store):
         stored = splice_serial(data, serial)
         self._listener.offer(session_id, epoch, serial, stored)
         return Appended(serial, stored)
+
+    def _check_replicated(self, session_id: str, entry_id: str, reply: Any) -> None:
+        """Raise ``STORE_UNAVAILABLE`` unless ``WAIT`` says ``wait_replicas`` replicas
+        have the append (it is on the master all the same: a failover may lose it)."""
+        self._check(reply)
+        if int(reply) < self.wait_replicas:
+            raise RunwireError(
+                STORE_UNAVAILABLE,
+                f"{entry_id!r} of {session_id!r} reached {int(reply)} of the "
+                f"{self.wait_replicas} Redis replicas wait_replicas asks for within "
+                f"{self._wait_ms} ms: stored on the master, but a failover could lose it",
+                details={"replicas": int(reply)},
+            )
 
     async def subscribe(
         self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
@@ -978,6 +1048,8 @@ class RedisStore(Store):
         timer, the larger part of a round trip's cost on the relay.
         """
         kwargs = {**self._pool.connection_kwargs, "socket_timeout": None}
+        if self._map is not None:
+            kwargs["host"], kwargs["port"] = self._map.master
         return self._pool.connection_class(**kwargs)
 
     async def head(self, session_id: str) -> tuple[str | None, int]:
@@ -1083,6 +1155,8 @@ class RedisStore(Store):
                 retried = await self._round_trip([commands[i] for i in again])
                 for i, reply in zip(again, retried, strict=True):
                     replies[i] = reply
+            if self._map is not None:
+                await self._follow(batch, replies)
         except (RedisError, OSError) as exc:
             if self._conn is not None:
                 await self._conn.disconnect(nowait=True)
@@ -1102,6 +1176,23 @@ class RedisStore(Store):
                         for reply in mine
                     ]
                 )
+
+    async def _follow(self, batch: list[_Op], replies: list[Any]) -> None:
+        """Cluster mode: send again, to the slot's master as looked up anew, the commands
+        Redis did not run because the slot moved or had no master (``RETRYABLE``), a few
+        times over about four seconds (a failover with a short node timeout takes two or three)."""
+        commands = [c for op in batch for c in op.commands]
+        for attempt in range(8):
+            again = [i for i, reply in enumerate(replies) if isinstance(reply, RETRYABLE)]
+            if not again:
+                return
+            if self._conn is not None:
+                await self._conn.disconnect(nowait=True)
+            if attempt:
+                await asyncio.sleep(0.05 * 2 ** min(attempt, 4))
+            retried = await self._round_trip([commands[i] for i in again])
+            for i, reply in zip(again, retried, strict=True):
+                replies[i] = reply
 
     def _fail_waiting(self, error: RunwireError) -> None:
         """Redis did not answer a round trip (hung, stopped): the calls that waited behind it
@@ -1125,6 +1216,9 @@ class RedisStore(Store):
                 wire = self._wire
                 if wire is None or wire.lost.done() or not conn.is_connected:
                     await conn.disconnect(nowait=True)
+                    if self._map is not None:
+                        await self._map.locate(self.socket_timeout)
+                        conn = self._conn = self.new_connection()
                     await connect(conn)
                     wire = self._wire = Wire().adopt(conn)
                 self.round_trips += 1

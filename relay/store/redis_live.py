@@ -202,6 +202,8 @@ class Listener:
             try:
                 try:
                     async with asyncio.timeout(self._store.socket_timeout):
+                        await self._store.locate()  # Cluster mode: the slot's master now
+                        conn = self._store.new_connection()
                         await connect(conn)
                 except TimeoutError:
                     raise RedisError("no reply while connecting") from None

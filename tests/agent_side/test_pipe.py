@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+import agent_side
 from agent_side.pipe import (
     Coalescer,
     MessageBuilder,
@@ -425,3 +426,57 @@ async def test_with_a_small_frame_every_entry_fits_and_the_tree_folds_the_whole_
         tree.fold(entry.model_copy(update={"serial": serial}))
     (state,) = tree.responses("r")
     assert state.closed and state.view.message.text() == text
+
+
+@pytest.mark.anyio
+async def test_a_rollup_window_puts_a_paced_streams_tokens_on_one_append() -> None:
+    # Paced like a model at 100 tokens/s: without a window every token is an append of
+    # its own; with one longer than the stream, the end of the stream sends them all at
+    # once (well before the window is over: fail_after is shorter than it).
+    for window, most in ((0.0, None), (5.0, 1)):
+        relay = FakeRelay()
+
+        async def stream() -> AsyncIterator[str]:
+            for i in range(10):
+                yield f"{i},"
+                await anyio.sleep(0.01)  # pace the model
+
+        with anyio.fail_after(4):
+            result = await run_pipe(stream(), relay, rollup_window=window)
+        assert result.reason == "complete"
+        assert relay.close().message.text() == "".join(f"{i}," for i in range(10))
+        if most is None:
+            assert len(relay.appends()) > 1
+        else:
+            assert len(relay.appends()) == most
+
+
+@pytest.mark.anyio
+async def test_an_abort_ends_a_rollup_hold_at_once() -> None:
+    relay = FakeRelay()
+    abort = AbortController()
+
+    async def stream() -> AsyncIterator[str]:
+        yield "a "
+        yield "b "
+        abort.abort("stop")
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(4):  # the window is 5 s: the abort must not wait for it
+        result = await run_pipe(stream(), relay, abort.signal, rollup_window=5.0)
+    assert result.reason == "cancelled"
+    assert len(relay.appends()) == 1
+    assert relay.close().message.text() == "a b "
+
+
+@pytest.mark.anyio
+async def test_a_rollup_window_out_of_range_is_refused() -> None:
+    async def empty() -> AsyncIterator[str]:
+        return
+        yield ""
+
+    for bad in (-0.1, 11.0):
+        with pytest.raises(ValueError, match="rollup_window"):
+            await run_pipe(empty(), FakeRelay(), rollup_window=bad)
+        with pytest.raises(ValueError, match="rollup_window"):
+            agent_side.Agent("ws://127.0.0.1:1", rollup_window=bad)

@@ -272,3 +272,38 @@ def test_fixed_work_reports_cpu_per_unit_at_each_rate() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode == 2 and "companions must be 0 or more" in refused.stderr
+
+
+def test_the_capacity_phase_steps_the_session_count_for_each_relay_and_rate(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "capacity.json"
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "run.py"),
+        "--quick",
+        "--relays",
+        "baseline,memory",
+        "--capacity",
+        "20,50",
+        "--capacity-start",
+        "2",
+        "--capacity-most",
+        "3",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(out.read_text())["capacity"]
+    assert set(found) == {"20", "50"}
+    for by_relay in found.values():
+        assert set(by_relay) == {"baseline", "memory"}
+        for result in by_relay.values():
+            # Two, then three sessions (2 * 1.5): each step measured, the best one passed.
+            assert [s["sessions"] for s in result["steps"]] in ([2], [2, 3])
+            passed = [s["sessions"] for s in result["steps"] if s["ok"]]
+            assert result["sessions"] == (max(passed) if passed else 0)
+            for step in result["steps"]:
+                assert step["ok"] == (step["p99_ms"] is not None and step["p99_ms"] < 50)
+    assert "sessions carried (p99 < 50 ms" in proc.stdout
