@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from runwire import config
 from transport import checks
 from transport.errors import RunwireError
 from transport.runs import MULTITASK_STRATEGIES
@@ -22,7 +23,7 @@ from transport.runs import MULTITASK_STRATEGIES
 from .auth import MAX_TOKEN_BYTES
 from .server import serve
 
-__all__ = ["HelpFormatter", "build_parser", "main", "options", "run", "version"]
+__all__ = ["HelpFormatter", "build_parser", "main", "options", "parse", "run", "version"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -110,7 +111,25 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="Runs going on at once on this relay; more wait queued (default: no limit)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    config.add_config_options(parser)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The relay's options from ``argv``, ``RUNWIRE_*`` variables and ``--config``.
+
+    ``--print-config`` prints the effective configuration and exits; bad input exits with
+    status 2 and one line saying what is wrong."""
+    resolved = config.resolve(parser, argv, table="relay")
+    args = resolved.args
+    try:
+        logging.getLevelNamesMapping()[args.log_level.upper()]
+    except KeyError:
+        parser.error(f"--log-level: unknown level {args.log_level!r}")
+    if args.print_config:
+        print(config.render(parser, resolved, table="relay"), end="")
+        raise SystemExit(0)
+    return args
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,6 +180,6 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m relay``."""
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     anyio.run(run, args)

@@ -87,8 +87,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         _without_relay(argv, exc)
         return
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "relay":
+        # Only --version comes before the subcommand, and it exits: the rest is the relay's.
+        relay_parser = _subparser(parser, "relay")
+        args = relay_cli.parse(relay_parser, argv[argv.index("relay") + 1 :])
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
         anyio.run(relay_cli.run, args)
     elif args.command == "token":
@@ -108,6 +112,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             anyio.run(run_demo, args)
         except KeyboardInterrupt:
             pass  # a ^C before the demo's own handler was in place: leave quietly
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise LookupError(name)
 
 
 def _without_relay(argv: Sequence[str] | None, exc: ImportError) -> None:
