@@ -38,7 +38,7 @@ import anyio.abc
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.asyncio.tasks import Background
 from transport.checks import Check
-from transport.errors import RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
+from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.runs import TERMINAL
 
@@ -115,6 +115,9 @@ class Agent:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stopped = anyio.Event()
         self._handlers = Background()  # one ``_take`` per Run; aclose cancels them
+        self._runs: dict[tuple[str, str], Run] = {}  # the Runs whose handler is running
+        self._draining = False  # shutdown(): dispatches are left for another worker
+        self._quiet: anyio.Event | None = None  # set when the last Run taken is done
 
     @property
     def client_id(self) -> str | None:
@@ -192,13 +195,43 @@ class Agent:
         self._handlers.cancel()  # not the task group: it covers the body of ``async with``
         await self._link.aclose()
 
+    async def shutdown(self, grace: float) -> None:
+        """Stop gracefully: take no new Run, let running ones finish, then close.
+
+        Runs dispatched from now on are left to the relay, which hands them to another
+        worker once this one is gone. Runs still going after ``grace`` seconds are left
+        to the relay if durable (it hands them, with their last checkpoint, to another
+        worker after its ``agent_grace``); the others end ``error`` with code
+        ``AGENT_LOST`` and ``details.reason`` ``worker_shutdown``.
+        """
+        self._draining = True
+        with anyio.move_on_after(grace):
+            while self._taken:
+                self._quiet = anyio.Event()
+                await self._quiet.wait()
+        left = [run for run in self._runs.values() if not run.ended]
+        for run in left:
+            if run.durable:
+                log.info("run %s is durable: left for another worker", run.run_id)
+                continue
+            error = RunwireError(
+                AGENT_LOST,
+                f"the worker shut down; the Run did not finish within {grace:g} s",
+                details={"reason": "worker_shutdown", "grace_seconds": grace},
+            )
+            try:
+                await run.end("error", error=error)
+            except RunwireError as exc:
+                log.warning("could not end run %s on shutdown: %s", run.run_id, exc)
+        await self.aclose()
+
     # ---------------------------------------------------------- internal --
 
     async def _register(self, conn: Connection) -> None:
         await conn.request(Worker(req=0, agent=self.name), wait_ready=False)
 
     def _on_dispatch(self, frame: Dispatch) -> None:
-        if self._stopped.is_set():
+        if self._stopped.is_set() or self._draining:
             # Closing (its task group may have ended already): the relay hands the Run
             # to another worker once this one is gone.
             return
@@ -240,10 +273,14 @@ class Agent:
                 adopted=True if frame.adopted else None,
                 checkpoint=frame.checkpoint,
             )
+            self._runs[key] = run
             await self._handle(run)
         finally:
+            self._runs.pop(key, None)
             await self._link.release(session)
             self._taken.discard(key)
+            if not self._taken and self._quiet is not None:
+                self._quiet.set()
 
     def _new_session(self, frame: Dispatch) -> AgentSession:
         return AgentSession(

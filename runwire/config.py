@@ -53,21 +53,26 @@ def add_config_options(parser: argparse.ArgumentParser, *, print_config: bool = 
 
 
 def option_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    """The parser's options that take part in configuration (not help, version or config)."""
+    """The parser's options and positionals that take part in configuration (not help,
+    version or config)."""
     return [
         action
         for action in parser._actions
-        if action.option_strings and action.dest not in _META and action.dest != "==SUPPRESS=="
+        if action.dest not in _META
+        and action.dest != argparse.SUPPRESS
+        and not isinstance(action, argparse._SubParsersAction)
     ]
 
 
 def _long_name(action: argparse.Action) -> str:
+    if not action.option_strings:
+        return action.dest.replace("_", "-")
     longs = [s for s in action.option_strings if s.startswith("--")]
     return (longs or action.option_strings)[0].lstrip("-")
 
 
 def env_name(action: argparse.Action) -> str:
-    """``--secret-file`` -> ``RUNWIRE_SECRET_FILE``."""
+    """``--secret-file`` -> ``RUNWIRE_SECRET_FILE`` (a positional ``app`` -> ``RUNWIRE_APP``)."""
     return ENV_PREFIX + _long_name(action).upper().replace("-", "_")
 
 
