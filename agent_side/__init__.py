@@ -27,6 +27,7 @@ from transport.history import (
     history_message,
     repair_unanswered_tool_calls,
 )
+from transport.interrupts import pending_questions
 
 from .agent import Agent, RunHandler
 from .loop import Model, steering_loop
@@ -92,6 +93,7 @@ __all__ = [
     "View",
     "connect",
     "history_message",
+    "pending_questions",
     "repair_unanswered_tool_calls",
     "steering_loop",
     "tool",

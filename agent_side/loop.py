@@ -53,7 +53,7 @@ async def steering_loop(
     max_iterations: int | None = None,
     on_iteration_limit: IterationLimit | None = None,
     tools: Iterable[Tool] | None = None,
-    parallel_tools: bool = False,
+    parallel_tools: bool | None = None,
     max_parallel_tools: int | None = None,
     tool_timeout: float | None = None,
 ) -> PipeResult | None:
@@ -65,7 +65,10 @@ async def steering_loop(
     ``cancelled`` on an accepted cancel, ``error`` (with the exception's text)
     if the model raises (not when it raises because steering or a cancel
     aborted its call), ``complete`` otherwise. Any ``on_steer`` already set
-    is still called. Returns the last ``PipeResult`` (``None`` if the model
+    is still called. ``parallel_tools``, ``max_parallel_tools`` and
+    ``tool_timeout`` say how tool steps run (``None``: one after another, no
+    limit); a step a resumed Run paused in runs as its checkpoint kept, unless
+    they set it. Returns the last ``PipeResult`` (``None`` if the model
     was never called).
     """
     if max_iterations is not None:
@@ -116,7 +119,7 @@ async def steering_loop(
                 await run.run_tools(
                     calls,
                     toolbox,
-                    parallel=parallel_tools,
+                    parallel=bool(parallel_tools),
                     max_parallel=max_parallel_tools,
                     timeout=tool_timeout,
                     signal=_tool_signal(run, signal, steer_interrupted),

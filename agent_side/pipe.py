@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 
 from transport import codec
 from transport.asyncio.abort import AbortSignal
@@ -413,6 +414,7 @@ async def pipe_stream(
         raise ValueError("max_in_flight must be at least 1")
     iterator = aiter(stream)
     if abort_signal.aborted:
+        await anyio.lowlevel.checkpoint()  # never return without yielding once
         await _close_iterator(iterator)
         return PipeResult("cancelled", None)
 

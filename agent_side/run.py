@@ -48,17 +48,25 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterable, Awaitable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.lowlevel
 
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check, first_refusal, refusal_entry_id
-from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
+from transport.errors import (
+    AGENT_LOST,
+    RUN_CANCELLED,
+    RUN_NOT_ACTIVE,
+    STORE_UNAVAILABLE,
+    RunwireError,
+)
 from transport.frames import (
     CancelDenied,
     ErrorBody,
+    Interrupt,
     RefusedEntry,
     ResponseAppend,
     RunEntry,
@@ -135,6 +143,7 @@ class Run(RunSteps):
         options: RunOptions | None = None,
         adopted: bool = False,
         checkpoint: dict[str, Any] | None = None,
+        signal: AbortSignal | None = None,
     ) -> None:
         from .session import View
 
@@ -158,6 +167,7 @@ class Run(RunSteps):
         self.view: View = View(session, run=self)
         self._session = session
         self._abort = AbortController()
+        self._unlinks: list[Callable[[], None]] = []
         self._ending = False
         # The end ``end()`` asked for that the store refused, tried again in the background
         # (explicit mode) until stored: its reason and error.
@@ -206,6 +216,8 @@ class Run(RunSteps):
             self._pause.remembered.update(self.state.get("approved_tools") or [])
         else:
             self._inputs.stamped.update(session.tree.seen(self.run_id))
+        if signal is not None:
+            self.link_signal(signal)
 
     # ----------------------------------------------------------- reading --
 
@@ -218,6 +230,17 @@ class Run(RunSteps):
     def abort_signal(self) -> AbortSignal:
         """Fires on an accepted cancel of this Run, or when the relay ends it."""
         return self._abort.signal
+
+    @property
+    def interrupts(self) -> list[Interrupt]:
+        """The questions this Run waits on while it is paused (``[]`` otherwise)."""
+        return self._session.tree.interrupts(self.run_id)
+
+    @property
+    def cancel_reason(self) -> Any:
+        """Why ``abort_signal`` fired: the accepted ``CancelRequest``, an external
+        signal's reason, or the relay's error; ``None`` while it has not fired."""
+        return self._abort.signal.reason if self._abort.signal.aborted else None
 
     @property
     def started(self) -> bool:
@@ -306,8 +329,12 @@ class Run(RunSteps):
         return dict(self._inputs.refused)
 
     def has_input(self) -> bool:
-        """True while a model call is owed; takes queued messages in (module docstring)."""
-        if self.ended:
+        """True while a model call is owed; takes queued messages in (module docstring).
+
+        False once ``abort_signal`` fired: a loop ``while run.has_input()`` then ends,
+        and what waited stays undelivered.
+        """
+        if self.ended or self.abort_signal.aborted:
             return False
         return self._inputs.has_input()
 
@@ -317,6 +344,29 @@ class Run(RunSteps):
 
     def _tail(self) -> list[str]:
         return self._inputs.tail()
+
+    def link_signal(self, signal: AbortSignal) -> None:
+        """Let an outside ``AbortSignal`` (a request's, a shutdown's) cancel this Run.
+
+        When ``signal`` fires, ``abort_signal`` fires with its reason, as for an
+        accepted cancel: ``has_input()`` turns false, ``pipe()`` stops, and a
+        ``cancelled`` end carries the reason. One that fired already aborts at
+        once. The link is dropped once the Run ended or paused. ``create_run(...,
+        signal=...)`` calls it; in worker mode call it in the handler.
+        """
+        if self.ended:
+            return
+        self._unlinks.append(signal.add_callback(self._external_abort))
+
+    def _external_abort(self, reason: Any) -> None:
+        if not self.ended:
+            self._abort.abort(reason)
+
+    def _unlink_signals(self) -> None:
+        """The Run is done with (ended, paused): drop its links to outside signals."""
+        unlinks, self._unlinks = self._unlinks, []
+        for unlink in unlinks:
+            unlink()
 
     # -------------------------------------------------------- lifecycle --
 
@@ -392,7 +442,10 @@ class Run(RunSteps):
         """Publish the Run's end; ending twice (or after the relay ended it) does nothing.
 
         ``error`` (for ``reason="error"``) is a ``RunwireError`` or text
-        (``AGENT_ERROR``). A Run that stopped at its iteration limit with
+        (``AGENT_ERROR``). A ``cancelled`` end carries the abort's reason
+        (``cancel_reason``, or ``error`` when given) as a ``RUN_CANCELLED``
+        error, so every device's result says why the Run stopped. A Run that
+        stopped at its iteration limit with
         ``on_iteration_limit="error"`` ends ``error`` (``ITERATION_LIMIT_REACHED``)
         when asked to end ``complete``. A ``complete`` end saves the injects
         no model call took in (unless the Run keeps no history). Raises
@@ -425,6 +478,10 @@ class Run(RunSteps):
         if reason == "error":
             err = as_error(error)
             body = ErrorBody(code=err.code, message=err.message, details=err.details)
+        elif reason == "cancelled":
+            why = cancel_error(error if error is not None else self.cancel_reason)
+            if why is not None:
+                body = ErrorBody(code=why.code, message=why.message, details=why.details)
         if self.status == "pending" and reason == "complete":
             await self.start()
             if self.ended:
@@ -513,8 +570,10 @@ class Run(RunSteps):
         streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
         leaves it open for ``save_reply``). Raises ``RunwireError(RUN_NOT_ACTIVE)``
         if the Run has ended; the stream's and the relay's errors come back as
-        ``PipeResult(reason="error")``.
+        ``PipeResult(reason="error")``. It always yields to the event loop at least
+        once, also when the Run was cancelled already, so no loop around it can spin.
         """
+        await anyio.lowlevel.checkpoint()
         self._require_live()
         if self.status == "pending":
             await self.start()
@@ -728,6 +787,35 @@ class Run(RunSteps):
         return (
             f"Run(session_id={self.session_id!r}, run_id={self.run_id!r}, status={self.status!r})"
         )
+
+
+def cancel_error(reason: object) -> RunwireError | None:
+    """The error a ``cancelled`` end carries for an abort's ``reason``; ``None`` for none.
+
+    A ``CancelRequest`` gives its text (none without one) with who asked in the
+    details; a ``RunwireError`` stays as it is; text or an exception becomes
+    ``RUN_CANCELLED`` with that text.
+    """
+    if reason is None:
+        return None
+    if isinstance(reason, RunwireError):
+        return reason
+    if isinstance(reason, CancelRequest):
+        if not reason.reason:
+            return None
+        asked = {
+            "cancel_id": reason.cancel_id,
+            "client_id": reason.client_id,
+            "user_id": reason.user_id,
+            "interrupted_by": reason.interrupted_by,
+        }
+        details = {k: v for k, v in asked.items() if v is not None}
+        return RunwireError(RUN_CANCELLED, reason.reason, details=details)
+    if isinstance(reason, BaseException):
+        return RunwireError(RUN_CANCELLED, str(reason) or type(reason).__name__)
+    if isinstance(reason, str) and reason:
+        return RunwireError(RUN_CANCELLED, reason[:1000])
+    return None
 
 
 def _refused_entry(run_id: str, vm: ViewMessage, error: RunwireError) -> RefusedEntry:

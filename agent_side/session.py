@@ -35,6 +35,7 @@ import anyio
 import anyio.abc
 from pydantic import ValidationError
 
+from transport.asyncio.abort import AbortSignal
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.checks import Check
 from transport.errors import UNAUTHORIZED, VALIDATION_ERROR, RunwireError
@@ -237,6 +238,7 @@ class AgentSession:
         durable: bool | None = None,
         adopted: bool | None = None,
         checkpoint: dict[str, Any] | None = None,
+        signal: AbortSignal | None = None,
     ) -> Run:
         """A ``Run`` for a Run of this session (an ``Invocation`` or a run id).
 
@@ -247,8 +249,11 @@ class AgentSession:
         for stay undelivered), ``save_interrupted_reply``, ``durable``.
         ``adopted`` (default: the view shows the Run was started before)
         makes the Run go on from its last ``checkpoint`` (default: the
-        newest in the view). Raises ``ValueError`` for another session's
-        invocation, a bad option, or a run id that already has a live ``Run``.
+        newest in the view). ``signal``, an outside ``AbortSignal`` (a
+        request's), feeds the Run's ``abort_signal``: when it fires the Run is
+        cancelled as by a cancel (``Run.link_signal``). Raises ``ValueError``
+        for another session's invocation, a bad option, or a run id that
+        already has a live ``Run``.
         """
         if isinstance(invocation, str):
             invocation = Invocation(self.session_id, invocation)
@@ -280,6 +285,7 @@ class AgentSession:
             options=options,
             adopted=adopted,
             checkpoint=checkpoint,
+            signal=signal,
         )
         self._runs[invocation.run_id] = run
         return run
@@ -475,6 +481,7 @@ class AgentSession:
         return None
 
     def _forget(self, run: Run) -> None:
+        run._unlink_signals()
         if self._runs.get(run.run_id) is run:
             del self._runs[run.run_id]
 

@@ -154,7 +154,7 @@ class RunSteps:
         tools: Iterable[Tool],
         *,
         signal: AbortSignal | None = None,
-        parallel: bool = False,
+        parallel: bool | None = None,
         max_parallel: int | None = None,
         timeout: float | None = None,
     ) -> list[ToolResult]:
@@ -163,7 +163,9 @@ class RunSteps:
         Call it first thing in a handler: finished calls keep their results,
         the calls that asked run again and get their answers, the rest run as
         the step ran them (``parallel``, ``max_parallel``, ``timeout`` from
-        the checkpoint). May raise ``RunPaused`` again. An adopted Run whose
+        the checkpoint), unless these options set them: each one given (not
+        ``None``) overrides what the checkpoint kept. May raise ``RunPaused``
+        again. An adopted Run whose
         worker went away after a model step asked for tools and before their
         step started runs them here (``parallel``, ``max_parallel`` and
         ``timeout`` as ``run_tools`` takes them), or, when steering newer
@@ -173,7 +175,11 @@ class RunSteps:
         step = self._pause.step
         if not step or not step.get("calls"):
             return await self._run_unrun(
-                tools, signal, parallel=parallel, max_parallel=max_parallel, timeout=timeout
+                tools,
+                signal,
+                parallel=bool(parallel),
+                max_parallel=max_parallel,
+                timeout=timeout,
             )
         self._require_live()
         if not self.started:
@@ -187,9 +193,9 @@ class RunSteps:
             tools,
             message_id=step["message_id"],
             signal=signal or self.abort_signal,
-            parallel=bool(step.get("parallel")),
-            max_parallel=step.get("max_parallel"),
-            timeout=step.get("timeout"),
+            parallel=bool(step.get("parallel")) if parallel is None else parallel,
+            max_parallel=step.get("max_parallel") if max_parallel is None else max_parallel,
+            timeout=step.get("timeout") if timeout is None else timeout,
             finished=finished,
         )
         if self._pause.settled:

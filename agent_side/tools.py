@@ -31,8 +31,11 @@ Interrupts. A tool whose function takes a second parameter gets a
 ``ToolContext``: ``await ctx.interrupt(...)`` asks a person (id
 ``<tool_call_id>#<n>``, the n-th question of that call). A question nobody
 answered yet stops the call (it gets no result) and the step: sequential
-calls after it do not start; with ``parallel=True`` the calls already running
-finish and no new one starts. The response stays open; ``execute_tools``
+calls after it do not start. With ``parallel=True`` the calls that run together
+(all of them, or the first ``max_parallel``) all start, also when one asks
+before its first ``await``; they run until they finish or ask, and the pause
+carries every question they asked. A call still waiting for a slot then does
+not start until the answers came. The response stays open; ``execute_tools``
 returns the questions and the Run pauses (``agent_side.steps``). When the Run
 resumes the step runs again under the same message id: finished calls keep
 their results (written again, never run again), the call that asked runs
@@ -46,7 +49,10 @@ A tool marked ``requires_approval`` asks first (``kind="approval"``, id = the
 tool call id, answer ``{approved, reason?, updated_arguments?, remember?}``)
 and runs with ``updated_arguments`` when given; ``remember: true`` approves
 that tool's later calls in the Run (kept in ``run.state["approved_tools"]``).
-``requires_approval`` may be a rule: a function of the call's arguments.
+``requires_approval`` may be a rule: a function of the call's arguments (a
+text it returns is the reason). The approval's details carry the call's
+``arguments``, the request's ``reason``, its ``rule`` and a ``suggested_rule``
+(what ``remember: true`` adds); see ``approval_request``.
 
 Failures are results the model reads, with a code: ``TOOL_NOT_FOUND``,
 ``VALIDATION_ERROR`` (arguments that do not fit the parameters; the pydantic
@@ -94,6 +100,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolResult",
+    "approval_request",
     "execute_tools",
     "tool",
     "tool_calls",
@@ -310,9 +317,10 @@ class Tool:
     description: str
     parameters: type[BaseModel]
     execute: Execute
-    requires_approval: bool | Callable[[Any], bool] = False
+    requires_approval: bool | Callable[[Any], bool | str] = False
     """Ask a person to approve a call before it runs (an ``approval`` interrupt): always,
-    or when this rule, given the call's arguments, says so."""
+    or when this rule, given the call's arguments, says so (a text it returns is the
+    reason the request gives)."""
 
     @property
     def takes_context(self) -> bool:
@@ -345,7 +353,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     parameters: type[BaseModel] | None = None,
-    requires_approval: bool | Callable[[Any], bool] = False,
+    requires_approval: bool | Callable[[Any], bool | str] = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -356,7 +364,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     parameters: type[BaseModel] | None = None,
-    requires_approval: bool | Callable[[Any], bool] = False,
+    requires_approval: bool | Callable[[Any], bool | str] = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` of ``fn(params)``; use as ``@tool`` or ``@tool(name=..., ...)``.
 
@@ -472,11 +480,9 @@ async def _call(
 ) -> ToolResult:
     arguments = call.input if call.input is not None else {}
     try:
-        rule = tool.requires_approval
-        if rule is True or (callable(rule) and rule(arguments)):
-            decision = await ctx.approval(
-                f"Run {tool.name}?", arguments, {"rule": "always" if rule is True else "rule"}
-            )
+        asked = approval_request(tool, arguments)
+        if asked is not None:
+            decision = await ctx.approval(f"Run {tool.name}?", arguments, asked)
             if not decision.approved:
                 why = f": {decision.reason}" if decision.reason else ""
                 return _failed(call, INTERRUPTED, f"The user did not approve {tool.name}{why}")
@@ -505,6 +511,43 @@ async def _call(
     except Exception as exc:
         return _failed(call, TOOL_ERROR, f"{tool.name} failed: {exc}")
     return ToolResult(call.tool_call_id, call.tool_name, "ok", _jsonable(output))
+
+
+def approval_request(tool: Tool, arguments: Any) -> dict[str, Any] | None:
+    """The details of the approval a call of ``tool`` asks for, or ``None`` when it asks none.
+
+    ``reason``: why it asks (the text a rule returned, or a sentence saying which
+    rule). ``rule``: ``"always"`` (``requires_approval=True``) or the rule's
+    function name (``"rule"`` for a lambda). ``suggested_rule``: what answering
+    ``remember: true`` adds, approving the tool's later calls in the Run. A rule
+    that raises asks too (fail closed), its reason naming the failure.
+    """
+    rule = tool.requires_approval
+    if rule is False:
+        return None
+    if rule is True:
+        name = "always"
+        reason = f"{tool.name} always asks for approval"
+    else:
+        name = getattr(rule, "__name__", "rule")
+        name = "rule" if name == "<lambda>" else name
+        try:
+            verdict = rule(arguments)
+        except Exception as exc:
+            verdict = f"the approval rule of {tool.name} failed ({type(exc).__name__})"
+            log.warning("approval rule of tool %s failed; asking for approval", tool.name)
+        if not verdict:
+            return None
+        reason = (
+            verdict
+            if isinstance(verdict, str)
+            else f"the approval rule of {tool.name} matched these arguments"
+        )
+    return {
+        "reason": reason,
+        "rule": name,
+        "suggested_rule": {"tool": tool.name, "decision": "approve", "scope": "run"},
+    }
 
 
 @dataclass
@@ -574,9 +617,12 @@ async def execute_tools(
 
     waited = {q.get("tool_call_id") for q in pause.asked.values()}
 
-    async def one(call: ToolCallPart, limiter: anyio.CapacityLimiter | None) -> None:
+    async def one(
+        call: ToolCallPart, limiter: anyio.CapacityLimiter | None, together: bool = False
+    ) -> None:
         async with limiter if limiter is not None else nullcontext():
-            if signal.aborted or step.questions:
+            # Calls that run together all start, questions or not; a later one does not.
+            if signal.aborted or (step.questions and not together):
                 return
             step.started.add(call.tool_call_id)
             kept = finished.get(call.tool_call_id)
@@ -606,10 +652,11 @@ async def execute_tools(
     )
     async with signal.scope():
         if parallel:
-            limiter = anyio.CapacityLimiter(max_parallel or max(1, len(calls)))
+            width = max_parallel or max(1, len(calls))
+            limiter = anyio.CapacityLimiter(width)
             async with anyio.create_task_group() as tg:
-                for call in calls:
-                    tg.start_soon(one, call, limiter)
+                for i, call in enumerate(calls):
+                    tg.start_soon(one, call, limiter, i < width)
         else:
             for call in calls:
                 await one(call, None)

@@ -9,6 +9,7 @@ conversation (``messages()``, ``runs()``, ``on()``, ``events()``).
 """
 
 from transport.frames import Multitask
+from transport.interrupts import pending_questions
 from transport.runs import MULTITASK_STRATEGIES
 
 from .run import (
@@ -41,4 +42,5 @@ __all__ = [
     "RunResult",
     "View",
     "connect",
+    "pending_questions",
 ]

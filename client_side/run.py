@@ -224,12 +224,17 @@ class RunResult:
     they are listed here and stay in ``queued`` too, outcomes pending: the
     resumed Run may still take them.
     ``interrupts``: the questions a suspended Run waits on.
+    ``error``: what the Run ended with: the error of an ``error`` end, or for
+    a ``cancelled`` one the abort's reason (``RUN_CANCELLED``) when it gave one.
+    ``reason``: that reason's text for a ``cancelled`` Run, else ``None``.
     """
 
     status: RunStatus
     end_reason: RunEndReason | None
     undelivered: list[UIMessage] = field(default_factory=list)
     interrupts: list[Interrupt] = field(default_factory=list)
+    error: RunwireError | None = None
+    reason: str | None = None
 
 
 class ClientRun:
@@ -364,11 +369,14 @@ class ClientRun:
                         if d.outcome.done() or info.status == "suspended"
                     ]
                 )
+                error = RunwireError.from_wire(info.error) if info.error is not None else None
                 return RunResult(
                     status=info.status,
                     end_reason=info.end_reason,
                     undelivered=undelivered,
                     interrupts=self._session.view.tree.interrupts(self.run_id),
+                    error=error if info.status in TERMINAL else None,
+                    reason=error.message if error and info.status == "cancelled" else None,
                 )
             self._session._check_lost(self.run_id, self._resets)
             await self._session._wait_change()

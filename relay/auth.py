@@ -8,7 +8,8 @@ optional ``client_id``, and ``sessions``: a map from a session-id pattern
 pattern that matches the session id; ``cancel-any`` implies ``cancel``, and
 ``agent`` implies ``subscribe`` (an agent reads the conversation it answers).
 
-The relay verifies HS256 tokens with a shared ``secret``, RS256 / ES256
+The relay verifies HS256 tokens with a shared ``secret`` (at least
+``MIN_SECRET_BYTES``, 32, long: a shorter one is refused at start-up), RS256 / ES256
 tokens with a ``public_key`` (PEM), or both. Nothing else is accepted (no
 ``none``, no HMAC with the public key). Verification failures raise
 ``RunwireError``: ``TOKEN_EXPIRED`` for an expired token, ``UNAUTHORIZED``
@@ -36,6 +37,7 @@ from transport.runs import AGENT, CANCEL, CANCEL_ANY, CAPABILITIES, SUBSCRIBE
 
 __all__ = [
     "MAX_TOKEN_BYTES",
+    "MIN_SECRET_BYTES",
     "Identity",
     "TokenVerifier",
     "matches",
@@ -44,6 +46,9 @@ __all__ = [
     "token_too_large",
 ]
 
+MIN_SECRET_BYTES = 32
+"""The shortest HS256 secret a ``TokenVerifier`` takes (RFC 7518: a key at least as long as
+the hash, 256 bits); a shorter one could be guessed offline from any token it signed."""
 MAX_TOKEN_BYTES = 32 * 1024
 """The default largest token a ``TokenVerifier`` reads (``RelayOptions.max_token_bytes``)."""
 
@@ -122,6 +127,12 @@ class TokenVerifier:
     ) -> None:
         if not secret and not public_key:
             raise ValueError("a TokenVerifier needs a secret or a public key")
+        if secret and len(secret.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(
+                f"the HS256 secret is {len(secret.encode())} bytes; it must be at least "
+                f"{MIN_SECRET_BYTES} (make one with: python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))')"
+            )
         self.secret = secret or None
         self.public_key = public_key or None
         self.max_bytes = max_bytes
@@ -155,6 +166,7 @@ class TokenVerifier:
                 options={
                     "require": ["exp", "sub"],
                     "verify_aud": False,
+                    "verify_exp": False,  # checked below, once it is known to be a number
                     "verify_iat": False,  # checked below, allowing for clock skew
                     "verify_nbf": False,
                 },
@@ -167,8 +179,12 @@ class TokenVerifier:
             raise _refused(f"the token has no {exc.claim!r} claim", "claims") from None
         except jwt.PyJWTError as exc:
             raise _refused(f"the token is not valid: {exc}", "invalid") from None
-        _check_not_before(claims, time.time())
-        return _identity(claims)
+        now = time.time()
+        _check_not_before(claims, now)
+        identity = _identity(claims)
+        if identity.expires_at <= now:
+            raise RunwireError(TOKEN_EXPIRED, "the token has expired")
+        return identity
 
 
 CLOCK_SKEW = 30.0
@@ -214,8 +230,11 @@ def _identity(claims: Mapping[str, Any]) -> Identity:
         if unknown:
             raise _refused(f"unknown capabilities {sorted(unknown)}", "claims")
         grants.append((pattern, frozenset(caps)))
+    if isinstance(claims["exp"], bool) or not isinstance(claims["exp"], int | float):
+        # PyJWT takes whatever int() takes: the string "9999999999" too.
+        raise _refused("the token's 'exp' must be a number of seconds since 1970", "claims")
     try:
-        expires_at = float(claims["exp"])  # PyJWT checked that int() takes it
+        expires_at = float(claims["exp"])
     except (OverflowError, TypeError, ValueError):
         expires_at = math.nan
     if not math.isfinite(expires_at):

@@ -58,7 +58,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from transport import checks, codec
-from transport.errors import CONFLICT, EPOCH_MISMATCH, UNAUTHORIZED, RunwireError
+from transport.errors import (
+    CONFLICT,
+    EPOCH_MISMATCH,
+    STORE_UNAVAILABLE,
+    UNAUTHORIZED,
+    RunwireError,
+)
 from transport.frames import EntryBody, MessageEntry, ResponseAppend
 from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender, rights_refusal
@@ -98,6 +104,7 @@ class Channel:
         "_lock",
         "_make_registry",
         "_on_committed",
+        "_store_error",
         "_unsubscribe",
         "_waiters",
         "epoch",
@@ -139,6 +146,7 @@ class Channel:
         self._early: list[StoredEntry] | None = None
         self._unsubscribe: Unsubscribe | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] | None = None
+        self._store_error: RunwireError | None = None  # the last publish's store failure
 
     @property
     def listeners(self) -> list[OnEntry]:
@@ -214,7 +222,9 @@ class Channel:
         changes: list[RunRecord] = []
         if _APPEND_KIND not in stored.data[:200]:
             try:
-                entry = codec.decode_entry(codec.loads(stored.data))
+                entry = codec.decode_entry(
+                    codec.loads(stored.data, max_depth=codec.RELAY_FRAME_DEPTH)
+                )
                 changes = self.registry.replay(entry)
             except RunwireError as exc:
                 log.warning(
@@ -329,6 +339,40 @@ class Channel:
     # ------------------------------------------------------------ publish --
 
     async def publish(
+        self,
+        entry: EntryBody,
+        sender: Sender,
+        now_ms: int,
+        *,
+        gone: Gone | None = None,
+        admit: Callable[[str], None] | None = None,
+    ) -> tuple[int, bool, list[RunRecord]]:
+        """Store one entry (``_publish``). A publish that waited for the channel while the
+        one before it failed ``STORE_UNAVAILABLE`` fails so too, at once: publishes to one
+        session go one at a time, and each would otherwise wait a whole store timeout more
+        on a Redis that does not answer (``details.waited``)."""
+        seen = self._store_error
+
+        def admit_first(entry_id: str) -> None:
+            if admit is not None:
+                admit(entry_id)  # first: a hold behind the same sender's refused publish
+            failed = self._store_error
+            if failed is not seen and failed is not None:
+                raise RunwireError(
+                    STORE_UNAVAILABLE,
+                    f"{failed.message} (while this publish waited for the session)",
+                    details={"waited": True},
+                )
+
+        try:
+            return await self._publish(entry, sender, now_ms, gone=gone, admit=admit_first)
+        except RunwireError as exc:
+            if exc.code == STORE_UNAVAILABLE and not exc.details:
+                # A copy without the traceback, which would keep this publish's frames alive.
+                self._store_error = RunwireError(STORE_UNAVAILABLE, exc.message)
+            raise
+
+    async def _publish(
         self,
         entry: EntryBody,
         sender: Sender,

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from runwire import config
-from transport import checks
+from transport import checks, redact
 from transport.errors import RunwireError
 from transport.runs import MULTITASK_STRATEGIES
 
@@ -111,6 +111,33 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="Runs going on at once on this relay; more wait queued (default: no limit)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    parser.add_argument(
+        "--allowed-origins",
+        action="append",
+        default=None,
+        metavar="ORIGINS",
+        help="web pages that may connect, comma-separated or repeated: scheme://host[:port|:*] "
+        "(default: the relay's own origin, plus http://localhost:* and http://127.0.0.1:* "
+        "on an anonymous loopback relay)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=10_000,
+        help="connections open at once; more are answered 503 (default: 10000)",
+    )
+    parser.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        default=None,
+        help="connections open at once from one address; more are answered 429 (default: no cap)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection has to send its request, head and body (default: 10)",
+    )
     config.add_config_options(parser)
     return parser
 
@@ -150,7 +177,18 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "thread_access": args.thread_access,
         "max_concurrent_runs": args.max_concurrent_runs,
         "input_checks": [checks.named(name) for name in args.check],
+        "allowed_origins": _split_list(args.allowed_origins),
+        "max_connections": args.max_connections,
+        "max_connections_per_ip": args.max_connections_per_ip,
+        "request_timeout": args.request_timeout,
     }
+
+
+def _split_list(values: list[str] | None) -> list[str] | None:
+    """A repeatable, comma-separated option's items (None when it was not given)."""
+    if values is None:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -182,4 +220,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m relay``."""
     args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    redact.install(*logging.getLogger().handlers)  # every record that reaches the log
     anyio.run(run, args)

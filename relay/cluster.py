@@ -107,7 +107,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from transport.errors import RunwireError
+from transport.errors import STORE_UNAVAILABLE, RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
@@ -590,10 +590,13 @@ class RedisDispatcher:
                     self._steady_since = time.monotonic()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 lapsed = True
                 self._steady_since = None
-                log.exception("cluster maintenance failed")
+                if isinstance(exc, RunwireError) and exc.code == STORE_UNAVAILABLE:
+                    log.warning("cluster maintenance failed: %s", exc)  # Redis away: no trace
+                else:
+                    log.exception("cluster maintenance failed")
 
     async def _lead(self) -> int:
         """Take or keep the sweeper's lease: 0 if another node holds it, 1 if this node

@@ -83,8 +83,13 @@ the method of the request line and shows websockets ``GET``, shows it the
 ``Content-Length`` and ``Transfer-Encoding`` headers renamed
 (``X-Runwire-...``), and, as it hands back the blank line that ends the
 head, first reads the body (``Content-Length`` bytes, or chunks) into
-``reader.body``. websockets still parses and limits the head; the body is
-capped at ``hard_frame_bytes`` (a larger one is answered 413 unread). A head
+``reader.body``. websockets still parses and limits the head, and the head
+as a whole is capped at ``MAX_HEAD_BYTES`` (64 KiB, plus room for a token: 431
+past it); the body is capped at ``max_frame_bytes`` (a larger one is answered
+413 from its ``Content-Length``, unread; a chunked one is cut off at the limit),
+and on a relay with tokens it is read only when the request's token is good
+(``authorize``; else it is answered 401 unread). The connection's caps and
+request timeout are ``relay.admission``'s. A head
 websockets would refuse to parse (it drops the connection unanswered) is shown
 as a stand-in: bytes outside printable ASCII in the target percent-encoded, a
 malformed request line as ``GET /``, a malformed header line as a harmless
@@ -112,7 +117,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from http import HTTPStatus
 from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -159,6 +164,7 @@ from transport.frames import (
 from transport.messages import UIMessage, new_id, user_message
 from transport.runs import SUBSCRIBE, Sender
 
+from .admission import Admission, refuse_raw
 from .auth import Identity, TokenVerifier, token_from_request, token_too_large
 from .channel import Channel
 from .hub import Hub
@@ -212,8 +218,8 @@ STATUS: dict[str, int] = {
 codes not listed, such as an input check's refusal: 400)."""
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:\-]{1,200}")
+# Access-Control-Allow-Origin names the request's origin when it is allowed (relay.origins).
 _CORS = (
-    ("Access-Control-Allow-Origin", "*"),
     ("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID"),
     ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
 )
@@ -232,12 +238,17 @@ class BodyReader(StreamReader):
 
     # Every connection keeps its reader: its own fields in slots, not in a __dict__.
     __slots__ = (
+        "_authorization",
         "_chunked",
+        "_head_bytes",
         "_length",
         "_phase",
+        "_target",
         "_upgrade",
+        "authorize",
         "body",
         "body_error",
+        "complete",
         "credentials",
         "head_error",
         "head_status",
@@ -247,8 +258,16 @@ class BodyReader(StreamReader):
         "opened_at",
     )
 
-    def __init__(self, max_body: int, max_token: int = 0, *, credentials: bool = False) -> None:
+    def __init__(
+        self,
+        max_body: int,
+        max_token: int = 0,
+        *,
+        credentials: bool = False,
+        authorize: Authorize | None = None,
+    ) -> None:
         super().__init__()
+        self.authorize = authorize
         self.max_body = max_body
         self.max_token = max_token
         self.credentials = credentials
@@ -262,6 +281,10 @@ class BodyReader(StreamReader):
         self._length: int | None = None
         self._chunked = False
         self._upgrade = False
+        self._head_bytes = 0
+        self._target = b"/"
+        self._authorization: bytes | None = None
+        self.complete = False
 
     def read_line(self, m: int, *args: Any) -> Generator[None, None, bytearray]:
         # websockets 17 passes the exception to raise for a long line; earlier ones do not.
@@ -271,6 +294,9 @@ class BodyReader(StreamReader):
         # for one beyond websockets' limit ``m``; other lines keep it.
         limit = m + self.max_token
         line, size, has_token = yield from self._head_line(limit, args)
+        self._head_bytes += len(line)
+        if self._head_bytes > MAX_HEAD_BYTES + 2 * self.max_token:
+            return self._head_too_large()
         if self._phase == _REQUEST_LINE:
             self._phase = _HEADERS
             if size > limit:
@@ -280,7 +306,9 @@ class BodyReader(StreamReader):
             return bytearray(self._request_line(bytes(line)))
         if bytes(line) in (b"\r\n", b"\n"):
             self._phase = _DONE
+            self._check_token()
             yield from self._read_body()
+            self.complete = True
             return line
         if size > m:
             name = bytes(line).partition(b":")[0].strip().lower()
@@ -307,7 +335,37 @@ class BodyReader(StreamReader):
             return bytearray(b"X-Runwire-Transfer-Encoding:" + value)
         if colon and key == b"upgrade":
             self._upgrade = True
+        if colon and key == b"authorization":
+            self._authorization = value.strip()
         return line
+
+    def _head_too_large(self) -> bytearray:
+        """End a head longer than ``MAX_HEAD_BYTES`` (and room for tokens) where it is: 431,
+        and the rest of it is dropped unread (``at_eof``)."""
+        if self.head_error is None or self.head_status is None:
+            self.head_error = RunwireError(
+                PAYLOAD_TOO_LARGE,
+                f"the request head is over {MAX_HEAD_BYTES + 2 * self.max_token} bytes",
+                details={"limit": MAX_HEAD_BYTES + 2 * self.max_token},
+            )
+            self.head_status = 431
+        self._phase = _DONE
+        self._upgrade = False
+        self.complete = True
+        return bytearray(b"\r\n")
+
+    def _check_token(self) -> None:
+        """Before a body is read, the token: a body sent without a good one is not read."""
+        if self.authorize is None or self.body_error is not None:
+            return
+        if not (self._chunked or self._length):
+            return
+        authorization = None
+        if self._authorization is not None:
+            authorization = self._authorization.decode("latin-1")
+        refused = self.authorize(self._target.decode("latin-1"), authorization)
+        if refused is not None:
+            self.body_error = refused
 
     def _head_line(
         self, limit: int, args: tuple[Any, ...]
@@ -375,6 +433,7 @@ class BodyReader(StreamReader):
             return b"GET / HTTP/1.1\r\n"
         if method != b"GET":
             self.method = method.decode("ascii", "replace")[:20]
+        self._target = target
         return b"GET " + _NOT_IN_TARGET.sub(_percent, target) + b" " + version
 
     def at_eof(self) -> Generator[None, None, bool]:
@@ -434,6 +493,14 @@ class BodyReader(StreamReader):
         self.body = b"".join(chunks)
 
 
+MAX_HEAD_BYTES = 64 * 1024
+"""The most a request head may hold (websockets allows 128 lines of 8 KiB), besides room for
+a token on its request line and ``Authorization`` header (``max_token_bytes`` each)."""
+
+Authorize = Callable[[str, str | None], RunwireError | None]
+"""Checks a request's token from its target and ``Authorization`` header: the refusal, or
+None (``BodyReader``: a body is read only when the token is good)."""
+
 _NOT_IN_TARGET = re.compile(rb"[^\x21-\x7e]")
 _TOKEN_PARAM = re.compile(rb"[?&]token=")
 _HEADER_LINE = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r\n")
@@ -467,22 +534,81 @@ def _too_large(size: int, limit: int) -> RunwireError:
 
 
 def connection_class(
-    max_body: int, max_token: int = 0, *, credentials: bool = False
+    max_body: int,
+    max_token: int = 0,
+    *,
+    credentials: bool = False,
+    authorize: Authorize | None = None,
+    admission: Admission | None = None,
 ) -> type[ServerConnection]:
     """A ``ServerConnection`` that reads request bodies of up to ``max_body`` bytes, and a
     request line or ``Authorization`` header with a token of up to ``max_token`` bytes (for
     websockets' ``serve(create_connection=...)``); ``credentials``: the relay checks tokens,
-    so one too long to read is refused as a token."""
+    so one too long to read is refused as a token; ``authorize``: a body is read only when
+    it checks the token good; ``admission``: the connection caps and request timeout."""
 
     class HttpConnection(RelayConnection):
         def __init__(self, protocol: ServerProtocol, *args: Any, **kwargs: Any) -> None:
             # No byte has arrived yet: swap the reader, and restart the parser on it.
-            protocol.reader = BodyReader(max_body, max_token, credentials=credentials)
+            protocol.reader = BodyReader(
+                max_body, max_token, credentials=credentials, authorize=authorize
+            )
             protocol.parser = protocol.parse()
             next(protocol.parser)
             super().__init__(protocol, *args, **kwargs)
+            self.admitted: str | None = None
+            self.refused = False
+            self.deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            if admission is not None:
+                _admit(self, admission)
+
+        def data_received(self, data: bytes) -> None:
+            if self.refused:
+                return  # answered already: what else comes is dropped unread
+            super().data_received(data)
+            if self.deadline is not None and _request_arrived(self):
+                self.deadline.cancel()
+                self.deadline = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+                self.deadline = None
+            if admission is not None and self.admitted is not None:
+                admission.release(self.admitted)
+                self.admitted = None
+            super().connection_lost(exc)
 
     return HttpConnection
+
+
+def _admit(conn: Any, admission: Admission) -> None:
+    """Count a new connection, or refuse it at once; start its request timeout."""
+    peer = conn.transport.get_extra_info("peername")
+    ip = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+    refusal = admission.admit(ip)
+    if refusal is not None:
+        conn.refused = True
+        refuse_raw(conn.transport, *refusal)
+        return
+    conn.admitted = ip
+
+    def timed_out() -> None:
+        conn.deadline = None
+        if not _request_arrived(conn) and not conn.refused:
+            conn.refused = True
+            refuse_raw(conn.transport, 408, admission.timed_out(ip))
+
+    conn.deadline = asyncio.get_running_loop().call_later(admission.request_timeout, timed_out)
+
+
+def _request_arrived(conn: ServerConnection) -> bool:
+    """Whether the head (and body) of the connection's request has all been read."""
+    reader = _reader(conn)
+    return reader is None or reader.complete
 
 
 def _reader(conn: ServerConnection) -> BodyReader | None:
@@ -726,7 +852,7 @@ class HttpApi:
         if found is None:
             return None
         try:
-            run_id = codec.loads(found.data).get("run_id")
+            run_id = codec.loads(found.data, max_depth=codec.RELAY_FRAME_DEPTH).get("run_id")
         except (RunwireError, AttributeError):
             return None
         return run_id if isinstance(run_id, str) else None
@@ -882,6 +1008,8 @@ class HttpApi:
             try:
                 data = codec.loads(raw)
             except RunwireError as exc:
+                if exc.code != PROTOCOL_ERROR:  # nested too deep: VALIDATION_ERROR
+                    raise
                 raise RunwireError(
                     PROTOCOL_ERROR, exc.message.replace("frame", "the body", 1)
                 ) from None

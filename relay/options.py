@@ -54,3 +54,14 @@ class RelayOptions:
     hello_timeout: float = 10.0
     """A connection that sends no ``hello`` this long after its handshake is answered with
     an error (its token's refusal, else ``PROTOCOL_ERROR``) and closed."""
+    allowed_origins: Sequence[str] | None = None
+    """The web pages (``Origin`` headers) that may connect or call the HTTP API; others get
+    403. None: the relay's own origin, plus ``http://localhost:*`` and
+    ``http://127.0.0.1:*`` on an anonymous loopback relay (``relay.origins``)."""
+    max_connections: int | None = 10_000
+    """Connections open at once; one more is answered 503 ``RATE_LIMITED`` and closed."""
+    max_connections_per_ip: int | None = None
+    """Connections open at once from one address; one more is answered 429 ``RATE_LIMITED``
+    (None: no cap, as behind a proxy every connection comes from one address)."""
+    request_timeout: float = 10.0
+    """Seconds a connection has to send its whole request (head and body); then 408."""

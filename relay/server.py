@@ -27,6 +27,13 @@ answered as above, with its token's refusal (``PROTOCOL_ERROR`` and 4002 when
 the token was good), and closed. Without either key the relay is anonymous (every connection has
 every right, user ids are ``None``), says so in its log, and refuses to listen
 on a host that is not loopback unless ``allow_anonymous=True``.
+
+Browsers and limits. A request or handshake whose ``Origin`` is not allowed
+(``allowed_origins``, ``relay.origins``) is answered 403 and CORS names the
+allowed origin, never ``*``. Connections are capped (``max_connections``,
+``max_connections_per_ip``) and have ``request_timeout`` (10 s) to send their
+request (``relay.admission``). Every record of the websockets and runwire
+loggers has its tokens redacted (``transport.redact``).
 """
 
 from __future__ import annotations
@@ -54,7 +61,9 @@ from transport import codec
 from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
 from transport.messages import new_id
+from transport.redact import install as redact_tokens
 
+from .admission import Admission
 from .auth import TokenVerifier, token_from_request
 from .http_api import (
     OPEN_TIMEOUT,
@@ -67,6 +76,7 @@ from .http_api import (
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
+from .origins import OriginPolicy, cors, origin_refused
 from .peer import Flusher, Peer
 from .static_files import static_file
 from .store import open_store
@@ -108,6 +118,8 @@ async def serve(
     if unknown:
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
+    redact_tokens()  # before websockets logs a request line or header with a token
+    _check_limits(opts)
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(
@@ -126,6 +138,7 @@ async def serve(
             "right",
             host,
         )
+    origins = _origin_policy(opts, host, anonymous=verifier is None)
     the_store = open_store(store) if isinstance(store, str) else store
     await the_store.start()
     try:
@@ -140,6 +153,13 @@ async def serve(
         await hub.start()
 
         async def process_request(conn: ServerConnection, request: Request) -> Response | None:
+            origin, refused = check_origin(origins, request)
+            if refused is not None:
+                return refused
+            response = await route(conn, request)
+            return None if response is None else cors(response, origin)
+
+        async def route(conn: ServerConnection, request: Request) -> Response | None:
             malformed = head_error(conn)
             # A token too long to read is refused at hello, as any refused token, so that
             # browsers can read why (they cannot read a refused handshake's response).
@@ -160,15 +180,11 @@ async def serve(
             if path == "/metrics":
                 return _response(200, metrics.render(), "text/plain; version=0.0.4")
             if path == "/client.js":
-                # Any page may import it (a module script from another origin needs CORS).
-                js = _file(CLIENT_JS, "application/javascript; charset=utf-8")
-                js.headers["Access-Control-Allow-Origin"] = "*"
-                return js
+                # A page of an allowed origin may import it (a module script needs CORS).
+                return _file(CLIENT_JS, "application/javascript; charset=utf-8")
             served = static_file(path)
             if served is not None:
-                static = _file(*served)
-                static.headers["Access-Control-Allow-Origin"] = "*"
-                return static
+                return _file(*served)
             if path == "/" and opts.index_html is not None and not _upgrade(request):
                 return _file(Path(opts.index_html), "text/html; charset=utf-8")
             if not _upgrade(request):
@@ -191,7 +207,13 @@ async def serve(
             port,
             process_request=process_request,
             create_connection=connection_class(
-                opts.hard_frame_bytes, opts.max_token_bytes, credentials=verifier is not None
+                opts.max_frame_bytes,
+                opts.max_token_bytes,
+                credentials=verifier is not None,
+                authorize=None if verifier is None else functools.partial(_authorize, verifier),
+                admission=Admission(
+                    opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+                ),
             ),
             open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
@@ -207,6 +229,60 @@ async def serve(
     finally:
         hub.close()
         await the_store.aclose()
+
+
+def _check_limits(opts: RelayOptions) -> None:
+    """Raise ``ValueError`` for a connection cap or request timeout that makes no sense."""
+    for name in ("max_connections", "max_connections_per_ip"):
+        value = getattr(opts, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1 (or None: no cap), not {value}")
+    if not opts.request_timeout > 0:
+        raise ValueError(f"request_timeout must be positive seconds, not {opts.request_timeout}")
+
+
+def _origin_policy(opts: RelayOptions, host: str, *, anonymous: bool) -> OriginPolicy:
+    """The configured origins, else the default (``relay.origins``)."""
+    loopback = _is_loopback(host)
+    if opts.allowed_origins is None:
+        return OriginPolicy.default(anonymous=anonymous, loopback=loopback)
+    if isinstance(opts.allowed_origins, str):
+        raise ValueError("allowed_origins is a list of origins, not one string")
+    return OriginPolicy(opts.allowed_origins, loopback_only_host=anonymous and loopback)
+
+
+def check_origin(origins: OriginPolicy, request: Request) -> tuple[str | None, Response | None]:
+    """The request's ``Origin`` (None without one), and the 403 response when it is not
+    allowed (an ``Origin`` header given twice is refused too)."""
+    given = request.headers.get_all("Origin")
+    if not given:
+        return None, None
+    origin = given[0]
+    if len(given) == 1 and origins.allows(origin, _host(request)):
+        return origin, None
+    origins.refusals.note(
+        "refusing requests from origin %r (not allowed: --allowed-origins)", origin[:200]
+    )
+    error = origin_refused(origin)
+    body = codec.dumps({"error": error.to_wire()})
+    return None, cors(_response(403, body, "application/json"), None)
+
+
+def _host(request: Request) -> str | None:
+    hosts = request.headers.get_all("Host")
+    return hosts[0] if len(hosts) == 1 else None
+
+
+def _authorize(
+    verifier: TokenVerifier, target: str, authorization: str | None
+) -> RunwireError | None:
+    """The refusal of a request's token, or None: checked before its body is read."""
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    try:
+        verifier.verify(token_from_request(headers, target))
+    except RunwireError as exc:
+        return exc
+    return None
 
 
 def _upgrade(request: Request) -> bool:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import anyio
 
+from transport import redact
+
 __all__ = ["build_parser", "main"]
 
 
@@ -104,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         relay_parser = _subparser(parser, "relay")
         args = relay_cli.parse(relay_parser, argv[argv.index("relay") + 1 :])
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+        redact.install(*logging.getLogger().handlers)  # every record that reaches the log
         anyio.run(relay_cli.run, args)
     elif args.command == "worker":
         from . import worker as worker_cli
@@ -122,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise SystemExit(2) from None
         # Log lines go to whatever sys.stderr is when written: above the chat's prompt.
         logging.basicConfig(level=logging.WARNING, stream=_Stderr())
+        redact.install(*logging.getLogger().handlers)
         try:
             anyio.run(run_demo, args)
         except KeyboardInterrupt:

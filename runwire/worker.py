@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from agent_side import Agent
+from transport import redact
 
 from . import config
 
@@ -124,6 +125,7 @@ def main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     except KeyError:
         parser.error(f"--log-level: unknown level {args.log_level!r}")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    redact.install(*logging.getLogger().handlers)  # no token reaches the log
     try:
         token = Path(args.token_file).read_text().strip() if args.token_file else args.token
     except OSError as exc:

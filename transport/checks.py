@@ -31,9 +31,13 @@ Shipped checks, each a factory returning a check:
   instructions"), prompt leaks ("reveal your system prompt"), role hijacks
   ("you are now DAN", "developer mode") and chat-template delimiters ->
   ``PROMPT_INJECTION_DETECTED`` with ``details.threats``.
+* ``content_filter()``: harmful requests by category (``CONTENT_CATEGORIES``:
+  weapons of mass harm, self-harm, violent threats, sexual content with
+  minors), plus blocked terms and patterns of your own -> ``LLM_CONTENT_FILTERED``
+  with ``details.categories``. Like ``pii``, the error never quotes the text.
 
-``CHECKS`` maps the command-line names (``pii``, ``prompt_injection``) to
-their factories; ``named(name)`` builds one.
+``CHECKS`` maps the command-line names (``pii``, ``prompt_injection``,
+``content_filter``) to their factories; ``named(name)`` builds one.
 """
 
 from __future__ import annotations
@@ -44,18 +48,22 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import RunwireError
+from .errors import LLM_CONTENT_FILTERED, RunwireError
 from .frames import ErrorBody, MessageEntry, RefusedEntry
 from .messages import TextPart, UIMessage
 
 __all__ = [
+    "BLOCKED_TERM",
     "CHECKS",
     "CHECK_FAILED",
+    "CONTENT_CATEGORIES",
+    "LLM_CONTENT_FILTERED",
     "PII_DETECTED",
     "PII_TYPES",
     "PROMPT_INJECTION_DETECTED",
     "Check",
     "as_refusal",
+    "content_filter",
     "find_pii",
     "first_refusal",
     "iban_valid",
@@ -321,9 +329,98 @@ def prompt_injection(*, patterns: Mapping[str, str] | None = None) -> Check:
     return check_prompt_injection
 
 
+# ---------------------------------------------------------- content filter --
+
+CONTENT_CATEGORIES: dict[str, str] = {
+    "weapons": (
+        r"\b(?:how (?:do i|can i|to|would i)|steps? to|instructions? (?:for|to)|recipe for|"
+        r"help me)\b[^.\n]{0,30}?\b(?:make|build|assemble|synthesi[sz]e|produce|brew|cook)\b"
+        r"[^.\n]{0,30}?\b(?:(?:pipe |nail |car |fertili[sz]er )?bombs?|explosives?|"
+        r"nerve (?:agent|gas)|sarin|vx|ricin|anthrax|bio-?weapons?|chemical weapons?|"
+        r"dirty bomb|napalm|thermite charge)\b(?!-)"
+    ),
+    "self_harm": (
+        r"\b(?:how (?:do i|can i|to|should i)|best (?:way|method)s? to|ways? to|help me)\b"
+        r"[^.\n]{0,20}?\b(?:kill|hurt|harm|cut|poison|hang) (?:myself|me)\b"
+        r"|\b(?:commit suicide|end my (?:own )?life|take my (?:own )?life)\b"
+    ),
+    "violent_threat": (
+        r"\bi(?:'m| am)? (?:going to|gonna|will)\b[^.\n]{0,20}?\b(?:kill|murder|shoot|stab|"
+        r"behead|bomb)\b[^.\n]{0,10}?\b(?:you|him|her|them|everyone|everybody|people)\b"
+    ),
+    "sexual_minors": (
+        r"\b(?:child|children|minors?|underage|preteens?|\d{1,2}[- ]?y(?:ea)?r[- ]?olds?)\b"
+        r"[^.\n]{0,30}?\b(?:porn\w*|nudes?|sexual(?:ly|i[sz]ed?)?(?!\s+(?:education|health|development|abuse))|erotic\w*)\b"
+        r"|\b(?:porn\w*|nudes?|sexual(?:ly|i[sz]ed?)?(?!\s+(?:education|health|development|abuse))|erotic\w*)\b[^.\n]{0,30}?"
+        r"\b(?:child|children|minors?|underage|preteens?|\d{1,2}[- ]?y(?:ea)?r[- ]?olds?)\b"
+    ),
+}
+"""The categories ``content_filter()`` looks for by default, with their patterns
+(case-insensitive). They catch plain requests for serious harm; they are a first
+line, not a moderation model."""
+
+BLOCKED_TERM = "blocked_term"
+"""The category a refusal names when one of the ``blocked_terms`` matched."""
+
+
+def content_filter(
+    *,
+    categories: Sequence[str] | None = None,
+    blocked_terms: Sequence[str] = (),
+    patterns: Mapping[str, str] | None = None,
+) -> Check:
+    """A check refusing harmful content (``LLM_CONTENT_FILTERED``).
+
+    ``categories`` picks among ``CONTENT_CATEGORIES`` (default: all of them).
+    ``blocked_terms`` are words or phrases refused wherever they stand as whole
+    words, in any case (category ``blocked_term``). ``patterns`` adds categories
+    of your own (name -> regular expression, matched case-insensitively).
+    ``details.categories`` lists what matched, in that order; the error never
+    quotes the text. Raises ``ValueError`` for an unknown category, an empty
+    term or a pattern that does not compile.
+    """
+    chosen = list(CONTENT_CATEGORIES) if categories is None else list(categories)
+    unknown = set(chosen) - set(CONTENT_CATEGORIES)
+    if unknown:
+        raise ValueError(
+            f"unknown content categories: {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(CONTENT_CATEGORIES)}"
+        )
+    compiled: dict[str, re.Pattern[str]] = {
+        name: re.compile(CONTENT_CATEGORIES[name], re.IGNORECASE) for name in chosen
+    }
+    for name, pattern in (patterns or {}).items():
+        try:
+            compiled[name] = re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise ValueError(f"content filter pattern {name!r} does not compile: {exc}") from None
+    terms = [t.strip() for t in blocked_terms]
+    if any(not t for t in terms):
+        raise ValueError("a blocked term must not be empty")
+    if terms:
+        alternatives = "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True))
+        compiled[BLOCKED_TERM] = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+
+    def check_content_filter(message: UIMessage) -> None:
+        text = _text(message)
+        found = [name for name, rx in compiled.items() if rx.search(text)]
+        if found:
+            raise RunwireError(
+                LLM_CONTENT_FILTERED,
+                f"The input was refused by the content filter: {', '.join(found)}",
+                details={"categories": found},
+            )
+
+    return check_content_filter
+
+
 # ---------------------------------------------------------------- by name --
 
-CHECKS: dict[str, Callable[[], Check]] = {"pii": pii, "prompt_injection": prompt_injection}
+CHECKS: dict[str, Callable[[], Check]] = {
+    "content_filter": content_filter,
+    "pii": pii,
+    "prompt_injection": prompt_injection,
+}
 """The checks ``runwire relay --check NAME`` knows, by name."""
 
 

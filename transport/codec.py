@@ -9,6 +9,12 @@ the error reply can still be matched to its request. A field the models do not
 know is bad in a frame ``decode_client_frame`` reads and in an entry; a frame
 ``decode_relay_frame`` reads goes without it (``transport.frames``, "Unknown fields").
 
+Depth. A frame nested more than ``MAX_DEPTH`` (100) objects and arrays deep is a
+``VALIDATION_ERROR`` (``details.limit``), checked by ``loads`` before any model
+sees it: orjson encodes no more than 254 levels, so a deeper entry could be
+decoded but never stored. ``decode_relay_frame`` allows ``RELAY_FRAME_DEPTH``, a
+few levels more, as a relay frame wraps the entries it carries.
+
 Entries are stored and delivered as bytes: the relay encodes an entry once,
 without its serial, and ``splice_serial`` adds the serial in front without
 re-encoding, so fan-out to many subscribers costs one encode.
@@ -40,6 +46,8 @@ from .frames import (
 
 __all__ = [
     "CLIENT_FRAME_TYPES",
+    "MAX_DEPTH",
+    "RELAY_FRAME_DEPTH",
     "RELAY_FRAME_TYPES",
     "decode_client_frame",
     "decode_entry",
@@ -60,17 +68,61 @@ RELAY_FRAME_TYPES = frozenset(
 )
 
 
+MAX_DEPTH = 100
+"""The deepest nesting of objects and arrays a frame or an HTTP body may have."""
+RELAY_FRAME_DEPTH = MAX_DEPTH + 8
+"""The same for a frame the relay sends: ``deliver`` and ``page`` put entries a level deeper."""
+
+
 def dumps(value: Any) -> bytes:
     """JSON-encode plain data."""
     return orjson.dumps(value)
 
 
-def loads(data: bytes | str) -> Any:
-    """JSON-decode; raises ``RunwireError(PROTOCOL_ERROR)`` on bad JSON."""
+def loads(data: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON-decode; raises ``RunwireError(PROTOCOL_ERROR)`` on bad JSON and
+    ``RunwireError(VALIDATION_ERROR)`` on JSON nested more than ``max_depth`` levels."""
     try:
-        return orjson.loads(data)
+        value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):  # orjson's own limit, 1024 levels
+            raise _too_deep(max_depth) from None
         raise RunwireError(PROTOCOL_ERROR, f"frame is not valid JSON: {exc}") from None
+    # Counting brackets is fast; only a document with more of them than the limit (some
+    # perhaps inside strings) is walked to find its depth.
+    if _brackets(data) > max_depth and _depth_over(value, max_depth):
+        raise _too_deep(max_depth)
+    return value
+
+
+def _brackets(data: bytes | str) -> int:
+    if isinstance(data, str):
+        return data.count("{") + data.count("[")
+    return data.count(b"{") + data.count(b"[")
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels deep (a walk
+    with a stack of its own: no recursion to run out of)."""
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for item in node.values() if isinstance(node, dict) else node:
+            if isinstance(item, dict | list):
+                stack.append((item, depth + 1))
+    return False
+
+
+def _too_deep(limit: int) -> RunwireError:
+    return RunwireError(
+        VALIDATION_ERROR,
+        f"JSON nested more than {limit} levels deep (objects and arrays)",
+        details={"limit": limit},
+    )
 
 
 def encode(frame: BaseModel) -> bytes:
@@ -118,6 +170,7 @@ def _decode(
     adapter: TypeAdapter[Any],
     known: frozenset[str],
     max_bytes: int | None,
+    max_depth: int = MAX_DEPTH,
 ) -> Any:
     if max_bytes is not None:
         size = _frame_size(data, max_bytes)
@@ -127,7 +180,7 @@ def _decode(
                 f"frame of {size} bytes exceeds the limit of {max_bytes}",
                 details={"size": size, "limit": max_bytes},
             )
-    obj = loads(data)
+    obj = loads(data, max_depth=max_depth)
     if not isinstance(obj, dict):
         raise RunwireError(PROTOCOL_ERROR, "frame must be a JSON object")
     kind = obj.get("type")
@@ -164,7 +217,9 @@ def decode_client_frame(data: bytes | str, *, max_bytes: int | None = None) -> C
 
 def decode_relay_frame(data: bytes | str) -> RelayFrame:
     """Decode a frame sent by the relay; fields it does not know are ignored (dropped)."""
-    frame: RelayFrame = _decode(data, relay_frame_adapter, RELAY_FRAME_TYPES, None)
+    frame: RelayFrame = _decode(
+        data, relay_frame_adapter, RELAY_FRAME_TYPES, None, RELAY_FRAME_DEPTH
+    )
     return frame
 
 

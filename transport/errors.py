@@ -22,12 +22,14 @@ __all__ = [
     "INTERNAL_ERROR",
     "INTERRUPT_ANSWER_INVALID",
     "INTERRUPT_EXPIRED",
+    "LLM_CONTENT_FILTERED",
     "NOT_ATTACHED",
     "NOT_FOUND",
     "NOT_IMPLEMENTED",
     "PAYLOAD_TOO_LARGE",
     "PROTOCOL_ERROR",
     "RATE_LIMITED",
+    "RUN_CANCELLED",
     "RUN_NOT_ACTIVE",
     "RUN_NOT_FOUND",
     "SLOW_CONSUMER",
@@ -54,6 +56,8 @@ NOT_ATTACHED = "NOT_ATTACHED"
 """A frame about a session this connection has not attached to."""
 RUN_NOT_FOUND = "RUN_NOT_FOUND"
 """A frame about a Run the session does not have."""
+RUN_CANCELLED = "RUN_CANCELLED"
+"""The error a Run that ended ``cancelled`` carries: its message is the abort's reason."""
 RUN_NOT_ACTIVE = "RUN_NOT_ACTIVE"
 """Steering, cancelling or streaming into a Run that has already ended."""
 DUPLICATE_RUN = "DUPLICATE_RUN"
@@ -78,6 +82,8 @@ THREAD_ACCESS_DENIED = "THREAD_ACCESS_DENIED"
 """A prompt with a strategy while another user's Run is going on in a session not shared."""
 CANCEL_DENIED = "CANCEL_DENIED"
 """The Run's agent refused a cancel (its ``on_cancel`` hook); the Run goes on."""
+LLM_CONTENT_FILTERED = "LLM_CONTENT_FILTERED"
+"""The content filter input check refused the message (``details.categories`` says why)."""
 ABORTED = "ABORTED"
 """The caller's abort signal had fired: nothing was sent."""
 STORE_UNAVAILABLE = "STORE_UNAVAILABLE"

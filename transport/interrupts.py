@@ -22,9 +22,10 @@ gets instead of an answer are ``expired_text``, ``MOVED_ON_TEXT``,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema
 
@@ -40,6 +41,7 @@ __all__ = [
     "declined_text",
     "expired_text",
     "format_expiry",
+    "pending_questions",
     "waiting",
 ]
 
@@ -54,6 +56,30 @@ class PausedRun:
 
     run_id: str
     interrupts: list[Interrupt] = field(default_factory=list)
+
+
+class _Paused(Protocol):
+    @property
+    def interrupts(self) -> list[Interrupt]: ...
+
+
+def pending_questions(
+    result: _Paused | Iterable[Interrupt] | None, *, approvals: bool = False
+) -> list[Interrupt]:
+    """The questions a paused Run waits on (the seed's ``pendingQuestions(result)``).
+
+    ``result`` is anything with ``interrupts``: a client ``RunResult``, a
+    ``PausedRun`` (``session.paused_run()``), the agent's ``RunPaused`` or
+    ``Run``; or the interrupts themselves. ``None`` (nothing paused) gives
+    ``[]``, as does a Run that is not paused. Approvals are left out, since
+    code that decides approvals answers those itself; ``approvals=True``
+    keeps them. Order is kept.
+    """
+    if result is None:
+        return []
+    found = result.interrupts if hasattr(result, "interrupts") else result
+    asked = list(found)
+    return [q for q in asked if approvals or q.kind != "approval"]
 
 
 def format_expiry(expires_at: int) -> str:

@@ -117,7 +117,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .chunks import fold_chunks
-from .codec import decode_entry, dumps, loads
+from .codec import RELAY_FRAME_DEPTH, decode_entry, dumps, loads
 from .errors import VALIDATION_ERROR, RunwireError
 from .events import (
     CancelDenial,
@@ -967,7 +967,7 @@ def _pack(raw: Entry | Mapping[str, Any], entry: Entry) -> bytes:
 
 
 def _unpack(data: bytes) -> Entry:
-    return _coerce(loads(data))
+    return _coerce(loads(data, max_depth=RELAY_FRAME_DEPTH))
 
 
 def _coerce(entry: Entry | Mapping[str, Any]) -> Entry:

@@ -300,6 +300,10 @@ export interface RunResult {
   endReason: RunEndReason | null;
   undelivered: UIMessage[];
   interrupts: Interrupt[];
+  /** The error of an `error` end, or the abort's reason of a `cancelled` one (`RUN_CANCELLED`). */
+  error: RunwireError | null;
+  /** The abort's reason of a `cancelled` Run, when it gave one. */
+  reason: string | null;
 }
 
 /** The kinds of message a Run takes while it works. */

@@ -1993,7 +1993,11 @@ export class View {
  * A question a Run asks (`response` only on `resumed` entries).
  * @typedef {{id: string, kind: "input" | "approval" | "plan", reason: string, message: string, response_schema: Record<string, unknown> | null, expires_at: number | null, tool_call_id: string | null, tool_name: string | null, details: Record<string, unknown> | null, response: unknown}} Interrupt
  */
-/** @typedef {{status: RunStatus, endReason: RunEndReason | null, undelivered: UIMessage[], interrupts: Interrupt[]}} RunResult */
+/**
+ * `error`: the error an `error` end carries, or for a `cancelled` one the abort's reason
+ * (`RUN_CANCELLED`) when it gave one; `reason`: that reason's text for a cancelled Run.
+ * @typedef {{status: RunStatus, endReason: RunEndReason | null, undelivered: UIMessage[], interrupts: Interrupt[], error: RunwireError | null, reason: string | null}} RunResult
+ */
 /** @typedef {"steer" | "follow_up" | "inject"} QueuedIntent */
 /**
  * A queued message an input check refused, and the error; `message` is null on a device that
@@ -2181,7 +2185,15 @@ export class ClientRun {
         : this._untaken()
             .filter((d) => d._outcome.settled || info.status === "suspended")
             .map((d) => d.message);
-    return { status: info.status, endReason: info.endReason, undelivered, interrupts: this._session.view.tree.interrupts(this.runId) };
+    const ended = TERMINAL.includes(info.status) && info.error ? RunwireError.fromWire(info.error) : null;
+    return {
+      status: info.status,
+      endReason: info.endReason,
+      undelivered,
+      interrupts: this._session.view.tree.interrupts(this.runId),
+      error: ended,
+      reason: ended && info.status === "cancelled" ? ended.text : null,
+    };
   }
 
   /**

@@ -95,9 +95,14 @@ Failure: any Redis or socket error fails the calls of that round trip with
 ``RunwireError(STORE_UNAVAILABLE)`` (an append that fails so may or may not
 have been written: read back the truth); the next call connects again. There
 are no automatic retries, so a dead Redis is reported within the socket
-timeouts (``connect_timeout`` 2 s, ``socket_timeout`` 5 s by default; the
-latter bounds a round trip as a whole, connecting, sending and every reply,
-with one deadline rather than redis-py's timer per reply). An error reply
+timeouts (``connect_timeout`` 1 s, ``socket_timeout`` 1.5 s by default, or
+``?connect_timeout=`` and ``?socket_timeout=`` in the URL; the latter bounds a
+round trip as a whole, connecting, sending and every reply, with one deadline
+rather than redis-py's timer per reply). When a round trip gets no reply in
+time (Redis hung or stopped), the calls that waited behind it a third of the
+timeout or more fail with it, so no call waits much over ``socket_timeout``
+(4/3 of it: 2 s by default) whatever it waited behind; ``healthy()`` waits at
+most ``HEALTH_TIMEOUT`` (0.8 s). An error reply
 (Redis out of memory, a read-only replica, one still loading its data) fails
 just its call, ``STORE_UNAVAILABLE`` with Redis's code in ``details["redis"]``;
 a script refused so wrote nothing (Redis refuses a script at its first write).
@@ -161,11 +166,26 @@ log = logging.getLogger("runwire.relay.store")
 _MAX_BATCH = 1000
 """Commands sent in one round trip at most."""
 LINGER_MS = 2.0
+SOCKET_TIMEOUT = 1.5
+"""The default bound of one round trip (seconds): a Redis that does not answer in it is
+unavailable (a publish fails ``STORE_UNAVAILABLE`` and the SDK retries)."""
+CONNECT_TIMEOUT = 1.0
+"""The default bound of a TCP connect to Redis (seconds)."""
+HEALTH_TIMEOUT = 0.8
+"""The longest ``healthy()`` waits for a PING's answer: ``/healthz`` answers within a second."""
 """Default ``linger_ms``: how long a small batch waits for company before it is sent."""
 LINGER_FULL = 32
 """Queued commands that end the linger at once (a batch worth sending as it is)."""
 
-URL_OPTIONS = ("prefix", "max_history", "dedup_window", "history_ttl", "linger_ms")
+URL_OPTIONS = (
+    "prefix",
+    "max_history",
+    "dedup_window",
+    "history_ttl",
+    "linger_ms",
+    "socket_timeout",
+    "connect_timeout",
+)
 """Query options of a ``redis://`` URL that are the store's own, not redis-py's."""
 
 
@@ -286,8 +306,8 @@ class RedisStore(Store):
         dedup_window: int = 10_000,
         history_ttl: float | None = None,
         linger_ms: float = LINGER_MS,
-        socket_timeout: float = 5.0,
-        connect_timeout: float = 2.0,
+        socket_timeout: float = SOCKET_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
@@ -299,6 +319,8 @@ class RedisStore(Store):
             ttl = options.get("history_ttl")
             history_ttl = float(ttl) if ttl is not None else history_ttl
             linger_ms = float(options.get("linger_ms", linger_ms))
+            socket_timeout = float(options.get("socket_timeout", socket_timeout))
+            connect_timeout = float(options.get("connect_timeout", connect_timeout))
         except ValueError as exc:
             raise RunwireError(VALIDATION_ERROR, f"store URL {url!r}: {exc}") from None
         if "{" in prefix or "}" in prefix:
@@ -310,6 +332,10 @@ class RedisStore(Store):
             )
         if history_ttl is not None and history_ttl <= 0:
             raise RunwireError(VALIDATION_ERROR, "history_ttl must be positive (or None)")
+        if not (0 < socket_timeout <= 3600 and 0 < connect_timeout <= 3600):
+            raise RunwireError(
+                VALIDATION_ERROR, "socket_timeout and connect_timeout must be positive seconds"
+            )
         if not 0 <= linger_ms <= 1000:
             raise RunwireError(VALIDATION_ERROR, f"linger_ms must be 0 to 1000, not {linger_ms}")
         self.url = url
@@ -458,8 +484,9 @@ class RedisStore(Store):
         if self._closed or self._writer is None:
             return False
         try:
-            await self._call(("PING",))
-        except RunwireError:
+            async with asyncio.timeout(min(HEALTH_TIMEOUT, self.socket_timeout)):
+                await self._call(("PING",))
+        except (RunwireError, TimeoutError):
             return False
         return True
 
@@ -1059,7 +1086,10 @@ class RedisStore(Store):
         except (RedisError, OSError) as exc:
             if self._conn is not None:
                 await self._conn.disconnect(nowait=True)
-            self._fail(batch, RunwireError(STORE_UNAVAILABLE, f"Redis at {self.where}: {exc}"))
+            error = RunwireError(STORE_UNAVAILABLE, f"Redis at {self.where}: {exc}")
+            self._fail(batch, error)
+            if isinstance(exc, _NoReply):
+                self._fail_waiting(error)
             return
         at = 0
         for op in batch:
@@ -1072,6 +1102,20 @@ class RedisStore(Store):
                         for reply in mine
                     ]
                 )
+
+    def _fail_waiting(self, error: RunwireError) -> None:
+        """Redis did not answer a round trip (hung, stopped): the calls that waited behind it
+        a third of ``socket_timeout`` or more fail with it, rather than wait a whole timeout
+        more on the next one. So no call waits much over ``socket_timeout`` (4/3 of it)."""
+        cutoff = asyncio.get_running_loop().time() - self.socket_timeout / 3
+        waited = [op for op in self._queue if op.queued <= cutoff]
+        if not waited:
+            return
+        self._queue = deque(op for op in self._queue if op.queued > cutoff)
+        for op in waited:
+            self._queued -= len(op.commands)
+            self._urgent -= op.urgent
+        self._fail(waited, error)
 
     async def _round_trip(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         conn = self._conn
@@ -1086,10 +1130,15 @@ class RedisStore(Store):
                 self.round_trips += 1
                 return await wire.request(commands)
         except TimeoutError:
-            raise RedisError(f"no reply within {self.socket_timeout:g} s") from None
+            raise _NoReply(f"no reply within {self.socket_timeout:g} s") from None
 
     @staticmethod
     def _fail(ops: list[_Op], error: RunwireError) -> None:
+        """Fail the calls of ``ops`` still waiting with ``error``."""
         for op in ops:
             if not op.future.done():
                 op.future.set_exception(error)
+
+
+class _NoReply(RedisError):
+    """A round trip Redis did not answer within ``socket_timeout``."""

@@ -392,7 +392,12 @@ async def test_a_refused_approval_answers_the_call(relay_url: str) -> None:
         run = await session.send("clean up prod")
         with anyio.fail_after(10):
             paused = await run.result()
-        assert paused.interrupts[0].details == {"arguments": {"service": "prod"}, "rule": "rule"}
+        assert paused.interrupts[0].details == {
+            "arguments": {"service": "prod"},
+            "reason": "the approval rule of delete matched these arguments",
+            "rule": "rule",
+            "suggested_rule": {"tool": "delete", "decision": "approve", "scope": "run"},
+        }
         await session.resume(run.run_id, {"d3": {"approved": False, "reason": "not prod"}})
         with anyio.fail_after(10):
             while run.status != "complete":

@@ -305,3 +305,63 @@ async def test_a_redis_out_of_memory_still_lets_a_node_load_a_session_for_an_att
     finally:
         raw.config_set("maxmemory", 0)
         raw.close()
+
+
+async def test_a_hung_redis_is_answered_quickly_by_the_configured_timeouts(
+    throwaway: ThrowawayRedis,
+) -> None:
+    """Redis stopped (SIGSTOP: connections stay open, nothing answers): ``/healthz`` answers
+    503 within ``HEALTH_TIMEOUT``, publishes (those queued behind the first too) fail
+    ``STORE_UNAVAILABLE`` within ``socket_timeout``, a new attach fails as fast."""
+    from relay.store import redis as redis_store
+
+    # The documented defaults, which the times below follow from.
+    assert (redis_store.SOCKET_TIMEOUT, redis_store.HEALTH_TIMEOUT) == (1.5, 0.8)
+    assert RedisStore("redis://127.0.0.1:1/0").socket_timeout == redis_store.SOCKET_TIMEOUT
+    async with relay.serve(port=0, store=f"redis://127.0.0.1:{throwaway.port}/0") as server:
+        peer = await RawPeer.open(server.url)
+        await peer.attach("hung")
+        assert (await peer.publish("hung", prompt()))["type"] == "ack"
+        others = [await RawPeer.open(server.url) for _ in range(3)]
+        for other in others:
+            await other.attach("hung")
+        assert throwaway.proc is not None
+        throwaway.proc.send_signal(signal.SIGSTOP)
+        try:
+            started = anyio.current_time()
+            with anyio.fail_after(3):
+                status, body = await healthz(server.url)
+            assert status == 503 and body["status"] == "unavailable"
+            assert anyio.current_time() - started < 1.0 + 0.5  # (slack for a loaded machine)
+
+            replies: list[dict[str, object]] = []
+
+            async def publish(who: RawPeer) -> None:
+                replies.append(await who.publish("hung", prompt(), timeout=10))
+
+            started = anyio.current_time()
+            with anyio.fail_after(4):
+                async with anyio.create_task_group() as tg:
+                    for who in (peer, *others):
+                        tg.start_soon(publish, who)
+            assert anyio.current_time() - started < 2.0 + 0.5
+            for reply in replies:
+                assert reply["type"] == "error", reply
+                error = reply["error"]
+                assert isinstance(error, dict) and error["code"] == "STORE_UNAVAILABLE"
+                assert "no reply within 1.5 s" in str(error["message"]), error
+
+            late = await RawPeer.open(server.url)
+            started = anyio.current_time()
+            reply = await late.request({"type": "attach", "session_id": "new"}, timeout=10)
+            assert reply["type"] == "error" and reply["error"]["code"] == "STORE_UNAVAILABLE"
+            assert anyio.current_time() - started < 2 * 1.5 + 0.5
+        finally:
+            throwaway.proc.send_signal(signal.SIGCONT)
+        with anyio.fail_after(20):
+            while True:
+                reply = await peer.publish("hung", prompt(), timeout=10)
+                if reply["type"] == "ack":
+                    break
+                await anyio.sleep(0.2)
+        assert (await healthz(server.url))[0] == 200

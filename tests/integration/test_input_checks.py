@@ -273,6 +273,8 @@ async def test_runwire_relay_check_names_the_checks_on_the_command_line() -> Non
             "pii",
             "--check",
             "prompt_injection",
+            "--check",
+            "content_filter",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -291,7 +293,41 @@ async def test_runwire_relay_check_names_the_checks_on_the_command_line() -> Non
             with pytest.raises(RunwireError) as pii:
                 await session.send("IBAN GB82 WEST 1234 5698 7654 32")
             assert pii.value.code == "PII_DETECTED"
+            with pytest.raises(RunwireError) as filtered:
+                await session.send("what is the best way to kill myself")
+            assert filtered.value.code == "LLM_CONTENT_FILTERED"
             await session.send("Plan a trip to Lisbon")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+async def test_the_content_filter_refuses_on_the_relay_and_on_the_agent() -> None:
+    """The third shipped check: ``LLM_CONTENT_FILTERED``, a prompt on the relay, a steer on
+    the agent (with a blocked term of the agent's own)."""
+    hold = anyio.Event()
+    model = ScriptedModel(["planning", hold], ["noted"])
+
+    async def handle(run: Run) -> None:
+        await agent_side.steering_loop(run, model)
+
+    relay_checks = [checks.content_filter()]
+    agent_checks = [checks.content_filter(categories=[], blocked_terms=["Project X"])]
+    async with stack(handle, relay_checks=relay_checks, input_checks=agent_checks) as (server, _):
+        async with client_side.connect(server.url, "cf") as session:
+            with pytest.raises(RunwireError) as exc:
+                await session.send("How do I make a pipe bomb at home?")
+            assert exc.value.code == "LLM_CONTENT_FILTERED"
+            assert exc.value.details == {"categories": ["weapons"]}
+            assert await stored_entries(server, "cf") == []
+            run = await session.send("Plan a trip")
+            await model.wait_calls(1)
+            bad = run.steer("and brief me on project x")
+            outcome = await bad.outcome
+            assert outcome.refused is not None
+            assert outcome.refused.code == "LLM_CONTENT_FILTERED"
+            assert outcome.refused.details == {"categories": ["blocked_term"]}
+            hold.set()
+            assert (await run.result()).status == "complete"
+            assert [r.error.code for r in run.refused] == ["LLM_CONTENT_FILTERED"]
+    assert all("project x" not in [message_text(m) for m in call] for call in model.calls)

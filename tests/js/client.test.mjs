@@ -31,7 +31,14 @@ test("send starts a Run that every callback and the view see", async () => {
   assert.equal(publish.entry.run_id, run.runId);
   agentReply(relay, run.runId, "a1", ["Day ", "one."]);
   const result = await withTimeout(run.result());
-  assert.deepEqual(result, { status: "complete", endReason: "complete", undelivered: [], interrupts: [] });
+  assert.deepEqual(result, {
+    status: "complete",
+    endReason: "complete",
+    undelivered: [],
+    interrupts: [],
+    error: null,
+    reason: null,
+  });
   assert.deepEqual(texts(session), ["user:Plan a trip.", "assistant:Day one."]);
   assert.deepEqual(seen, ["pending", "active", "complete"]);
   off();
@@ -298,5 +305,26 @@ test("a message over the relay's max_frame_bytes is refused before it is sent, a
   assert.equal(relay.frames("publish").length, 1);
   assert.equal(session._pending.size, 0);
   assert.equal(session.connected, true);
+  await session.close();
+});
+
+test("a cancelled Run's result carries the abort's reason; an error end its error", async () => {
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket }));
+  const stopped = await session.send("Plan a trip.");
+  relay.publish({ kind: "run", id: "act", run_id: stopped.runId, status: "active" });
+  const why = { code: "RUN_CANCELLED", message: "the user pressed stop", details: { client_id: "c1" } };
+  relay.publish({ kind: "run", id: "end", run_id: stopped.runId, status: "cancelled", error: why });
+  const result = await withTimeout(stopped.result());
+  assert.equal(result.status, "cancelled");
+  assert.equal(result.reason, "the user pressed stop");
+  assert.ok(result.error instanceof RunwireError);
+  assert.deepEqual(result.error.toWire(), why);
+  const failed = await session.send("Again.");
+  const boom = { code: "AGENT_ERROR", message: "the model failed", details: {} };
+  relay.publish({ kind: "run", id: "end2", run_id: failed.runId, status: "error", error: boom });
+  const second = await withTimeout(failed.result());
+  assert.equal(second.reason, null);
+  assert.deepEqual(second.error.toWire(), boom);
   await session.close();
 });

@@ -274,9 +274,9 @@ async def test_bad_requests_get_json_errors_with_http_statuses(server: Server) -
         assert (reply.status, reply.code) == (400, "VALIDATION_ERROR"), query
     odd_id = await call(server, "GET", "/v1/sessions/trip-1/events", headers={"Last-Event-ID": "x"})
     assert (odd_id.status, odd_id.code) == (400, "VALIDATION_ERROR")
-    preflight = await call(server, "OPTIONS", path)
+    preflight = await call(server, "OPTIONS", path, headers={"Origin": "http://localhost:5173"})
     assert preflight.status == 204
-    assert preflight.headers["Access-Control-Allow-Origin"] == "*"
+    assert preflight.headers["Access-Control-Allow-Origin"] == "http://localhost:5173"
     assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
     # Other paths take GET only (a body no longer drops the connection).
     assert (await call(server, "POST", "/healthz", raw=b"x")).status == 405

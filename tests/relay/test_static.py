@@ -18,10 +18,13 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def http_get(url: str, header: str = "Content-Type") -> tuple[int, str, bytes]:
+async def http_get(
+    url: str, header: str = "Content-Type", origin: str | None = None
+) -> tuple[int, str, bytes]:
     def get() -> tuple[int, str, bytes]:
+        request = urllib.request.Request(url, headers={"Origin": origin} if origin else {})
         try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
+            with urllib.request.urlopen(request, timeout=5) as resp:
                 return resp.status, resp.headers.get(header, ""), resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.headers.get(header, ""), exc.read()
@@ -37,11 +40,13 @@ async def test_client_js_is_served_as_javascript() -> None:
             assert kind.startswith("application/javascript")
             assert body == (ROOT / "client_side" / "js" / "runwire.js").read_bytes()
             assert b"export function connect(" in body
-            # A page of another origin may import it as a module.
+            # A page of another allowed origin may import it as a module: CORS names it.
             _, cors, _ = await http_get(
-                f"http://127.0.0.1:{server.port}/client.js", "Access-Control-Allow-Origin"
+                f"http://127.0.0.1:{server.port}/client.js",
+                "Access-Control-Allow-Origin",
+                origin="http://localhost:5173",
             )
-            assert cors == "*"
+            assert cors == "http://localhost:5173"
             # Without index_html there is no page at /.
             status, _, _ = await http_get(f"http://127.0.0.1:{server.port}/")
             assert status == 404

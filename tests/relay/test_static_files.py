@@ -42,10 +42,18 @@ async def test_listed_files_are_served_with_their_content_type() -> None:
                 status, kind, body = await http_get(base + path)
                 assert (status, kind) == (200, want), path
                 assert body == STATIC_FILES[path][0].read_bytes()
+            # A page of another allowed origin may import it as a module: CORS names it.
             _, cors, _ = await http_get(
-                base + "/static/chat-render.js", "Access-Control-Allow-Origin"
+                base + "/static/chat-render.js",
+                "Access-Control-Allow-Origin",
+                origin="http://localhost:5173",
             )
-            assert cors == "*"
+            assert cors == "http://localhost:5173"
+            # A page of an origin not allowed may not.
+            status, _, _ = await http_get(
+                base + "/static/chat-render.js", origin="https://evil.example"
+            )
+            assert status == 403
 
 
 @pytest.mark.parametrize(

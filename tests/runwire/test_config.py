@@ -27,6 +27,8 @@ def sample(action: argparse.Action, n: int) -> object:
         choices = [c for c in action.choices if c != action.default]
         picked = choices[n % len(choices)]
         return [picked] if isinstance(action, argparse._AppendAction) else picked
+    if isinstance(action, argparse._AppendAction):
+        return [f"value-{n}", f"more-{n}"]
     if action.type is int:
         return 4000 + n
     if action.type is float:

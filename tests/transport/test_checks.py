@@ -257,7 +257,7 @@ def test_a_check_that_crashes_refuses_with_check_failed() -> None:
 
 
 def test_named_checks_for_the_command_line() -> None:
-    assert set(checks.CHECKS) == {"pii", "prompt_injection"}
+    assert set(checks.CHECKS) == {"content_filter", "pii", "prompt_injection"}
     with pytest.raises(RunwireError):
         checks.named("pii")(user_message("jo@example.com"))
     with pytest.raises(ValueError):

@@ -98,10 +98,12 @@ from ..errors import (
     RunwireError,
 )
 from ..frames import Error, Hello, Publish, RelayFrame, Welcome
+from ..redact import install as redact_tokens
 
 __all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "STORE_WAIT", "Connection", "TokenProvider"]
 
 log = logging.getLogger("runwire.connection")
+redact_tokens()  # the token this connection sends never reaches websockets' DEBUG log
 
 CONNECTION_CLOSED = "CONNECTION_CLOSED"
 
