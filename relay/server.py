@@ -224,8 +224,12 @@ async def serve(
             close_timeout=2,
         ) as ws_server:
             yield Server(ws_server, hub, host)
+            # Stop listening, then close every connection "service restart" (1012): the SDKs
+            # reconnect at once, to another node behind a load balancer.
             api.close()
-            ws_server.close(close_connections=True)
+            ws_server.close(
+                close_connections=True, code=CloseCode.SERVICE_RESTART, reason="relay restarting"
+            )
     finally:
         hub.close()
         await the_store.aclose()
