@@ -35,6 +35,7 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
+from transport import logcontext
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.asyncio.tasks import Background
 from transport.checks import Check
@@ -248,7 +249,9 @@ class Agent:
 
     async def _take(self, frame: Dispatch) -> None:
         try:
-            await self._take_run(frame)
+            ids = {"session_id": frame.session_id, "run_id": frame.run_id}
+            with logcontext.bind(**ids, client_id=self.client_id):
+                await self._take_run(frame)
         except Exception:  # a bug here must not bring down the other Runs
             log.exception("run %s of session %s failed", frame.run_id, frame.session_id)
         again = self._again.pop((frame.session_id, frame.run_id), None)

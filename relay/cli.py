@@ -16,14 +16,23 @@ from typing import Any
 import anyio
 
 from runwire import config
-from transport import checks, redact
+from transport import checks, logcontext
 from transport.errors import RunwireError
 from transport.runs import MULTITASK_STRATEGIES
 
 from .auth import MAX_TOKEN_BYTES
 from .server import serve
 
-__all__ = ["HelpFormatter", "build_parser", "main", "options", "parse", "run", "version"]
+__all__ = [
+    "HelpFormatter",
+    "build_parser",
+    "main",
+    "options",
+    "parse",
+    "run",
+    "setup_logging",
+    "version",
+]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -111,6 +120,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="Runs going on at once on this relay; more wait queued (default: no limit)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    parser.add_argument(
+        "--log-format",
+        choices=logcontext.FORMATS,
+        default="text",
+        help="text: time, level, logger, message; json: one object a line",
+    )
+    parser.add_argument("--no-access-log", action="store_true", help="do not log each HTTP request")
     parser.add_argument(
         "--allowed-origins",
         action="append",
@@ -219,6 +235,10 @@ async def run(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m relay``."""
     args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    redact.install(*logging.getLogger().handlers)  # every record that reaches the log
+    setup_logging(args)
     anyio.run(run, args)
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """The log as ``--log-level``, ``--log-format`` and ``--no-access-log`` say."""
+    logcontext.setup(args.log_level, args.log_format, access_log=not args.no_access_log)

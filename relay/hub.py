@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from transport import codec
+from transport import codec, logcontext
 from transport.errors import (
     AGENT_LOST,
     CONFLICT,
@@ -290,7 +290,8 @@ class Hub:
         except RunwireError as exc:
             peer.send_error(exc, getattr(frame, "req", None))
         except Exception:
-            log.exception("frame %s failed", frame.type)
+            where = {"session_id": getattr(frame, "session_id", None)}
+            log.exception("frame %s failed", frame.type, extra=where)
             peer.send_error(
                 RunwireError(INTERNAL_ERROR, "the relay failed on this request"),
                 getattr(frame, "req", None),
@@ -713,7 +714,8 @@ class Hub:
         key = (session_id, run_id)
         try:
             async with self.hold(session_id) as channel:
-                await self._end_lost(channel, run_id)
+                with logcontext.bind(session_id=session_id, run_id=run_id):
+                    await self._end_lost(channel, run_id)
         except RunwireError as exc:
             # The sweep (on Redis) tries again every heartbeat while this fails: one
             # warning per Run per ``LOST_LOG_EVERY`` seconds, with how many were not logged.

@@ -105,8 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Only --version comes before the subcommand, and it exits: the rest is the relay's.
         relay_parser = _subparser(parser, "relay")
         args = relay_cli.parse(relay_parser, argv[argv.index("relay") + 1 :])
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-        redact.install(*logging.getLogger().handlers)  # every record that reaches the log
+        relay_cli.setup_logging(args)
         anyio.run(relay_cli.run, args)
     elif args.command == "worker":
         from . import worker as worker_cli

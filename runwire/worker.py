@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from agent_side import Agent
-from transport import redact
+from transport import logcontext
 
 from . import config
 
@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--app-dir", default=".", help="directory put first on sys.path to import the app"
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    parser.add_argument(
+        "--log-format",
+        choices=logcontext.FORMATS,
+        default="text",
+        help="text: time, level, logger, message; json: one object a line",
+    )
     config.add_config_options(parser)
     return parser
 
@@ -120,12 +126,9 @@ def main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         parser.error("give --token or --token-file, not both")
     if args.shutdown_grace < 0:
         parser.error("--shutdown-grace: must be 0 or more")
-    try:
-        level = logging.getLevelNamesMapping()[args.log_level.upper()]
-    except KeyError:
+    if args.log_level.upper() not in logging.getLevelNamesMapping():
         parser.error(f"--log-level: unknown level {args.log_level!r}")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    redact.install(*logging.getLogger().handlers)  # no token reaches the log
+    logcontext.setup(args.log_level, args.log_format)  # tokens redacted
     try:
         token = Path(args.token_file).read_text().strip() if args.token_file else args.token
     except OSError as exc:

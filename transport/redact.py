@@ -31,6 +31,7 @@ LOGGERS = (
     "runwire.connection",
     "runwire.abort",
     "runwire.worker",
+    "runwire.access",
 )
 """The loggers ``install`` filters: a filter on a logger sees only the records logged to it,
 not those its children pass up, so each is named."""
