@@ -423,6 +423,7 @@ class Hub:
 
     async def _publish(self, peer: Peer, frame: Publish) -> None:
         channel: Channel | None = None
+        started = time.perf_counter()
         try:
             sender = peer.sender_for(frame.session_id)
             if frame.session_id not in peer.attached and _write_only(sender):
@@ -434,6 +435,7 @@ class Hub:
                 channel = self._attached(peer, frame.session_id)
                 serial, duplicate = await self.publish(channel, frame.entry, sender, peer=peer)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
+            self.metrics.publish_ack.observe(time.perf_counter() - started)
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
         except Exception:
@@ -459,6 +461,7 @@ class Hub:
         (``STORE_UNAVAILABLE``) holds its later publishes to the session (``_store_hold``).
         """
         session_id = channel.session_id
+        started = time.perf_counter()
         try:
             serial, duplicate, changes = await channel.publish(
                 entry,
@@ -483,6 +486,11 @@ class Hub:
         if duplicate:
             self.metrics.duplicates.inc()
         else:
+            # Stored and taken in: queued to this node's subscribers (the agent's included).
+            took = time.perf_counter() - started
+            self.metrics.publish_deliver.observe(took)
+            if isinstance(entry, MessageEntry) and entry.intent == "steer":
+                self.metrics.steer_dispatch.observe(took)
             await self._published(entry, changes)
         return serial, duplicate
 
@@ -602,6 +610,11 @@ class Hub:
         """
         self.metrics.published.inc()
         for record in changes:
+            if record.terminal:  # counted here: only the node that stored the end does this
+                code = (record.error or {}).get("code", "") if record.status == "error" else ""
+                self.metrics.runs_ended.labels(record.status, str(code)).inc()
+                duration = max(0, record.updated_ts - record.created_ts) / 1000
+                self.metrics.run_duration.observe(duration)
             if record.status == "pending" and (
                 (isinstance(entry, MessageEntry) and entry.intent == "prompt")
                 or (isinstance(entry, RunEntry) and entry.status == "pending")
