@@ -35,7 +35,7 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-from transport import logcontext
+from transport import logcontext, tracing
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.asyncio.tasks import Background
 from transport.checks import Check
@@ -277,7 +277,10 @@ class Agent:
                 checkpoint=frame.checkpoint,
             )
             self._runs[key] = run
-            await self._handle(run)
+            attributes = {"runwire.session_id": run.session_id, "runwire.run_id": run.run_id}
+            parent = _trace_parent(run)
+            with tracing.span("runwire.run", parent=parent, kind="consumer", attributes=attributes):
+                await self._handle(run)
         finally:
             self._runs.pop(key, None)
             await self._link.release(session)
@@ -331,3 +334,15 @@ class Agent:
                 return
             log.warning("could not end run %s yet (trying again): %s", run.run_id, exc)
             await run._end_until_stored(reason, error)
+
+
+def _trace_parent(run: Run) -> Mapping[str, object] | None:
+    """The ``traceparent`` carrier of the Run's prompt (the client's send span), if any."""
+    if not tracing.ENABLED:
+        return None
+    for message in reversed(run.messages):
+        if message.role == "user":
+            found = tracing.carrier_of(message.metadata)
+            if found is not None:
+                return found
+    return None

@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from transport import codec, logcontext
+from transport import codec, logcontext, tracing
 from transport.errors import (
     AGENT_LOST,
     CONFLICT,
@@ -460,6 +460,20 @@ class Hub:
         ``peer``: the connection it came on. An entry of it the store refused
         (``STORE_UNAVAILABLE``) holds its later publishes to the session (``_store_hold``).
         """
+        session_id = channel.session_id
+        if tracing.ENABLED and isinstance(entry, MessageEntry):
+            carrier = tracing.carrier_of(entry.message.metadata)
+            if carrier is not None:
+                attributes = {"runwire.session_id": session_id, "runwire.run_id": entry.run_id}
+                with tracing.span(
+                    "runwire.relay.publish", parent=carrier, kind="server", attributes=attributes
+                ):
+                    return await self._publish_entry(channel, entry, sender, peer)
+        return await self._publish_entry(channel, entry, sender, peer)
+
+    async def _publish_entry(
+        self, channel: Channel, entry: EntryBody, sender: Sender, peer: Peer | None
+    ) -> tuple[int, bool]:
         session_id = channel.session_id
         started = time.perf_counter()
         try:
