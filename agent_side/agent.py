@@ -41,6 +41,7 @@ from transport.asyncio.tasks import Background
 from transport.checks import Check
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
+from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.runs import TERMINAL
 
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
@@ -73,8 +74,10 @@ class Agent:
         history: bool = True,
         save_interrupted_reply: bool = True,
         durable: bool = False,
+        timeout: float | None = None,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
     ) -> None:
         """A worker of agent ``name``; the keyword options are the ``RunOptions`` of its Runs.
 
@@ -83,7 +86,9 @@ class Agent:
         limit Runs: a worker takes every Run the relay hands it, in any number
         of sessions. ``rate_limit_wait`` and ``store_wait`` bound how long a
         publish refused ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again (as
-        for ``connect()``). Raises ``ValueError`` for a bad option.
+        for ``connect()``). ``keepalive_timeout``: a relay that answers no ping this
+        long counts as gone; still gone after its ``agent_grace``, the worker's started
+        Runs' ``abort_signal`` fires ``AGENT_LOST``. Raises ``ValueError`` for a bad option.
         """
         self.url = url
         self.name = name
@@ -95,6 +100,7 @@ class Agent:
             history=history,
             save_interrupted_reply=save_interrupted_reply,
             durable=durable,
+            timeout=timeout,
         )
         self.queue = self.options.queue
         self.max_in_flight = max_in_flight
@@ -108,6 +114,7 @@ class Agent:
             after_connect=self._register,
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
+            keepalive_timeout=keepalive_timeout,
         )
         self._taken: set[tuple[str, str]] = set()
         self._again: dict[tuple[str, str], Dispatch] = {}
@@ -305,16 +312,25 @@ class Agent:
                 # The relay ended it meanwhile (an interrupt of a Run not started yet).
                 log.info("run %s ended elsewhere while its handler ran: %s", run.run_id, exc)
                 return
+            if run._started_elsewhere and not run.started:
+                # Handed out twice (a relay restart, or a link that dropped between the
+                # dispatch and the start): the other worker started it first and owns it.
+                log.info("run %s was started by another worker: %s", run.run_id, exc)
+                return
             log.exception("handler of run %s failed", run.run_id)
             await self._end_quietly(run, "error", exc)
         except Exception as exc:
             log.exception("handler of run %s failed", run.run_id)
             await self._end_quietly(run, "error", as_error(exc))
         else:
-            if not run.ended:
-                await self._end_quietly(
-                    run, "cancelled" if run.abort_signal.aborted else "complete", None
-                )
+            if run.ended:
+                return
+            if run.abort_signal.aborted:
+                await self._end_quietly(run, "cancelled", None)
+            elif run.pipe_error is not None:  # the last model call failed: an error chunk
+                await self._end_quietly(run, "error", as_error(run.pipe_error))
+            else:
+                await self._end_quietly(run, "complete", None)
 
     @staticmethod
     async def _end_quietly(run: Run, reason: EndReason, error: RunwireError | None) -> None:

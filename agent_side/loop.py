@@ -3,9 +3,10 @@
 Per iteration the loop gives the model call its own ``AbortController``,
 which a steering message aborts (never the Run), and passes the model a
 signal that fires on either that or the Run's ``abort_signal``. ``pipe()``
-races only the Run's signal, so a steering abort ends the model's stream and
-``pipe()`` reports ``complete``; the loop tells that apart from a real cancel
-and re-infers with the steering message last in the conversation.
+stops reading and closes the model's stream on either (whether or not the
+model watches its signal); a steering abort makes it report ``complete``;
+the loop tells that apart from a real cancel and re-infers with the steering
+message last in the conversation.
 
 The model reads ``run.history()``: what the Run took in, interrupted replies
 marked, unanswered tool calls repaired. With ``tools`` the loop runs the tool
@@ -31,7 +32,7 @@ from transport.asyncio.abort import AbortController, AbortSignal
 from transport.messages import UIMessage
 
 from .options import IterationLimit
-from .pipe import Chunk, PipeResult
+from .pipe import Chunk, PipeResult, close_source
 from .run import Run
 from .tools import Tool, tool_calls
 
@@ -106,7 +107,7 @@ async def steering_loop(
             except Exception as exc:
                 result = PipeResult("error", None, exc)
                 break
-            result = await run.pipe(stream)
+            result = await run.pipe(stream, signal=step.signal)
             steer_interrupted = (
                 (result.reason == "complete" or stream.raised_on_abort)
                 and step.signal.aborted
@@ -157,6 +158,7 @@ class _Watched:
     """
 
     def __init__(self, stream: AsyncIterable[str | Chunk], step: AbortSignal) -> None:
+        self._stream = stream
         self._iterator = aiter(stream)
         self._step = step
         self.whole = False
@@ -179,9 +181,7 @@ class _Watched:
 
     async def aclose(self) -> None:
         """Close the model's stream (``pipe()`` does when it stops reading)."""
-        aclose = getattr(self._iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await close_source(self._stream, self._iterator)
 
 
 def _tool_signal(run: Run, call_signal: AbortSignal, steer_interrupted: bool) -> AbortSignal:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from transport.checks import Check
 from transport.errors import RunwireError
+from transport.frames import MAX_RUN_TIMEOUT
 
 __all__ = [
     "AGENT_ERROR",
@@ -125,7 +126,11 @@ class RunOptions:
     ``save_interrupted_reply``: a cancelled reply is saved with what was
     streamed and ``metadata.interrupted``; ``False`` leaves it to the agent's
     code (``run.save_reply``). ``durable``: the Run checkpoints every step and
-    the relay hands it to another worker if this one goes away.
+    the relay hands it to another worker if this one goes away. ``timeout``:
+    seconds the Run may stay active from each start (``None``: no deadline of its
+    own); the relay then ends it ``cancelled`` with ``RUN_TIMEOUT`` and its
+    ``abort_signal`` fires. Time spent suspended does not count: a resumed Run
+    gets the whole ``timeout`` anew.
     """
 
     queue: QueueOptions = field(default_factory=QueueOptions)
@@ -135,8 +140,13 @@ class RunOptions:
     history: bool = True
     save_interrupted_reply: bool = True
     durable: bool = False
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
+        if self.timeout is not None and not 0 < self.timeout <= MAX_RUN_TIMEOUT:
+            raise ValueError(
+                f"timeout must be more than 0 s and at most a year, not {self.timeout}"
+            )
         if self.max_iterations is not None and self.max_iterations < 1:
             raise ValueError("max_iterations must be at least 1 (or None)")
         if self.on_iteration_limit not in ("stop", "error"):
@@ -154,6 +164,7 @@ class RunOptions:
         history: bool | None = None,
         save_interrupted_reply: bool | None = None,
         durable: bool | None = None,
+        timeout: float | None = None,
     ) -> RunOptions:
         """These options with the given ones (those not ``None``) put over them."""
         return RunOptions(
@@ -168,4 +179,5 @@ class RunOptions:
                 else save_interrupted_reply
             ),
             durable=self.durable if durable is None else durable,
+            timeout=self.timeout if timeout is None else timeout,
         )

@@ -20,19 +20,25 @@ a frame, else none, and every reader keeps the content the appends built).
 Batches stay within a frame: a merged delta is capped at
 ``max_batch_bytes // 8`` characters (a character is at most 6 bytes of JSON),
 and a longer delta from the stream is split.
-It races only the Run's abort signal: when that fires it stops reading,
-closes the iterator, flushes what it holds, closes the response and reports
+It races the Run's abort signal: when that fires it stops reading, closes
+the source it was given (its ``aclose()`` or ``close()``, and the iterator
+``aiter()`` returned), flushes what it holds, closes the response and reports
 ``cancelled`` (also when the stream raises as it is aborted, as many model
-clients do). A stream that raises otherwise closes the response with what it
-had and reports ``error``.
+clients do). The source is closed whether or not the model's code watches the
+signal, so a provider's HTTP stream ends at once. A ``stop_signal`` (steering's
+abort of one model call) stops the read the same way but reports ``complete``.
+A stream that raises, or yields an ``error`` chunk, closes the response with
+what it had and reports ``error``. Items with a ``model_dump`` (pydantic chunk
+objects, such as pydantic-ai's) are taken as the dicts they dump to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,14 +47,13 @@ import anyio.lowlevel
 
 from transport import codec
 from transport.asyncio.abort import AbortSignal
+from transport.chunks import fold_part
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
 from transport.messages import (
     Part,
     ReasoningPart,
     TextPart,
-    ToolCallPart,
-    ToolResultPart,
     UIMessage,
 )
 
@@ -56,11 +61,13 @@ __all__ = [
     "Chunk",
     "Coalescer",
     "MessageBuilder",
+    "ModelStreamError",
     "Normalizer",
     "PipeReason",
     "PipeResult",
     "close_budget",
     "close_entry",
+    "close_source",
     "pipe_stream",
 ]
 
@@ -98,6 +105,10 @@ class PipeResult:
     closed: bool = field(default=True, compare=False)
 
 
+class ModelStreamError(Exception):
+    """The model's stream said it failed: an ``error`` chunk, whose ``errorText`` this carries."""
+
+
 # ------------------------------------------------------------ normalising --
 
 
@@ -112,9 +123,13 @@ class Normalizer:
     def feed(self, item: object) -> list[Chunk]:
         """The chunks for one stream item.
 
-        Raises ``TypeError`` for an item that is neither a ``str`` nor a dict
-        with a string ``type``.
+        An object with a ``model_dump`` (a pydantic chunk) counts as the
+        camelCase dict it dumps to. Raises ``TypeError`` for an item that is
+        neither a ``str`` nor a dict with a string ``type``.
         """
+        dump = getattr(item, "model_dump", None)
+        if callable(dump) and not isinstance(item, str | dict):
+            item = dump(mode="json", by_alias=True, exclude_none=True)
         if isinstance(item, str):
             if not item:
                 return []
@@ -259,7 +274,9 @@ class _Streamed:
 
 
 class MessageBuilder:
-    """Folds stream chunks into an assistant ``UIMessage`` (``transport.tree``'s rules).
+    """Folds stream chunks into an assistant ``UIMessage`` (``transport.chunks``'s rules).
+
+    Text and reasoning are folded here; every other chunk by ``fold_part``.
 
     A delta costs the same however long its part already is: text is kept as
     the list of its deltas and joined when ``message()`` is asked for.
@@ -270,7 +287,6 @@ class MessageBuilder:
         self.metadata: dict[str, Any] = dict(metadata or {})
         self._parts: list[Part | _Streamed] = []
         self._by_id: dict[tuple[str, str], _Streamed] = {}
-        self._calls: dict[str, ToolCallPart] = {}
 
     @property
     def parts(self) -> list[Part]:
@@ -288,18 +304,12 @@ class MessageBuilder:
             part_id = chunk.get("id")
             if part_id is None or isinstance(part_id, str):
                 self._new_part(kind.split("-")[0], part_id)
-        elif kind == "tool-input-available":
-            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
-            if isinstance(call_id, str) and isinstance(name, str):
-                call = ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
-                self._calls[call_id] = call
-                self._parts.append(call)
-        elif kind in ("tool-output-available", "tool-output-error"):
-            self._tool_result(kind, chunk)
         elif kind in ("start", "finish", "message-metadata"):
             meta = chunk.get("messageMetadata")
             if isinstance(meta, dict):
                 self.metadata.update(meta)
+        else:
+            fold_part(self._parts, chunk)
 
     def message(self) -> UIMessage:
         """The message as folded so far (a copy)."""
@@ -331,31 +341,6 @@ class MessageBuilder:
             else:
                 part = self._new_part(kind, None)
         part.pieces.append(delta)
-
-    def _tool_result(self, kind: str, chunk: Chunk) -> None:
-        call_id = chunk.get("toolCallId")
-        if not isinstance(call_id, str):
-            return
-        call = self._calls.get(call_id)
-        name = call.tool_name if call else chunk.get("toolName")
-        if kind == "tool-output-error":
-            text = chunk.get("errorText")
-            if not isinstance(text, str):
-                return
-            code = chunk.get("errorCode")
-            result = ToolResultPart(
-                tool_call_id=call_id,
-                tool_name=name if isinstance(name, str) else "",
-                output={"code": code, "message": text} if isinstance(code, str) else text,
-                is_error=True,
-            )
-        else:
-            result = ToolResultPart(
-                tool_call_id=call_id,
-                tool_name=name if isinstance(name, str) else "",
-                output=chunk.get("output"),
-            )
-        self._parts.append(result)
 
 
 # ---------------------------------------------------------------- driving --
@@ -401,13 +386,15 @@ async def pipe_stream(
     max_batch_bytes: int = 512 * 1024,
     max_close_bytes: int | None = None,
     save_interrupted: bool = True,
+    stop_signal: AbortSignal | None = None,
 ) -> PipeResult:
     """Publish ``stream`` as one response of ``run_id`` (see the module docstring).
 
     ``publish`` sends an entry and returns once the relay acknowledged it;
     ``entry_id()`` returns a fresh entry id. ``max_batch_bytes`` bounds the
     chunks of one append, ``max_close_bytes`` a close carrying the whole
-    message (``close_entry``; ``None``: always carry it). Never raises for the stream's or
+    message (``close_entry``; ``None``: always carry it). ``stop_signal`` also
+    stops the read, as if the stream had ended there. Never raises for the stream's or
     the relay's errors: they come back as ``PipeResult(reason="error")``.
     """
     if max_in_flight < 1:
@@ -415,8 +402,9 @@ async def pipe_stream(
     iterator = aiter(stream)
     if abort_signal.aborted:
         await anyio.lowlevel.checkpoint()  # never return without yielding once
-        await _close_iterator(iterator)
+        await close_source(stream, iterator)
         return PipeResult("cancelled", None)
+    stop = stop_signal if stop_signal is not None else AbortSignal()
 
     normalizer = Normalizer()
     builder = MessageBuilder(message_id)
@@ -481,17 +469,22 @@ async def pipe_stream(
         state.cancel_reading = tg.cancel_scope.cancel
         tg.start_soon(pump)
         try:
-            async with abort_signal.scope():
+            async with abort_signal.scope(), stop.scope():
                 async for item in iterator:
-                    push(normalizer.feed(item))
+                    chunks = normalizer.feed(item)
+                    push(chunks)
+                    failed = _stream_error(chunks)
+                    if failed is not None:
+                        reason, error = "error", failed
+                        break
         except Exception as exc:
-            if abort_signal.aborted:  # the stream failed because it was aborted: a cancel
+            if abort_signal.aborted or stop.aborted:  # it failed because it was aborted
                 log.debug("response %s: the stream raised on the abort: %r", message_id, exc)
             else:
                 reason, error = "error", exc
         finally:
             with anyio.CancelScope(shield=True):
-                await _close_iterator(iterator)
+                await close_source(stream, iterator)
         if reason != "error" and abort_signal.aborted:
             reason = "cancelled"
         push(normalizer.finish())
@@ -539,9 +532,30 @@ class _PumpState:
             self.cancel_reading()
 
 
-async def _close_iterator(iterator: AsyncIterator[Any]) -> None:
-    aclose = getattr(iterator, "aclose", None)
-    if aclose is None:
-        return
-    with anyio.move_on_after(_CLOSE_TIMEOUT), contextlib.suppress(Exception):
-        await aclose()
+def _stream_error(chunks: list[Chunk]) -> ModelStreamError | None:
+    """The failure an ``error`` chunk among ``chunks`` reports, if there is one."""
+    for chunk in chunks:
+        if chunk.get("type") == "error":
+            text = chunk.get("errorText")
+            return ModelStreamError(text if isinstance(text, str) and text else "model error")
+    return None
+
+
+async def close_source(*sources: object) -> None:
+    """Close each of ``sources`` that can be: its ``aclose()``, else its ``close()``.
+
+    A source given twice (a stream that is its own iterator) is closed once.
+    Errors are ignored and each close gets ``_CLOSE_TIMEOUT`` seconds.
+    """
+    done: set[int] = set()
+    for source in sources:
+        if id(source) in done:
+            continue
+        done.add(id(source))
+        closer = getattr(source, "aclose", None) or getattr(source, "close", None)
+        if not callable(closer):
+            continue
+        with anyio.move_on_after(_CLOSE_TIMEOUT), contextlib.suppress(Exception):
+            outcome = closer()
+            if inspect.isawaitable(outcome):
+                await outcome

@@ -34,8 +34,10 @@ hook refused, so it is stored before what the Run publishes next (``end()`` righ
 refused. Cancels that folded in before ``start()``
 (several devices may have asked) are offered right after it, each on its own,
 oldest first, until one is accepted. A terminal lifecycle entry that this Run
-did not publish (the relay ending it ``AGENT_LOST``), or the relay handing the
-Run to another worker, marks it ended and fires ``abort_signal`` too.
+did not publish (the relay ending it ``AGENT_LOST``, or ``cancelled`` with
+``RUN_TIMEOUT`` at the deadline its ``timeout`` set), or the relay handing the
+Run to another worker, marks it ended and fires ``abort_signal`` too (its reason
+the end's error).
 
 What a cancel leaves. ``pipe()`` saves the text already streamed as the reply
 with ``metadata.interrupted: true`` (with ``save_interrupted_reply=False`` it
@@ -62,10 +64,12 @@ from transport.errors import (
     RUN_CANCELLED,
     RUN_NOT_ACTIVE,
     STORE_UNAVAILABLE,
+    VALIDATION_ERROR,
     RunwireError,
 )
 from transport.frames import (
     CancelDenied,
+    EntryBody,
     ErrorBody,
     Interrupt,
     RefusedEntry,
@@ -161,7 +165,11 @@ class Run(RunSteps):
         self.keeps_history = opts.history
         self.save_interrupted_reply = opts.save_interrupted_reply
         self.durable = opts.durable
+        self.timeout = opts.timeout
+        """Seconds the Run may stay active from each start; the relay ends it ``RUN_TIMEOUT``."""
         self.adopted = adopted
+        self.pipe_error: BaseException | None = None
+        """Why the last ``pipe()`` ended ``error`` (``None`` when it did not)."""
         self.state: dict[str, Any] = {}
         """The agent's own state, saved with every checkpoint of a durable Run."""
         self.status: RunStatus = "pending"
@@ -169,7 +177,10 @@ class Run(RunSteps):
         self._session = session
         self._abort = AbortController()
         self._unlinks: list[Callable[[], None]] = []
+        self._lost: RunwireError | None = None  # the link went away with the Run (AGENT_LOST)
+        self._output: set[anyio.CancelScope] = set()  # pipe publishes waiting for the relay
         self._ending = False
+        self._started_elsewhere = False  # start() refused: another worker started it
         # The end ``end()`` asked for that the store refused, tried again in the background
         # (explicit mode) until stored: its reason and error.
         self._end_again: tuple[EndReason, RunwireError | BaseException | str | None] | None = None
@@ -383,7 +394,11 @@ class Run(RunSteps):
         ``max_concurrent_runs``, ``VALIDATION_ERROR`` while none is free; the
         Run stays suspended, and once its questions are settled the relay resumes
         it, handing it to a worker, when one frees; a Run whose cancel stands
-        resumes, to apply it, free slot or not).
+        resumes, to apply it, free slot or not). A Run another worker started
+        first (the relay handed it out twice: it restarted, or this worker's link
+        dropped between the dispatch and the start) is refused ``VALIDATION_ERROR``
+        (``details["status"]`` is ``"active"``); the ``Agent`` lets its handler go
+        quietly then, without ending the Run, which is the other worker's.
         """
         if self.ended:
             raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
@@ -393,7 +408,17 @@ class Run(RunSteps):
             self._prompt_checked = True
             if await self._refuse_prompt():
                 return
-        await self._publish_status("active", durable=True if self.durable else None)
+        try:
+            await self._publish_status(
+                "active", durable=True if self.durable else None, timeout=self.timeout
+            )
+        except RunwireError as exc:
+            # Refused as already active: another worker started it (the relay handed it
+            # out twice). The Agent lets such a handler go quietly.
+            self._started_elsewhere = exc.code == VALIDATION_ERROR and (
+                exc.details.get("status") == "active"
+            )
+            raise
         if self.ended:  # ended elsewhere while the publish was in flight
             return
         self.status = "active"
@@ -562,6 +587,7 @@ class Run(RunSteps):
         *,
         max_in_flight: int | None = None,
         save_interrupted_reply: bool | None = None,
+        signal: AbortSignal | None = None,
     ) -> PipeResult:
         """Publish a model call's output stream as one response (see ``agent_side.pipe``).
 
@@ -569,10 +595,14 @@ class Run(RunSteps):
         ``has_input()`` took in; the call counts against the turn's
         ``max_iterations``. On a cancel the reply is saved with what was
         streamed and ``metadata.interrupted`` (``save_interrupted_reply=False``
-        leaves it open for ``save_reply``). Raises ``RunwireError(RUN_NOT_ACTIVE)``
-        if the Run has ended; the stream's and the relay's errors come back as
-        ``PipeResult(reason="error")``. It always yields to the event loop at least
-        once, also when the Run was cancelled already, so no loop around it can spin.
+        leaves it open for ``save_reply``). ``signal`` (steering's abort of this
+        model call) stops the read too: the source is closed and the response
+        closes as it stands, ``complete``. Raises ``RunwireError(RUN_NOT_ACTIVE)``
+        if the Run has ended; the stream's and the relay's errors (an ``error``
+        chunk too) come back as ``PipeResult(reason="error")``, and a worker
+        (``agent_side.Agent``) whose handler returns after one ends the Run ``error``.
+        It always yields to the event loop at least once, also when the Run was
+        cancelled already, so no loop around it can spin.
         """
         await anyio.lowlevel.checkpoint()
         self._require_live()
@@ -595,13 +625,15 @@ class Run(RunSteps):
                 message_id=message_id,
                 seen=seen,
                 abort_signal=self.abort_signal,
-                publish=self._session._publish,
+                publish=self._publish_output,
                 entry_id=self._entry_id,
                 max_in_flight=max_in_flight or self.max_in_flight,
                 max_batch_bytes=max(256, frame_bytes // 2),
                 max_close_bytes=close_budget(frame_bytes),
                 save_interrupted=save,
+                stop_signal=signal,
             )
+        self.pipe_error = result.error if result.reason == "error" else None
         if result.message_id is None:  # nothing was published: nothing was taken in
             self._inputs.untake(seen, was_answered)
             self._step = step_before
@@ -614,6 +646,20 @@ class Run(RunSteps):
         return result
 
     # ---------------------------------------------------------- internal --
+
+    async def _publish_output(self, entry: EntryBody) -> None:
+        """Publish a piece of a reply; raise the loss once the link went away with the Run
+        (waiting publishes too: they would wait for a relay that ended the Run)."""
+        if self._lost is not None:
+            raise self._lost
+        with anyio.CancelScope() as scope:
+            self._output.add(scope)
+            try:
+                await self._session._publish(entry)
+            finally:
+                self._output.discard(scope)
+        if scope.cancelled_caught and self._lost is not None:
+            raise self._lost
 
     def _require_live(self) -> None:
         if self.ended:
@@ -630,6 +676,7 @@ class Run(RunSteps):
         error: ErrorBody | None = None,
         durable: bool | None = None,
         seen: list[str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         entry = RunEntry(
             id=self._entry_id(),
@@ -638,6 +685,7 @@ class Run(RunSteps):
             error=error,
             durable=durable,
             seen=seen,
+            timeout=timeout,
         )
         await self._session._publish(entry)
 
@@ -776,7 +824,12 @@ class Run(RunSteps):
     def _attachment_lost(self, error: RunwireError) -> None:
         """The worker lost this Run's session (its token no longer covers it): this agent
         can publish nothing more for the Run, which the relay ends ``AGENT_LOST`` after its
-        grace. Marked ended, and ``abort_signal`` fires with ``error``."""
+        grace; likewise when the worker's connection stayed down past that grace. Marked
+        ended, ``abort_signal`` fires with ``error``, and the reply publishes still waiting
+        give up with it."""
+        self._lost = error
+        for scope in list(self._output):
+            scope.cancel()
         self._ended_elsewhere("error", error)
 
     def _handed_over(self) -> None:

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from transport.asyncio.abort import AbortSignal
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.checks import Check
-from transport.errors import UNAUTHORIZED, VALIDATION_ERROR, RunwireError
+from transport.errors import AGENT_LOST, UNAUTHORIZED, VALIDATION_ERROR, RunwireError
 from transport.frames import (
     Attach,
     Attached,
@@ -54,6 +54,7 @@ from transport.frames import (
     RunEntry,
 )
 from transport.interrupts import PausedRun
+from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.tree import ConversationTree, MessageEvent, RunInfo, TreeEvent, ViewMessage
 
 from .options import (
@@ -236,6 +237,7 @@ class AgentSession:
         history: bool | None = None,
         save_interrupted_reply: bool | None = None,
         durable: bool | None = None,
+        timeout: float | None = None,
         adopted: bool | None = None,
         checkpoint: dict[str, Any] | None = None,
         signal: AbortSignal | None = None,
@@ -246,7 +248,9 @@ class AgentSession:
         ``queue``, ``input_checks``, ``max_iterations`` (model calls per turn),
         ``on_iteration_limit`` (``"stop"`` or ``"error"``), ``history``
         (``False``: the Run keeps no history, so injects it had no model call
-        for stay undelivered), ``save_interrupted_reply``, ``durable``.
+        for stay undelivered), ``save_interrupted_reply``, ``durable``,
+        ``timeout`` (seconds the Run may stay active from each start: the relay
+        ends it ``cancelled``, ``RUN_TIMEOUT``, at that deadline).
         ``adopted`` (default: the view shows the Run was started before)
         makes the Run go on from its last ``checkpoint`` (default: the
         newest in the view). ``signal``, an outside ``AbortSignal`` (a
@@ -271,6 +275,7 @@ class AgentSession:
             history=history,
             save_interrupted_reply=save_interrupted_reply,
             durable=durable,
+            timeout=timeout,
         )
         if adopted is None:
             adopted = invocation.run_id in self._started or bool(
@@ -551,6 +556,7 @@ class _Link:
         after_connect: Callable[[Connection], Awaitable[None]] | None = None,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
     ) -> None:
         self.sessions: dict[str, AgentSession] = {}
         self.conn = Connection(
@@ -563,7 +569,10 @@ class _Link:
             on_connect=self._on_connect,
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
+            keepalive_timeout=keepalive_timeout,
         )
+        self.conn.on_state(self._on_state)
+        self._downs = 0  # how many times the connection dropped
         self._on_dispatch = on_dispatch
         self._after_connect = after_connect
         self._tg: anyio.abc.TaskGroup | None = None
@@ -683,6 +692,31 @@ class _Link:
         if self._after_connect is not None:
             await self._after_connect(conn)
 
+    def _on_state(self, state: str) -> None:
+        if state == "disconnected":
+            self._downs += 1
+            self.spawn(self._lost_after_grace, self._downs)
+
+    async def _lost_after_grace(self, down: int) -> None:
+        """The connection dropped: if it is still down once the relay's ``agent_grace`` has
+        passed (told in its welcome; at once if it told none), the relay has ended (or
+        handed on) this agent's active Runs ``AGENT_LOST``. Each one's ``abort_signal``
+        fires with that error, so its model stops instead of generating into the void."""
+        welcome = self.conn.welcome
+        grace = welcome.agent_grace if welcome is not None else None
+        await anyio.sleep(grace or 0)
+        if self.conn.connected or self._downs != down:
+            return
+        error = RunwireError(
+            AGENT_LOST,
+            "the connection to the relay was lost for longer than its agent_grace",
+            details={"grace_seconds": grace},
+        )
+        for session in list(self.sessions.values()):
+            for run in list(session._runs.values()):
+                if run.started and not run.ended:
+                    run._attachment_lost(error)
+
     def _lose(self, session: AgentSession, error: RunwireError) -> None:
         """End ``session``'s attachment (the relay refused it ``error``): its live Runs are
         told (``Run._attachment_lost``) and its publishes fail with ``error`` from now on."""
@@ -725,6 +759,7 @@ async def connect(
     durable: bool | None = None,
     rate_limit_wait: float = RATE_LIMIT_WAIT,
     store_wait: float = STORE_WAIT,
+    keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
 ) -> AsyncIterator[AgentSession]:
     """Attach to one session as an agent until the block exits (explicit mode).
 
@@ -738,6 +773,9 @@ async def connect(
     ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order, for up to
     ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
     refusal; then the error is raised (``pipe()`` returns ``reason="error"``).
+    A relay that answers no ping for ``keepalive_timeout`` seconds counts as gone
+    (the connection reconnects); still gone after the relay's ``agent_grace``, the
+    session's started Runs end here too: ``abort_signal`` fires with ``AGENT_LOST``.
     """
     link = _Link(
         url,
@@ -746,6 +784,7 @@ async def connect(
         client_id=client_id,
         rate_limit_wait=rate_limit_wait,
         store_wait=store_wait,
+        keepalive_timeout=keepalive_timeout,
     )
     options = RunOptions().merge(
         queue=queue,

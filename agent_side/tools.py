@@ -457,12 +457,17 @@ def _failed(call: ToolCallPart, code: str, message: str, status: str = "error") 
 
 
 def tool_calls(message: UIMessage | None) -> list[ToolCallPart]:
-    """The tool calls of a message that the message itself does not answer."""
+    """The tool calls of a message that the message itself does not answer.
+
+    A call whose input never became whole (``input_text`` set) is left out.
+    """
     if message is None:
         return []
     answered = {p.tool_call_id for p in message.parts if isinstance(p, ToolResultPart)}
     return [
-        p for p in message.parts if isinstance(p, ToolCallPart) and p.tool_call_id not in answered
+        p
+        for p in message.parts
+        if isinstance(p, ToolCallPart) and p.tool_call_id not in answered and p.input_text is None
     ]
 
 

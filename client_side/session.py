@@ -108,6 +108,7 @@ from transport.frames import (
 )
 from transport.frames import Error as ErrorFrame
 from transport.interrupts import PausedRun
+from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id, user_message
 from transport.outcomes import OutcomeRecord, ended_before_stored
 from transport.runs import MULTITASK_STRATEGIES, TERMINAL
@@ -134,6 +135,7 @@ def connect(
     subscribe: bool = True,
     rate_limit_wait: float = RATE_LIMIT_WAIT,
     store_wait: float = STORE_WAIT,
+    keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
 ) -> ClientSession:
     """A client session on ``session_id``; use it as ``async with connect(...) as session:``.
 
@@ -156,7 +158,8 @@ def connect(
     A publish (``send``, steering, ``cancel``, ...) the relay refuses ``RATE_LIMITED``
     or ``STORE_UNAVAILABLE`` goes again, in the order they were made, for up to
     ``rate_limit_wait`` (30) or ``store_wait`` (60) seconds since its first such
-    refusal; then it raises that error.
+    refusal; then it raises that error. A relay that answers no ping for
+    ``keepalive_timeout`` (10) seconds counts as gone: the session reconnects.
     """
     return ClientSession(
         url,
@@ -170,6 +173,7 @@ def connect(
         subscribe=subscribe,
         rate_limit_wait=rate_limit_wait,
         store_wait=store_wait,
+        keepalive_timeout=keepalive_timeout,
     )
 
 
@@ -190,6 +194,7 @@ class ClientSession:
         subscribe: bool = True,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
     ) -> None:
         if not 1 <= history_limit <= 1000:
             raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
@@ -218,6 +223,7 @@ class ClientSession:
             on_connect=self._on_connect,
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
+            keepalive_timeout=keepalive_timeout,
         )
         self._epoch: str | None = None
         self._resets = 0  # how many resets rebuilt the view (a Run one lost fails its waits)
@@ -337,6 +343,7 @@ class ClientSession:
         parent_run_id: str | None = None,
         thread_access: ThreadAccess | None = None,
         signal: AbortSignal | None = None,
+        activate: bool | None = None,
     ) -> ClientRun:
         """Start a Run with ``message``; returns once the relay acknowledged the prompt.
 
@@ -360,6 +367,9 @@ class ClientSession:
         others); ``parent_run_id`` the Run whose tool call starts this one
         (never held back). With ``signal`` already aborted nothing is sent and
         ``RunwireError(ABORTED)`` is raised; aborted later, it cancels the Run.
+        ``activate=False`` (with ``parent_id``: a Run on a branch that leaves the
+        active leaf where it is) makes the Run count for no strategy: it runs
+        alongside, and later prompts neither wait for nor interrupt it.
         Raises ``VALIDATION_ERROR`` for an unknown strategy, and the relay's
         ``RunwireError`` if it refuses the prompt.
         """
@@ -379,7 +389,7 @@ class ClientSession:
         attributes = {"runwire.session_id": self.session_id, "runwire.run_id": run_id}
         with tracing.span("runwire.send", kind="producer", attributes=attributes):
             return await self._send(
-                msg, run_id, multitask, parent_id, parent_run_id, thread_access, signal
+                msg, run_id, multitask, parent_id, parent_run_id, thread_access, signal, activate
             )
 
     async def _send(
@@ -391,6 +401,7 @@ class ClientSession:
         parent_run_id: str | None,
         thread_access: ThreadAccess | None,
         signal: AbortSignal | None,
+        activate: bool | None,
     ) -> ClientRun:
         """``send`` once its span is open: the prompt carries the span's ``traceparent``."""
         if tracing.ENABLED:
@@ -413,6 +424,7 @@ class ClientSession:
             multitask=multitask,
             parent_run_id=parent_run_id,
             thread_access=thread_access,
+            activate=activate,
         )
         ack = await self._publish(entry)
         if ack.duplicate and self.subscribe and not self._is_own(msg.id, run_id, "prompt"):

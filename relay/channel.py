@@ -415,6 +415,11 @@ class Channel:
                 try:
                     changes = self.registry.plan(entry, sender, now_ms)
                 except RunwireError as exc:
+                    denied = rights_refusal(entry, sender)
+                    if denied is not None:
+                        # Whatever the Run's state (ended, say), a sender without the right
+                        # hears only that: a repeat's ack would tell it the session's ids.
+                        raise denied from None
                     if _never_allowed(exc, entry, sender):
                         raise  # a repeat or not, this sender may not publish it
                     # Refused as of ``last``. Another node may have stored what makes it

@@ -119,6 +119,20 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default=None,
         help="Runs going on at once on this relay; more wait queued (default: no limit)",
     )
+    parser.add_argument(
+        "--max-run-seconds",
+        type=float,
+        default=None,
+        help="seconds a Run may stay active from a start before the relay ends it cancelled "
+        "RUN_TIMEOUT (default: no limit; an agent's shorter timeout wins)",
+    )
+    parser.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        default=10.0,
+        help="seconds without an answer to the relay's pings before a connection counts as "
+        "dead (an agent's Runs then get --agent-grace)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     parser.add_argument(
         "--log-format",
@@ -192,6 +206,8 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "multitask": args.multitask,
         "thread_access": args.thread_access,
         "max_concurrent_runs": args.max_concurrent_runs,
+        "max_run_seconds": args.max_run_seconds,
+        "keepalive_timeout": args.keepalive_timeout,
         "input_checks": [checks.named(name) for name in args.check],
         "allowed_origins": _split_list(args.allowed_origins),
         "max_connections": args.max_connections,

@@ -61,7 +61,10 @@ gap, no duplicate, no mix of two histories. A bare serial (ids had no epoch
 before) is taken unchecked. A position the channel cannot continue from (of
 another epoch, as after the store lost the history; a serial beyond its head;
 or one its store trimmed) gets ``event: reset`` (data ``{"epoch", "head",
-"first"}``) and the stream starts over from the oldest entry stored. Where the
+"first"}``) and the stream starts over from the oldest entry stored. An entry that
+pauses a Run on questions (``interrupt``, ``paused``) is followed by ``event:
+interrupt-required`` with the same id (data ``{"run_id", "serial", "interrupts"}``:
+the questions), so a page can ask them without folding entries. Where the
 store can lose a loaded channel (``Store.loses_channels``: Redis), the epoch
 is read from the store after the entries, so a node whose channel has not yet
 noticed never labels another history's entries with the old epoch. A waiting
@@ -944,7 +947,13 @@ class HttpApi:
                 reset = {"epoch": now, "head": head, "first": first}
                 blocks.append(b"id: %d\nevent: reset\ndata: %s\n\n" % (after, codec.dumps(reset)))
         blocks.insert(0, b"retry: %d\nid: %d\n\n" % (RETRY_MS, after))
-        blocks.extend(b"id: %d\nevent: entry\ndata: %s\n\n" % (e.serial, e.data) for e in entries)
+        for e in entries:
+            blocks.append(b"id: %d\nevent: entry\ndata: %s\n\n" % (e.serial, e.data))
+            questions = _interrupt_required(e.data)
+            if questions is not None:
+                blocks.append(
+                    b"id: %d\nevent: interrupt-required\ndata: %s\n\n" % (e.serial, questions)
+                )
         if now is not None:
             # The position to resume from, with its epoch: an id without data sets the
             # last event id EventSource sends back, and fires no event.
@@ -1110,3 +1119,20 @@ def _response(status: int, body: bytes, content_type: str | None) -> Response:
 
 def _json(status: int, value: Any) -> Response:
     return _response(status, codec.dumps(value), "application/json")
+
+
+def _interrupt_required(data: bytes) -> bytes | None:
+    """The ``interrupt-required`` event's data for a stored entry that pauses a Run on
+    questions (its run id, serial and questions), else None."""
+    if b'"paused"' not in data or b'"interrupt"' not in data:
+        return None  # most entries: not decoded
+    entry = codec.loads(data)
+    if entry.get("kind") != "interrupt" or entry.get("status") != "paused":
+        return None
+    return codec.dumps(
+        {
+            "run_id": entry.get("run_id"),
+            "serial": entry.get("serial"),
+            "interrupts": entry.get("interrupts") or [],
+        }
+    )

@@ -61,6 +61,7 @@ from transport.errors import (
     RunwireError,
 )
 from transport.frames import (
+    MAX_RUN_TIMEOUT,
     Ack,
     Attach,
     ClientFrame,
@@ -85,9 +86,11 @@ from transport.runs import (
     Sender,
     SlotBook,
     relay_entry_id,
+    timeout_entry,
 )
 
 from .channel import Channel, newest_within
+from .deadlines import Deadlines
 from .dispatch import Dispatcher
 from .metrics import Metrics
 from .options import RelayOptions
@@ -134,7 +137,15 @@ class Hub:
             self.dispatcher = Dispatcher(
                 grace=options.agent_grace, expire=self._agent_lost, metrics=metrics
             )
-        self.policy = Policy(multitask=options.multitask, thread_access=options.thread_access)
+        most = options.max_run_seconds
+        if most is not None and not 0 < most <= MAX_RUN_TIMEOUT:
+            raise ValueError(f"max_run_seconds must be more than 0 and at most a year, not {most}")
+        self.policy = Policy(
+            multitask=options.multitask,
+            thread_access=options.thread_access,
+            max_run_seconds=options.max_run_seconds,
+        )
+        self.deadlines = Deadlines(self._time_out)
         self.slots = SlotBook(options.max_concurrent_runs)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reacting: set[str] = set()
@@ -157,6 +168,7 @@ class Hub:
             for record in going_on:
                 if record.status == "active":
                     self.dispatcher.start_timer(record)
+                    self.deadlines.follow(record)
         else:
             self.dispatcher.start()
         queued = await self.store.runs_with_status(["queued"])
@@ -178,6 +190,7 @@ class Hub:
     def close(self) -> None:
         """Stop timers and background tasks."""
         self.dispatcher.close()
+        self.deadlines.close()
         for task in self._tasks:
             task.cancel()
 
@@ -552,6 +565,8 @@ class Hub:
                 raise
             self.channels[session_id] = channel
             self.metrics.channels.set(len(self.channels))
+            for record in channel.registry.active():
+                self.deadlines.follow(record)  # a node that timed them may have stopped
             if react and channel.registry.due():
                 # Owed by a node that stored the entry and stopped before it published
                 # what that entry called for (a resume, a queued Run's turn): owed still.
@@ -641,6 +656,7 @@ class Hub:
         freed = False
         for record in changes:
             self.dispatcher.run_changed(record)
+            self.deadlines.follow(record)
             freed = freed or record.terminal or record.status == "suspended"
         if freed and self.slots.limit is not None:
             self._give_turns(channel)
@@ -820,6 +836,32 @@ class Hub:
         )
         await channel.publish(lost, RELAY, now_ms(), gone=gone)
         self.metrics.agent_lost.inc()
+
+    async def _time_out(self, session_id: str, run_id: str) -> None:
+        """End an active Run whose deadline passed: ``cancelled``, ``RUN_TIMEOUT``.
+
+        The rules check the deadline again when the end is stored (a Run that was
+        suspended or ended meanwhile is left as it is). An end the store did not take
+        is tried again in ``REACT_RETRY_MAX`` seconds.
+        """
+        deadline = 0
+        try:
+            async with self.hold(session_id) as channel:
+                record = channel.registry.get(run_id)
+                if record is None or record.status != "active" or record.deadline_ms is None:
+                    return
+                deadline = record.deadline_ms
+                early = (deadline - now_ms()) / 1000
+                if early > 0:  # the loop's clock ran ahead of the wall clock
+                    await asyncio.sleep(early)
+                entry = timeout_entry(record)
+                _, duplicate, _ = await channel.publish(entry, RELAY, max(now_ms(), deadline))
+                if not duplicate:
+                    self.metrics.run_timeouts.inc()
+        except RunwireError as exc:
+            if exc.code in _STORE_FAILURES and deadline:
+                self.deadlines.again(session_id, run_id, deadline, REACT_RETRY_MAX)
+            log.warning("could not end run %s/%s at its deadline: %s", session_id, run_id, exc)
 
     def stats(self) -> dict[str, Any]:
         """Numbers for ``/healthz``."""

@@ -48,6 +48,9 @@ class Metrics:
         )
         self.dispatched = Counter("runwire_runs_dispatched", "Runs handed to workers", registry=r)
         self.agent_lost = Counter("runwire_runs_agent_lost", "Runs ended AGENT_LOST", registry=r)
+        self.run_timeouts = Counter(
+            "runwire_runs_timed_out", "Runs ended RUN_TIMEOUT at their deadline", registry=r
+        )
         self.workers = Gauge("runwire_workers", "Registered agent workers", registry=r)
         self.publish_ack = Histogram(
             "runwire_publish_ack_seconds",

@@ -51,6 +51,13 @@ class RelayOptions:
     """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""
     input_checks: Sequence[Check] = ()
     """Checks every message entry passes before it is stored (see ``transport.checks``)."""
+    max_run_seconds: float | None = None
+    """The longest a Run may stay active from a start before the relay ends it ``cancelled``
+    (``RUN_TIMEOUT``); an agent's shorter ``timeout`` wins. None: no limit."""
+    keepalive_timeout: float = 10.0
+    """A connection that answers no WebSocket ping for this long is closed as dead (then an
+    agent's Runs get ``agent_grace``): pings go every 0.4 of it, each waits 0.4 for its
+    pong, and the close handshake at most 0.2 (at most 2 s)."""
     hello_timeout: float = 10.0
     """A connection that sends no ``hello`` this long after its handshake is answered with
     an error (its token's refusal, else ``PROTOCOL_ERROR``) and closed."""

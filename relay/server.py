@@ -60,6 +60,7 @@ from websockets.http11 import Request, Response
 from transport import codec, logcontext, redact
 from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
+from transport.keepalive import keepalive
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 
@@ -121,6 +122,7 @@ async def serve(
     opts = RelayOptions(**options)
     redact_tokens()  # before websockets logs a request line or header with a token
     _check_limits(opts)
+    ping = keepalive(opts.keepalive_timeout, close_max=2.0)  # ValueError for a bad one
     verifier: TokenVerifier | None = None
     if opts.secret or opts.public_key:
         verifier = TokenVerifier(
@@ -220,9 +222,9 @@ async def serve(
             max_size=opts.hard_frame_bytes,
             max_queue=64,
             compression=None,
-            ping_interval=20,
-            ping_timeout=20,
-            close_timeout=2,
+            ping_interval=ping.ping_interval,
+            ping_timeout=ping.ping_timeout,
+            close_timeout=ping.close_timeout,
         ) as ws_server:
             yield Server(ws_server, hub, host)
             # Stop listening, then close every connection "service restart" (1012): the SDKs
@@ -454,6 +456,7 @@ async def _greet(
                 connection_id=peer.connection_id,
                 max_frame_bytes=opts.max_frame_bytes,
                 multitask=opts.multitask,
+                agent_grace=opts.agent_grace,
             )
         )
     )

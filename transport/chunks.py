@@ -1,29 +1,66 @@
 """Folding UI message stream chunks into a message (no I/O).
 
-Chunks (AI SDK names, camelCase keys): ``text-start {id}`` starts an empty text
-part known by ``id``; ``text-delta {id?, delta}`` appends to the part with that
-id (a new one for an unknown id) or, without an id, to the last part if it is a
-text part, else a new one; ``text-end`` does nothing; ``reasoning-*`` likewise
-for reasoning parts. ``tool-input-available {toolCallId, toolName, input}``
-adds a tool call; ``tool-output-available {toolCallId, output}`` adds a result
-named after its call (else the chunk's ``toolName``, else ``""``);
+Chunks use AI SDK names and camelCase keys; parts use snake_case.
+
+Text and reasoning. ``text-start {id}`` starts an empty text part known by
+``id``; ``text-delta {id?, delta}`` appends to the part with that id (a new
+one for an unknown id) or, without an id, to the last part if it is a text
+part, else a new one; ``text-end`` does nothing; ``reasoning-*`` likewise for
+reasoning parts.
+
+Tool input. ``tool-input-start {toolCallId, toolName}`` adds a call whose
+``input_text`` is ``""`` (nothing when that call is there already);
+``tool-input-delta {toolCallId, inputTextDelta}`` appends to the
+``input_text`` of a call still streaming. ``tool-input-available
+{toolCallId, toolName, input}`` makes the call whole: it replaces the part of
+that call in place (``input_text`` gone), else adds it. ``tool-input-error
+{toolCallId, toolName, input?, errorText}`` does the same and adds an error
+result with ``output=errorText``.
+
+Tool output. ``tool-output-available {toolCallId, output}`` adds a result
+named after its call (else the chunk's ``toolName``, else ``""``); one with
+``preliminary: true`` is left out (only the final output is kept).
 ``tool-output-error {toolCallId, errorText, errorCode?}`` adds a result with
 ``is_error`` and ``output=errorText``, or, with a string ``errorCode``,
 ``output={"code": errorCode, "message": errorText}`` (how runwire's tool
-runner and history repair write results that carry a code). Non-string ids,
-deltas or texts make a chunk ignored, as are all other chunk types.
+runner and history repair write results that carry a code).
+``tool-output-denied {toolCallId}`` adds the error result ``TOOL_DENIED``.
 
-``transport.tree`` folds responses with it; the agent SDK's ``MessageBuilder``
-follows the same rules.
+Sources, files, data. ``source-url {sourceId, url, title?}``,
+``source-document {sourceId, mediaType, title, filename?}`` and ``file {url,
+mediaType}`` add the part of the same name. ``data-<name> {id?, data,
+transient?}`` adds a ``data-<name>`` part; with ``transient: true`` it is
+not stored at all; with an ``id`` it replaces, in place, the part of the same
+type and id if there is one (reconciliation).
+
+A chunk whose ids, deltas or texts are not strings is ignored, as are all
+other chunk types (``start-step``, ``tool-approval-request``, ``error``...).
+``transport.tree`` folds responses with ``fold_chunks``; the agent SDK's
+``MessageBuilder`` folds all but text and reasoning with ``fold_part``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .messages import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
+from .messages import (
+    DataPart,
+    FilePart,
+    Part,
+    ReasoningPart,
+    SourceDocumentPart,
+    SourceUrlPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    UIMessage,
+)
 
-__all__ = ["fold_chunks"]
+__all__ = ["TOOL_DENIED", "fold_chunks", "fold_part"]
+
+TOOL_DENIED = "TOOL_DENIED"
+"""The result code a ``tool-output-denied`` chunk gives its call."""
+_DENIED_TEXT = "the tool call was denied"
 
 
 def fold_chunks(
@@ -42,36 +79,132 @@ def fold_chunks(
             changed |= _stream(parts, part_ids, "text", kind == "text-start", chunk)
         elif kind in ("reasoning-start", "reasoning-delta"):
             changed |= _stream(parts, part_ids, "reasoning", kind == "reasoning-start", chunk)
-        elif kind == "tool-input-available":
-            call_id, name = chunk.get("toolCallId"), chunk.get("toolName")
-            if isinstance(call_id, str) and isinstance(name, str):
-                parts.append(
-                    ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
-                )
-                changed = True
-        elif kind in ("tool-output-available", "tool-output-error"):
-            call_id = chunk.get("toolCallId")
-            error = chunk.get("errorText")
-            if not isinstance(call_id, str) or (
-                kind == "tool-output-error" and not isinstance(error, str)
-            ):
-                continue
-            name = _tool_name(parts, call_id, chunk.get("toolName"))
-            if kind == "tool-output-error":
-                code = chunk.get("errorCode")
-                output: Any = {"code": code, "message": error} if isinstance(code, str) else error
-                part = ToolResultPart(
-                    tool_call_id=call_id, tool_name=name, output=output, is_error=True
-                )
-            else:
-                part = ToolResultPart(
-                    tool_call_id=call_id, tool_name=name, output=chunk.get("output")
-                )
-            parts.append(part)
-            changed = True
+        else:
+            changed |= fold_part(parts, chunk)
     if not changed:
         return message
     return message.model_copy(update={"parts": parts})
+
+
+def fold_part(parts: list[Any], chunk: dict[str, Any]) -> bool:
+    """Fold one chunk other than text and reasoning into ``parts``; True if they changed.
+
+    Parts are only replaced in place or appended, so indexes stay valid.
+    ``parts`` may hold other objects beside ``Part`` models (they are skipped).
+    """
+    kind = chunk.get("type")
+    if not isinstance(kind, str):
+        return False
+    if kind.startswith("tool-"):
+        return _fold_tool(parts, kind, chunk)
+    if kind.startswith("data-"):
+        return _fold_data(parts, kind, chunk)
+    part: Part | None = None
+    if kind == "source-url":
+        source_id, url, title = chunk.get("sourceId"), chunk.get("url"), chunk.get("title")
+        if _strings(source_id, url) and _optional(title):
+            part = SourceUrlPart(source_id=source_id, url=url, title=title)
+    elif kind == "source-document":
+        source_id, media, title = chunk.get("sourceId"), chunk.get("mediaType"), chunk.get("title")
+        filename = chunk.get("filename")
+        if _strings(source_id, media, title) and _optional(filename):
+            part = SourceDocumentPart(
+                source_id=source_id, media_type=media, title=title, filename=filename
+            )
+    elif kind == "file":
+        url, media = chunk.get("url"), chunk.get("mediaType")
+        if _strings(url, media):
+            part = FilePart(url=url, media_type=media)
+    if part is None:
+        return False
+    parts.append(part)
+    return True
+
+
+def _fold_tool(parts: list[Any], kind: str, chunk: dict[str, Any]) -> bool:
+    call_id = chunk.get("toolCallId")
+    if not isinstance(call_id, str):
+        return False
+    if kind == "tool-input-start":
+        name = chunk.get("toolName")
+        if not isinstance(name, str) or _call_index(parts, call_id) is not None:
+            return False
+        parts.append(ToolCallPart(tool_call_id=call_id, tool_name=name, input_text=""))
+        return True
+    if kind == "tool-input-delta":
+        delta, index = chunk.get("inputTextDelta"), _call_index(parts, call_id)
+        if not isinstance(delta, str) or not delta or index is None:
+            return False
+        call = parts[index]
+        if call.input_text is None:
+            return False
+        parts[index] = call.model_copy(update={"input_text": call.input_text + delta})
+        return True
+    if kind in ("tool-input-available", "tool-input-error"):
+        name, error = chunk.get("toolName"), chunk.get("errorText")
+        if not isinstance(name, str) or (kind == "tool-input-error" and not isinstance(error, str)):
+            return False
+        whole = ToolCallPart(tool_call_id=call_id, tool_name=name, input=chunk.get("input"))
+        index = _call_index(parts, call_id)
+        if index is None:
+            parts.append(whole)
+        else:
+            parts[index] = whole
+        if kind == "tool-input-error":
+            parts.append(_result(call_id, name, error, is_error=True))
+        return True
+    name = _tool_name(parts, call_id, chunk.get("toolName"))
+    if kind == "tool-output-available":
+        if chunk.get("preliminary") is True:
+            return False
+        parts.append(_result(call_id, name, chunk.get("output")))
+        return True
+    if kind == "tool-output-error":
+        error, code = chunk.get("errorText"), chunk.get("errorCode")
+        if not isinstance(error, str):
+            return False
+        output: Any = {"code": code, "message": error} if isinstance(code, str) else error
+        parts.append(_result(call_id, name, output, is_error=True))
+        return True
+    if kind == "tool-output-denied":
+        denied = {"code": TOOL_DENIED, "message": _DENIED_TEXT}
+        parts.append(_result(call_id, name, denied, is_error=True))
+        return True
+    return False
+
+
+def _fold_data(parts: list[Any], kind: str, chunk: dict[str, Any]) -> bool:
+    part_id = chunk.get("id")
+    if chunk.get("transient") is True or not _optional(part_id) or len(kind) == len("data-"):
+        return False
+    part = DataPart(type=kind, id=part_id, data=chunk.get("data"))
+    if part_id is not None:
+        for i, old in enumerate(parts):
+            if isinstance(old, DataPart) and old.type == kind and old.id == part_id:
+                parts[i] = part
+                return True
+    parts.append(part)
+    return True
+
+
+def _result(call_id: str, name: str, output: Any, *, is_error: bool = False) -> ToolResultPart:
+    return ToolResultPart(tool_call_id=call_id, tool_name=name, output=output, is_error=is_error)
+
+
+def _strings(*values: Any) -> bool:
+    return all(isinstance(v, str) for v in values)
+
+
+def _optional(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _call_index(parts: list[Any], call_id: str) -> int | None:
+    for i in range(len(parts) - 1, -1, -1):
+        part = parts[i]
+        if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
+            return i
+    return None
 
 
 def _stream(
@@ -109,8 +242,9 @@ def _stream(
     return True
 
 
-def _tool_name(parts: list[Part], call_id: str, fallback: Any) -> str:
-    for part in reversed(parts):
-        if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
-            return part.tool_name
+def _tool_name(parts: list[Any], call_id: str, fallback: Any) -> str:
+    index = _call_index(parts, call_id)
+    if index is not None:
+        name: str = parts[index].tool_name
+        return name
     return fallback if isinstance(fallback, str) else ""

@@ -32,6 +32,7 @@ __all__ = [
     "RUN_CANCELLED",
     "RUN_NOT_ACTIVE",
     "RUN_NOT_FOUND",
+    "RUN_TIMEOUT",
     "SLOW_CONSUMER",
     "STORE_UNAVAILABLE",
     "THREAD_ACCESS_DENIED",
@@ -72,6 +73,8 @@ SLOW_CONSUMER = "SLOW_CONSUMER"
 """The connection's send queue overflowed; it is closed and should resume."""
 AGENT_LOST = "AGENT_LOST"
 """The agent worker of an active Run went away and did not come back in time."""
+RUN_TIMEOUT = "RUN_TIMEOUT"
+"""Not an error frame: the ``error.code`` of a Run the relay ended ``cancelled`` at its deadline."""
 UNAUTHORIZED = "UNAUTHORIZED"
 """The credentials do not allow this (no token, a bad one, or a capability it lacks)."""
 TOKEN_EXPIRED = "TOKEN_EXPIRED"

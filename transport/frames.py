@@ -155,6 +155,10 @@ Id = Annotated[str, Field(min_length=1, max_length=200)]
 SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:\-]+$")]
 Int = Annotated[int, Field(strict=True)]
 Bool = Annotated[bool, Field(strict=True)]
+Seconds = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+"""A duration in seconds: a JSON number, not negative (never a boolean or a string)."""
+MAX_RUN_TIMEOUT = 31_536_000.0
+"""The longest Run deadline, in seconds (a year)."""
 """A JSON ``true`` or ``false``: not ``1``, not ``"yes"`` (pydantic's lax ``bool`` takes both)."""
 """A JSON integer: not ``true``/``false``, not ``"5"``, not ``5.0`` (pydantic's lax ``int``
 takes all three)."""
@@ -228,6 +232,9 @@ class MessageEntry(_Entry):
     """Stamped by the relay: true when the Run waits (``queued``); a sender's value is dropped."""
     interrupts: list[Id] | None = None
     """Stamped by the relay: the Runs an ``interrupt``/``rollback`` prompt cancels."""
+    activate: Bool | None = None
+    """For a prompt on a branch: ``false`` leaves the session's active leaf where it is, so
+    its Run does not count as the session's Run for multitask (it runs alongside)."""
 
 
 class RunEntry(_Entry):
@@ -242,6 +249,12 @@ class RunEntry(_Entry):
     """On ``active``: the agent keeps checkpoints, so the relay may hand the Run on."""
     seen: list[Id] | None = None
     """On a terminal status: queued messages taken in without a response (saved injects)."""
+    timeout: (
+        Annotated[float, Field(strict=True, gt=0, le=MAX_RUN_TIMEOUT, allow_inf_nan=False)] | None
+    ) = None
+    """On ``active``: seconds the Run may stay active from this start (its deadline). The
+    relay stamps the one it enforces (its ``max_run_seconds`` may lower it) and ends the Run
+    ``cancelled`` with ``RUN_TIMEOUT`` when it passes."""
 
 
 class CancelEntry(_Entry):
@@ -444,6 +457,8 @@ class Welcome(_RelayModel):
     max_frame_bytes: Int
     multitask: Multitask | None = None
     """The relay's default strategy for prompts that name none."""
+    agent_grace: Seconds | None = None
+    """Seconds an agent may be gone before the relay ends its active Runs ``AGENT_LOST``."""
 
 
 class Attached(_RelayModel):

@@ -67,14 +67,23 @@ def history_message(message: UIMessage) -> UIMessage:
 
     A message with ``metadata.interrupted`` gets a text part
     ``[interrupted by the user]`` after its content (a new message; the given
-    one is untouched). Any other message is returned as it is.
+    one is untouched). A tool call whose input never became whole (its
+    ``input_text`` is set) is left out: it was never made. Any other message
+    is returned as it is.
     """
+    kept = [p for p in message.parts if not _unfinished(p)]
     if not message.metadata.get("interrupted"):
-        return message
-    parts: list[Part] = [*message.parts, TextPart(text=f"\n{INTERRUPTED_MARK}")]
-    if not message.parts:
+        if len(kept) == len(message.parts):
+            return message
+        return message.model_copy(update={"parts": kept})
+    parts: list[Part] = [*kept, TextPart(text=f"\n{INTERRUPTED_MARK}")]
+    if not kept:
         parts = [TextPart(text=INTERRUPTED_MARK)]
     return message.model_copy(update={"parts": parts})
+
+
+def _unfinished(part: Part) -> bool:
+    return isinstance(part, ToolCallPart) and part.input_text is not None
 
 
 def _answered(messages: Iterable[UIMessage]) -> set[str]:

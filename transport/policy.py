@@ -69,6 +69,9 @@ class Policy:
     """The strategy of a prompt that names none."""
     thread_access: ThreadAccess = "own"
     """Whether a session whose first prompt says nothing is shared."""
+    max_run_seconds: float | None = None
+    """The longest a Run may stay active from a start (None: no limit); an agent's
+    shorter ``timeout`` wins."""
 
 
 Key = tuple[str, str]

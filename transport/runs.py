@@ -29,14 +29,17 @@ Rules (each refusal is a ``RunwireError`` with the code named):
   agent client that started it) only that client may move it, stream into it
   or refuse its cancels (``UNAUTHORIZED``); the relay itself may end any Run
   (``AGENT_LOST``); a queued Run is moved by the relay only;
-* a cancel on a pending Run is kept (``cancel_requested``) so that the agent
-  applies it when it starts the Run; a ``cancel_denied`` clears it;
+* a cancel on a pending Run that no agent has started yet (never handed over)
+  ends it: the relay owes it ``run: cancelled`` (``due()``), as for a queued Run,
+  since no agent could refuse it; a cancel on a pending Run handed over (its
+  agent went away, or its pause was settled) is kept (``cancel_requested``) so
+  that the worker that adopts it applies it; a ``cancel_denied`` clears it;
 * the relay's cancel for an ``interrupt`` (``interrupted_by``) needs the
   interrupting Run still queued, uncancelled, and naming the target
   (``RUN_NOT_ACTIVE``: a cancel worked out before the interrupting prompt was
   cancelled is stale); likewise the relay's ``run: cancelled`` for a pending
-  Run needs a waiting interrupt that names it, and for a queued Run a standing
-  cancel (``VALIDATION_ERROR``);
+  Run needs a waiting interrupt that names it or a standing cancel of a Run no
+  agent started, and for a queued Run a standing cancel (``VALIDATION_ERROR``);
 * ``refused`` and ``checkpoint`` entries need a live Run and come from its
   agent (the owner, once it has one) or the relay (``UNAUTHORIZED`` for
   clients); a checkpoint becomes the record's ``checkpoint``;
@@ -94,6 +97,10 @@ turn).
 * A prompt whose ``parent_run_id`` names a Run going on (a tool call of that
   Run started it) is never held back: it runs alongside, and takes a slot even
   when none is free.
+* A prompt with ``activate: false`` (a Run on a branch that leaves the active
+  leaf where it is) does not count as the session's Run: it runs alongside,
+  whatever its strategy, and no later prompt's strategy counts it (nor waits
+  for, interrupts or is refused for it). It still takes a slot like any Run.
 * With a ``SlotBook`` (the relay's ``max_concurrent_runs``), a Run that would
   start while no slot is free is queued instead; a queued Run holds no slot.
   Nor does a suspended Run: going on again (the relay's resume or hand-over
@@ -127,6 +134,7 @@ from .errors import (
     DUPLICATE_RUN,
     RUN_NOT_ACTIVE,
     RUN_NOT_FOUND,
+    RUN_TIMEOUT,
     THREAD_ACCESS_DENIED,
     THREAD_BUSY,
     UNAUTHORIZED,
@@ -138,6 +146,7 @@ from .frames import (
     CancelEntry,
     CheckpointEntry,
     EntryBody,
+    ErrorBody,
     Interrupt,
     InterruptEntry,
     MessageEntry,
@@ -183,9 +192,11 @@ __all__ = [
     "RunRegistry",
     "Sender",
     "SlotBook",
+    "effective_timeout",
     "end_reason",
     "relay_entry_id",
     "rights_refusal",
+    "timeout_entry",
 ]
 
 MULTITASK_STRATEGIES: tuple[Multitask, ...] = (
@@ -271,6 +282,13 @@ class RunRecord:
     """The Run whose interrupt cancelled this one (set when the relay's cancel is stored)."""
     pause: dict[str, Any] | None = None
     """What the Run waits on (see ``transport.interrupts``), once it paused on questions."""
+    off_thread: bool = False
+    """Its prompt said ``activate: false``: a Run on a branch that leaves the active leaf
+    where it is. It runs alongside and counts for no strategy."""
+    timeout: float | None = None
+    """Seconds the Run may stay active from its latest start (None: no deadline)."""
+    deadline_ms: int | None = None
+    """While active with a ``timeout``: when the relay ends it ``RUN_TIMEOUT`` (wall clock)."""
 
     def waiting(self) -> list[dict[str, Any]]:
         """The questions this Run waits on (none unless it paused)."""
@@ -285,6 +303,11 @@ class RunRecord:
     def going_on(self) -> bool:
         """True while ``pending`` or ``active``."""
         return self.status in GOING_ON
+
+    @property
+    def unstarted(self) -> bool:
+        """True while ``pending`` and never started: no agent ever took it (not handed over)."""
+        return self.status == "pending" and self.owner is None and self.adoptions == 0
 
     @property
     def resume_owed(self) -> bool:
@@ -360,7 +383,7 @@ class RunRegistry:
         however late its ``run: pending`` is published); any queued Run waits
         for a free slot.
         """
-        going = any(r.going_on or r.resume_owed for r in self.runs.values())
+        going = any((r.going_on or r.resume_owed) and not r.off_thread for r in self.runs.values())
         if not self._slot_left():
             return None
         waiting = sorted(
@@ -494,6 +517,10 @@ class RunRegistry:
                 update.update(multitask=None, queued=None, interrupts=None)
         elif isinstance(entry, CancelEntry) and sender.role != "relay":
             update["interrupted_by"] = None
+        elif isinstance(entry, RunEntry):
+            record = next((r for r in changes if r.run_id == entry.run_id), None)
+            active = entry.status == "active" and record is not None
+            update["timeout"] = record.timeout if active and record is not None else None
         elif isinstance(entry, InterruptEntry) and entry.status != "paused":
             record = next((r for r in changes if r.run_id == entry.run_id), None)
             pause = (record.pause if record is not None else None) or {}
@@ -542,6 +569,7 @@ class RunRegistry:
             ):
                 # An agent's first move makes it the owner; the relay's never does.
                 owner = client_id
+            timeout = entry.timeout if entry.status == "active" else record.timeout
             changes = [
                 replace(
                     record,
@@ -552,6 +580,8 @@ class RunRegistry:
                     adoptions=adoptions,
                     pause=pause,
                     updated_ts=ts,
+                    timeout=timeout,
+                    deadline_ms=_deadline(entry.status, timeout, ts),
                 )
             ]
         else:
@@ -622,7 +652,8 @@ class RunRegistry:
     def due(self) -> list[tuple[EntryBody, Sender]]:
         """What the relay owes the session now, with the identity to publish it under.
 
-        In order: for each queued interrupting Run, a ``cancel`` (stamped with
+        In order: ``run: cancelled`` for each pending Run no agent started whose
+        cancel stands; for each queued interrupting Run, a ``cancel`` (stamped with
         the interrupting sender's identity and ``interrupted_by``) for each Run
         it interrupts that goes on, or ``run: cancelled`` for one no agent has
         started; ``run: cancelled`` for each queued Run whose sender cancelled
@@ -632,6 +663,9 @@ class RunRegistry:
         which refuses what is no longer due.
         """
         out: list[tuple[EntryBody, Sender]] = []
+        for record in self._ordered(self.runs.values()):
+            if record.unstarted and record.cancel_requested:
+                out.append((_status(record.run_id, "cancelled"), RELAY))
         for record in self.queued():
             if record.cancel_requested:
                 out.append((_status(record.run_id, "cancelled"), RELAY))
@@ -686,7 +720,10 @@ class RunRegistry:
             )
         parent = self.runs.get(entry.parent_run_id) if entry.parent_run_id else None
         child = parent is not None and parent.going_on
-        strategy: Multitask = "alongside" if child else entry.multitask or self.policy.multitask
+        off_thread = entry.activate is False
+        strategy: Multitask = (
+            "alongside" if child or off_thread else entry.multitask or self.policy.multitask
+        )
         moved_on = [
             replace(r, pause={**(r.pause or {}), "moved_on": True, "due": True}, updated_ts=now_ms)
             for r in self._ordered(self.runs.values())
@@ -696,7 +733,7 @@ class RunRegistry:
         owed = [r for r in after.values() if r.resume_owed]
         # A suspended Run owed its resume (this prompt's own move on included) is about to
         # go on: every strategy treats it as a Run going on.
-        going = self._ordered([*self.going_on(), *owed])
+        going = self._ordered(r for r in [*self.going_on(), *owed] if not r.off_thread)
         if strategy != "alongside":
             others = [r.run_id for r in going if r.user_id != sender.user_id]
             if others and self.thread_access(entry) != "shared":
@@ -739,6 +776,7 @@ class RunRegistry:
             parent_run_id=entry.parent_run_id,
             thread_access=entry.thread_access,
             interrupts=interrupts,
+            off_thread=off_thread,
         )
         if not queued and self.slots is not None:
             self.slots.hold((self.session_id, entry.run_id))
@@ -766,9 +804,10 @@ class RunRegistry:
 
     def _relay_may_end(self, record: RunRecord) -> None:
         """The relay ends only Runs no agent started, and only while that is owed: a queued
-        Run whose cancel stands, or a pending one that a waiting ``interrupt`` names."""
+        Run whose cancel stands, a pending one never started whose cancel stands, or a
+        pending one that a waiting ``interrupt`` names."""
         if record.status not in ("queued", "pending"):
-            # A started one gets a cancel entry instead.
+            # A started one gets a cancel entry instead, unless its deadline passed.
             raise RunwireError(
                 VALIDATION_ERROR,
                 f"run {record.run_id!r} has started; the relay cancels it with a cancel entry",
@@ -780,6 +819,8 @@ class RunRegistry:
                 f"run {record.run_id!r} waits its turn and nobody cancelled it",
                 details={"run_id": record.run_id, "status": record.status},
             )
+        if record.unstarted and record.cancel_requested:
+            return
         if record.status == "pending" and not any(
             r.status == "queued" and not r.cancel_requested and record.run_id in r.interrupts
             for r in self.runs.values()
@@ -856,7 +897,7 @@ class RunRegistry:
                     f"run {record.run_id!r} is not next in line",
                     details={"run_id": record.run_id},
                 )
-        elif entry.status == "cancelled":
+        elif entry.status == "cancelled" and not _timed_out(record, entry, now_ms):
             self._relay_may_end(record)
         self._check_owner(record, sender)
         if record.status == "suspended" and entry.status == "active":
@@ -864,6 +905,9 @@ class RunRegistry:
         owner = record.owner
         if sender.role == "agent" and owner is None:
             owner = sender.client_id
+        timeout = record.timeout
+        if entry.status == "active":
+            timeout = effective_timeout(entry.timeout, self.policy.max_run_seconds)
         new = replace(
             record,
             status=entry.status,
@@ -872,6 +916,8 @@ class RunRegistry:
             durable=record.durable or bool(entry.status == "active" and entry.durable),
             pause=_taken_up(record, entry.status),
             updated_ts=now_ms,
+            timeout=timeout,
+            deadline_ms=_deadline(entry.status, timeout, now_ms),
         )
         if entry.status == "pending" and self.slots is not None:
             self.slots.hold((self.session_id, record.run_id))
@@ -917,6 +963,7 @@ class RunRegistry:
             adoptions=record.adoptions + 1,
             pause={**record.pause, "due": False} if record.pause is not None else None,
             updated_ts=now_ms,
+            deadline_ms=None,
         )
 
     def _plan_interrupt(
@@ -1082,6 +1129,48 @@ def rights_refusal(entry: EntryBody, sender: Sender) -> RunwireError | None:
         UNAUTHORIZED,
         f"the token does not grant {needs!r} in this session",
         details={"needs": needs},
+    )
+
+
+def effective_timeout(asked: float | None, most: float | None) -> float | None:
+    """The deadline the relay enforces: the agent's ``timeout``, at most ``most`` seconds."""
+    if asked is None:
+        return most
+    return asked if most is None else min(asked, most)
+
+
+def timeout_entry(record: RunRecord) -> RunEntry:
+    """The relay's end of an active Run whose deadline passed: ``cancelled``, ``RUN_TIMEOUT``.
+
+    Its id names the deadline, so every node that ends it stores it once."""
+    assert record.deadline_ms is not None and record.timeout is not None
+    return RunEntry(
+        id=relay_entry_id(record.run_id, "timeout", str(record.deadline_ms)),
+        run_id=record.run_id,
+        status="cancelled",
+        error=ErrorBody(
+            code=RUN_TIMEOUT,
+            message=f"the Run was still active at its deadline ({record.timeout:g} s)",
+            details={"timeout_seconds": record.timeout},
+        ),
+    )
+
+
+def _deadline(status: str, timeout: float | None, now_ms: int) -> int | None:
+    """When a Run that goes to ``status`` at ``now_ms`` ends ``RUN_TIMEOUT`` (None: never)."""
+    if status != "active" or timeout is None:
+        return None
+    return now_ms + round(timeout * 1000)
+
+
+def _timed_out(record: RunRecord, entry: RunEntry, now_ms: int) -> bool:
+    """True if ``entry`` is the relay's timeout end of ``record``, due at ``now_ms``."""
+    return (
+        record.status == "active"
+        and record.deadline_ms is not None
+        and now_ms >= record.deadline_ms
+        and entry.error is not None
+        and entry.error.code == RUN_TIMEOUT
     )
 
 

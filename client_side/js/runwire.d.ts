@@ -24,6 +24,8 @@ export interface ToolCallPart {
   tool_call_id: string;
   tool_name: string;
   input: unknown;
+  /** The input's JSON as streamed so far, while the model still writes it (absent once whole). */
+  input_text?: string;
 }
 export interface ToolResultPart {
   type: "tool-result";
@@ -32,7 +34,42 @@ export interface ToolResultPart {
   output: unknown;
   is_error: boolean;
 }
-export type Part = TextPart | ReasoningPart | ToolCallPart | ToolResultPart;
+/** A web page the answer draws on (`source-url` chunk). */
+export interface SourceUrlPart {
+  type: "source-url";
+  source_id: string;
+  url: string;
+  title?: string;
+}
+/** A document the answer draws on (`source-document` chunk). */
+export interface SourceDocumentPart {
+  type: "source-document";
+  source_id: string;
+  media_type: string;
+  title: string;
+  filename?: string;
+}
+/** A file (`file` chunk): its URL, often a `data:` URL, and media type. */
+export interface FilePart {
+  type: "file";
+  url: string;
+  media_type: string;
+}
+/** The app's own data (`data-<name>` chunk); a later one with the same type and id replaces it. */
+export interface DataPart {
+  type: `data-${string}`;
+  id?: string;
+  data: unknown;
+}
+export type Part =
+  | TextPart
+  | ReasoningPart
+  | ToolCallPart
+  | ToolResultPart
+  | SourceUrlPart
+  | SourceDocumentPart
+  | FilePart
+  | DataPart;
 
 /** One message of a conversation; the same shape as on the wire. */
 export interface UIMessage {

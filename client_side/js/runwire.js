@@ -22,9 +22,13 @@
 /** @typedef {"own" | "shared"} ThreadAccess */
 /** @typedef {{type: "text", text: string}} TextPart */
 /** @typedef {{type: "reasoning", text: string}} ReasoningPart */
-/** @typedef {{type: "tool-call", tool_call_id: string, tool_name: string, input: unknown}} ToolCallPart */
+/** @typedef {{type: "tool-call", tool_call_id: string, tool_name: string, input: unknown, input_text?: string}} ToolCallPart */
 /** @typedef {{type: "tool-result", tool_call_id: string, tool_name: string, output: unknown, is_error: boolean}} ToolResultPart */
-/** @typedef {TextPart | ReasoningPart | ToolCallPart | ToolResultPart} Part */
+/** @typedef {{type: "source-url", source_id: string, url: string, title?: string}} SourceUrlPart */
+/** @typedef {{type: "source-document", source_id: string, media_type: string, title: string, filename?: string}} SourceDocumentPart */
+/** @typedef {{type: "file", url: string, media_type: string}} FilePart */
+/** @typedef {{type: `data-${string}`, id?: string, data: unknown}} DataPart */
+/** @typedef {TextPart | ReasoningPart | ToolCallPart | ToolResultPart | SourceUrlPart | SourceDocumentPart | FilePart | DataPart} Part */
 /** @typedef {{id: string, role: Role, parts: Part[], metadata: Record<string, unknown>}} UIMessage */
 /**
  * A message as the tree holds it. `serial` is the serial of the entry that created it (a
@@ -348,10 +352,14 @@ function validatePart(raw, where) {
     return { type: t, text: raw.text };
   }
   if (t === "tool-call") {
-    checkKeys(raw, ["type", "tool_call_id", "tool_name", "input"], where);
+    checkKeys(raw, ["type", "tool_call_id", "tool_name", "input", "input_text"], where);
     if (typeof raw.tool_call_id !== "string") invalid(`${where}.tool_call_id`, "must be a string");
     if (typeof raw.tool_name !== "string") invalid(`${where}.tool_name`, "must be a string");
-    return { type: t, tool_call_id: raw.tool_call_id, tool_name: raw.tool_name, input: raw.input ?? null };
+    /** @type {ToolCallPart} */
+    const call = { type: t, tool_call_id: raw.tool_call_id, tool_name: raw.tool_name, input: raw.input ?? null };
+    const inputText = optString(raw.input_text, `${where}.input_text`);
+    if (inputText !== null) call.input_text = inputText;
+    return call;
   }
   if (t === "tool-result") {
     checkKeys(raw, ["type", "tool_call_id", "tool_name", "output", "is_error"], where);
@@ -366,7 +374,41 @@ function validatePart(raw, where) {
       is_error: raw.is_error ?? false,
     };
   }
+  if (t === "source-url") {
+    checkKeys(raw, ["type", "source_id", "url", "title"], where);
+    const part = { type: t, source_id: needString(raw.source_id, `${where}.source_id`), url: needString(raw.url, `${where}.url`) };
+    const title = optString(raw.title, `${where}.title`);
+    return title === null ? part : { ...part, title };
+  }
+  if (t === "source-document") {
+    checkKeys(raw, ["type", "source_id", "media_type", "title", "filename"], where);
+    const part = {
+      type: t,
+      source_id: needString(raw.source_id, `${where}.source_id`),
+      media_type: needString(raw.media_type, `${where}.media_type`),
+      title: needString(raw.title, `${where}.title`),
+    };
+    const filename = optString(raw.filename, `${where}.filename`);
+    return filename === null ? part : { ...part, filename };
+  }
+  if (t === "file") {
+    checkKeys(raw, ["type", "url", "media_type"], where);
+    return { type: t, url: needString(raw.url, `${where}.url`), media_type: needString(raw.media_type, `${where}.media_type`) };
+  }
+  if (typeof t === "string" && t.startsWith("data-") && t.length > 5) {
+    checkKeys(raw, ["type", "id", "data"], where);
+    const id = optString(raw.id, `${where}.id`);
+    /** @type {DataPart} */
+    const part = { type: /** @type {`data-${string}`} */ (t), data: raw.data ?? null };
+    return id === null ? part : { type: part.type, id, data: part.data };
+  }
   return invalid(`${where}.type`, "unknown part type");
+}
+
+/** @param {any} v @param {string} where @returns {string} */
+function needString(v, where) {
+  if (typeof v !== "string") invalid(where, "must be a string");
+  return v;
 }
 
 /** @param {any} raw @param {string} where @returns {UIMessage} */
@@ -388,8 +430,8 @@ function validateMessage(raw, where) {
 
 const COMMON = ["serial", "ts", "user_id", "client_id", "id", "run_id", "kind"];
 const KIND_FIELDS = {
-  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts"],
-  run: ["status", "error", "durable", "seen"],
+  message: ["intent", "message", "parent_id", "agent", "multitask", "parent_run_id", "thread_access", "queued", "interrupts", "activate"],
+  run: ["status", "error", "durable", "seen", "timeout"],
   cancel: ["reason", "interrupted_by"],
   cancel_denied: ["cancel_id", "reason"],
   response_open: ["message_id", "parent_id", "seen", "metadata"],
@@ -464,6 +506,9 @@ export function decodeEntry(raw) {
     e.thread_access = optChoice(raw.thread_access, THREAD_ACCESS, "message.thread_access");
     if (raw.queued !== undefined && raw.queued !== null && typeof raw.queued !== "boolean") invalid("message.queued", "must be a boolean");
     e.queued = raw.queued ?? null;
+    // A prompt on a branch that leaves the active leaf where it is (its Run counts for no strategy).
+    if (raw.activate !== undefined && raw.activate !== null && typeof raw.activate !== "boolean") invalid("message.activate", "must be a boolean");
+    e.activate = raw.activate ?? null;
     if (raw.interrupts === undefined || raw.interrupts === null) e.interrupts = null;
     else {
       if (!Array.isArray(raw.interrupts)) invalid("message.interrupts", "must be a list");
@@ -477,6 +522,9 @@ export function decodeEntry(raw) {
     if (raw.durable !== undefined && raw.durable !== null && typeof raw.durable !== "boolean") invalid("run.durable", "must be a boolean");
     e.durable = raw.durable ?? null;
     e.seen = raw.seen === undefined || raw.seen === null ? null : idList(raw.seen, "run.seen");
+    // On `active`: the seconds the Run may stay active from this start (its deadline).
+    if (raw.timeout !== undefined && raw.timeout !== null && (typeof raw.timeout !== "number" || !(raw.timeout > 0) || raw.timeout > 31536000)) invalid("run.timeout", "must be a number of seconds, more than 0 and at most a year");
+    e.timeout = raw.timeout ?? null;
   } else if (kind === "refused") {
     e.message_id = checkId(raw.message_id, "refused.message_id");
     const intent = raw.intent === undefined ? "steer" : raw.intent;
@@ -573,7 +621,8 @@ const RELAY_FRAME_FIELDS = {
     "user_id": ["str", "optional"],
     "connection_id": ["str", "required"],
     "max_frame_bytes": ["int", "required"],
-    "multitask": ["multitask", "optional"]
+    "multitask": ["multitask", "optional"],
+    "agent_grace": ["seconds", "optional"]
   },
   "attached": {
     "req": ["req", "required"],
@@ -657,6 +706,9 @@ function checkFrameField(kind, v, where) {
       return;
     case "multitask":
       if (!MULTITASK_STRATEGIES.includes(v)) invalid(where, `must be one of ${MULTITASK_STRATEGIES.join(", ")}`);
+      return;
+    case "seconds":
+      if (typeof v !== "number" || !Number.isFinite(v) || v < 0) invalid(where, "must be a number of seconds, not negative");
       return;
     case "error":
       errorBody(v, where, true); // unknown fields are not refused, as in the frames
@@ -1198,31 +1250,130 @@ function foldChunks(node, chunks) {
       changed = stream(parts, node.partIds, "text", kind === "text-start", chunk) || changed;
     } else if (kind === "reasoning-start" || kind === "reasoning-delta") {
       changed = stream(parts, node.partIds, "reasoning", kind === "reasoning-start", chunk) || changed;
-    } else if (kind === "tool-input-available") {
-      const callId = chunk.toolCallId;
-      const name = chunk.toolName;
-      if (typeof callId === "string" && typeof name === "string") {
-        parts.push({ type: "tool-call", tool_call_id: callId, tool_name: name, input: chunk.input ?? null });
-        changed = true;
-      }
-    } else if (kind === "tool-output-available" || kind === "tool-output-error") {
-      const callId = chunk.toolCallId;
-      const error = chunk.errorText;
-      if (typeof callId !== "string" || (kind === "tool-output-error" && typeof error !== "string")) continue;
-      const name = toolName(parts, callId, chunk.toolName);
-      if (kind === "tool-output-error") {
-        // With a string errorCode the output carries it (runwire's tool runner and history repair).
-        const code = chunk.errorCode;
-        const output = typeof code === "string" ? { code, message: error } : error;
-        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
-      } else {
-        parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: chunk.output ?? null, is_error: false });
-      }
-      changed = true;
+    } else {
+      changed = foldPart(parts, chunk) || changed;
     }
   }
   if (!changed) return node.view.message;
   return { ...node.view.message, parts };
+}
+
+const TOOL_DENIED = "TOOL_DENIED";
+
+/**
+ * Fold one chunk other than text and reasoning (transport/chunks.py's rules); true if the
+ * parts changed. Parts are only replaced in place or appended, so indexes stay valid.
+ * @param {Part[]} parts @param {Record<string, any>} chunk @returns {boolean}
+ */
+function foldPart(parts, chunk) {
+  const kind = chunk.type;
+  if (typeof kind !== "string") return false;
+  if (kind.startsWith("tool-")) return foldTool(parts, kind, chunk);
+  if (kind.startsWith("data-")) return foldData(parts, kind, chunk);
+  const str = (/** @type {unknown[]} */ ...v) => v.every((x) => typeof x === "string");
+  const opt = (/** @type {unknown} */ v) => v === undefined || v === null || typeof v === "string";
+  if (kind === "source-url") {
+    const { sourceId, url, title } = chunk;
+    if (!str(sourceId, url) || !opt(title)) return false;
+    parts.push(typeof title === "string" ? { type: kind, source_id: sourceId, url, title } : { type: kind, source_id: sourceId, url });
+    return true;
+  }
+  if (kind === "source-document") {
+    const { sourceId, mediaType, title, filename } = chunk;
+    if (!str(sourceId, mediaType, title) || !opt(filename)) return false;
+    const part = { type: kind, source_id: sourceId, media_type: mediaType, title };
+    parts.push(typeof filename === "string" ? { ...part, filename } : part);
+    return true;
+  }
+  if (kind === "file") {
+    const { url, mediaType } = chunk;
+    if (!str(url, mediaType)) return false;
+    parts.push({ type: kind, url, media_type: mediaType });
+    return true;
+  }
+  return false;
+}
+
+/** @param {Part[]} parts @param {string} kind @param {Record<string, any>} chunk @returns {boolean} */
+function foldTool(parts, kind, chunk) {
+  const callId = chunk.toolCallId;
+  if (typeof callId !== "string") return false;
+  if (kind === "tool-input-start") {
+    const name = chunk.toolName;
+    if (typeof name !== "string" || callIndex(parts, callId) !== undefined) return false;
+    parts.push({ type: "tool-call", tool_call_id: callId, tool_name: name, input: null, input_text: "" });
+    return true;
+  }
+  if (kind === "tool-input-delta") {
+    const delta = chunk.inputTextDelta;
+    const index = callIndex(parts, callId);
+    if (typeof delta !== "string" || !delta || index === undefined) return false;
+    const call = /** @type {ToolCallPart} */ (parts[index]);
+    if (call.input_text === undefined) return false;
+    parts[index] = { ...call, input_text: call.input_text + delta };
+    return true;
+  }
+  if (kind === "tool-input-available" || kind === "tool-input-error") {
+    const name = chunk.toolName;
+    const error = chunk.errorText;
+    if (typeof name !== "string" || (kind === "tool-input-error" && typeof error !== "string")) return false;
+    /** @type {ToolCallPart} */
+    const whole = { type: "tool-call", tool_call_id: callId, tool_name: name, input: chunk.input ?? null };
+    const index = callIndex(parts, callId);
+    if (index === undefined) parts.push(whole);
+    else parts[index] = whole;
+    if (kind === "tool-input-error") parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: error, is_error: true });
+    return true;
+  }
+  const name = toolName(parts, callId, chunk.toolName);
+  if (kind === "tool-output-available") {
+    if (chunk.preliminary === true) return false;
+    parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output: chunk.output ?? null, is_error: false });
+    return true;
+  }
+  if (kind === "tool-output-error") {
+    const error = chunk.errorText;
+    if (typeof error !== "string") return false;
+    // With a string errorCode the output carries it (runwire's tool runner and history repair).
+    const code = chunk.errorCode;
+    const output = typeof code === "string" ? { code, message: error } : error;
+    parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
+    return true;
+  }
+  if (kind === "tool-output-denied") {
+    const output = { code: TOOL_DENIED, message: "the tool call was denied" };
+    parts.push({ type: "tool-result", tool_call_id: callId, tool_name: name, output, is_error: true });
+    return true;
+  }
+  return false;
+}
+
+/** @param {Part[]} parts @param {string} kind @param {Record<string, any>} chunk @returns {boolean} */
+function foldData(parts, kind, chunk) {
+  const id = chunk.id;
+  if (chunk.transient === true || kind.length === 5) return false;
+  if (id !== undefined && id !== null && typeof id !== "string") return false;
+  const type = /** @type {`data-${string}`} */ (kind);
+  /** @type {DataPart} */
+  const part = typeof id === "string" ? { type, id, data: chunk.data ?? null } : { type, data: chunk.data ?? null };
+  if (typeof id === "string") {
+    const at = parts.findIndex((p) => p.type === kind && /** @type {DataPart} */ (p).id === id);
+    if (at >= 0) {
+      parts[at] = part;
+      return true;
+    }
+  }
+  parts.push(part);
+  return true;
+}
+
+/** @param {Part[]} parts @param {string} callId @returns {number | undefined} */
+function callIndex(parts, callId) {
+  for (let i = parts.length - 1; i >= 0; i--) {
+    const part = parts[i];
+    if (part.type === "tool-call" && /** @type {ToolCallPart} */ (part).tool_call_id === callId) return i;
+  }
+  return undefined;
 }
 
 /**

@@ -10,6 +10,7 @@ import anyio.abc
 import pytest
 from pydantic import BaseModel
 
+import relay
 from agent_side import AbortSignal, Agent, Run, steering_loop
 from transport.errors import RunwireError
 from transport.frames import Detach, Dispatch, RelayFrame
@@ -303,3 +304,53 @@ async def test_a_worker_cancelled_while_it_connects_unwinds_cleanly() -> None:
                         pytest.fail("connected to a server that never answers")
             assert scope.cancelled_caught
             tg.cancel_scope.cancel()
+
+
+async def test_a_run_another_worker_started_first_is_let_go_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The relay may hand a Run out twice (it restarted, or a worker's link dropped
+    between the dispatch and the start): the chaos suite saw it after a relay SIGKILL.
+    The worker whose start loses gets ``VALIDATION_ERROR`` (active to active); its
+    handler used to fail with a logged traceback, and it tried to end the other
+    worker's Run (refused ``UNAUTHORIZED``). Now it lets the Run go, quietly."""
+    from tests.relay.wire import RawPeer, prompt, run_status
+
+    async with relay.serve(port=0, store="memory://") as server:
+        dispatched, go = anyio.Event(), anyio.Event()
+        refused: list[RunwireError] = []
+        agent = Agent(server.url)
+
+        @agent.on_run
+        async def handle(run: Run) -> None:
+            dispatched.set()
+            await go.wait()
+            try:
+                await steering_loop(run, echo)
+            except RunwireError as exc:
+                refused.append(exc)
+                raise
+
+        async with agent:
+            client = await RawPeer.open(server.url)
+            await client.attach("s")
+            entry = prompt(text="hello")
+            await client.publish("s", entry)
+            with anyio.fail_after(10):
+                await dispatched.wait()
+            other = await RawPeer.open(server.url, role="agent")
+            await other.attach("s")
+            assert (await other.publish("s", run_status(entry["run_id"], "active")))[
+                "type"
+            ] == "ack"
+            with caplog.at_level("INFO", logger="runwire.agent"):
+                go.set()
+                with anyio.fail_after(10):
+                    while not refused or ("s", entry["run_id"]) in agent._taken:
+                        await anyio.sleep(0.01)
+            done = await other.publish("s", run_status(entry["run_id"], "complete"))
+            assert done["type"] == "ack"  # the Run stayed the other worker's, to end
+    assert [(e.code, e.details.get("status")) for e in refused] == [("VALIDATION_ERROR", "active")]
+    records = [r for r in caplog.records if r.name == "runwire.agent"]
+    assert [r.levelname for r in records] == ["INFO"]
+    assert "started by another worker" in records[0].getMessage()

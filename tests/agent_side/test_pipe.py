@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,6 +24,8 @@ from transport.errors import RunwireError
 from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
 from transport.messages import ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
 from transport.tree import ConversationTree
+
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "tree"
 
 # ------------------------------------------------------------ Normalizer --
 
@@ -181,6 +185,16 @@ def test_builder_agrees_with_the_tree_folding_the_same_appends() -> None:
     folded = tree.message("m1")
     assert folded is not None
     assert folded.message.parts == b.message().parts
+
+
+def test_builder_folds_every_ui_chunk_type_as_the_shared_vector_says() -> None:
+    vector = json.loads((VECTORS / "ui_chunk_parts.json").read_text())
+    b = MessageBuilder("m2")
+    for entry in vector["entries"]:
+        for chunk in entry.get("chunks", []):
+            b.apply(chunk)
+    expected = vector["expect"]["messages"][1]["parts"]
+    assert [p.model_dump(mode="json") for p in b.message().parts] == expected
 
 
 def test_builder_message_is_a_snapshot() -> None:

@@ -2,7 +2,9 @@
 
 ``cut()`` drops every connection through it and stops listening, so the SDK's
 reconnects are refused (a network partition: the process keeps running);
-``heal()`` listens again on the same port.
+``heal()`` listens again on the same port. ``blackhole()`` keeps every connection
+open but forwards nothing more, either way, and nothing of new ones (packets dropped,
+no FIN or RST): only a keepalive notices; ``heal()`` forwards again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class LinkProxy:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self.holed = False
 
     @property
     def url(self) -> str:
@@ -38,8 +41,14 @@ class LinkProxy:
             await self._server.wait_closed()
             self._server = None
 
+    def blackhole(self) -> None:
+        """Drop whatever goes through from now on, closing nothing."""
+        self.holed = True
+
     async def heal(self) -> None:
-        await self.start()
+        self.holed = False
+        if self._server is None:
+            await self.start()
 
     async def aclose(self) -> None:
         await self.cut()
@@ -55,6 +64,8 @@ class LinkProxy:
         async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             try:
                 while data := await source.read(65536):
+                    if self.holed:
+                        continue
                     sink.write(data)
                     await sink.drain()
             except OSError:

@@ -207,7 +207,8 @@ async def test_a_cancel_carries_its_reason_and_closes_the_run() -> None:
 
     async with stack(handle) as (server, _), client_side.connect(server.url, "s") as session:
         run = await session.send("go")
-        await wait_until(lambda: session.view.run(run.run_id) is not None)
+        # Started: its agent hears the cancel (one no agent started, the relay ends).
+        await wait_until(lambda: run.status == "active")
         await run.cancel(reason="user pressed stop")
         result = await run.result()
         assert (result.status, result.end_reason) == ("cancelled", "cancelled")

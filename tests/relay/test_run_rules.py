@@ -49,7 +49,6 @@ async def test_no_agent_refuses_the_cancels_of_or_checkpoints_a_run_nobody_start
         assert queued["type"] == "ack"
         pending = await client.publish("s1", prompt("c"))  # alongside: pending, not started
         assert pending["type"] == "ack"
-        assert (await client.publish("s1", cancel("c")))["type"] == "ack"  # kept for its agent
         for run_id in ("b", "c"):
             entries: list[dict[str, Any]] = [
                 {"kind": "cancel_denied", "id": new_id(), "run_id": run_id},
@@ -60,12 +59,18 @@ async def test_no_agent_refuses_the_cancels_of_or_checkpoints_a_run_nobody_start
                 assert reply["type"] == "error", reply
                 assert reply["error"]["code"] == "UNAUTHORIZED"
                 assert reply["error"]["details"]["run_id"] == run_id
-        # The cancel of the queued Run still stands: it ends b at once.
+        # Nobody could refuse their cancels: each ends its Run at once.
         assert (await client.publish("s1", cancel("b")))["type"] == "ack"
         assert await ended(client, "b") == "cancelled"
-        # The agent that starts c owns it: its refusal of c's cancel is taken.
-        assert (await agent.publish("s1", run_status("c", "active")))["type"] == "ack"
-        refusal = {"kind": "cancel_denied", "id": new_id(), "run_id": "c"}
+        assert (await client.publish("s1", cancel("c")))["type"] == "ack"
+        assert await ended(client, "c") == "cancelled"
+        late = await agent.publish("s1", run_status("c", "active"))
+        assert late["type"] == "error" and late["error"]["code"] == "RUN_NOT_ACTIVE"
+        # The agent that starts a Run owns it: its refusal of the Run's cancel is taken.
+        assert (await client.publish("s1", prompt("d")))["type"] == "ack"
+        assert (await agent.publish("s1", run_status("d", "active")))["type"] == "ack"
+        assert (await client.publish("s1", cancel("d")))["type"] == "ack"
+        refusal = {"kind": "cancel_denied", "id": new_id(), "run_id": "d"}
         assert (await agent.publish("s1", refusal))["type"] == "ack"
     finally:
         await client.close()

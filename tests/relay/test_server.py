@@ -319,7 +319,8 @@ async def test_an_agent_is_lost_only_when_its_last_connection_leaves(server: Ser
     assert end["run_id"] == run_id
 
 
-async def test_cancel_before_start_is_kept(server: Server) -> None:
+async def test_cancel_before_start_ends_the_run_at_once(server: Server) -> None:
+    """No agent started the Run, so none could refuse the cancel: the relay ends it."""
     client = await RawPeer.open(server.url)
     await client.attach("s")
     run_id = new_id()
@@ -328,8 +329,14 @@ async def test_cancel_before_start_is_kept(server: Server) -> None:
         "s", {"kind": "cancel", "id": new_id(), "run_id": run_id, "reason": "changed my mind"}
     )
     assert ack["type"] == "ack"
+    with anyio.fail_after(5):
+        while True:
+            [entry] = await client.entries(1)
+            if entry["kind"] == "run" and entry["run_id"] == run_id:
+                break
+    assert entry["status"] == "cancelled" and entry["client_id"] == "relay"
     record = server.hub.channels["s"].registry.get(run_id)
-    assert record is not None and record.cancel_requested and record.status == "pending"
+    assert record is not None and record.cancel_requested and record.status == "cancelled"
 
 
 async def test_slow_consumer_is_closed_with_4008_and_others_go_on() -> None:

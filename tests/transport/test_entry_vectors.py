@@ -81,6 +81,7 @@ BASES: dict[str, dict[str, Any]] = {
         "thread_access": "shared",
         "queued": True,
         "interrupts": ["r9"],
+        "activate": False,
     },
     "run": {
         **_COMMON,
@@ -89,6 +90,7 @@ BASES: dict[str, dict[str, Any]] = {
         "error": _ERROR,
         "durable": True,
         "seen": ["m2"],
+        "timeout": 2.5,
     },
     "cancel": {**_COMMON, "kind": "cancel", "reason": "stop", "interrupted_by": "m3"},
     "cancel_denied": {**_COMMON, "kind": "cancel_denied", "cancel_id": "e0", "reason": "no"},

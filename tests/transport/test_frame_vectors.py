@@ -203,6 +203,7 @@ FULL_BASES: dict[str, dict[str, Any]] = {
         "connection_id": "k1",
         "max_frame_bytes": 1048576,
         "multitask": "alongside",
+        "agent_grace": 30.0,
     },
     "attached": BASES["attached"],
     "ack": BASES["ack"],
@@ -227,6 +228,7 @@ KINDS: tuple[tuple[Any, str], ...] = (
     (dict[str, Any], "object"),
     (list[dict[str, Any]], "entries"),
     (frames.Multitask, "multitask"),
+    (frames.Seconds, "seconds"),
     (frames.ErrorBody, "error"),
     (frames.RelayErrorBody, "error"),  # the error frame's (unknown fields ignored)
 )

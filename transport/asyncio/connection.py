@@ -9,11 +9,13 @@ returns the reply frame (``attached``, ``ack``, ``page``), raising
 (``deliver``, ``dispatch``, ``error`` without ``req``) go to ``on_frame``.
 
 When the socket drops, the connection reconnects with exponential backoff and
-full jitter (the first try at once after a 1012 close: the relay restarts).
-After each ``hello``/``welcome`` it awaits ``on_connect`` (the
-SDK re-attaches its sessions there, from the last serial it saw), then re-sends
-every request still waiting for a reply. Every request of the protocol is
-idempotent (a publish carries its entry id, which the relay de-duplicates), so
+full jitter (the first try at once after a 1012 close: the relay restarts). A
+relay that answers no WebSocket ping for ``keepalive_timeout``
+seconds (10 by default: a link cut without a FIN or RST) counts as dropped.
+After each ``hello``/``welcome`` it awaits ``on_connect`` (the SDK re-attaches
+its sessions there, from the last serial it saw), then re-sends every request
+still waiting for a reply. Every request of the protocol is idempotent (a
+publish carries its entry id, which the relay de-duplicates), so
 a retry never duplicates anything.
 
 Order. Publishes (``Publish`` frames) are sent in the order their place in the
@@ -99,6 +101,7 @@ from ..errors import (
     RunwireError,
 )
 from ..frames import Error, Hello, Publish, RelayFrame, Welcome
+from ..keepalive import DEFAULT_KEEPALIVE_TIMEOUT, keepalive
 from ..redact import install as redact_tokens
 
 __all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "STORE_WAIT", "Connection", "TokenProvider"]
@@ -168,8 +171,11 @@ class Connection:
         open_timeout: float = 10.0,
         rate_limit_wait: float = RATE_LIMIT_WAIT,
         store_wait: float = STORE_WAIT,
+        keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
     ) -> None:
         self.url = url
+        self.keepalive = keepalive(keepalive_timeout, close_max=10.0)
+        """Ping settings: a relay that answers no ping for ``keepalive_timeout`` s is gone."""
         self.client_id = client_id
         self.role = role
         self.token = token
@@ -609,6 +615,9 @@ class Connection:
                 open_timeout=self.open_timeout,
                 max_size=64 * 1024 * 1024,
                 compression=None,
+                ping_interval=self.keepalive.ping_interval,
+                ping_timeout=self.keepalive.ping_timeout,
+                close_timeout=self.keepalive.close_timeout,
             )
         except InvalidStatus as exc:
             if exc.response.status_code in (401, 403):
