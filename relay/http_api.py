@@ -72,6 +72,9 @@ request listens on the channel (``Channel.listen``) under ``Hub.hold``, which
 releases the channel when the request ends, so waiting pins no session; it
 ends as soon as the channel takes in an entry or resets (the store lost its
 history: it answers ``event: reset`` then, not once ``wait`` ran out).
+With ``format=ag-ui`` each entry comes as the AG-UI events it stands for
+(``transport.agui``), each an unnamed ``data:`` event, the last with the
+entry's ``id: <serial>``: an AG-UI client reads the stream as it is.
 
 How a body is read. websockets parses each connection's opening request
 itself (``ServerProtocol.parse`` runs ``Request.parse(reader.read_line)``),
@@ -132,7 +135,7 @@ from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
 
-from transport import codec
+from transport import agui, codec
 from transport.errors import (
     CONFLICT,
     DUPLICATE_RUN,
@@ -899,6 +902,9 @@ class HttpApi:
     ) -> Response:
         limit = min(_int(query, "limit", 100, 1, 1000), self.options.history_page_max)
         wait = _float(query, "wait", 15.0, 0.0, MAX_WAIT)
+        shape = _param(query, "format") or "entries"
+        if shape not in ("entries", "ag-ui"):
+            raise RunwireError(VALIDATION_ERROR, "format must be entries or ag-ui")
         if identity is not None:
             # Not past the token's expiry: what is stored after it is not the token's to
             # read (a WebSocket connection is closed 4003 at that moment). The next
@@ -947,13 +953,16 @@ class HttpApi:
                 reset = {"epoch": now, "head": head, "first": first}
                 blocks.append(b"id: %d\nevent: reset\ndata: %s\n\n" % (after, codec.dumps(reset)))
         blocks.insert(0, b"retry: %d\nid: %d\n\n" % (RETRY_MS, after))
-        for e in entries:
-            blocks.append(b"id: %d\nevent: entry\ndata: %s\n\n" % (e.serial, e.data))
-            questions = _interrupt_required(e.data)
-            if questions is not None:
-                blocks.append(
-                    b"id: %d\nevent: interrupt-required\ndata: %s\n\n" % (e.serial, questions)
-                )
+        if shape == "ag-ui":
+            blocks.extend(_ag_ui_block(e.serial, e.data, session_id) for e in entries)
+        else:
+            for e in entries:
+                blocks.append(b"id: %d\nevent: entry\ndata: %s\n\n" % (e.serial, e.data))
+                questions = _interrupt_required(e.data)
+                if questions is not None:
+                    blocks.append(
+                        b"id: %d\nevent: interrupt-required\ndata: %s\n\n" % (e.serial, questions)
+                    )
         if now is not None:
             # The position to resume from, with its epoch: an id without data sets the
             # last event id EventSource sends back, and fires no event.
@@ -1044,6 +1053,16 @@ class HttpApi:
         if status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="runwire"'
         return response
+
+
+def _ag_ui_block(serial: int, data: bytes, session_id: str) -> bytes:
+    """One stored entry as AG-UI events: unnamed ``data:`` events, the entry's id on the last."""
+    events = agui.entry_events(codec.loads(data), session_id)
+    lines = [b"data: %s\n\n" % codec.dumps(event) for event in events]
+    if lines:
+        lines[-1] = b"id: %d\n" % serial + lines[-1]
+        return b"".join(lines)
+    return b"id: %d\n\n" % serial
 
 
 def _param(query: dict[str, list[str]], name: str) -> str | None:

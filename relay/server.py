@@ -6,7 +6,8 @@ closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
 connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
 ``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
 /metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
-(``client_side/js/runwire.js``), ``GET /static/...`` the chat page's own files
+(``client_side/js/dist/runwire.js``, built from client_side/js/src), ``GET
+/static/...`` the chat page's own files
 (a fixed list, ``relay.static_files``), and ``GET /`` the ``index_html`` file
 when that option names one. ``/v1/...`` is the HTTP API for back ends without a
 socket (``relay.http_api``, which also explains how request bodies are read).
@@ -64,6 +65,7 @@ from transport.keepalive import keepalive
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 
+from . import handshake_log
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
 from .http_api import (
@@ -88,15 +90,17 @@ __all__ = ["Server", "serve"]
 log = logging.getLogger("runwire.relay")
 access_log = logging.getLogger("runwire.access")
 
-CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "runwire.js"
+CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "dist" / "runwire.js"
 """The browser client, served at ``/client.js`` (found beside the installed packages)."""
 
 
 class Server:
-    """A running relay: ``.url`` (ws://), ``.port``, ``.hub``, ``.store``."""
+    """A running relay: ``.url`` (ws://), ``.port``, ``.hub``, ``.store``, ``.admission``
+    (the open connections it counts against its caps)."""
 
-    def __init__(self, ws_server: WSServer, hub: Hub, host: str) -> None:
+    def __init__(self, ws_server: WSServer, hub: Hub, host: str, admission: Admission) -> None:
         self.ws_server = ws_server
+        self.admission = admission
         self.hub = hub
         self.store = hub.store
         sock = next(iter(ws_server.sockets))
@@ -121,6 +125,7 @@ async def serve(
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
     redact_tokens()  # before websockets logs a request line or header with a token
+    handshake_log.install()  # a connection that hangs up before its request is no error
     _check_limits(opts)
     ping = keepalive(opts.keepalive_timeout, close_max=2.0)  # ValueError for a bad one
     verifier: TokenVerifier | None = None
@@ -204,6 +209,9 @@ async def serve(
             flusher=Flusher(),
         )
 
+        admission = Admission(
+            opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+        )
         async with ws_serve(
             handler,
             host,
@@ -214,9 +222,7 @@ async def serve(
                 opts.max_token_bytes,
                 credentials=verifier is not None,
                 authorize=None if verifier is None else functools.partial(_authorize, verifier),
-                admission=Admission(
-                    opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
-                ),
+                admission=admission,
             ),
             open_timeout=OPEN_TIMEOUT,
             max_size=opts.hard_frame_bytes,
@@ -226,7 +232,7 @@ async def serve(
             ping_timeout=ping.ping_timeout,
             close_timeout=ping.close_timeout,
         ) as ws_server:
-            yield Server(ws_server, hub, host)
+            yield Server(ws_server, hub, host, admission)
             # Stop listening, then close every connection "service restart" (1012): the SDKs
             # reconnect at once, to another node behind a load balancer.
             api.close()

@@ -100,13 +100,16 @@ async def test_pipe_yields_once_even_when_the_run_was_cancelled_already(relay_ur
 
 async def test_a_cancel_before_the_worker_started_the_run(relay_url: str) -> None:
     agent = Agent(relay_url)
+    handed = anyio.Event()
     cancel_seen = anyio.Event()
     finished = anyio.Event()
     rounds: list[int] = []
 
     @agent.on_run
     async def handle(run: Run) -> None:
-        # The worker holds the Run without starting it until the cancel folded in.
+        handed.set()
+        # The worker holds the Run without starting it until the cancel folded in: the relay
+        # ends a Run no agent started at once, so the Run has ended by then.
         await until(lambda: bool(run.session._cancels_of(run.run_id)) or run.ended)
         cancel_seen.set()
         async with anyio.create_task_group() as tg:
@@ -115,6 +118,8 @@ async def test_a_cancel_before_the_worker_started_the_run(relay_url: str) -> Non
 
     async with agent, client_end(relay_url, "ls-before") as client:
         run_id = await client.prompt("Plan a trip")
+        with anyio.fail_after(10):  # the worker has the Run before the cancel is sent
+            await handed.wait()
         await client.cancel(run_id, reason="changed my mind")
         with anyio.fail_after(10):
             await cancel_seen.wait()

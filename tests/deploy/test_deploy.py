@@ -116,7 +116,7 @@ def test_the_compose_file_has_two_relays_redis_and_a_tls_proxy() -> None:
 
 
 @pytest.mark.skipif(
-    shutil.which("nginx") is None, reason="nginx is not installed (.ci/run installs nginx-light)"
+    shutil.which("nginx") is None, reason="nginx is not installed (apt-get install -y nginx-light)"
 )
 def test_nginx_parses_the_snippet(tmp_path: Path) -> None:
     ca = trustme.CA()

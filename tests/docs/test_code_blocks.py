@@ -105,11 +105,30 @@ def test_a_fragment_that_does_not_compile_fails() -> None:
 JS_FENCE = re.compile(r"^```(?:js|javascript)(?:[ \t][^\n]*)?\n(.*?)^```", re.S | re.M)
 
 
+def included(target: str) -> str:
+    """What a snippet line includes: a whole file, or the section ``path:name`` between its
+    ``--8<-- [start:name]`` and ``--8<-- [end:name]`` lines."""
+    path, _, section = target.partition(":")
+    text = (ROOT / path).read_text()
+    if not section:
+        return text
+    start, end = f"--8<-- [start:{section}]", f"--8<-- [end:{section}]"
+    assert start in text and end in text, f"{path} has no section {section!r}"
+    return text.split(start, 1)[1].split("\n", 1)[1].split(end, 1)[0].rsplit("\n", 1)[0]
+
+
 def js_blocks() -> list[tuple[str, str]]:
+    """Each JavaScript block, or what it includes (a file or a section of one)."""
     found = []
     for page in [ROOT / "README.md", *doc_pages()]:
         for i, block in enumerate(JS_FENCE.findall(page.read_text())):
-            found.append((f"{page.relative_to(ROOT)} block {i + 1}", block))
+            target = snippet_target(block)
+            found.append(
+                (
+                    f"{page.relative_to(ROOT)} block {i + 1}",
+                    block if target is None else included(target),
+                )
+            )
     return found
 
 

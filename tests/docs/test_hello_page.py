@@ -87,8 +87,11 @@ async def test_the_page_sends_and_steers(static_site: str, chromium: str) -> Non
                     answer + " one word at a time, so you can steer me. ", timeout=WAIT
                 )
                 items = await page.locator("li").all_inner_texts()
-                (ROOT / "test-artifacts").mkdir(exist_ok=True)
-                await page.screenshot(path=str(ROOT / "test-artifacts" / "hello_page.png"))
+                # The tutorial's step 4 shows this screenshot (docs/img/, committed).
+                await page.set_viewport_size({"width": 720, "height": 140})
+                await page.screenshot(
+                    path=str(ROOT / "docs" / "img" / "tutorial-page.png"), animations="disabled"
+                )
             finally:
                 await browser.close()
     assert items[0] == "user: Plan a 3-day trip to Lisbon."

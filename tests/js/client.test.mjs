@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { RunwireError, connect, messageText } from "../../client_side/js/runwire.js";
+import { RunwireError, connect, messageText } from "../../client_side/js/dist/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
 import { FAST, until, withTimeout } from "./waits.mjs";
 

@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { decodeEntry } from "../../client_side/js/runwire.js";
+import { decodeEntry } from "../../client_side/js/dist/runwire.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const { bases, nulls, refused, astral, lengths } = JSON.parse(readFileSync(join(ROOT, "tests", "vectors", "entries", "fields.json"), "utf8"));

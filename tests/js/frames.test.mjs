@@ -10,7 +10,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { checkRelayFrame, connect } from "../../client_side/js/runwire.js";
+import { checkRelayFrame, connect } from "../../client_side/js/dist/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
 import { FAST, until, withTimeout } from "./waits.mjs";
 

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ConversationTree, MULTITASK_STRATEGIES, RunwireError, connect, decodeEntry, userMessage } from "../../client_side/js/runwire.js";
+import { ConversationTree, MULTITASK_STRATEGIES, RunwireError, connect, decodeEntry, userMessage } from "../../client_side/js/dist/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
 import { until, withTimeout } from "./waits.mjs";
 

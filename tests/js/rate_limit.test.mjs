@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { connect } from "../../client_side/js/runwire.js";
+import { connect } from "../../client_side/js/dist/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
 import { withTimeout } from "./waits.mjs";
 

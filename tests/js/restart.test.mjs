@@ -1,9 +1,9 @@
-// A relay that restarts closes its connections 1012 (service restart): runwire.js reconnects at
+// A relay that restarts closes its connections 1012 (service restart): the JavaScript client reconnects at
 // once, not after its backoff, and goes on backing off should that first try fail.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { CLOSE_CODES, connect } from "../../client_side/js/runwire.js";
+import { CLOSE_CODES, connect } from "../../client_side/js/dist/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
 import { until, withTimeout } from "./waits.mjs";
 

@@ -1,7 +1,7 @@
 // Driven by tests/integration/test_js_store_outage.py against a real relay (not a node --test
 // file): `node --experimental-websocket store_outage_client.mjs URL SESSION SCENARIO`; prints
 // one JSON line with what each send did.
-import { connect } from "../../client_side/js/runwire.js";
+import { connect } from "../../client_side/js/dist/runwire.js";
 
 const [url, sessionId, scenario] = process.argv.slice(2);
 const outcome = (settled) =>

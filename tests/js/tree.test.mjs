@@ -6,7 +6,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { ConversationTree, RunwireError, messageText, userMessage } from "../../client_side/js/runwire.js";
+import { ConversationTree, RunwireError, messageText, userMessage } from "../../client_side/js/dist/runwire.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const VECTOR_DIR = join(ROOT, "tests", "vectors", "tree");

@@ -10,7 +10,7 @@
 // history pages, and selecting branches as a reader does; `entries` names what to summarize.
 import { readFileSync } from "node:fs";
 
-import { ConversationTree, messageText } from "../../client_side/js/runwire.js";
+import { ConversationTree, messageText } from "../../client_side/js/dist/runwire.js";
 
 /** What a reader can observe of `tree`; the same shape as summary() in the Python test. */
 function summary(tree, entries) {

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ConversationTree, View, userMessage } from "../../client_side/js/runwire.js";
+import { ConversationTree, View, userMessage } from "../../client_side/js/dist/runwire.js";
 
 const prompt = (serial, mid, runId, extra = {}) => ({
   serial,

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { RunwireError, connect } from "../../client_side/js/runwire.js";
+import { RunwireError, connect } from "../../client_side/js/dist/runwire.js";
 import { FakeRelay } from "./fake_relay.mjs";
 import { withTimeout } from "./waits.mjs";
 

@@ -136,7 +136,7 @@ async def test_connections_over_the_caps_are_refused_and_logged_once_per_burst(
     async with relay.serve(port=0, store="memory://", max_connections=3) as server:
         with raw(server.port), raw(server.port), raw(server.port):
             with anyio.fail_after(10):  # three stalled connections, counted
-                while len(server.ws_server.handler_tasks) < 3:
+                while server.admission.total < 3:
                     await anyio.sleep(0.01)
             for _ in range(4):
                 status, body = await exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")

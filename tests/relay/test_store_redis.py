@@ -265,8 +265,14 @@ async def test_after_losing_a_race_a_session_does_not_linger(prefix: str) -> Non
             assert [e.serial for e in await b.read("s", after=0)] == [1]
             assert (await b.append("s", "e2", body("e2"), expect_last=1)).serial == 2
         for session_id in ("quiet", "s"):  # other sessions, and "s" once it won, linger
-            with anyio.move_on_after(0.5) as lingering:
-                await b.append(session_id, "later", body("later"))
+            assert session_id not in b._contended
+            # An urgent command of the node's own (a health PING) ends a linger early, so a
+            # loaded machine may cut one short; one that never lingers fails all three tries.
+            for attempt in range(3):
+                with anyio.move_on_after(0.5) as lingering:
+                    await b.append(session_id, f"later-{attempt}", body("later"))
+                if lingering.cancelled_caught:
+                    break
             assert lingering.cancelled_caught, session_id
         b.linger_ms = 0
 

@@ -39,7 +39,7 @@ from transport.frames import RelayFrame
 ROOT = Path(__file__).resolve().parents[2]
 BOOLEANS = ROOT / "tests" / "vectors" / "frames" / "booleans.json"
 TYPES = ROOT / "tests" / "vectors" / "frames" / "types.json"
-RUNWIRE_JS = ROOT / "client_side" / "js" / "runwire.js"
+RUNWIRE_JS = ROOT / "client_side" / "js" / "src" / "frames.ts"
 
 BASES: dict[str, dict[str, Any]] = {
     "attached": {
@@ -317,9 +317,9 @@ def type_vectors() -> dict[str, Any]:
 
 
 def js_table() -> Any:
-    """runwire.js's ``RELAY_FRAME_FIELDS`` (written as JSON there for this test to read)."""
+    """The JS client's ``RELAY_FRAME_FIELDS`` (client_side/js/src/frames.ts), JSON to read."""
     found = re.search(
-        r"^const RELAY_FRAME_FIELDS = (\{.*?^\});$",
+        r"^(?:export )?const RELAY_FRAME_FIELDS(?:: [^=\n]+)? = (\{.*?^\});$",
         RUNWIRE_JS.read_text(encoding="utf-8"),
         re.S | re.M,
     )
