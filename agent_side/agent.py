@@ -36,10 +36,11 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
+from transport import logcontext, tracing
 from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.asyncio.tasks import Background
 from transport.checks import Check
-from transport.errors import RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
+from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.runs import TERMINAL
@@ -132,6 +133,9 @@ class Agent:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stopped = anyio.Event()
         self._handlers = Background()  # one ``_take`` per Run; aclose cancels them
+        self._runs: dict[tuple[str, str], Run] = {}  # the Runs whose handler is running
+        self._draining = False  # shutdown(): dispatches are left for another worker
+        self._quiet: anyio.Event | None = None  # set when the last Run taken is done
 
     @property
     def client_id(self) -> str | None:
@@ -209,13 +213,43 @@ class Agent:
         self._handlers.cancel()  # not the task group: it covers the body of ``async with``
         await self._link.aclose()
 
+    async def shutdown(self, grace: float) -> None:
+        """Stop gracefully: take no new Run, let running ones finish, then close.
+
+        Runs dispatched from now on are left to the relay, which hands them to another
+        worker once this one is gone. Runs still going after ``grace`` seconds are left
+        to the relay if durable (it hands them, with their last checkpoint, to another
+        worker after its ``agent_grace``); the others end ``error`` with code
+        ``AGENT_LOST`` and ``details.reason`` ``worker_shutdown``.
+        """
+        self._draining = True
+        with anyio.move_on_after(grace):
+            while self._taken:
+                self._quiet = anyio.Event()
+                await self._quiet.wait()
+        left = [run for run in self._runs.values() if not run.ended]
+        for run in left:
+            if run.durable:
+                log.info("run %s is durable: left for another worker", run.run_id)
+                continue
+            error = RunwireError(
+                AGENT_LOST,
+                f"the worker shut down; the Run did not finish within {grace:g} s",
+                details={"reason": "worker_shutdown", "grace_seconds": grace},
+            )
+            try:
+                await run.end("error", error=error)
+            except RunwireError as exc:
+                log.warning("could not end run %s on shutdown: %s", run.run_id, exc)
+        await self.aclose()
+
     # ---------------------------------------------------------- internal --
 
     async def _register(self, conn: Connection) -> None:
         await conn.request(Worker(req=0, agent=self.name), wait_ready=False)
 
     def _on_dispatch(self, frame: Dispatch) -> None:
-        if self._stopped.is_set():
+        if self._stopped.is_set() or self._draining:
             # Closing (its task group may have ended already): the relay hands the Run
             # to another worker once this one is gone.
             return
@@ -232,7 +266,9 @@ class Agent:
 
     async def _take(self, frame: Dispatch) -> None:
         try:
-            await self._take_run(frame)
+            ids = {"session_id": frame.session_id, "run_id": frame.run_id}
+            with logcontext.bind(**ids, client_id=self.client_id):
+                await self._take_run(frame)
         except Exception:  # a bug here must not bring down the other Runs
             log.exception("run %s of session %s failed", frame.run_id, frame.session_id)
         again = self._again.pop((frame.session_id, frame.run_id), None)
@@ -257,10 +293,17 @@ class Agent:
                 adopted=True if frame.adopted else None,
                 checkpoint=frame.checkpoint,
             )
-            await self._handle(run)
+            self._runs[key] = run
+            attributes = {"runwire.session_id": run.session_id, "runwire.run_id": run.run_id}
+            parent = _trace_parent(run)
+            with tracing.span("runwire.run", parent=parent, kind="consumer", attributes=attributes):
+                await self._handle(run)
         finally:
+            self._runs.pop(key, None)
             await self._link.release(session)
             self._taken.discard(key)
+            if not self._taken and self._quiet is not None:
+                self._quiet.set()
 
     def _new_session(self, frame: Dispatch) -> AgentSession:
         return AgentSession(
@@ -321,3 +364,15 @@ class Agent:
                 return
             log.warning("could not end run %s yet (trying again): %s", run.run_id, exc)
             await run._end_until_stored(reason, error)
+
+
+def _trace_parent(run: Run) -> Mapping[str, object] | None:
+    """The ``traceparent`` carrier of the Run's prompt (the client's send span), if any."""
+    if not tracing.ENABLED:
+        return None
+    for message in reversed(run.messages):
+        if message.role == "user":
+            found = tracing.carrier_of(message.metadata)
+            if found is not None:
+                return found
+    return None

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import anyio.lowlevel
 
+from transport import tracing
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check, first_refusal, refusal_entry_id
 from transport.errors import (
@@ -622,21 +623,22 @@ class Run(RunSteps):
             if save_interrupted_reply is None
             else save_interrupted_reply
         )
-        result = await pipe_stream(
-            stream,
-            run_id=self.run_id,
-            message_id=message_id,
-            seen=seen,
-            abort_signal=self.abort_signal,
-            publish=self._publish_output,
-            entry_id=self._entry_id,
-            max_in_flight=max_in_flight or self.max_in_flight,
-            rollup_window=self.rollup_window if rollup_window is None else rollup_window,
-            max_batch_bytes=max(256, frame_bytes // 2),
-            max_close_bytes=close_budget(frame_bytes),
-            save_interrupted=save,
-            stop_signal=signal,
-        )
+        with tracing.span("runwire.model_call", attributes={"runwire.run_id": self.run_id}):
+            result = await pipe_stream(
+                stream,
+                run_id=self.run_id,
+                message_id=message_id,
+                seen=seen,
+                abort_signal=self.abort_signal,
+                publish=self._publish_output,
+                entry_id=self._entry_id,
+                max_in_flight=max_in_flight or self.max_in_flight,
+                rollup_window=self.rollup_window if rollup_window is None else rollup_window,
+                max_batch_bytes=max(256, frame_bytes // 2),
+                max_close_bytes=close_budget(frame_bytes),
+                save_interrupted=save,
+                stop_signal=signal,
+            )
         self.pipe_error = result.error if result.reason == "error" else None
         if result.message_id is None:  # nothing was published: nothing was taken in
             self._inputs.untake(seen, was_answered)

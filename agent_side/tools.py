@@ -73,6 +73,7 @@ from typing import Any, Literal, TypeVar, overload
 import anyio
 from pydantic import BaseModel, ValidationError
 
+from transport import tracing
 from transport.asyncio.abort import AbortSignal
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
@@ -641,7 +642,9 @@ async def execute_tools(
             else:
                 ctx = ToolContext(call.tool_call_id, call.tool_name, pause)
                 try:
-                    result = await _call(found, call, timeout, ctx)
+                    attributes = {"runwire.tool": call.tool_name}
+                    with tracing.span("runwire.tool", attributes=attributes):
+                        result = await _call(found, call, timeout, ctx)
                 except _Paused as paused:
                     step.questions.append(paused.question)
                     return

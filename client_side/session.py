@@ -69,6 +69,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from transport import tracing
 from transport.asyncio.abort import AbortSignal
 from transport.asyncio.connection import (
     CONNECTION_CLOSED,
@@ -393,6 +394,29 @@ class ClientSession:
         if self.subscribe and self.view.tree.message(msg.id) is not None:
             raise _reused(msg.id)
         run_id = new_id()
+        attributes = {"runwire.session_id": self.session_id, "runwire.run_id": run_id}
+        with tracing.span("runwire.send", kind="producer", attributes=attributes):
+            return await self._send(
+                msg, run_id, multitask, parent_id, parent_run_id, thread_access, signal, activate
+            )
+
+    async def _send(
+        self,
+        msg: UIMessage,
+        run_id: str,
+        multitask: Multitask | None,
+        parent_id: str | None,
+        parent_run_id: str | None,
+        thread_access: ThreadAccess | None,
+        signal: AbortSignal | None,
+        activate: bool | None,
+    ) -> ClientRun:
+        """``send`` once its span is open: the prompt carries the span's ``traceparent``."""
+        if tracing.ENABLED:
+            carried = dict(msg.metadata)
+            tracing.inject(carried)
+            if carried != msg.metadata:
+                msg = msg.model_copy(update={"metadata": carried})
         welcome = self._conn.welcome
         effective = multitask or (welcome.multitask if welcome else None) or "alongside"
         if self.subscribe and parent_id is None and effective in ("alongside", "reject"):

@@ -16,14 +16,24 @@ from typing import Any
 
 import anyio
 
-from transport import checks, redact
+from runwire import config
+from transport import checks, logcontext
 from transport.errors import RunwireError
 from transport.runs import MULTITASK_STRATEGIES
 
 from .auth import MAX_TOKEN_BYTES
 from .server import serve
 
-__all__ = ["HelpFormatter", "build_parser", "main", "options", "run", "version"]
+__all__ = [
+    "HelpFormatter",
+    "build_parser",
+    "main",
+    "options",
+    "parse",
+    "run",
+    "setup_logging",
+    "version",
+]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -132,6 +142,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     parser.add_argument(
+        "--log-format",
+        choices=logcontext.FORMATS,
+        default="text",
+        help="text: time, level, logger, message; json: one object a line",
+    )
+    parser.add_argument("--no-access-log", action="store_true", help="do not log each HTTP request")
+    parser.add_argument(
         "--allowed-origins",
         action="append",
         default=None,
@@ -165,7 +182,25 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument(
         "--ssl-keyfile", help="PEM private key of --ssl-certfile (default: in that file)"
     )
+    config.add_config_options(parser)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The relay's options from ``argv``, ``RUNWIRE_*`` variables and ``--config``.
+
+    ``--print-config`` prints the effective configuration and exits; bad input exits with
+    status 2 and one line saying what is wrong."""
+    resolved = config.resolve(parser, argv, table="relay")
+    args = resolved.args
+    try:
+        logging.getLevelNamesMapping()[args.log_level.upper()]
+    except KeyError:
+        parser.error(f"--log-level: unknown level {args.log_level!r}")
+    if args.print_config:
+        print(config.render(parser, resolved, table="relay"), end="")
+        raise SystemExit(0)
+    return args
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
@@ -258,7 +293,11 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m relay``."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    redact.install(*logging.getLogger().handlers)  # every record that reaches the log
+    args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
+    setup_logging(args)
     anyio.run(run, args)
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """The log as ``--log-level``, ``--log-format`` and ``--no-access-log`` say."""
+    logcontext.setup(args.log_level, args.log_format, access_log=not args.no_access_log)

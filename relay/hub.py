@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from transport import codec
+from transport import codec, logcontext, tracing
 from transport.errors import (
     AGENT_LOST,
     CONFLICT,
@@ -303,7 +303,8 @@ class Hub:
         except RunwireError as exc:
             peer.send_error(exc, getattr(frame, "req", None))
         except Exception:
-            log.exception("frame %s failed", frame.type)
+            where = {"session_id": getattr(frame, "session_id", None)}
+            log.exception("frame %s failed", frame.type, extra=where)
             peer.send_error(
                 RunwireError(INTERNAL_ERROR, "the relay failed on this request"),
                 getattr(frame, "req", None),
@@ -435,6 +436,7 @@ class Hub:
 
     async def _publish(self, peer: Peer, frame: Publish) -> None:
         channel: Channel | None = None
+        started = time.perf_counter()
         try:
             sender = peer.sender_for(frame.session_id)
             if frame.session_id not in peer.attached and _write_only(sender):
@@ -446,6 +448,7 @@ class Hub:
                 channel = self._attached(peer, frame.session_id)
                 serial, duplicate = await self.publish(channel, frame.entry, sender, peer=peer)
             peer.send_frame(codec.encode(Ack(req=frame.req, serial=serial, duplicate=duplicate)))
+            self.metrics.publish_ack.observe(time.perf_counter() - started)
         except RunwireError as exc:
             peer.send_error(exc, frame.req)
         except Exception:
@@ -471,6 +474,21 @@ class Hub:
         (``STORE_UNAVAILABLE``) holds its later publishes to the session (``_store_hold``).
         """
         session_id = channel.session_id
+        if tracing.ENABLED and isinstance(entry, MessageEntry):
+            carrier = tracing.carrier_of(entry.message.metadata)
+            if carrier is not None:
+                attributes = {"runwire.session_id": session_id, "runwire.run_id": entry.run_id}
+                with tracing.span(
+                    "runwire.relay.publish", parent=carrier, kind="server", attributes=attributes
+                ):
+                    return await self._publish_entry(channel, entry, sender, peer)
+        return await self._publish_entry(channel, entry, sender, peer)
+
+    async def _publish_entry(
+        self, channel: Channel, entry: EntryBody, sender: Sender, peer: Peer | None
+    ) -> tuple[int, bool]:
+        session_id = channel.session_id
+        started = time.perf_counter()
         try:
             serial, duplicate, changes = await channel.publish(
                 entry,
@@ -495,6 +513,11 @@ class Hub:
         if duplicate:
             self.metrics.duplicates.inc()
         else:
+            # Stored and taken in: queued to this node's subscribers (the agent's included).
+            took = time.perf_counter() - started
+            self.metrics.publish_deliver.observe(took)
+            if isinstance(entry, MessageEntry) and entry.intent == "steer":
+                self.metrics.steer_dispatch.observe(took)
             await self._published(entry, changes)
         return serial, duplicate
 
@@ -616,6 +639,11 @@ class Hub:
         """
         self.metrics.published.inc()
         for record in changes:
+            if record.terminal:  # counted here: only the node that stored the end does this
+                code = (record.error or {}).get("code", "") if record.status == "error" else ""
+                self.metrics.runs_ended.labels(record.status, str(code)).inc()
+                duration = max(0, record.updated_ts - record.created_ts) / 1000
+                self.metrics.run_duration.observe(duration)
             if record.status == "pending" and (
                 (isinstance(entry, MessageEntry) and entry.intent == "prompt")
                 or (isinstance(entry, RunEntry) and entry.status == "pending")
@@ -729,7 +757,8 @@ class Hub:
         key = (session_id, run_id)
         try:
             async with self.hold(session_id) as channel:
-                await self._end_lost(channel, run_id)
+                with logcontext.bind(session_id=session_id, run_id=run_id):
+                    await self._end_lost(channel, run_id)
         except RunwireError as exc:
             # The sweep (on Redis) tries again every heartbeat while this fails: one
             # warning per Run per ``LOST_LOG_EVERY`` seconds, with how many were not logged.

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["HotCounter", "Metrics"]
+__all__ = ["LATENCY_BUCKETS", "RUN_BUCKETS", "HotCounter", "Metrics"]
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Seconds: a publish on a healthy store takes a millisecond or so; the tail matters."""
+RUN_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+"""Seconds: a Run takes from a second to many minutes."""
 
 
 class Metrics:
@@ -38,6 +52,39 @@ class Metrics:
             "runwire_runs_timed_out", "Runs ended RUN_TIMEOUT at their deadline", registry=r
         )
         self.workers = Gauge("runwire_workers", "Registered agent workers", registry=r)
+        self.publish_ack = Histogram(
+            "runwire_publish_ack_seconds",
+            "From a publish received to its ack (the store's write included)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.publish_deliver = Histogram(
+            "runwire_publish_deliver_seconds",
+            "From a publish received to its entry queued to this node's subscribers",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.steer_dispatch = Histogram(
+            "runwire_steer_dispatch_seconds",
+            "From a steer received to its entry queued to the agent's connection",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.run_duration = Histogram(
+            "runwire_run_duration_seconds",
+            "From a Run's prompt to its end",
+            buckets=RUN_BUCKETS,
+            registry=r,
+        )
+        self.runs_ended = Counter(
+            "runwire_runs_ended",
+            "Runs ended, by status and error code",
+            ["status", "code"],
+            registry=r,
+        )
+        # The process's CPU, memory and file descriptors, the interpreter, its collector.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)
 
     def _hot(self, name: str, doc: str) -> HotCounter:
         counter = HotCounter()

@@ -63,7 +63,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from transport import codec
+from transport import codec, logcontext, redact
 from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
 from transport.keepalive import keepalive
@@ -93,6 +93,7 @@ from .store.base import Store
 __all__ = ["Server", "serve"]
 
 log = logging.getLogger("runwire.relay")
+access_log = logging.getLogger("runwire.access")
 
 CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "dist" / "runwire.js"
 """The browser client, served at ``/client.js`` (found beside the installed packages)."""
@@ -233,7 +234,7 @@ async def serve(
             handler,
             host,
             port,
-            process_request=process_request,
+            process_request=functools.partial(_logged, process_request),
             create_connection=connection_class(
                 opts.max_frame_bytes,
                 opts.max_token_bytes,
@@ -253,8 +254,12 @@ async def serve(
             ssl=tls,
         ) as ws_server:
             yield Server(ws_server, hub, host, admission, tls=tls is not None)
+            # Stop listening, then close every connection "service restart" (1012): the SDKs
+            # reconnect at once, to another node behind a load balancer.
             api.close()
-            ws_server.close(close_connections=True)
+            ws_server.close(
+                close_connections=True, code=CloseCode.SERVICE_RESTART, reason="relay restarting"
+            )
     finally:
         hub.close()
         await the_store.aclose()
@@ -343,6 +348,35 @@ def _authorize(
     return None
 
 
+async def _logged(
+    process_request: Any, conn: ServerConnection, request: Request
+) -> Response | None:
+    """``process_request`` plus one ``runwire.access`` line per HTTP request answered."""
+    started = time.perf_counter()
+    response: Response | None = await process_request(conn, request)
+    if response is not None and access_log.isEnabledFor(logging.INFO):
+        remote = conn.remote_address[0] if conn.remote_address else None
+        method = request_method(conn, request)
+        ms = round((time.perf_counter() - started) * 1000, 3)
+        path = redact.redact(request.path)  # a browser's ?token= stays out of the log
+        access_log.info(
+            "%s %s %s %s %.1f ms",
+            remote,
+            method,
+            path,
+            response.status_code,
+            ms,
+            extra={
+                "method": method,
+                "path": path,
+                "status": response.status_code,
+                "duration_ms": ms,
+                "remote": remote,
+            },
+        )
+    return response
+
+
 def _upgrade(request: Request) -> bool:
     return "upgrade" in request.headers.get("Connection", "").lower()
 
@@ -399,6 +433,7 @@ async def _handle_connection(
     try:
         if not await _greet(ws, peer, hub, opts, verifier):
             return
+        logcontext.CLIENT_ID.set(peer.sender.client_id)  # this task's records name the client
         if peer.identity is not None:
             expiry = asyncio.get_running_loop().call_later(
                 max(0.0, peer.identity.expires_at - time.time()),

@@ -1,4 +1,4 @@
-"""``runwire``: the command line (``relay``, ``demo``, ``token``)."""
+"""``runwire``: the command line (``relay``, ``worker``, ``demo``, ``token``)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="capabilities, comma-separated: subscribe,publish,steer,cancel,cancel-any,agent",
     )
+    from . import worker as worker_cli
+
+    worker_cli.add_arguments(
+        sub.add_parser(
+            "worker",
+            help="run an agent worker: runwire worker module:agent",
+            description="Run an agent worker (module:attr names an Agent or a factory).",
+            formatter_class=formatter,
+        )
+    )
     token.add_argument("--client-id", default=None, help="pin the client id (claim 'client_id')")
     token.add_argument("--ttl", type=float, default=3600, help="seconds until it expires")
     token.add_argument(
@@ -89,11 +99,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         _without_relay(argv, exc)
         return
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "relay":
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-        redact.install(*logging.getLogger().handlers)  # every record that reaches the log
+        # Only --version comes before the subcommand, and it exits: the rest is the relay's.
+        relay_parser = _subparser(parser, "relay")
+        args = relay_cli.parse(relay_parser, argv[argv.index("relay") + 1 :])
+        relay_cli.setup_logging(args)
         anyio.run(relay_cli.run, args)
+    elif args.command == "worker":
+        from . import worker as worker_cli
+
+        worker_cli.main(_subparser(parser, "worker"), argv[argv.index("worker") + 1 :])
     elif args.command == "token":
         print(_token(args))
     elif args.command == "demo":
@@ -114,13 +131,28 @@ def main(argv: Sequence[str] | None = None) -> None:
             pass  # a ^C before the demo's own handler was in place: leave quietly
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise LookupError(name)
+
+
 def _without_relay(argv: Sequence[str] | None, exc: ImportError) -> None:
     """``runwire`` on an install without the ``relay`` extra: a version, or why not."""
     parser = argparse.ArgumentParser(prog="runwire", description="runwire relay and tools")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument("command", choices=("relay", "demo", "token"))
+    parser.add_argument("command", choices=("relay", "demo", "token", "worker"))
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.command == "worker":  # a worker needs the agent SDK only
+        from . import worker as worker_cli
+
+        worker_parser = argparse.ArgumentParser(prog="runwire worker")
+        worker_cli.main(worker_cli.add_arguments(worker_parser), args.args)
+        return
     print(f"runwire {args.command}: {exc}", file=sys.stderr)
     raise SystemExit(2)
 

@@ -43,7 +43,7 @@ def test_the_set_up_section_names_what_ci_provisions() -> None:
     wanted = set(re.findall(r"need\+=\((\S+)\)", ci)) | set(
         re.findall(r"apt-get install -y -qq (redis-server)", ci)
     )
-    assert wanted == {"nodejs", "npm", "chromium", "redis-server"}
+    assert wanted == {"nodejs", "npm", "chromium", "redis-server", "nginx-light"}
     assert wanted <= set(command.group(1).split())
     assert "/usr/bin/chromium" in setup and "/usr/bin/chromium" in ci
 

@@ -30,6 +30,8 @@ LOGGERS = (
     "runwire.client",
     "runwire.connection",
     "runwire.abort",
+    "runwire.worker",
+    "runwire.access",
 )
 """The loggers ``install`` filters: a filter on a logger sees only the records logged to it,
 not those its children pass up, so each is named."""

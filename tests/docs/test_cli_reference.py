@@ -18,7 +18,7 @@ def options_of(command: str, capsys: pytest.CaptureFixture[str]) -> set[str]:
     return set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", capsys.readouterr().out)) - {"--help"}
 
 
-@pytest.mark.parametrize("command", ["relay", "demo", "token"])
+@pytest.mark.parametrize("command", ["relay", "worker", "demo", "token"])
 def test_every_option_is_documented(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     page = (ROOT / "docs" / "reference" / "cli.md").read_text()
     section = page.split(f"## `runwire {command}`", 1)[1].split("\n## ", 1)[0]

@@ -9,7 +9,8 @@ returns the reply frame (``attached``, ``ack``, ``page``), raising
 (``deliver``, ``dispatch``, ``error`` without ``req``) go to ``on_frame``.
 
 When the socket drops, the connection reconnects with exponential backoff and
-full jitter. A relay that answers no WebSocket ping for ``keepalive_timeout``
+full jitter (the first try at once after a 1012 close: the relay restarts). A
+relay that answers no WebSocket ping for ``keepalive_timeout``
 seconds (10 by default: a link cut without a FIN or RST) counts as dropped.
 After each ``hello``/``welcome`` it awaits ``on_connect`` (the SDK re-attaches
 its sessions there, from the last serial it saw), then re-sends every request
@@ -193,6 +194,7 @@ class Connection:
         self.store_wait = store_wait
         self.welcome: Welcome | None = None
         self.connects = 0
+        self._restarting = False  # the last connection was closed 1012 (service restart)
         self._ws: ClientConnection | None = None
         self._ready = anyio.Event()
         self._closed = False
@@ -601,7 +603,11 @@ class Connection:
                 self._fail_all(RunwireError(CONNECTION_CLOSED, "connection lost"))
                 return
             self._emit("disconnected")
-            await anyio.sleep(backoff(self.backoff_initial, self.backoff_max, attempt))
+            # A relay that restarts (1012) wants its clients elsewhere at once: no backoff
+            # before the first try; should that fail, the backoff goes on as usual.
+            restarting, self._restarting = self._restarting, False
+            if not (restarting and attempt == 0):
+                await anyio.sleep(backoff(self.backoff_initial, self.backoff_max, attempt))
             attempt += 1
 
     async def _connect_once(self) -> None:
@@ -647,6 +653,7 @@ class Connection:
         if refused is not None:
             raise refused
         code = ws.close_code
+        self._restarting = code == CloseCode.SERVICE_RESTART
         if code == CloseCode.UNAUTHORIZED or code == CloseCode.TOKEN_EXPIRED:
             raise close_error(CLOSE_CODES.get(code, UNAUTHORIZED), ws.close_reason or "")
 

@@ -296,6 +296,7 @@ var CLOSE_CODES = Object.freeze({
   1e3: "NORMAL",
   1001: "GOING_AWAY",
   1009: "PAYLOAD_TOO_LARGE",
+  1012: "SERVICE_RESTART",
   4001: "UNAUTHORIZED",
   4002: "PROTOCOL_ERROR",
   4003: "TOKEN_EXPIRED",
@@ -2341,7 +2342,8 @@ function _lost(ev, err) {
     return;
   }
   if (wasReady || this._attempt === 0) this._emit("disconnected");
-  const delay = backoff(this._backoffInitial, this._backoffMax, this._attempt);
+  const restarting = ev !== null && ev !== void 0 && ev.code === 1012 && this._attempt === 0;
+  const delay = restarting ? 0 : backoff(this._backoffInitial, this._backoffMax, this._attempt);
   this._attempt = Math.min(this._attempt + 1, 16);
   this._retryTimer = setTimeout(() => {
     this._retryTimer = null;

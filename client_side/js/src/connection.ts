@@ -270,7 +270,10 @@ export function _lost(this: Session, ev: CloseEvent | null, err: unknown) {
     return;
   }
   if (wasReady || this._attempt === 0) this._emit("disconnected");
-  const delay = backoff(this._backoffInitial, this._backoffMax, this._attempt);
+  // A relay that restarts closes 1012: the first try goes at once (to another node behind a
+  // load balancer); should it fail, the backoff goes on as usual.
+  const restarting = ev !== null && ev !== undefined && ev.code === 1012 && this._attempt === 0;
+  const delay = restarting ? 0 : backoff(this._backoffInitial, this._backoffMax, this._attempt);
   this._attempt = Math.min(this._attempt + 1, 16);
   this._retryTimer = setTimeout(() => {
     this._retryTimer = null;

@@ -14,6 +14,7 @@ export const CLOSE_CODES: Readonly<Record<number, string>> = Object.freeze({
   1000: "NORMAL",
   1001: "GOING_AWAY",
   1009: "PAYLOAD_TOO_LARGE",
+  1012: "SERVICE_RESTART",
   4001: "UNAUTHORIZED",
   4002: "PROTOCOL_ERROR",
   4003: "TOKEN_EXPIRED",
