@@ -9,9 +9,10 @@ replies, unanswered tool calls). ``transport.asyncio`` is the one I/O driver
 the relay and both SDKs share.
 """
 
+from typing import TYPE_CHECKING
+
 from . import checks
 from .answers import ParsedAnswer, answer_format, parse_answer
-from .asyncio.abort import AbortController, AbortSignal
 from .errors import CloseCode, RunwireError
 from .frames import PROTOCOL_VERSION, Interrupt, RunEndReason, RunStatus
 from .history import (
@@ -42,6 +43,9 @@ from .tree import (
     RunInfo,
     ViewMessage,
 )
+
+if TYPE_CHECKING:
+    from .asyncio.abort import AbortController, AbortSignal
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
@@ -79,3 +83,16 @@ __all__ = [
     "repair_unanswered_tool_calls",
     "user_message",
 ]
+
+
+# AbortController and AbortSignal live in the I/O layer, since a signal's scope() cancels an
+# anyio block. They load on first use, so importing transport never imports anyio.
+_LAZY = {"AbortController", "AbortSignal"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from .asyncio import abort
+
+        return getattr(abort, name)
+    raise AttributeError(f"module 'transport' has no attribute {name!r}")

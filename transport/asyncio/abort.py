@@ -134,4 +134,5 @@ class AbortController:
 
     def abort(self, reason: Any = None) -> None:
         """Fire the signal; later calls do nothing."""
-        self.signal._fire("aborted" if reason is None else reason)
+        # The controller is the one object allowed to fire its signal, as on the web platform.
+        self.signal._fire("aborted" if reason is None else reason)  # noqa: SLF001
