@@ -60,7 +60,6 @@ IMPORT_CYCLES = [
 # issue 27 lands.
 LONG_MODULE_DOCSTRINGS = {
     "agent_side/durable.py",
-    "agent_side/inputs.py",
     "agent_side/pipe.py",
     "agent_side/run.py",
     "agent_side/tools.py",
@@ -77,10 +76,6 @@ LONG_MODULE_DOCSTRINGS = {
     "relay/store/redis_live.py",
     "relay/store/sqlite.py",
     "transport/asyncio/connection.py",
-    "transport/checks.py",
-    "transport/chunks.py",
-    "transport/frames.py",
-    "transport/outcomes.py",
     "transport/runs.py",
     "transport/tree.py",
 }
@@ -90,7 +85,6 @@ LONG_MODULE_DOCSTRINGS = {
 LONG_SENTENCES = {
     "agent_side/agent.py",
     "agent_side/durable.py",
-    "agent_side/inputs.py",
     "agent_side/loop.py",
     "agent_side/models/anthropic.py",
     "agent_side/models/openai_agents.py",
@@ -129,12 +123,8 @@ LONG_SENTENCES = {
     "transport/asyncio/abort.py",
     "transport/asyncio/connection.py",
     "transport/asyncio/tasks.py",
-    "transport/checks.py",
-    "transport/chunks.py",
     "transport/codec.py",
     "transport/events.py",
-    "transport/frames.py",
-    "transport/outcomes.py",
     "transport/policy.py",
     "transport/redact.py",
     "transport/runs.py",
