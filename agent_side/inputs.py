@@ -57,7 +57,7 @@ class RunInputs:
         self.iterations = 0
         self.limit_reached = False
         self.answered = False
-        self.owe = False
+        self.owe = False  # tool results, or a retried step, wait for a model call
         self.drained: list[str] = []
         self.taken: set[str] = set()
         self.stamped: set[str] = set()
@@ -147,24 +147,24 @@ class RunInputs:
         return bool(take)
 
     def has_input(self) -> bool:
-        """True while a model call is owed; takes in what the next call gets (module docstring)."""
+        """True while a model call is still to make; takes in what the next call gets."""
         if self.limit_reached:
             return False
         self._drain(self.available("inject"), "all")
         self._drain(self.available("steer"), self.steering)
-        owed = (
+        call_due = (
             not self.answered
             or self.owe
             or any(self.intents.get(mid) != "inject" for mid in self.drained)
         )
-        if not owed and self._drain(self.available("follow_up"), self.follow_up):
+        if not call_due and self._drain(self.available("follow_up"), self.follow_up):
             self.turn += 1
             self.iterations = 0
-            owed = True
-        if owed and self.max_iterations is not None and self.iterations >= self.max_iterations:
+            call_due = True
+        if call_due and self.max_iterations is not None and self.iterations >= self.max_iterations:
             self.limit_reached = True
             return False
-        return owed
+        return call_due
 
     def take_seen(self) -> tuple[list[str], bool]:
         """A model call starts: what it took in (its ``seen``), and the state to ``untake``."""

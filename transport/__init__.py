@@ -1,12 +1,11 @@
-"""runwire's wire protocol and the logic every side shares (no sockets here).
+"""runwire's wire protocol and the logic every side shares, without sockets.
 
-``transport.frames`` defines the protocol, ``transport.codec`` encodes it,
-``transport.runs`` holds the Run rules, ``transport.tree`` folds a channel's
-entries into a conversation, ``transport.outcomes`` resolves steering
-outcomes, ``transport.checks`` holds the input checks and
-``transport.history`` reads back what a stopped Run left (interrupted
-replies, unanswered tool calls). ``transport.asyncio`` is the one I/O driver
-the relay and both SDKs share.
+``transport.frames`` defines the protocol and ``transport.codec`` encodes it.
+``transport.runs`` holds the Run rules, and ``transport.tree`` folds a channel's entries into a
+conversation. ``transport.outcomes`` resolves steering outcomes, and ``transport.checks`` holds
+the input checks. ``transport.history`` reads back what a stopped Run left: interrupted replies
+and unanswered tool calls. ``transport.asyncio`` is the one I/O driver that the relay and both
+SDKs share; importing ``transport`` does not load it.
 """
 
 from typing import TYPE_CHECKING

@@ -148,7 +148,7 @@ class MessageEntry(_Entry):
     agent: Id | None = None
     """For a prompt: the agent name its Run goes to (default ``default``)."""
     multitask: Multitask | None = None
-    """For a prompt: what its Run does to Runs going on (None: the relay's default).
+    """For a prompt: what its Run does to running Runs (None: the relay's default).
 
     The relay stamps the strategy in effect on the stored prompt."""
     parent_run_id: Id | None = None
