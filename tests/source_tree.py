@@ -225,7 +225,9 @@ def docstrings(module: Module) -> Iterator[tuple[str, str]]:
 
 _LITERAL = re.compile(r"``.*?``|`[^`]*`", re.S)
 _BREAK = re.compile(r"\n\s*\n|\n\s*(?=[-*•] |\d+[.)] |:\w)|\n\s*[-=~]{3,}\s*(?:\n|$)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(`*A-Z0-9])")
+_SENTENCE_END = re.compile(
+    r"(?:(?<=[.!?])|(?<=[.!?][)\"'*\]])|(?<=[.!?]\*\*))\s+(?=[\"'(`*A-Z0-9])"
+)
 _ABBREVIATION = re.compile(r"\b(e\.g|i\.e|etc|vs|cf)\.$")
 
 
@@ -248,6 +250,16 @@ def sentences(text: str) -> Iterator[str]:
             pending = ""
         if pending:
             yield " ".join(pending.split())
+
+
+_FENCE = re.compile(r"^\s*(```|~~~).*?^\s*\1", re.S | re.M)
+_NOT_PROSE = ("|", "#", "--8<--", ":::", "<!--")
+
+
+def markdown_prose(text: str) -> str:
+    """A Markdown page without its code blocks, tables, headings and snippet lines."""
+    text = _FENCE.sub("", text)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(_NOT_PROSE))
 
 
 def words(sentence: str) -> int:
