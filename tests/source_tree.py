@@ -262,5 +262,33 @@ def markdown_prose(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(_NOT_PROSE))
 
 
+_LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
+_CODE_LINE = re.compile(r"^ {4,}\S.*$", re.M)
+
+
+def nested_parentheses(text: str) -> int:
+    """How many times the prose of ``text`` opens a parenthesis inside another.
+
+    Literals in backquotes, Markdown link targets and lines indented four spaces or more, which
+    are code examples, do not count.
+    """
+    text = _CODE_LINE.sub("", _LINK_TARGET.sub("]", _LITERAL.sub("LITERAL", text)))
+    found = 0
+    for paragraph in re.split(r"\n\s*\n", text):
+        found += _nesting(paragraph)
+    return found
+
+
+def _nesting(text: str) -> int:
+    depth = found = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+            found += depth == 2
+        elif char == ")":
+            depth = max(0, depth - 1)
+    return found
+
+
 def words(sentence: str) -> int:
     return len(sentence.split())
