@@ -12,10 +12,12 @@ through ``run.run_tools``, and calls the model again with their results. A cance
 calls not started with ``ABORTED_BEFORE_DISPATCH``. A steering message that cut a reply short
 does the same for that reply's calls, also when the model's stream raised as it was aborted.
 
-A reply is whole when its stream ended before steering aborted its call. Steering that arrives
-while the tools of a whole reply run stops none of them; only a cancel does. Follow-ups start new
-turns after the current answer. Each turn has ``max_iterations`` model calls, and at the limit
-the Run stops as ``on_iteration_limit`` says.
+A reply is whole when its stream ended before steering aborted its call, even if the steering
+lands while ``pipe()`` closes it. Steering that arrives while the tools of a whole reply run stops
+none of them; only a cancel does. Their results are written, and the next model call reads them
+with the steering after them. Follow-ups start new turns after the current answer. Each turn
+has ``max_iterations`` model calls, and at the limit the Run stops as ``on_iteration_limit``
+says.
 """
 
 from __future__ import annotations

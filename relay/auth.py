@@ -13,10 +13,10 @@ a shorter one is refused at start-up. It verifies RS256 and ES256 tokens with a 
 public key.
 
 A failed verification raises ``RunwireError``: ``TOKEN_EXPIRED`` for an expired token, and
-``UNAUTHORIZED`` for everything else, with ``details.reason``. A token longer than ``max_bytes``
-is refused unread, with the reason ``too_large`` and ``details.size`` and ``details.limit``.
-``nbf`` and ``iat`` may be up to ``CLOCK_SKEW`` seconds ahead of the relay's clock; ``exp`` is
-exact.
+``UNAUTHORIZED`` for everything else, with ``details.reason``. A token longer than ``max_bytes``,
+the relay's ``max_token_bytes``, is refused unread, with the reason ``too_large`` and
+``details.size`` and ``details.limit``. ``nbf`` and ``iat`` may be up to ``CLOCK_SKEW`` seconds
+ahead of the relay's clock; ``exp`` is exact.
 """
 
 from __future__ import annotations
