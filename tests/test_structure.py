@@ -165,6 +165,7 @@ JARGON_IN_DOCSTRINGS = {
     "relay/hub.py",
     "relay/store/base.py",
     "transport/asyncio/connection.py",
+    "transport/interrupts.py",  # left to runs27, which rewrites this docstring
     "transport/policy.py",
     "transport/runs.py",
 }

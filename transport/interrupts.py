@@ -8,11 +8,11 @@ plain dict, so every relay node replays it the same way):
 * ``interrupts``: the questions of the latest pause, as ``Interrupt`` dicts;
 * ``answers``: every answer the Run got so far, by interrupt id (kept across
   pauses, so a tool that asks several times gets earlier answers back in order);
-* ``expired``: ids of questions nobody answered in time, so the Run continued without them;
+* ``expired``: ids of questions nobody answered in time (the Run went on);
 * ``moved_on``: a new prompt came instead of answers;
 * ``declined``: the reason a client gave for ending the pause without answers;
 * ``step``: the version-1 checkpoint of the tool step that paused;
-* ``due``: every question is settled, and the relay must publish ``run: pending`` for the Run.
+* ``due``: every question is settled, the relay owes the Run a ``run: pending``.
 
 ``check_answer`` checks one answer against its question (``VALIDATION_ERROR``,
 ``INTERRUPT_EXPIRED``, ``INTERRUPT_ANSWER_INVALID``); the texts a tool call
