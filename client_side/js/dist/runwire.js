@@ -1,6 +1,54 @@
 // runwire.js: the runwire client (@runwire/client) as one ES module, built from client_side/js/src
 // by client_side/js/build.mjs (do not edit: change the TypeScript sources and build again).
 
+// src/queue.ts
+var IteratorQueue = class {
+  constructor(stop = () => {
+  }) {
+    this.stop = stop;
+  }
+  buffer = [];
+  wake = null;
+  done = false;
+  /** True once `end` or `return` was called. */
+  get ended() {
+    return this.done;
+  }
+  push(value) {
+    if (this.done) return;
+    const wake = this.wake;
+    if (wake !== null) {
+      this.wake = null;
+      wake({ value, done: false });
+    } else this.buffer.push(value);
+  }
+  end() {
+    if (this.done) return;
+    this.done = true;
+    this.stop();
+    const wake = this.wake;
+    if (wake !== null) {
+      this.wake = null;
+      wake({ value: void 0, done: true });
+    }
+  }
+  next() {
+    if (this.buffer.length) return Promise.resolve({ value: this.buffer.shift(), done: false });
+    if (this.done) return Promise.resolve({ value: void 0, done: true });
+    return new Promise((resolve) => {
+      this.wake = resolve;
+    });
+  }
+  return() {
+    this.buffer.length = 0;
+    this.end();
+    return Promise.resolve({ value: void 0, done: true });
+  }
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+};
+
 // src/entries.ts
 function invalid(where, msg) {
   throw new RunwireError(VALIDATION_ERROR, `${where}: ${msg}`, { errors: [{ loc: where.split("."), msg }] });
@@ -416,71 +464,40 @@ function entryChunks(e) {
   return e.chunks.map((chunk, index) => ({ ...base, index, chunk: { ...chunk } }));
 }
 function replyChunks(view, runId, options = {}) {
-  const buffer = [];
-  let wake = null;
   let last = options.after ?? -1;
-  let ended = false;
   const signal = options.signal ?? null;
-  const flush = () => {
-    if (wake === null) return;
-    const w = wake;
-    if (buffer.length) {
-      wake = null;
-      w({ value: buffer.shift(), done: false });
-    } else if (ended) {
-      wake = null;
-      w({ value: void 0, done: true });
-    }
-  };
+  const queue = new IteratorQueue(() => {
+    view._entryHooks.delete(onEntry);
+    view._changed.delete(onChange);
+    signal?.removeEventListener("abort", onAbort);
+  });
   const runOver = () => {
     if (runId === null) return false;
     const info = view.run(runId);
     return info !== null && isTerminal(info.status);
   };
   const take = (e) => {
-    if (ended || typeof e.serial !== "number" || e.serial <= last) return;
+    if (queue.ended || typeof e.serial !== "number" || e.serial <= last) return;
     if (runId !== null && e.run_id !== runId) return;
     last = e.serial;
-    buffer.push(...entryChunks(e));
-  };
-  const end = () => {
-    if (ended) return;
-    ended = true;
-    view._entryHooks.delete(onEntry);
-    view._changed.delete(onChange);
-    signal?.removeEventListener("abort", onAbort);
-    flush();
+    for (const chunk of entryChunks(e)) queue.push(chunk);
   };
   const onEntry = (e) => {
     take(e);
-    if (runOver()) end();
-    flush();
+    if (runOver()) queue.end();
   };
   const onChange = () => {
-    if (view._closed || runOver()) end();
+    if (view._closed || runOver()) queue.end();
   };
-  const onAbort = () => end();
+  const onAbort = () => queue.end();
   for (const e of view.tree._held()) take(e);
-  if (view._closed || runOver() || signal?.aborted) ended = true;
+  if (view._closed || runOver() || signal?.aborted) queue.end();
   else {
     view._entryHooks.add(onEntry);
     view._changed.add(onChange);
     signal?.addEventListener("abort", onAbort, { once: true });
   }
-  return {
-    next: () => new Promise((resolve) => {
-      wake = resolve;
-      flush();
-    }),
-    return: () => {
-      buffer.length = 0;
-      end();
-      return Promise.resolve({ value: void 0, done: true });
-    },
-    [Symbol.asyncIterator]() {
-      return this;
-    }
-  };
+  return queue;
 }
 
 // src/outcomes.ts
@@ -1831,50 +1848,20 @@ var View = class {
    */
   events() {
     this._checkReadable("view.events()");
-    const buffer = [];
-    let wake = null;
-    let ended = this._closed;
-    const push = (event) => {
-      if (wake) {
-        const w = wake;
-        wake = null;
-        w({ value: event, done: false });
-      } else buffer.push(event);
-    };
-    const end = () => {
-      ended = true;
+    const queue = new IteratorQueue(() => {
       this._streams.delete(push);
       this._changed.delete(onClose);
-      if (wake) {
-        const w = wake;
-        wake = null;
-        w({ value: void 0, done: true });
-      }
-    };
+    });
+    const push = (event) => queue.push(event);
     const onClose = () => {
-      if (this._closed) end();
+      if (this._closed) queue.end();
     };
-    if (!ended) {
+    if (this._closed) queue.end();
+    else {
       this._streams.add(push);
       this._changed.add(onClose);
     }
-    return {
-      next: () => {
-        if (buffer.length) return Promise.resolve({ value: buffer.shift(), done: false });
-        if (ended) return Promise.resolve({ value: void 0, done: true });
-        return new Promise((resolve) => {
-          wake = resolve;
-        });
-      },
-      return: () => {
-        buffer.length = 0;
-        end();
-        return Promise.resolve({ value: void 0, done: true });
-      },
-      [Symbol.asyncIterator]() {
-        return this;
-      }
-    };
+    return queue;
   }
   /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries @internal */
   _foldLive(entries) {
