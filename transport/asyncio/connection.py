@@ -307,12 +307,12 @@ class Connection:
         self._lane_changed.set()
         self._lane_changed = asyncio.Event()
 
-    async def _exchange(self, frame: BaseModel, wait_ready: bool, seq: int = 0) -> RelayFrame:
+    async def _exchange(self, frame: BaseModel, wait_ready: bool, place: int = 0) -> RelayFrame:
         """One request: send ``frame`` (again after every reconnect) and return its reply.
 
-        ``seq``: the publish's place in the lane, handed on (the next publish may go) once
-        the frame is in line to be sent: sent at once, or on the next connect in ``req``
-        order, before anything issued after it.
+        ``place`` is the publish's place in the lane. The lane hears it was sent once the
+        frame is in line: sent at once, or sent on the next connect in ``req`` order. Either
+        way it goes before anything made after it, so the next publish may go.
         """
         if self._fatal is not None:
             raise self._fatal
@@ -334,7 +334,7 @@ class Connection:
             )
         pending = _Pending(data, text)
         self._pending[req] = pending
-        if seq and self.lane.sent(seq) and self._lane_waiting:
+        if place and self.lane.sent(place) and self._lane_waiting:
             self._wake_lane()
         try:
             if wait_ready:
