@@ -394,6 +394,30 @@ def half_jitter(s: Script) -> None:
     assert s.refused(place, "e1", RATE_LIMITED, "busy") == pytest.approx(0.075)
 
 
+def backoffs_double_up_to_their_caps(s: Script) -> None:
+    """Each backoff doubles from its first wait up to 2 s: 100 ms for the store, 50 ms for
+    a rate limit without ``retry_after``. A refusal with another code starts afresh."""
+    place = s.reserve()
+    waits = []
+    for _ in range(7):
+        s.go(place)
+        again = s.refused(place, "e1", STORE_UNAVAILABLE, "away")
+        assert again is not None
+        waits.append(again - s.now)
+        s.at(again)
+    assert waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
+    waits = []
+    for _ in range(7):
+        s.go(place)
+        again = s.refused(place, "e1", RATE_LIMITED, "busy")
+        assert again is not None
+        waits.append(again - s.now)
+        s.at(again)
+    assert waits == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0])
+    s.go(place)
+    s.done(place)
+
+
 SCENARIOS: dict[str, tuple[Callable[[Script], None], dict[str, float]]] = {
     "in_order_acks": (in_order_acks, {}),
     "several_in_flight": (several_in_flight, {}),
@@ -411,6 +435,7 @@ SCENARIOS: dict[str, tuple[Callable[[Script], None], dict[str, float]]] = {
     "stale_places": (stale_places, {}),
     "other_errors_are_not_retried": (other_errors_are_not_retried, {}),
     "half_jitter": (half_jitter, {"jitter": 0.0}),
+    "backoffs_double_up_to_their_caps": (backoffs_double_up_to_their_caps, {}),
 }
 
 
