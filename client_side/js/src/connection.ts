@@ -1,7 +1,9 @@
 // The connection and reconnect side of a Session: open the socket (a fresh token first when the
 // session has a provider), hello and attach (or resume from the newest serial with the epoch),
 // re-send what waits for a reply, back off and try again when the socket drops, and give up for
-// good on a refusal no retry mends. Session takes these as its own methods (connectionMethods).
+// good on a refusal no retry mends. It also drives the session's publish lane (lane.ts): it asks
+// the lane for each publish's turn, tells it the replies, and waits as it says. Session takes these
+// as its own methods (connectionMethods). See docs/explanation/publish-lane.md.
 
 import type { Session } from "./session.js";
 import type { CancelDenial, ConnectOptions, ConnectionState, Entry, Intent, Interrupt, Multitask, OutcomeRecord, Refusal, Refused, ThreadAccess, TreeEvent, UIMessage, PendingRequest } from "./types.js";
