@@ -55,7 +55,6 @@ LONG_MODULES = {
     "relay/hub.py",
     "relay/store/redis.py",
     "relay/store/sqlite.py",
-    "transport/asyncio/connection.py",
     "transport/runs.py",
     "transport/tree.py",
 }
@@ -103,7 +102,6 @@ LONG_MODULE_DOCSTRINGS = {
     "relay/store/redis.py",
     "relay/store/redis_live.py",
     "relay/store/sqlite.py",
-    "transport/asyncio/connection.py",
     "transport/runs.py",
     "transport/tree.py",
 }
@@ -136,7 +134,6 @@ LONG_SENTENCES = {
     "relay/store/redis_live.py",
     "relay/store/redis_wire.py",
     "relay/store/sqlite.py",
-    "transport/asyncio/connection.py",
     "transport/policy.py",
     "transport/runs.py",
     "transport/tree.py",
@@ -164,7 +161,6 @@ JARGON_IN_DOCSTRINGS = {
     "client_side/session.py",
     "relay/hub.py",
     "relay/store/base.py",
-    "transport/asyncio/connection.py",
     "transport/interrupts.py",  # left to runs27, which rewrites this docstring
     "transport/policy.py",
     "transport/runs.py",
