@@ -535,16 +535,15 @@ class Channel:
             oldest = entries[0].serial if entries else self.last + 1
             has_older = self.last > 0 and oldest > self.first
         peer.send_frame(
-            b'{"type":"attached","req":'
-            + codec.dumps(req)
-            + b',"session_id":'
-            + codec.dumps(self.session_id)
-            + b',"epoch":'
-            + codec.dumps(self.epoch)
-            + b',"head":%d,"has_older":%s,"reset":%s,"entries":['
-            % (self.last, b"true" if has_older else b"false", b"true" if reset else b"false")
-            + b",".join(e.data for e in entries)
-            + b"]}"
+            codec.attached_frame(
+                req,
+                self.session_id,
+                self.epoch,
+                self.last,
+                has_older=has_older,
+                reset=reset,
+                entries=[e.data for e in entries],
+            )
         )
         self.subscribers.add(peer)
         peer.attached.add(self.session_id)

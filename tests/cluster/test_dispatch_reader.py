@@ -131,8 +131,8 @@ async def test_a_sweep_that_finds_nothing_to_end_leaves_no_session_loaded(node: 
     with anyio.fail_after(5):
         while "s" in node.hub.channels:
             await anyio.sleep(0.02)
-    await node.hub._agent_lost("s", run_id)  # pending, not active: nothing to end
-    await node.hub._agent_lost("s", "no-such-run")
+    await node.hub.agent_lost("s", run_id)  # pending, not active: nothing to end
+    await node.hub.agent_lost("s", "no-such-run")
     assert "s" not in node.hub.channels
 
 

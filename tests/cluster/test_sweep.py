@@ -581,7 +581,7 @@ async def test_the_sweep_matches_session_patterns_as_tokens_do(
 
 async def test_owners_whose_runs_never_end_do_not_starve_the_others(store: RedisStore) -> None:
     """The sweep takes at most ``sweep_limit`` owners a pass, oldest first. An owner whose
-    Run's end keeps failing (``hub._agent_lost`` only logs: the session cannot be loaded,
+    Run's end keeps failing (``hub.agent_lost`` only logs: the session cannot be loaded,
     its append is refused) must not keep that place for ever: the owners behind it get
     their turn, and the stuck ones are still tried."""
     stuck = {"s-stuck1", "s-stuck2"}
