@@ -1,99 +1,29 @@
 """``RedisDispatcher``: dispatch and agent liveness shared by several relay nodes.
 
-Used instead of ``relay.dispatch.Dispatcher`` when the store is Redis, so that
-nothing a second node would need stays in one node's memory:
+Used instead of ``relay.dispatch.Dispatcher`` when the store is Redis, so that nothing
+a second node would need stays in one node's memory.
 
-* **Dispatch.** The store's append script puts a Run written ``pending`` on
-  its agent's Redis stream (``<prefix>agent:<name>:runs``) in the same atomic
-  step that stores the prompt, and takes it off when the Run is written with
-  another status (``relay.store.redis``). One consumer group (``relay``) reads
-  the stream, every node a consumer of it. A node reads the stream only
-  while it has a live worker of that agent name, so each Run goes to exactly
-  one node and one worker there. The node acknowledges the stream entry when
-  the Run leaves ``pending`` (started or cancelled), on the store's command connection
-  with its other commands, so a burst of starts costs no connection each. If its worker dies first,
-  the node hands the Run to another local worker or puts it back on the stream
-  for any node (a script that moves it to a new entry only while the Run is
-  still waiting on the old one). A node keeps its unacknowledged entries fresh
-  (``XCLAIM`` to itself every heartbeat, which also tells it of the entries gone
-  because their Run left ``pending`` in a session it has not loaded: it forgets
-  them, and its worker's count of Runs not started); entries of a node that died go idle and
-  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds; a node
-  claims nothing until it has had Redis, with no failure of its heartbeat or its
-  reader, for ``claim_idle`` seconds, counted from its start or from Redis's return:
-  Redis counts an outage as idle time, and live holders refresh meanwhile; this holds
-  whether its reader saw the outage or started after it), and
-  the sweeper (below) drops, once a minute, the consumers of gone nodes that
-  hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
-  one consumer per node start, and then deletes the streams (with their group)
-  left with no entry, none held and no consumer (no node has a worker of that
-  name), so Redis does not keep a stream and a group for every agent name ever
-  used; one script looks and deletes, so a Run stored meanwhile comes after and
-  makes the stream again, and a node makes a group from the stream's start
-  (``NOGROUP`` at a read makes it again at once). One task per node reads the streams of every
-  agent name it has live workers of, in one blocking ``XREADGROUP`` (and one
-  pipelined ``XAUTOCLAIM`` a second): a node holds one Redis connection for
-  dispatch however many agent names it serves. A worker of a name the read in
-  progress does not cover interrupts it, so that name's Runs are read at once;
-  an interrupted read may have been served, so the next read first takes back
-  this node's own unacknowledged entries (``XREADGROUP ... 0``). A Run no
-  local worker may take (none has the ``agent`` right in its session) goes back
-  on the stream; a round that gave back every Run it read makes the reader pause
-  (50 ms, doubling up to ``read_block``; a worker registering ends the pause), so
-  a worker whose token covers other sessions does not make its node read the
-  same Run again and again while no node can take it.
-* **Liveness.** Every node marks the agent client ids it holds connections of
-  present, each heartbeat, in one script (one round trip): per client id in one sorted
-  set (``<prefix>presence``: client id -> deadline, three heartbeats ahead, on
-  Redis's clock) for a connection that may act as an agent in every session, and
-  per client id and scope in another (``<prefix>scoped``: ``[client id, [pattern,
-  ...]]`` -> deadline, each client id's members listed in
-  ``<prefix>scopes:<client id>``) for one whose token grants ``agent`` in the
-  sessions of some patterns only (``Peer.agent_scope``). An agent is present in a
-  session where one of its deadlines covers it, as on one relay
-  (``Peer.can(session, 'agent')``): a worker whose fresh token drops a session
-  keeps its Runs in the others, and those in the dropped one end once the deadline
-  of its earlier scope has passed the grace. The append script keeps,
-  per owner, the set of its active Runs (``<prefix>owns:<client id>``), and
-  puts an owner that no node has marked present in the Run's session yet in the
-  presence set as absent from the moment its Run became active. One node at a
-  time sweeps: the holder of a lease (``<prefix>sweeper``, renewed every
-  heartbeat, expiring after three, so
-  another node takes over within three heartbeats of its holder's end), so the
-  sweep's cost does not grow with the number of nodes; nor with the number of
-  Runs under way: one script, one round trip, returns the owners with a deadline
-  (everywhere, or in some sessions) that passed ``agent_grace`` seconds ago, each
-  with the Runs it still owns in sessions none of its other deadlines covers, and
-  forgets what lapsed of the owners left with none. It takes at most ``sweep_limit``
-  (1,000) owners, oldest deadline first, and puts those it returns Runs of at the back
-  (their lapsed deadlines become ``now - grace``: still gone), so owners whose Runs'
-  ends keep failing (``Hub._agent_lost`` logs it, once per ``LOST_LOG_EVERY`` per Run)
-  cannot keep the sweep from the owners behind them; each pass retries them after
-  those. The same script tells which of those Runs have no record left in their
-  session (Redis evicted its ``runs`` hash, under a ``maxmemory-policy`` other than
-  ``noeviction``, or it was deleted, while the owner's set still names them): they go to
-  the hub as the others (a node that has the session loaded still knows the Run, and the
-  end it stores writes the record again), and then one more script, only in a sweep that
-  found such a Run, drops from the owner's set those whose record is still missing,
-  with a warning each (once: they are in no set after that), so that the sweep does not
-  return them for ever and their owner is forgotten once it owns nothing. A Run whose
-  record is there is never dropped so, whatever became of its end. A node that has just
-  taken the lease, or takes up the sweep again after its maintenance failed (Redis away,
-  or refusing writes: out of memory, a read-only replica), first moves deadlines
-  that have passed to "now": while no node could write presence, absence does
-  not count. The lease is renewed with ``SET``, which a Redis out of memory
-  refuses (``PEXPIRE`` it would take), so the sweeper notices that nobody could
-  write presence even when it has no agents of its own to mark. Each of those Runs is ended
-  ``error`` / ``AGENT_LOST`` if its owner is still gone when the end is stored: the
-  script that stores it tests the owner's deadline again (``Gone``), so an agent that
-  came back through another node between the sweep and the end (the sweeping node
-  knows only its own connections) keeps its Run. Should a new holder repeat an old
-  one's last attempt, the Run rules make the second a no-op. A durable Run is put back to
-  ``pending`` instead (an entry with a deterministic id, so a second node's
-  attempt is a duplicate), which puts it on the agent's stream, and
-  ``hand_to_worker`` sends the dispatch with ``adopted`` and the Run's
-  checkpoint, read from the stored record. A node starting indexes any active
-  Run an earlier version left out of its owner's set.
+Dispatch. The store's append script puts a Run written ``pending`` on its agent's
+Redis stream, in the same atomic step that stores the prompt. One consumer group reads
+each stream, every node a consumer of it. A node reads a stream only while it has a
+live worker of that agent name, so each Run goes to exactly one node and one worker.
+The node acknowledges the stream entry when the Run leaves ``pending``. Entries of a
+node that died go idle and the other nodes claim them.
+
+Liveness. Every node marks the agent client ids it holds connections of present,
+each heartbeat, in one script. One node at a time sweeps: the holder of a lease. The
+sweep finds the owners whose presence lapsed ``agent_grace`` seconds ago and the Runs
+they still own. Each such Run ends ``error`` with ``AGENT_LOST`` if its owner is still
+gone when the end is stored. A durable Run goes back to ``pending`` instead, and
+another worker adopts it.
+
+One task per node reads the streams of every agent name it serves, in one blocking
+read. The heartbeat keeps the node's entries and presence fresh. The sweeper also
+drops the consumers and streams nobody uses any more. The Lua scripts of the lease and
+of that pruning are in ``relay.cluster_scripts``.
+
+docs/explanation/relay-internals.md tells every step and why it is safe: outages,
+claims, scopes of presence, evicted records.
 """
 
 from __future__ import annotations
@@ -111,6 +41,7 @@ from transport.errors import STORE_UNAVAILABLE, RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
+from .cluster_scripts import LEAD, PRUNE
 from .dispatch import Expire, RunKey, discharge, enlist, hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
@@ -128,59 +59,6 @@ _WIDENED = object()
 Presence = tuple[str, tuple[str, ...] | None]
 """An agent connection's client id and the patterns of the sessions it may act in (None:
 every session), as ``Peer.agent_scope`` gives them."""
-
-# KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
-# 2 if it has just taken it (it was free). Renewed with SET, not PEXPIRE: a Redis out of
-# memory refuses SET, so a sweeper that cannot write presence cannot keep sweeping either.
-_LEAD = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
-end
-return 0
-"""
-
-# KEYS: an agent's stream. ARGV: the consumer group, idle ms. Drops the group's consumers
-# that hold nothing and have been idle that long (nodes that are gone: a live reader is
-# never idle for more than its blocking read), atomically with looking, so a consumer
-# that takes an entry meanwhile is kept. Then, if the stream holds no entry and no group
-# of it holds one (pending) or has a consumer left (a node reads it: a worker serves the
-# name), deletes the stream with its groups: every agent name ever used (by a worker, or
-# named by a prompt) no longer keeps a stream and a group for ever. In the same step as
-# looking: a Run stored after it (XADD) makes the stream again, and a node makes the group
-# again from its start (``id="0"``) before it reads, so no Run is lost. Returns {consumers
-# dropped, 1 if the stream went or 0}.
-_PRUNE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
-local function fields(reply)
-  local f = {}
-  for i = 1, #reply, 2 do f[reply[i]] = reply[i + 1] end
-  return f
-end
-local dropped = 0
-local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
-if ok then
-  for _, consumer in ipairs(consumers) do
-    local f = fields(consumer)
-    if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) then
-      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
-      dropped = dropped + 1
-    end
-  end
-end
-if redis.call('XLEN', KEYS[1]) ~= 0 then return {dropped, 0} end
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local f = fields(group)
-  if f['pending'] ~= 0 or f['consumers'] ~= 0 then return {dropped, 0} end
-end
-redis.call('DEL', KEYS[1])
-return {dropped, 1}
-"""
 
 
 class RedisDispatcher:
@@ -240,8 +118,8 @@ class RedisDispatcher:
         # Where each stream's next XAUTOCLAIM goes on (it looks at 100 pending entries a
         # call, so starting from the first every time would never get past 100 held ones).
         self._claim_from: dict[str, str] = {}
-        self._lead_script: Any = self._redis.register_script(_LEAD)
-        self._prune_script: Any = self._redis.register_script(_PRUNE)
+        self._lead_script: Any = self._redis.register_script(LEAD)
+        self._prune_script: Any = self._redis.register_script(PRUNE)
 
     # ---------------------------------------------------------- lifecycle --
 
@@ -671,7 +549,7 @@ class RedisDispatcher:
         worker leaves one in the group of that agent's stream; the sweeper drops
         those idle for ``consumer_idle`` seconds that hold no entry. A stream left with
         no entry, none held and no consumer (no node has a worker of that name) is
-        deleted with its group, in the same script (``_PRUNE``).
+        deleted with its group, in the same script (``cluster_scripts.PRUNE``).
         """
         idle_ms = int(self.consumer_idle * 1000)
         dropped = deleted = 0

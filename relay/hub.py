@@ -60,7 +60,8 @@ from transport.holds import AdmissionHold
 from transport.policy import RELAY
 from transport.runs import AGENT, SUBSCRIBE, Policy, RunRecord, Sender, SlotBook
 
-from .channel import Channel, newest_within
+from .backlog import attach, newest_within
+from .channel import Channel
 from .channels import Channels, oldest_waiting, registry_maker
 from .deadlines import Deadlines
 from .dispatch import Dispatcher, Expire
@@ -321,7 +322,8 @@ class Hub:
         """Attach ``peer`` to the session's channel (``Channel.attach``: raises
         ``EPOCH_MISMATCH`` if the channel reset meanwhile, the next one is loaded afresh)."""
         async with self.hold(frame.session_id) as channel:
-            await channel.attach(
+            await attach(
+                channel,
                 peer,
                 frame.req,
                 from_serial=frame.from_serial,
