@@ -37,28 +37,24 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from transport.errors import STORE_UNAVAILABLE, RunwireError
+from transport.errors import RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
-from .cluster_scripts import LEAD, PRUNE
 from .dispatch import Expire, RunKey, discharge, enlist, hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
 from .store.redis import RedisStore
+from .sweeper import GROUP, Sweeper
 
 __all__ = ["RedisDispatcher"]
 
 log = logging.getLogger("runwire.relay")
 
-GROUP = "relay"
 BOUNCE_WAIT = 0.05
 """Seconds a node's dispatch reader first pauses after a round in which no local worker
 could take any Run it read (see ``RedisDispatcher._after_round``)."""
 _WIDENED = object()
-Presence = tuple[str, tuple[str, ...] | None]
-"""An agent connection's client id and the patterns of the sessions it may act in (None:
-every session), as ``Peer.agent_scope`` gives them."""
 
 
 class RedisDispatcher:
@@ -79,27 +75,15 @@ class RedisDispatcher:
         sweep_limit: int = 1000,
     ) -> None:
         self.store = store
-        self.sweep_limit = sweep_limit
-        """At most how many gone owners one sweep takes (oldest first)."""
-        self.grace = grace
         self.metrics = metrics
         metrics.count_store_round_trips(lambda: store.round_trips)
         self.claim_idle = claim_idle
-        self.consumer_idle = consumer_idle
-        """Seconds a stream consumer holding nothing may stay idle before the sweeper drops it."""
-        self._pruned = 0.0  # when this node last pruned consumers (as the sweeper)
-        self.indexed = False
-        """The active Runs an earlier version left out of their owners' sets are in them."""
-        self.heartbeat = max(0.2, min(grace / 3, 2.0))
         self.node_id = f"node-{new_id()[:12]}"
-        self._expire = expire
         self._redis: Any = store.client()
         self.workers: dict[str, list[Peer]] = {}
         self.assigned: dict[RunKey, Peer] = {}
         self.held: dict[RunKey, tuple[str, str]] = {}  # run -> (agent, stream entry id)
         self.records: dict[RunKey, RunRecord] = {}
-        self.agents_present: dict[Presence, int] = {}
-        """This node's agent connections by client id and scope (``Peer.agent_scope``)."""
         self._reader: asyncio.Task[None] | None = None
         self._reading: frozenset[str] = frozenset()  # agent names the read in progress covers
         self._widen = asyncio.Event()  # a worker of a name it does not cover arrived
@@ -108,24 +92,27 @@ class RedisDispatcher:
         self.read_block = 0.5
         """Seconds a dispatch read waits for a Run before it checks the workers again."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self._steady_since: float | None = None
-        """Since when (monotonic) this node has had Redis without a failure, or None: not yet
-        (its maintenance has not gone through once) or its maintenance or reader failed
-        since (see ``_claim_due``)."""
-        self._arrived: set[Presence] = set()  # agents whose presence is not written yet
-        self._toucher: asyncio.Task[None] | None = None
         self._groups: set[str] = set()
         # Where each stream's next XAUTOCLAIM goes on (it looks at 100 pending entries a
         # call, so starting from the first every time would never get past 100 held ones).
         self._claim_from: dict[str, str] = {}
-        self._lead_script: Any = self._redis.register_script(LEAD)
-        self._prune_script: Any = self._redis.register_script(PRUNE)
+        self.sweeper = Sweeper(
+            store,
+            self._redis,
+            node_id=self.node_id,
+            grace=grace,
+            expire=expire,
+            refresh=self._refresh_held,
+            spawn=self._spawn,
+            consumer_idle=consumer_idle,
+            sweep_limit=sweep_limit,
+        )
 
     # ---------------------------------------------------------- lifecycle --
 
     def start(self) -> None:
         """Start the heartbeat/sweep loop."""
-        self._spawn(self._maintain())
+        self._spawn(self.sweeper.run())
 
     def close(self) -> None:
         """Stop every loop (held stream entries go idle and other nodes claim them)."""
@@ -172,35 +159,14 @@ class RedisDispatcher:
             if record is not None and not self._hand_local(record):
                 self._spawn(self._give_back(key))
         if peer.is_agent():  # as ``Hub.hello`` counted it
-            present = (peer.sender.client_id, peer.agent_scope())
-            left = self.agents_present.get(present, 1) - 1
-            if left <= 0:
-                self.agents_present.pop(present, None)
-            else:
-                self.agents_present[present] = left
+            self.sweeper.left((peer.sender.client_id, peer.agent_scope()))
 
     def client_back(self, client_id: str, *, scope: tuple[str, ...] | None = None) -> None:
         """Count an agent connection for the presence heartbeat (clients own no Runs), by
         client id and ``scope``, the patterns of the sessions it may act in
         (``Peer.agent_scope``; None: every session), so its presence keeps its Runs there
         only."""
-        present = (client_id, scope)
-        self.agents_present[present] = self.agents_present.get(present, 0) + 1
-        self._arrived.add(present)
-        if self._toucher is None or self._toucher.done():
-            self._toucher = self._spawn(self._touch_arrived())
-
-    async def _touch_arrived(self) -> None:
-        """Write the presence of agents that connected, all that came meanwhile at once.
-
-        One task, one pipeline at a time: a thousand agents reconnecting to a node
-        together (after a restart) cost a few round trips on one connection, not a
-        connection each.
-        """
-        while self._arrived:
-            arrived = list(self._arrived)
-            self._arrived.clear()
-            await self._touch(arrived)
+        self.sweeper.arrived((client_id, scope))
 
     def start_timer(self, record: RunRecord) -> None:
         """Liveness is swept from Redis; nothing to time locally."""
@@ -328,7 +294,7 @@ class RedisDispatcher:
                         else:
                             given_back += 1
                 now = time.monotonic()
-                if self._claim_due(now) and now - claimed_at >= min(1.0, self.claim_idle / 2):
+                if self.claim_due(now) and now - claimed_at >= min(1.0, self.claim_idle / 2):
                     claimed_at = now
                     await self._claim_idle(streams)
                 await self._after_round(taken, given_back)
@@ -346,7 +312,7 @@ class RedisDispatcher:
                         regrouped = True
                         continue
                 log.warning("dispatch reader: %s", exc)
-                self._steady_since = None
+                self.sweeper.steady_since = None
                 await asyncio.sleep(0.5)
 
     async def _after_round(self, taken: int, given_back: int) -> None:
@@ -386,7 +352,7 @@ class RedisDispatcher:
                     await reading
         return _WIDENED if reading.cancelled() else reading.result()
 
-    def _claim_due(self, now: float) -> bool:
+    def claim_due(self, now: float) -> bool:
         """Whether entries idle for ``claim_idle`` seconds may be taken as abandoned now.
 
         Only once this node has had Redis, without a failure, for ``claim_idle`` seconds:
@@ -399,7 +365,7 @@ class RedisDispatcher:
         worker at most ``claim_idle`` seconds (and a heartbeat) after the later of its
         death and the claimer's start.
         """
-        since = self._steady_since
+        since = self.sweeper.steady_since
         return since is not None and now - since >= self.claim_idle
 
     async def _claim_idle(self, streams: dict[str, str]) -> None:
@@ -420,68 +386,6 @@ class RedisDispatcher:
             for entry_id, fields in claimed[1] if claimed else []:
                 if fields:
                     await self._take(agent, entry_id.decode(), fields)
-
-    async def _touch(self, present: list[Presence]) -> bool:
-        """Mark agents present (client ids with their scope: see
-        ``RedisStore.mark_present``), in one round trip; False if Redis did not take it."""
-        if not present:
-            return True
-        everywhere: list[str] = []
-        scoped: list[tuple[str, tuple[str, ...]]] = []
-        for client_id, scope in present:
-            if scope is None:
-                everywhere.append(client_id)
-            else:
-                scoped.append((client_id, scope))
-        try:
-            await self.store.mark_present(everywhere, self.heartbeat * 3, scoped=scoped)
-        except RunwireError as exc:
-            log.warning("presence heartbeat failed: %s", exc)
-            return False
-        return True
-
-    async def _maintain(self) -> None:
-        lapsed = True  # no sweep yet, or maintenance failed (Redis away) since the last one
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            try:
-                if not self.indexed:
-                    await self.store.index_owners()
-                    self.indexed = True
-                if not await self._touch(list(self.agents_present)):
-                    lapsed = True  # this node's agents may have lapsed meanwhile
-                    self._steady_since = None
-                await self._refresh_held()
-                held = await self._lead()
-                if held:
-                    if held == 2 or lapsed:
-                        # Deadlines that passed while no node could write presence (Redis
-                        # away, or no sweeper) do not count: absence starts now, so every
-                        # node marks its agents again before any Run is ended.
-                        await self.store.absent_from_now()
-                        lapsed = False
-                    await self._sweep()
-                    if time.monotonic() - self._pruned >= min(60.0, self.consumer_idle):
-                        self._pruned = time.monotonic()
-                        await self._prune()
-                if self._steady_since is None:
-                    self._steady_since = time.monotonic()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                lapsed = True
-                self._steady_since = None
-                if isinstance(exc, RunwireError) and exc.code == STORE_UNAVAILABLE:
-                    log.warning("cluster maintenance failed: %s", exc)  # Redis away: no trace
-                else:
-                    log.exception("cluster maintenance failed")
-
-    async def _lead(self) -> int:
-        """Take or keep the sweeper's lease: 0 if another node holds it, 1 if this node
-        kept it, 2 if it has just taken it."""
-        lease = int(self.heartbeat * 3000)
-        held = await self._lead_script(keys=[self.store.key("sweeper")], args=[self.node_id, lease])
-        return int(held)
 
     async def _refresh_held(self) -> None:
         """Keep this node's held entries fresh; forget those gone from the stream.
@@ -511,51 +415,7 @@ class RedisDispatcher:
                     self.assigned.pop(key, None)
                     self.records.pop(key, None)
 
-    async def _sweep(self) -> None:
-        """End the active Runs of owners gone for ``grace`` seconds past their deadline.
-
-        One round trip when nobody left, however many Runs are active; the Runs of
-        owners that did take one ``expire`` each.
-
-        A Run whose record Redis lost (evicted, or deleted, while its owner's set still
-        names it) is given to ``expire`` too (a node that has its session loaded still
-        knows it, and its end writes the record again), then dropped from its owner's set
-        if its record is still missing: one more round trip, only when there is such a Run,
-        and a warning for each dropped (once: it is in no set after that). Its owner is
-        then forgotten as any other owning nothing. A Run whose record is there stays,
-        whatever became of its end (``Hub._agent_lost`` logs a failed one; the next sweeps
-        try again).
-        """
-        found = await self.store.gone_and_lost(self.grace, limit=self.sweep_limit)
-        for runs in found.runs.values():
-            for session_id, run_id in runs:
-                await self._expire(session_id, run_id)
-        if found.lost:
-            for owner, session_id, run_id in await self.store.forget_lost(found.lost):
-                log.warning(
-                    "run %s/%s of agent %r: Redis lost its record (evicted or deleted; "
-                    "see maxmemory-policy), so it cannot be ended AGENT_LOST; dropped from "
-                    "its owner's active Runs",
-                    session_id,
-                    run_id,
-                    owner,
-                )
-
-    async def _prune(self) -> tuple[int, int]:
-        """Drop consumers of gone nodes from every agent stream's group, then the streams
-        nobody uses; how many consumers and streams went.
-
-        Each node reads as a consumer of its own id, so every node that ever had a
-        worker leaves one in the group of that agent's stream; the sweeper drops
-        those idle for ``consumer_idle`` seconds that hold no entry. A stream left with
-        no entry, none held and no consumer (no node has a worker of that name) is
-        deleted with its group, in the same script (``cluster_scripts.PRUNE``).
-        """
-        idle_ms = int(self.consumer_idle * 1000)
-        dropped = deleted = 0
-        pattern = self.store.dispatch_streams
-        async for stream in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
-            consumers, gone = await self._prune_script(keys=[stream], args=[GROUP, idle_ms])
-            dropped += int(consumers)
-            deleted += int(gone)
-        return dropped, deleted
+    @property
+    def heartbeat(self) -> float:
+        """Seconds between two presence rounds (``Sweeper.heartbeat``)."""
+        return self.sweeper.heartbeat

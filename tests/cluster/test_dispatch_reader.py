@@ -106,7 +106,7 @@ async def test_a_worker_registering_reads_nothing_of_the_cluster_wide_index(
             return int(stats.get("cmdstat_smembers", {"calls": 0})["calls"])
 
         with anyio.fail_after(10):  # the node's one read of the index at start is done
-            while not server.indexed:
+            while not server.sweeper.indexed:
                 await anyio.sleep(0.05)
         before = await index_reads()
         workers = [

@@ -70,13 +70,13 @@ async def test_the_sweep_ends_only_runs_whose_owner_stayed_away_for_the_grace(
     runs.append(active("back", "returns"))
     await store.put_runs(runs)
     node.client_back("here")
-    await node._touch([("here", None)])
-    await node._sweep()
+    await node.sweeper.touch([("here", None)])
+    await node.sweeper.sweep()
     assert expired == []  # the others absent since their Runs started: not past the grace
     node.client_back("returns")
-    await node._touch([("returns", None)])
+    await node.sweeper.touch([("returns", None)])
     await anyio.sleep(0.35)  # past the grace for those never marked present
-    await node._sweep()
+    await node.sweeper.sweep()
     assert sorted(expired) == [("s0", "r-s0"), ("s2", "r-s2"), ("s4", "r-s4")]
 
 
@@ -89,12 +89,12 @@ async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: Redis
     node = RedisDispatcher(store, grace=0.2, expire=expire, metrics=Metrics())
     here = [active(f"s{i}", f"agent-{i % 30}") for i in range(300)]
     await store.put_runs(here)
-    await node._touch([(f"agent-{i}", None) for i in range(30)])
+    await node.sweeper.touch([(f"agent-{i}", None) for i in range(30)])
     client = store.client()
     try:
         before = await client.info("commandstats")
         trips = store.round_trips
-        await node._sweep()
+        await node.sweeper.sweep()
         assert store.round_trips - trips == 1
         after = await client.info("commandstats")
         assert after["cmdstat_hget"]["calls"] == before.get("cmdstat_hget", {"calls": 0})["calls"]
@@ -104,13 +104,13 @@ async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: Redis
         await store.put_runs([active("t", "leaver"), active("u", "leaver")])
         await store.mark_present(["idle"], 0.01)
         await anyio.sleep(0.25)
-        await node._touch([(f"agent-{i}", None) for i in range(30)])
-        await node._sweep()
+        await node.sweeper.touch([(f"agent-{i}", None) for i in range(30)])
+        await node.sweeper.sweep()
         assert sorted(expired) == [("t", "r-t"), ("u", "r-u")]
         # Ended, its Runs left its set; the next sweep forgets it; "idle" owned nothing.
         assert await client.zscore(store.presence_key, "idle") is None
         assert await client.scard(store.owner_key("leaver")) == 0
-        await node._sweep()
+        await node.sweeper.sweep()
         assert await client.zscore(store.presence_key, "leaver") is None
         assert await client.zcard(store.presence_key) == 30
         assert len(expired) == 2
@@ -209,11 +209,11 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
 
     a = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
     b = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
-    assert await a._lead()
-    assert not await b._lead()
+    assert await a.sweeper.lead()
+    assert not await b.sweeper.lead()
     await anyio.sleep(a.heartbeat * 2)
-    assert await a._lead()  # renewed: still a's after more than half its lease
-    assert not await b._lead()
+    assert await a.sweeper.lead()  # renewed: still a's after more than half its lease
+    assert not await b.sweeper.lead()
 
     await store.put_runs([active("s", "gone")])
     a.start()
@@ -224,9 +224,9 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
                 await anyio.sleep(0.05)
         a.close()  # a's node ends: b takes the sweep over once a's lease runs out
         with anyio.fail_after(a.heartbeat * 3 + 2):
-            while not await b._lead():
+            while not await b.sweeper.lead():
                 await anyio.sleep(0.05)
-        assert not await a._lead()
+        assert not await a.sweeper.lead()
     finally:
         a.close()
         b.close()
@@ -259,10 +259,10 @@ async def test_the_sweeper_drops_stream_consumers_of_gone_nodes_that_hold_nothin
         async def names() -> list[str]:
             return sorted(c["name"].decode() for c in await client.xinfo_consumers(stream, "relay"))
 
-        assert await node._prune() == (0, 0)  # not idle long enough yet
+        assert await node.sweeper.prune() == (0, 0)  # not idle long enough yet
         await anyio.sleep(0.25)
         await take("node-live", ack=True)  # a live reader: idle 0
-        assert await node._prune() == (1, 0)  # both streams hold entries: kept
+        assert await node.sweeper.prune() == (1, 0)  # both streams hold entries: kept
         assert await names() == ["node-holding", "node-live"]
         # An entry held by a consumer is never lost: it stays pending for XAUTOCLAIM.
         assert (await client.xpending(stream, "relay"))["pending"] == 1
@@ -308,7 +308,7 @@ async def test_the_sweeper_deletes_the_empty_dispatch_streams_of_names_no_worker
         await client.xdel(streams["named"], entry_id)  # the Run was cancelled, never dispatched
         await anyio.sleep(0.25)
         await dispatched("read", ack=True)  # a node reads this one now: a worker serves it
-        assert await node._prune() == (1, 2)  # node-done; the streams "done" and "named"
+        assert await node.sweeper.prune() == (1, 2)  # node-done; the streams "done" and "named"
         left = {name for name, key in streams.items() if await client.exists(key)}
         assert left == {"waiting", "held", "read"}
         assert [c["name"] for c in await client.xinfo_consumers(streams["read"], "relay")] == [
@@ -347,7 +347,7 @@ async def test_a_run_of_an_agent_name_whose_stream_was_pruned_reaches_its_next_w
     async with relay.serve(port=0, store=store) as server:
         dispatcher = server.hub.dispatcher
         assert isinstance(dispatcher, RedisDispatcher)
-        dispatcher.consumer_idle = 0.05
+        dispatcher.sweeper.consumer_idle = 0.05
         client = await RawPeer.open(server.url)
         await client.attach("s")
         worker = await RawPeer.open(server.url, role="agent")
@@ -363,7 +363,7 @@ async def test_a_run_of_an_agent_name_whose_stream_was_pruned_reaches_its_next_w
             while not (dispatcher._reader is None or dispatcher._reader.done()):
                 await anyio.sleep(0.05)
         await anyio.sleep(0.1)
-        assert await dispatcher._prune() == (1, 1)
+        assert await dispatcher.sweeper.prune() == (1, 1)
         assert not raw.exists(stream)
 
         second = new_id()
@@ -438,7 +438,7 @@ async def test_a_run_is_not_ended_agent_lost_when_its_agent_came_back_through_an
             return expire_later
 
         for server, node in nodes.items():
-            node._expire = held_back(server, node._expire)
+            node.sweeper.expire = held_back(server, node.sweeper.expire)
         client = await RawPeer.open(a.url)
         await client.attach("s")
         run_id = new_id()
@@ -602,7 +602,7 @@ async def test_owners_whose_runs_never_end_do_not_starve_the_others(store: Redis
     await anyio.sleep(0.25)
     with anyio.fail_after(10):
         for _ in range(6):
-            await node._sweep()
+            await node.sweeper.sweep()
     assert sorted(expired) == [(s, f"r-{s}") for s in ("s-later1", "s-later2", "s-later3")]
     assert tried.count("s-stuck1") >= 2 and tried.count("s-stuck2") >= 2  # still retried
 
@@ -647,7 +647,7 @@ async def test_a_run_whose_record_redis_lost_is_dropped_from_its_owners_set_with
         await client.delete(f"{store.prefix}{{lost}}:runs")  # as an eviction would
         await anyio.sleep(0.25)  # the owner never marked present: past the grace
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()
+            await node.sweeper.sweep()
         record = await store.run("kept", "r-kept")
         assert record is not None and record.status == "error"
         assert record.error is not None and record.error["code"] == AGENT_LOST
@@ -657,10 +657,10 @@ async def test_a_run_whose_record_redis_lost_is_dropped_from_its_owners_set_with
         assert len(warned) == 1 and "lost/r-lost" in warned[0]
         caplog.clear()
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()  # owning nothing now: forgotten
+            await node.sweeper.sweep()  # owning nothing now: forgotten
             assert await client.zscore(store.presence_key, "leaver") is None
             assert await store.gone_owners(0.2) == {}
-            await node._sweep()
+            await node.sweeper.sweep()
         assert [r for r in caplog.records if r.levelname == "WARNING"] == []  # warned once
     finally:
         await client.aclose()
@@ -682,7 +682,7 @@ async def test_a_run_redis_lost_that_the_sweeping_node_has_loaded_is_ended_not_d
         await client.delete(f"{store.prefix}{{lost}}:runs")
         await anyio.sleep(0.25)
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()
+            await node.sweeper.sweep()
         record = await store.run("lost", "r-lost")
         assert record is not None and record.status == "error"
         assert record.error is not None and record.error["code"] == AGENT_LOST
@@ -712,14 +712,14 @@ async def test_a_run_redis_lost_the_order_of_is_ended_by_one_sweep_and_loaded_by
         await client.delete(f"{store.prefix}{{s}}:order")  # as an eviction would
         await anyio.sleep(0.25)  # the owner never marked present: past the grace
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()  # one sweep
+            await node.sweeper.sweep()  # one sweep
             record = await store.run("s", "r2")
             assert record is not None and record.status == "error"
             assert record.error is not None and record.error["code"] == AGENT_LOST
             assert await client.scard(store.owner_key("leaver")) == 0
             for _ in range(2):
                 assert await store.gone_owners(0.2) == {}
-                await node._sweep()
+                await node.sweeper.sweep()
         warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert len(warned) == 1 and "Run order" in warned[0] and "'s'" in warned[0], warned
         await client.delete(f"{store.prefix}{{s}}:order")  # lost again
@@ -764,13 +764,13 @@ async def test_a_run_whose_end_redis_refuses_is_kept_and_ended_by_a_later_sweep(
         await anyio.sleep(0.25)
         with caplog.at_level("WARNING", logger="runwire.relay"):
             for _ in range(2):
-                await node._sweep()
+                await node.sweeper.sweep()
                 assert await client.smembers(store.owner_key("leaver")) == {b'["s","r-s"]'}
                 record = await store.run("s", "r-s")
                 assert record is not None and record.status == "active"
         assert any("could not end run s/r-s" in r.getMessage() for r in caplog.records)
         assert not any("lost its record" in r.getMessage() for r in caplog.records)
-        await node._sweep()  # Redis takes writes again
+        await node.sweeper.sweep()  # Redis takes writes again
         record = await store.run("s", "r-s")
         assert record is not None and record.status == "error"
         assert await client.scard(store.owner_key("leaver")) == 0
