@@ -39,7 +39,7 @@ log = logging.getLogger("runwire.relay")
 RunKey = tuple[str, str]
 """A Run by (session id, run id)."""
 Expire = Callable[[str, str], Coroutine[Any, Any, None]]
-"""Ends a Run whose agent did not come back in time (``Hub._agent_lost``)."""
+"""Ends a Run whose agent did not come back in time (``Hub.agent_lost``)."""
 
 
 class Dispatcher:
