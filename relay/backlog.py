@@ -38,16 +38,19 @@ async def attach(
 ) -> None:
     """Subscribe ``peer`` and queue its ``attached`` frame, atomically.
 
-    With ``from_serial`` of this epoch the frame carries everything after it;
-    otherwise (or when more than ``backlog_max`` were missed, or the history
-    it needs was trimmed) the newest page, and ``reset`` tells a resuming
-    client to rebuild rather than leave a silent gap. ``max_bytes`` bounds the
-    entries the frame carries: a backlog bigger than that is answered as one too
-    long (``reset``), and the newest page keeps only its newest entries that fit
-    (``has_older`` then says there are more), so the frame never by itself
-    overflows the peer's send queue. A ``from_serial`` beyond
-    what this node has taken in (the client saw it through another node) is
-    caught up from the store first, so it resumes rather than resets.
+    With ``from_serial`` of this epoch, the frame carries everything after it. Otherwise
+    it carries the newest page, and ``reset`` tells a resuming client to rebuild rather
+    than keep a silent gap. That is also the answer when more than ``backlog_max`` were
+    missed, or the history it needs was trimmed.
+
+    ``max_bytes`` bounds the entries the frame carries, so the frame never by itself
+    overflows the peer's send queue. A backlog bigger than that is answered as one too
+    long (``reset``). The newest page keeps only its newest entries that fit, and
+    ``has_older`` then says there are more.
+
+    A ``from_serial`` beyond what this node has taken in is caught up from the store
+    first, so the client resumes rather than resets. It saw those entries through
+    another node.
 
     Raises ``RunwireError(EPOCH_MISMATCH)``, subscribing nobody, when the channel
     reset meanwhile: the store lost its history, which its reads (``Channel.read_after``)

@@ -281,10 +281,10 @@ class Channel:
 
         Where the store can lose a loaded channel (``Store.loses_channels``: Redis), they
         are read with the epoch they are of (``Store.since``). Another epoch than the
-        channel's means the store lost this history (and maybe made the session anew, with
-        serials this channel also has): the channel resets (``_on_reset``: its clients
-        rebuild) and ``RunwireError(EPOCH_MISMATCH)`` is raised, as when an append finds
-        out, rather than mix that history's entries into this one.
+        channel's means the store lost this history, and may have made the session anew
+        with serials this channel also has. Then the channel resets (``_on_reset``: its
+        clients rebuild) and ``RunwireError(EPOCH_MISMATCH)`` is raised, as when an append
+        finds out. That history's entries are never mixed into this one.
         """
         if not self.store.loses_channels:
             return await self.store.read(self.session_id, after=after, limit=limit)
@@ -325,10 +325,13 @@ class Channel:
         gone: Gone | None = None,
         admit: Callable[[str], None] | None = None,
     ) -> tuple[int, bool, list[RunRecord]]:
-        """Store one entry (``_publish``). A publish that waited for the channel while the
-        one before it failed ``STORE_UNAVAILABLE`` fails so too, at once: publishes to one
-        session go one at a time, and each would otherwise wait a whole store timeout more
-        on a Redis that does not answer (``details.waited``)."""
+        """Store one entry (``_publish``).
+
+        A publish that waited for the channel while the one before it failed
+        ``STORE_UNAVAILABLE`` fails so too, at once, with ``details.waited``. Publishes to
+        one session go one at a time. Each would otherwise wait a whole store timeout more
+        on a Redis that does not answer.
+        """
         seen = self._store_error
 
         def admit_first(entry_id: str) -> None:
@@ -486,9 +489,9 @@ class Channel:
 
 
 def _never_allowed(refusal: RunwireError, entry: EntryBody, sender: Sender) -> bool:
-    """True when the rules refused ``entry`` for a right the sender lacks (its token's, or
-    its role's), not for the state of the session: then a repeat of a stored id is refused
-    too, not acknowledged (a token with no right in the session would learn its ids)."""
+    """True when the rules refused ``entry`` for a right the sender lacks, by its token or
+    its role, not for the state of the session. Then a repeat of a stored id is refused
+    too, not acknowledged: a token with no right in the session would learn its ids."""
     if refusal.code != UNAUTHORIZED:
         return False
     return "needs" in refusal.details or rights_refusal(entry, sender) is not None

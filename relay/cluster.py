@@ -190,9 +190,11 @@ class RedisDispatcher:
     # ------------------------------------------------------------ helpers --
 
     async def _ack(self, agent: str, entry_id: str) -> None:
-        """Acknowledge and delete a dispatch entry, on the store's command connection (a
-        task per ack on the pooled client opened a Redis connection per Run that started
-        in a burst, kept for ever, and failed the acks beyond the pool's limit)."""
+        """Acknowledge and delete a dispatch entry, on the store's command connection.
+
+        A task per ack on the pooled client opened a Redis connection per Run that started
+        in a burst. It kept them for ever and failed the acks beyond the pool's limit.
+        """
         try:
             await self.store.ack_dispatch(agent, GROUP, entry_id)
         except RunwireError as exc:
@@ -316,9 +318,11 @@ class RedisDispatcher:
                 await asyncio.sleep(0.5)
 
     async def _after_round(self, taken: int, given_back: int) -> None:
-        """Pause a little when a round gave back every Run it read (no local worker may
-        take them: their tokens do not cover those sessions), so that the node does not
-        read the same Runs again at once, over and over, while no node can take them.
+        """Pause a little when a round gave back every Run it read.
+
+        No local worker could take them: their tokens do not cover those sessions. The
+        pause keeps the node from reading the same Runs again and again while no node can
+        take them.
 
         The pause doubles from ``BOUNCE_WAIT`` up to ``read_block`` while rounds keep
         giving back all they read; a worker registering on this node ends it at once.

@@ -4,16 +4,16 @@ Frames for a peer are queued, never awaited by whoever produces them, so one
 slow reader cannot slow a channel down. The queue goes out in order, with
 consecutive entries of one session folded into one ``deliver`` frame.
 
-Writing: a peer with something queued asks the server's ``Flusher``, which
-writes every such peer's queue once per turn of the event loop, at the end of
-the turn after the one that queued (so a publisher's ``ack``, queued a moment
-after the ``deliver`` of its own entry, leaves with it), synchronously and in
-one write per peer (``relay.wsconn``): no task and no await per frame. Only
-when the socket's buffer is full (websockets paused writing) or the
-connection is closing does a drain task take over and wait. When unsent bytes
-exceed ``send_queue_bytes`` the peer is closed with ``SLOW_CONSUMER`` (4008);
-its client resumes from the last serial it saw. The queue exists only while
-something is queued, so an idle peer costs no empty ``deque`` (about 760 bytes).
+Writing: a peer with something queued asks the server's ``Flusher``. The flusher
+writes every such peer's queue once per turn of the event loop, at the end of the turn
+after the one that queued. So a publisher's ``ack``, queued a moment after the
+``deliver`` of its own entry, leaves with it. Each peer gets one synchronous write
+(``relay.wsconn``), with no task and no await per frame.
+
+Only when the socket's buffer is full, or the connection is closing, does a drain task
+take over and wait. When unsent bytes exceed ``send_queue_bytes`` the peer is closed
+with ``SLOW_CONSUMER`` (4008), and its client resumes from the last serial it saw. The
+queue exists only while something is queued, so an idle peer costs no empty ``deque``.
 """
 
 from __future__ import annotations

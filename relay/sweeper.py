@@ -179,14 +179,15 @@ class Sweeper:
         One round trip when nobody left, however many Runs are active; the Runs of
         owners that did take one ``expire`` each.
 
-        A Run whose record Redis lost (evicted, or deleted, while its owner's set still
-        names it) is given to ``expire`` too (a node that has its session loaded still
-        knows it, and its end writes the record again), then dropped from its owner's set
-        if its record is still missing: one more round trip, only when there is such a Run,
-        and a warning for each dropped (once: it is in no set after that). Its owner is
-        then forgotten as any other owning nothing. A Run whose record is there stays,
-        whatever became of its end (``Hub.agent_lost`` logs a failed one; the next sweeps
-        try again).
+        Redis may lose a Run's record while its owner's set still names it: evicted, or
+        deleted. Such a Run goes to ``expire`` too. A node that has its session loaded
+        still knows it, and its end writes the record again.
+
+        Then the Run is dropped from its owner's set if its record is still missing, with
+        a warning. That costs one more round trip, only when there is such a Run. Its owner
+        is then forgotten as any other owning nothing. A Run whose record is there stays,
+        whatever became of its end: ``Hub.agent_lost`` logs a failed one, and the next
+        sweeps try again.
         """
         found = await self.store.gone_and_lost(self.grace, limit=self.sweep_limit)
         for runs in found.runs.values():

@@ -96,15 +96,14 @@ class AdmissionHold:
         connection. The held publish itself (same session, same entry id: ids are unique
         per session only) ends the hold when it comes again.
         """
-        now = self._clock()
-        held = self._rate
-        if held is not None and (held[:2] == (session_id, entry_id) or now >= held[2]):
+        held = self._rate  # the clock is read only when a hold is in question
+        if held is not None and (held[:2] == (session_id, entry_id) or self._clock() >= held[2]):
             self._rate = held = None  # its retry came (or it never did)
         if held is None and self.inflight < limit:
             self.inflight += 1
             return None
         if held is None:
-            held = self._rate = (session_id, entry_id, now + self.rate_hold)
+            held = self._rate = (session_id, entry_id, self._clock() + self.rate_hold)
             message = "too many publishes waiting on this connection"
         else:
             message = "an earlier publish of this connection was refused; send it again first"
