@@ -12,7 +12,7 @@ A session that loads with entries still to publish has them published then. That
 happens when its node stored an entry and stopped before it published what the
 entry called for. The ``Reactor`` (``relay.reactions``) publishes them.
 
-See docs/explanation/scaling.md for what each node keeps.
+See docs/explanation/relay-internals.md ("A node's parts") and scaling.md.
 """
 
 from __future__ import annotations

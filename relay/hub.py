@@ -19,7 +19,7 @@ takes them, and it reads nothing.
 The hub's parts: ``Channels`` (``relay.channels``) loads and lets go of sessions,
 ``Reactions`` (``relay.reactions``) publishes what entries call for, and ``Liveness``
 (``relay.liveness``) ends the Runs of lost agents and Runs past their deadline.
-See docs/explanation/scaling.md for how the pieces fit on one node and on several.
+See docs/explanation/relay-internals.md for how the parts fit on one node and on several.
 """
 
 from __future__ import annotations
