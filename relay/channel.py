@@ -117,9 +117,9 @@ class Channel:
         self._unsubscribe: Unsubscribe | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] | None = None
         self._store_error: RunwireError | None = None  # the last publish's store failure
-        self._planned: tuple[int, str, list[RunRecord]] | None = None
-        """The serial, entry id and planned changes of the append in progress: the entry is
-        applied as planned when it comes back, not run through the Run rules again."""
+        self._planned: tuple[int, bytes, list[RunRecord]] | None = None
+        """The serial, stored bytes and planned changes of the append in progress: the entry
+        is applied as planned when it comes back, not run through the Run rules again."""
 
     @property
     def listeners(self) -> list[OnEntry]:
@@ -199,7 +199,7 @@ class Channel:
                     codec.loads(stored.data, max_depth=codec.RELAY_FRAME_DEPTH)
                 )
                 planned = self._planned
-                if planned is not None and planned[:2] == (stored.serial, entry.id):
+                if planned is not None and planned[:2] == (stored.serial, stored.data):
                     changes = planned[2]  # this node's own append: as planned
                     self.registry.apply(changes)
                 else:
@@ -418,15 +418,19 @@ class Channel:
                         raise refusal from None
                     return found.serial, True, []
                 stamped = self.registry.stamp(entry, sender, now_ms, changes)
-                self._planned = (self.last + 1, entry.id, changes)
+                data = codec.encode_entry(stamped)
+                urgent = not isinstance(stamped, ResponseAppend)  # appends are not replayed
+                if urgent:  # expect_last: if stored at all, stored as the next serial
+                    serial = self.last + 1
+                    self._planned = (serial, codec.splice_serial(data, serial), changes)
                 try:
                     appended = await self.store.append(
                         self.session_id,
                         entry.id,
-                        codec.encode_entry(stamped),
+                        data,
                         changes,
                         expect_last=self.last,
-                        urgent=not isinstance(stamped, ResponseAppend),
+                        urgent=urgent,
                         gone=gone,
                     )
                 except RunwireError as exc:
