@@ -100,7 +100,8 @@ class Wire(asyncio.Protocol):
 
     def adopt(self, conn: AbstractConnection) -> Wire:
         """Take over the transport of ``conn``, which redis-py has just connected; returns self."""
-        writer = cast(Any, conn)._writer
+        # redis-py has no public accessor for the stream it connected: read its own.
+        writer = cast(Any, conn)._writer  # noqa: SLF001, RUF100
         if writer is None:
             raise RedisConnectionError("the connection is not connected")
         transport = cast(asyncio.Transport, writer.transport)
@@ -109,7 +110,7 @@ class Wire(asyncio.Protocol):
         self._transport = transport
         self._previous = transport.get_protocol()
         # Bytes redis-py's stream read but did not consume (none after a handshake, normally).
-        left = getattr(cast(Any, conn)._reader, "_buffer", b"")
+        left = getattr(cast(Any, conn)._reader, "_buffer", b"")  # noqa: SLF001, RUF100
         transport.set_protocol(self)
         if left:
             self.data_received(bytes(left))
