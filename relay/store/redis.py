@@ -315,13 +315,12 @@ class RedisStore(Store):
         """Store ``data`` under the next serial, or return the original of a repeated id.
 
         One script, one round trip. Raises ``RunwireError(CONFLICT)`` if
-        ``expect_last`` is given and is not the newest serial, or if ``gone`` is
-        given and that agent has a presence deadline that covers the session (``rw:presence``,
-        or one of its scopes in ``rw:scoped``) and is less than ``gone.grace`` seconds past
-        (a node marked it present there: it came back; ``details["present"]`` names it),
-        ``RunwireError(EPOCH_MISMATCH)`` if Redis lost the channel since
-        ``open_channel``, ``RunwireError(INTERNAL_ERROR)`` if ``open_channel``
-        was not called first, ``RunwireError(VALIDATION_ERROR)`` for a Run
+        ``expect_last`` is given and is not the newest serial. It raises it too if
+        ``gone`` is given and a node marked that agent present in the session less
+        than ``gone.grace`` seconds ago: it came back, and ``details["present"]``
+        names it. Raises ``RunwireError(EPOCH_MISMATCH)`` if Redis lost the channel
+        since ``open_channel``, ``RunwireError(INTERNAL_ERROR)`` if ``open_channel``
+        was not called first, and ``RunwireError(VALIDATION_ERROR)`` for a Run
         record of another session.
         """
         self.pipeline.check_open()

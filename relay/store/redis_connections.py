@@ -48,11 +48,10 @@ class Connections:
     def new_connection(self) -> AbstractConnection:
         """A new, unconnected connection to this store's Redis, without redis-py's timeouts.
 
-        The store times its round trips itself (one deadline per round trip, see
-        ``Pipeline``) and the listener watches its connection for silence:
-        redis-py's ``socket_timeout`` would instead wrap every send in a task of its
-        own (``asyncio.wait_for``) and every reply read in a timer, the larger part of
-        a round trip's cost on the relay.
+        The store times each round trip as a whole (``Pipeline``), and the listener
+        watches its connection for silence. redis-py's ``socket_timeout`` would instead
+        wrap every send in a task of its own (``asyncio.wait_for``) and every reply read
+        in a timer: the larger part of a round trip's cost on the relay.
         """
         kwargs = {**self.pool.connection_kwargs, "socket_timeout": None}
         if self.cluster is not None:

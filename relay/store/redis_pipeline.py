@@ -275,9 +275,10 @@ class Pipeline:
                 )
 
     async def _follow(self, batch: list[_Op], replies: list[Any]) -> None:
-        """Cluster mode: send again, to the slot's master as looked up anew, the commands
-        Redis did not run because the slot moved or had no master (``RETRYABLE``), a few
-        times over about four seconds (a failover with a short node timeout takes two or three)."""
+        """Cluster mode: send again the commands Redis did not run because the slot moved
+        or had no master (``RETRYABLE``), to the slot's master as looked up anew. It tries
+        a few times over about four seconds; a failover with a short node timeout takes
+        two or three."""
         commands = [c for op in batch for c in op.commands]
         for attempt in range(8):
             again = [i for i, reply in enumerate(replies) if isinstance(reply, RETRYABLE)]

@@ -65,13 +65,13 @@ class RunIndex:
     async def runs(self, session_id: str) -> list[RunRecord]:
         """Every Run record of a session, in the order they were first written.
 
-        One round trip (the ``order`` list and the ``runs`` hash). Every record of the
-        hash is listed, those the list names in its order (each once: a record written
-        again after Redis lost the hash is on the list twice) and any it does not (Redis
-        lost the list or part of it: evicted, restored in part, deleted) where their
-        creation puts them (``seq``, then ``created_ts``, then run id). Then, only then,
-        the list is mended (``_mend_order``, one more round trip) and a warning logged,
-        once per session on this node.
+        One round trip reads the ``order`` list and the ``runs`` hash. Every record of
+        the hash is listed. Those the list names come in its order, each once: a record
+        written again after Redis lost the hash is on the list twice. Any it does not
+        name, because Redis lost the list or part of it, go where their creation puts
+        them (``seq``, then ``created_ts``, then run id). Only then is the list mended
+        (``mend_order``, one more round trip) and a warning logged, once per session
+        on this node.
         """
         keys = self._keys.session(session_id)
         order, flat = await self._pipeline.call(("LRANGE", keys[4], 0, -1), ("HGETALL", keys[3]))
@@ -196,9 +196,9 @@ class RunIndex:
     async def requeue(
         self, session_id: str, run_id: str, agent: str, entry_id: str, group: str
     ) -> None:
-        """Give back a dispatch a node took (``entry_id`` on the agent's stream, read by
-        ``group``): the Run gets a new entry at the stream's end if it still waits on
-        that one; the old entry is acknowledged and deleted either way."""
+        """Give back a dispatch a node took: ``entry_id`` on the agent's stream, read by
+        ``group``. The Run gets a new entry at the stream's end if it still waits on
+        that one. The old entry is acknowledged and deleted either way."""
         keys = [self._keys.session(session_id)[0], self._keys.dispatch_stream(agent)]
         (reply,) = await self._pipeline.call(
             evalsha("requeue", keys, [run_id, entry_id, session_id, group])

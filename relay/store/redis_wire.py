@@ -8,10 +8,10 @@ transport's protocol becomes a ``Wire``, whose ``data_received`` feeds a
 hiredis reader and hands each complete reply on at once, inside the event
 loop's read callback:
 
-* to ``on_reply(wire, reply)`` when it was given (the pub/sub connection:
-  messages and (un)subscribe confirmations as they come);
-* otherwise to the oldest ``request`` still waiting for replies (the command
-  connection: replies come in the order the commands went out).
+* to ``on_reply(wire, reply)`` when it was given. That is the pub/sub
+  connection, whose messages and confirmations come as they come.
+* otherwise to the oldest ``request`` still waiting for replies. That is the
+  command connection, whose replies come in the order the commands went out.
 
 redis-py's own read path costs a task wake-up and a chain of coroutines per
 read (``Connection.read_response`` -> parser -> ``StreamReader.read``), more

@@ -176,8 +176,9 @@ class SQLiteStore(Store):
 
     async def claim(self) -> None:
         """Hold the file for this relay alone: an exclusive ``flock`` on ``<file>-relay.lock``
-        beside the real file (holding the pid), which ``aclose`` lets go and removes; the
-        end of the process (SIGKILL too) lets it go, leaving the file for the next relay.
+        beside the real file, with the pid written in. ``aclose`` lets it go and removes
+        it. The end of the process, SIGKILL too, lets it go and leaves the file for the
+        next relay.
 
         Raises ``RunwireError(STORE_UNAVAILABLE, details={"in_use": lock file})`` if another
         relay (process, or store in this one) holds it.

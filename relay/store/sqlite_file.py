@@ -84,9 +84,9 @@ def lock(path: str) -> int:
     """An open descriptor of ``path`` with an exclusive ``flock`` on it, this pid written in.
 
     Raises ``RunwireError(STORE_UNAVAILABLE)`` if another descriptor holds the lock. A
-    relay that stops removes its lock file (``unlock``) while holding it, so a lock taken
-    on a file no longer at ``path`` (removed between our open and our ``flock``) is let go
-    and taken again on the file now there: two relays never hold locks on two files.
+    relay that stops removes its lock file (``unlock``) while holding it. So a lock taken
+    on a file no longer at ``path``, removed between our open and our ``flock``, is let
+    go and taken again on the file now there: two relays never hold locks on two files.
     """
     import fcntl  # POSIX; imported here so that the module still imports elsewhere
 
