@@ -14,8 +14,8 @@ are answered without the disk. The background thread checkpoints the WAL after
 ``CHECKPOINT_COMMITS`` commits. A SIGKILL loses nothing acknowledged.
 
 The file, its schema and its lock are in ``sqlite_file``, the SQL in
-``sqlite_sql``. See docs/explanation/stores.md for the group commit, the dedup
-and the checkpoints.
+``sqlite_sql``, the reads and checkpoints in ``sqlite_background``. See
+docs/explanation/stores.md for the group commit, the dedup and the checkpoints.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias, TypeVar
 
@@ -52,9 +51,9 @@ from .base import (
     StoredEntry,
     Subscribers,
     Unsubscribe,
-    log,
     read_position,
 )
+from .sqlite_background import CHECKPOINT_COMMITS, Background
 from .sqlite_file import BUSY_TIMEOUT, WAL_LIMIT, connect, lock_beside, unlock
 from .sqlite_sql import (
     DEDUP_WINDOW,
@@ -71,9 +70,6 @@ from .sqlite_sql import (
 __all__ = ["BUSY_TIMEOUT", "CHECKPOINT_COMMITS", "DEDUP_WINDOW", "WAL_LIMIT", "SQLiteStore"]
 
 T = TypeVar("T")
-
-CHECKPOINT_COMMITS = 500
-"""Commits between checkpoints (a few pages each)."""
 
 _RETRY = 0.001
 
@@ -124,12 +120,7 @@ class SQLiteStore(Store):
         self._one_by_one = False
         self._heads: dict[str, int] = {}
         self._version = -1
-        # The background thread, for reads and checkpoints:
-        self._reader: sqlite3.Connection | None = None
-        self._background = ThreadPoolExecutor(1, thread_name_prefix="runwire-sqlite")
-        self._unchecked = 0  # commits since the last checkpoint
-        self._checkpointing = False  # set on the loop, cleared on the background thread
-        self._checkpoint_timer: asyncio.TimerHandle | None = None
+        self._background = Background(self.path)  # reads and checkpoints
         self._claim: int | None = None  # the lock file's descriptor, while claimed
         self._claim_path = ""  # and its path
 
@@ -144,7 +135,7 @@ class SQLiteStore(Store):
         self._loop = asyncio.get_running_loop()
         try:
             self._conn = await anyio.to_thread.run_sync(lambda: connect(self.path, wait=False))
-            self._reader = await anyio.to_thread.run_sync(lambda: connect(self.path, wait=True))
+            await self._background.open()
         except BaseException:
             await self.aclose()
             raise
@@ -163,13 +154,10 @@ class SQLiteStore(Store):
                 await anyio.sleep(_RETRY)
         self._ok = False
         self._subscribers.clear()
-        if self._checkpoint_timer is not None:
-            self._checkpoint_timer.cancel()
-        await anyio.to_thread.run_sync(self._background.shutdown)  # lets queued reads finish
-        for conn in (self._reader, self._conn):  # the last one to close checkpoints: off the loop
-            if conn is not None:
-                await anyio.to_thread.run_sync(conn.close)
-        self._reader = self._conn = None
+        await self._background.aclose()  # lets queued reads finish
+        if self._conn is not None:  # the last connection to close checkpoints: off the loop
+            await anyio.to_thread.run_sync(self._conn.close)
+        self._conn = None
         if self._claim is not None:  # only now: the file is closed and folded in
             unlock(self._claim, self._claim_path)
             self._claim = None
@@ -200,7 +188,7 @@ class SQLiteStore(Store):
         """Load or create a channel (a new one gets a random epoch, kept in the file)."""
         info, ids, created = await self._read(lambda c: load_channel(c, session_id))
         if created:
-            self._count_commit()  # its row went into the WAL too
+            self._background.count_commit()  # its row went into the WAL too
         if session_id not in self._recent:
             # A new (or empty) channel gets its OrderedDict with its first append.
             self._recent[session_id] = OrderedDict(ids) if ids else None
@@ -368,17 +356,9 @@ class SQLiteStore(Store):
             self._heads.update(heads)
             self.commits += 1
             self._ok = True
-            self._count_commit()
+            self._background.count_commit()
         for job, outcome in zip(batch, outcomes, strict=True):
             self._settle(job, outcome)
-
-    def _count_commit(self) -> None:
-        """One more commit in the WAL: checkpoint after ``CHECKPOINT_COMMITS`` or a second."""
-        self._unchecked += 1
-        if self._unchecked >= CHECKPOINT_COMMITS and not self._checkpointing:
-            self._checkpoint()
-        elif self._checkpoint_timer is None and self._loop is not None:
-            self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
 
     def _write(
         self,
@@ -465,51 +445,8 @@ class SQLiteStore(Store):
         await known.done.wait()
         return None if known.value is None else replace(known.value, duplicate=True)
 
-    # -- reads and checkpoints, on the background thread ----------------------
-
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the background thread; raises ``RunwireError(STORE_UNAVAILABLE)``."""
-        conn = self._reader
-        if conn is None or self._closed:
+        if self._closed:
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
-
-        def run() -> T:
-            try:
-                return fn(conn)
-            except RunwireError:
-                raise
-            except Exception as exc:
-                raise RunwireError(STORE_UNAVAILABLE, f"SQLite read failed: {exc}") from None
-
-        return await asyncio.get_running_loop().run_in_executor(self._background, run)
-
-    def _checkpoint(self) -> None:
-        """Have the background thread copy the WAL into the file (unless it is at it already).
-
-        Two ``PASSIVE`` passes run alongside the writes, then a ``FULL`` one
-        holds them off while it copies what they added meanwhile, so that the
-        next commit can start the WAL over. Reads wait meanwhile, so the
-        ``FULL`` pass never waits for a read of this store with the lock held.
-        """
-        if self._checkpoint_timer is not None:
-            self._checkpoint_timer.cancel()
-            self._checkpoint_timer = None
-        conn = self._reader
-        if conn is None or self._loop is None or not self._unchecked:
-            return
-        if self._checkpointing:  # the last one is still at it: look again later
-            self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
-            return
-        self._unchecked = 0
-        self._checkpointing = True
-
-        def checkpoint() -> None:
-            try:
-                for mode in ("PASSIVE", "PASSIVE", "FULL"):
-                    conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
-            except sqlite3.Error as exc:
-                log.warning("SQLite checkpoint of %s failed: %s", self.path, exc)
-            finally:
-                self._checkpointing = False
-
-        self._background.submit(checkpoint)
+        return await self._background.read(fn)
