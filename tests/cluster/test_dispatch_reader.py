@@ -220,7 +220,7 @@ async def test_many_runs_starting_at_once_cost_the_node_no_redis_connection_each
     finally:
         await redis.aclose()
     assert not dispatcher(node).held
-    pool = store._pool
+    pool = store.connections.pool
     opened = len(pool._available_connections) + len(pool._in_use_connections)
     assert opened <= 5, f"the node holds {opened} Redis connections after {runs} starts"
     await worker.close()
