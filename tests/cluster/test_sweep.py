@@ -210,11 +210,11 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
 
     a = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
     b = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
-    assert await a._lead()
-    assert not await b._lead()
+    assert await a.sweeper.lead()
+    assert not await b.sweeper.lead()
     await anyio.sleep(a.heartbeat * 2)
-    assert await a._lead()  # renewed: still a's after more than half its lease
-    assert not await b._lead()
+    assert await a.sweeper.lead()  # renewed: still a's after more than half its lease
+    assert not await b.sweeper.lead()
 
     await write_runs(store, [active("s", "gone")])
     a.start()
@@ -225,9 +225,9 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
                 await anyio.sleep(0.05)
         a.close()  # a's node ends: b takes the sweep over once a's lease runs out
         with anyio.fail_after(a.heartbeat * 3 + 2):
-            while not await b._lead():
+            while not await b.sweeper.lead():
                 await anyio.sleep(0.05)
-        assert not await a._lead()
+        assert not await a.sweeper.lead()
     finally:
         a.close()
         b.close()
@@ -348,7 +348,7 @@ async def test_a_run_of_an_agent_name_whose_stream_was_pruned_reaches_its_next_w
     async with relay.serve(port=0, store=store) as server:
         dispatcher = server.hub.dispatcher
         assert isinstance(dispatcher, RedisDispatcher)
-        dispatcher.consumer_idle = 0.05
+        dispatcher.sweeper.consumer_idle = 0.05
         client = await RawPeer.open(server.url)
         await client.attach("s")
         worker = await RawPeer.open(server.url, role="agent")
@@ -583,7 +583,7 @@ async def test_the_sweep_matches_session_patterns_as_tokens_do(
 
 async def test_owners_whose_runs_never_end_do_not_starve_the_others(store: RedisStore) -> None:
     """The sweep takes at most ``sweep_limit`` owners a pass, oldest first. An owner whose
-    Run's end keeps failing (``hub._agent_lost`` only logs: the session cannot be loaded,
+    Run's end keeps failing (``hub.agent_lost`` only logs: the session cannot be loaded,
     its append is refused) must not keep that place for ever: the owners behind it get
     their turn, and the stuck ones are still tried."""
     stuck = {"s-stuck1", "s-stuck2"}
