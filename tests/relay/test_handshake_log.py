@@ -41,7 +41,12 @@ async def test_a_hang_up_before_the_request_logs_no_error(
 async def test_a_broken_request_stays_an_error(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="websockets.server")
     async with relay.serve(port=0, store="memory://") as server:
-        await hang_up(server.port, b"NOT HTTP AT ALL\r\n\r\n")
+        # A WebSocket handshake websockets cannot take (no Sec-WebSocket-Key). Other broken
+        # requests never reach websockets: the HTTP front answers them 400.
+        await hang_up(
+            server.port,
+            b"GET / HTTP/1.1\r\nHost: r\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        )
         with anyio.fail_after(10):
             while not any(r.levelno >= logging.ERROR for r in caplog.records):
                 await anyio.sleep(0.01)
