@@ -2,8 +2,8 @@
 handshakes go on to websockets.
 
 websockets' ``serve(create_connection=...)`` builds each new connection with
-the class ``connection_class`` returns: a ``RelayConnection`` that does not
-tell websockets about the connection until its first request head is read.
+a ``FrontConnection`` (``relay.front_connection``), which does not tell
+websockets about the connection until a ``Front`` read its first request head.
 ``HeadReader`` (``relay.http_head``) reads that head within the limits, and h11,
 a sans-I/O HTTP/1.1 parser, parses it and frames the body. A head with
 ``Upgrade: websocket`` is passed to websockets, which answers the handshake and
@@ -34,13 +34,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, ClassVar, cast
+from typing import Any
 
 import h11
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidHeader
 from websockets.http11 import Response
-from websockets.server import ServerProtocol
 
 from transport import redact
 from transport.errors import PROTOCOL_ERROR, UNAUTHORIZED, RunwireError
@@ -48,9 +47,8 @@ from transport.errors import PROTOCOL_ERROR, UNAUTHORIZED, RunwireError
 from .admission import LINGER, Admission, refuse_raw
 from .http_head import LINE_LIMIT, Head, HeadReader, head_limit
 from .http_message import HttpRequest
-from .wsconn import RelayConnection
 
-__all__ = ["Exchange", "Front", "FrontConfig", "FrontConnection", "connection_class"]
+__all__ = ["Exchange", "Front", "FrontConfig", "too_large"]
 
 log = logging.getLogger("runwire.relay")
 access_log = logging.getLogger("runwire.access")
@@ -171,12 +169,12 @@ class Exchange:
         )
 
     def _write(self, event: Any) -> None:
-        parser = self.front.parser
-        if parser is None or self.front.closed:
+        http11 = self.front.http11
+        if http11 is None or self.front.closed:
             return
         if isinstance(event, h11.Data) and self.request.method == "HEAD":
             return  # a HEAD response has the head only
-        self.front.transport.write(parser.send(event) or b"")
+        self.front.transport.write(http11.send(event) or b"")
 
 
 class Front:
@@ -194,7 +192,7 @@ class Front:
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if isinstance(peer, tuple) and peer else None
         self.head = self._new_head()
-        self.parser: h11.Connection | None = None
+        self.http11: h11.Connection | None = None
         self.request: HttpRequest | None = None
         self.body: list[bytes] = []
         self.body_size = 0
@@ -238,8 +236,8 @@ class Front:
             if not self.lost.done():
                 self.lost.set_result(None)
             return True
-        if self.parser is not None:
-            self.parser.receive_data(b"")
+        if self.http11 is not None:
+            self.http11.receive_data(b"")
             self._pump()
             return not self.closed
         self.close()  # between requests, or in the middle of a head: nothing to answer
@@ -248,15 +246,15 @@ class Front:
     def connection_lost(self) -> None:
         self.closed = True
         self.hand_over = _no_hand_over
-        self.parser = None
+        self.http11 = None
         self._disarm()
         self.config.fronts.discard(self)
         if not self.lost.done():
             self.lost.set_result(None)
 
     def _feed(self, data: bytes) -> None:
-        if self.parser is not None:
-            self.parser.receive_data(data)
+        if self.http11 is not None:
+            self.http11.receive_data(data)
             self._pump()
             return
         if not self.head.started and self.timer is not None and self._idle:
@@ -272,7 +270,7 @@ class Front:
             self._refuse(head.error, head.status)
             return
         parser = h11.Connection(h11.SERVER, max_incomplete_event_size=head_limit(0))
-        self.parser = parser
+        self.http11 = parser
         parser.receive_data(head.data + head.rest)
         if self.eof:
             parser.receive_data(b"")
@@ -332,7 +330,7 @@ class Front:
 
     def _pump(self) -> None:
         """Take the parsed body of the current request until it is whole."""
-        parser = self.parser
+        parser = self.http11
         while parser is not None and not (self.busy or self.closed):
             try:
                 event = parser.next_event()
@@ -382,8 +380,8 @@ class Front:
     def _next(self) -> None:
         """The answer is written: read the next request, or close."""
         self.busy = False
-        parser = self.parser
-        self.parser, self.request = None, None
+        parser = self.http11
+        self.http11, self.request = None, None
         if self.closed or parser is None:
             return
         if self.config.closing or not (
@@ -533,75 +531,3 @@ def _log_access(exchange: Exchange, started: float) -> None:
             "remote": request.remote,
         },
     )
-
-
-class FrontConnection(RelayConnection):
-    """A connection read by the HTTP front until a WebSocket handshake passes it to
-    websockets (``connection_class`` sets ``config``)."""
-
-    config: ClassVar[FrontConfig]
-
-    def __init__(self, protocol: ServerProtocol, *args: Any, **kwargs: Any) -> None:
-        super().__init__(protocol, *args, **kwargs)
-        self.front: Front | None = None
-        self.websocket = False
-        self.admitted: str | None = None
-        self.opening: HttpRequest | None = None
-        """The handshake's request as the client sent it (its token may not fit websockets')."""
-        self.head_refusal: RunwireError | None = None
-        """Why the handshake's token is refused before it was read (too large), or None."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        raw = cast(asyncio.Transport, transport)
-        peer = raw.get_extra_info("peername")
-        ip = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
-        refusal = self.config.admission.admit(ip)
-        if refusal is not None:
-            refuse_raw(raw, *refusal)
-            return
-        self.admitted = ip
-        self.front = Front(self.config, raw, self._hand_over)
-
-    def _hand_over(self, data: bytes, request: HttpRequest, refusal: RunwireError | None) -> None:
-        front, self.front = self.front, None  # websockets has the connection from now on
-        assert front is not None
-        self.websocket = True
-        self.opening, self.head_refusal = request, refusal
-        super().connection_made(front.transport)
-        super().data_received(data)
-
-    def data_received(self, data: bytes) -> None:
-        if self.websocket:
-            super().data_received(data)
-        elif self.front is not None:
-            self.front.data_received(data)
-
-    # asyncio's contract: a true value keeps the transport open to write the answer.
-    def eof_received(self) -> bool | None:  # type: ignore[override]
-        if self.websocket:
-            super().eof_received()
-            return None
-        return self.front is not None and self.front.eof_received()
-
-    def pause_writing(self) -> None:
-        if self.websocket:
-            super().pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.websocket:
-            super().resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.admitted is not None:
-            self.config.admission.release(self.admitted)
-            self.admitted = None
-        if self.front is not None:
-            self.front.connection_lost()
-            self.front = None  # no cycle left for the collector: the memory goes back at once
-        if self.websocket:
-            super().connection_lost(exc)
-
-
-def connection_class(config: FrontConfig) -> type[FrontConnection]:
-    """The connection class for websockets' ``serve(create_connection=...)``."""
-    return type("HttpFrontConnection", (FrontConnection,), {"config": config})

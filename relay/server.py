@@ -1,44 +1,30 @@
-"""``serve()``: the relay's WebSocket server, with ``/healthz`` and ``/metrics`` on its port.
+"""``serve()``: the relay on one port: WebSocket connections, and HTTP beside them.
 
-A connection's first frame must be ``hello`` (answered by ``welcome``);
-anything else first is answered with a ``PROTOCOL_ERROR`` and the connection
-closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
-connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
-``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
-/metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
-(``client_side/js/dist/runwire.js``, built from client_side/js/src), ``GET
-/static/...`` the chat page's own files
-(a fixed list, ``relay.static_files``), and ``GET /`` the ``index_html`` file
-when that option names one. ``/v1/...`` is the HTTP API for back ends without a
-socket (``relay.http_api``, which also explains how request bodies are read).
+Every connection is read first by the HTTP front (``relay.http_front``): a
+WebSocket handshake goes on to websockets, any other request is answered by
+``relay.http_routes`` (``/v1`` API, ``/healthz``, ``/metrics``, ``/client.js``,
+the chat page). ``docs/explanation/http-front.md`` explains the design.
+
+A WebSocket connection's first frame must be ``hello`` (answered by
+``welcome``); anything else first is answered with a ``PROTOCOL_ERROR`` and the
+connection closes (4002). Frames over ``max_frame_bytes`` get
+``PAYLOAD_TOO_LARGE`` and the connection stays; frames over ``hard_frame_bytes``
+close it (1009).
 
 Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
-(``Authorization: Bearer``, or the ``token`` query parameter for browsers,
-which cannot set headers). A missing, forged or expired token is answered, at
-``hello``, by an ``error`` frame (``UNAUTHORIZED`` with ``details.reason``, or
-``TOKEN_EXPIRED``) and a close with 4001 (4003 when expired); the handshake
-itself succeeds so that browsers can read the code. A token over
-``max_token_bytes`` (32 KiB) is refused so too (``details.reason``
-``too_large``): the request line and ``Authorization`` header get that much
-room beyond websockets' 8 KiB line limit, and one longer still is skipped
-unread (``http_api.BodyReader``) and refused the same way. A connection whose token
-expires later is closed with 4003 at that moment; its SDK reconnects with a
-fresh token. A connection that sends no ``hello`` within ``hello_timeout`` (10 s) is
-answered as above, with its token's refusal (``PROTOCOL_ERROR`` and 4002 when
-the token was good), and closed. Without either key the relay is anonymous (every connection has
-every right, user ids are ``None``), says so in its log, and refuses to listen
-on a host that is not loopback unless ``allow_anonymous=True``.
-
-Browsers and limits. A request or handshake whose ``Origin`` is not allowed
-(``allowed_origins``, ``relay.origins``) is answered 403 and CORS names the
-allowed origin, never ``*``. Connections are capped (``max_connections``,
-``max_connections_per_ip``) and have ``request_timeout`` (10 s) to send their
-request (``relay.admission``). Every record of the websockets and runwire
-loggers has its tokens redacted (``transport.redact``).
+(``Authorization: Bearer``, or the ``token`` query parameter for browsers). A
+missing, forged, expired or too large token is answered at ``hello`` by an
+``error`` frame and a close with 4001 (4003 when expired): the handshake itself
+succeeds so that browsers can read the code. A connection whose token expires
+later is closed with 4003 then; one that sends no ``hello`` within
+``hello_timeout`` is answered and closed. Without either key the relay is
+anonymous, says so in its log, and refuses to listen on a host that is not
+loopback unless ``allow_anonymous=True``.
 
 TLS. With ``ssl_certfile`` (and ``ssl_keyfile``) or an ``ssl`` context the
-port speaks TLS only: ``wss://`` for WebSocket and ``https://`` for HTTP,
-and ``Server.url`` / ``Server.http_url`` say so.
+port speaks TLS only: ``wss://`` and ``https://``, and ``Server.url`` /
+``Server.http_url`` say so. Every record of the websockets and runwire loggers
+has its tokens redacted (``transport.redact``).
 """
 
 from __future__ import annotations
@@ -69,8 +55,9 @@ from transport.redact import install as redact_tokens
 from . import handshake_log
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
+from .front_connection import FrontConnection, connection_class
 from .http_api import HttpApi
-from .http_front import FrontConfig, FrontConnection, connection_class
+from .http_front import FrontConfig
 from .http_routes import Site
 from .hub import Hub
 from .metrics import Metrics
