@@ -10,8 +10,8 @@ connection whose request (its head, and its body if any) has not all arrived
 kind of refusal is logged once per burst: again only after ``QUIET`` seconds
 without one.
 
-These are plain functions and a small class, called by the connection class
-of ``relay.http_api``, so that they move with the HTTP serving code.
+These are plain functions and a small class, called by the HTTP front
+(``relay.front_connection``, ``relay.http_front``), which reads every connection first.
 """
 
 from __future__ import annotations

@@ -310,6 +310,10 @@ class Front:
                 self._refuse(refusal)
                 return
         self.request = request
+        if parser.they_are_waiting_for_100_continue:  # curl's Expect: 100-continue
+            self.transport.write(
+                parser.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
+            )
         self._pump()
 
     @staticmethod

@@ -211,3 +211,15 @@ async def _released(server: relay.Server) -> bool:
         while server.admission.total:
             await anyio.sleep(0.01)
     return True
+
+
+async def test_a_client_that_expects_100_continue_gets_it_before_sending_its_body(
+    server: relay.Server,
+) -> None:
+    async with connect(server) as conn:
+        head = post("/v1/sessions/s-1/messages", b"", "Expect: 100-continue")
+        conn.send(head.replace(b"Content-Length: 0", b"Content-Length: %d" % len(MESSAGE)))
+        go_on = await conn.answer()
+        assert go_on.status == 100
+        conn.send(MESSAGE)
+        assert (await conn.answer()).status == 201
