@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import trustme
 
 import relay
 from relay.auth import mint_token
@@ -223,3 +226,28 @@ async def test_a_client_that_expects_100_continue_gets_it_before_sending_its_bod
         assert go_on.status == 100
         conn.send(MESSAGE)
         assert (await conn.answer()).status == 201
+
+
+async def test_keep_alive_over_tls_on_the_same_port(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    async with relay.serve(
+        port=0, store="memory://", ssl_certfile=str(cert), ssl_keyfile=str(key)
+    ) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=client)
+        conn = Conn(reader, writer)
+        try:
+            conn.send(post("/v1/sessions/s-1/messages", MESSAGE) + get("/healthz"))
+            assert (await conn.answer()).status == 201
+            assert (await conn.answer()).status == 200
+            conn.send(get("/v1/sessions/s-1/history", "Connection: close"))
+            page = await conn.answer()
+            assert [e["id"] for e in page.json()["entries"]] == ["m1"]
+            assert await conn.closed_by_relay()
+        finally:
+            writer.close()
