@@ -28,13 +28,13 @@ from typing import Any
 
 from transport.errors import RunwireError
 
-from . import sse
 from .auth import Identity
 from .channel import Channel
 from .http_front import Exchange
 from .http_message import response
 from .http_models import float_param, int_param, position, shape
 from .hub import Hub
+from .sse import ag_ui_block, entry_block, opening, reset_block, resume_id
 
 __all__ = ["MAX_WAIT", "STREAM_BEAT", "Batch", "EventStream"]
 
@@ -96,7 +96,7 @@ class EventStream:
             wait = max(0.0, min(wait, identity.expires_at - time.time()))
         after, epoch = self.position(exchange, query)
         batch = await self.batch(session_id, after, epoch, limit, wait, exchange.lost, form)
-        reply = response(200, sse.opening(batch.start) + batch.body, EVENT_STREAM, cors=True)
+        reply = response(200, opening(batch.start) + batch.body, EVENT_STREAM, cors=True)
         reply.headers["Cache-Control"] = "no-cache"
         exchange.respond(reply)
 
@@ -152,8 +152,8 @@ class EventStream:
                 # The store is down, say: end; the client comes back and is told why.
                 log.info("ending the event stream of %s: %s", session_id, exc.code)
                 return
-            opening = sse.opening(batch.start) if first else b""
-            if not out.send(opening + batch.body):
+            start = opening(batch.start) if first else b""
+            if not out.send(start + batch.body):
                 return
             first = False
             after, epoch = batch.last, batch.epoch
@@ -210,15 +210,15 @@ class EventStream:
                 first = entries[0].serial if entries else 0
                 after = max(first - 1, 0)
                 reset = {"epoch": now, "head": head, "first": first}
-                blocks.append(sse.reset_block(after, reset))
+                blocks.append(reset_block(after, reset))
         start = after
         if form == "ag-ui":
-            blocks.extend(sse.ag_ui_block(e.serial, e.data, session_id) for e in entries)
+            blocks.extend(ag_ui_block(e.serial, e.data, session_id) for e in entries)
         else:
-            blocks.extend(sse.entry_block(e.serial, e.data) for e in entries)
+            blocks.extend(entry_block(e.serial, e.data) for e in entries)
         last = entries[-1].serial if entries else after
         if now is not None:
-            blocks.append(sse.resume_id(last, now))
+            blocks.append(resume_id(last, now))
         return Batch(b"".join(blocks), start, last, now)
 
     async def _wait(

@@ -46,7 +46,6 @@ from transport.frames import CancelEntry, EntryBody, InterruptEntry, MessageEntr
 from transport.messages import new_id, user_message
 from transport.runs import SUBSCRIBE, Sender
 
-from . import openapi
 from .auth import Identity, TokenVerifier, token_from_request
 from .event_stream import MAX_WAIT, EventStream
 from .http_front import Exchange, too_large
@@ -62,6 +61,7 @@ from .http_models import (
     session_id,
 )
 from .hub import Hub
+from .openapi import render as openapi_document
 from .sse import RETRY_MS
 
 __all__ = ["MAX_WAIT", "RETRY_MS", "STATUS", "HttpApi", "PostCancel", "PostMessage", "PostResume"]
@@ -350,4 +350,4 @@ def _openapi(method: str) -> Response:
         refused = json_response(405, {"error": {"code": PROTOCOL_ERROR, "message": "GET only"}})
         refused.headers["Allow"] = "GET, HEAD, OPTIONS"
         return refused
-    return response(200, openapi.render(), "application/json", cors=True)
+    return response(200, openapi_document(), "application/json", cors=True)

@@ -52,10 +52,10 @@ from transport.keepalive import keepalive
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 
-from . import handshake_log
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
 from .front_connection import FrontConnection, connection_class
+from .handshake_log import install as quiet_handshake_log
 from .http_api import HttpApi
 from .http_front import FrontConfig
 from .http_routes import Site
@@ -106,7 +106,7 @@ async def serve(
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
     redact_tokens()  # before websockets logs a request line or header with a token
-    handshake_log.install()  # a connection that hangs up before its request is no error
+    quiet_handshake_log()  # a connection that hangs up before its request is no error
     _check_limits(opts)
     ping = keepalive(opts.keepalive_timeout, close_max=2.0)  # ValueError for a bad one
     tls = server_tls(opts)
