@@ -161,7 +161,7 @@ class EventStream:
     @staticmethod
     def position(exchange: Exchange, query: dict[str, list[str]]) -> tuple[int | None, str | None]:
         """Where a stream resumes: ``Last-Event-ID``, else ``from``, else the head (None)."""
-        header = exchange.request.headers.get("Last-Event-ID")
+        header = exchange.request.header("Last-Event-ID")
         if header is not None and header.strip():
             return position("Last-Event-ID", header.strip())
         text = query.get("from")

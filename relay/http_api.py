@@ -154,7 +154,7 @@ class HttpApi:
         self._need_subscribe(identity, session)
         if name == "history":
             return await self._history(session, query)
-        if "text/event-stream" in request.headers.get("Accept", "").lower():
+        if "text/event-stream" in (request.header("Accept") or "").lower():
             await self.events.follow(exchange, session, query, identity)
         else:
             await self.events.one_batch(exchange, session, query, identity)
@@ -293,7 +293,7 @@ class HttpApi:
     def _identity(self, request: HttpRequest) -> Identity | None:
         if self.verifier is None:
             return None
-        return self.verifier.verify(token_from_request(request.headers, request.path))
+        return self.verifier.verify(token_from_request(request.credentials, request.path))
 
     @staticmethod
     def _need_subscribe(identity: Identity | None, session: str) -> None:

@@ -269,7 +269,8 @@ class Front:
         if not head.complete:
             self._refuse(head.error, head.status)
             return
-        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=head_limit(0))
+        limit = head_limit(self.config.max_token)
+        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=limit)
         self.http11 = parser
         parser.receive_data(head.data + head.rest)
         if self.eof:
@@ -330,7 +331,7 @@ class Front:
             return too_large(declared, self.config.max_body)
         if self.config.authorize is None:
             return None
-        return self.config.authorize(request.path, request.headers.get("Authorization"))
+        return self.config.authorize(request.path, request.header("Authorization"))
 
     def _pump(self) -> None:
         """Take the parsed body of the current request until it is whole."""

@@ -41,10 +41,22 @@ class HttpRequest:
     remote: str | None = None
     """The client's address (the peer of the connection)."""
 
+    def header(self, name: str) -> str | None:
+        """The value of header ``name``; one given several times is its values joined with
+        commas, as HTTP reads such a list; None when it is absent."""
+        values = self.headers.get_all(name)
+        return ", ".join(values) if values else None
+
     @property
     def upgrade(self) -> bool:
         """Whether the request asks to become a WebSocket connection."""
-        return "websocket" in self.headers.get("Upgrade", "").lower()
+        return "websocket" in (self.header("Upgrade") or "").lower()
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """The ``Authorization`` header as ``auth.token_from_request`` reads it."""
+        value = self.header("Authorization")
+        return {} if value is None else {"Authorization": value}
 
 
 def response(status: int, body: bytes, content_type: str | None, *, cors: bool = False) -> Response:

@@ -322,8 +322,11 @@ async def _greet(
     opening = ws.opening if isinstance(ws, FrontConnection) else None
     refused = ws.head_refusal if isinstance(ws, FrontConnection) else None
     if refused is None and verifier is not None:
-        request = opening or ws.request
-        token = token_from_request(request.headers, request.path) if request else None
+        token = None
+        if opening is not None:
+            token = token_from_request(opening.credentials, opening.path)
+        elif ws.request is not None:
+            token = token_from_request(ws.request.headers, ws.request.path)
         try:
             peer.identity = verifier.verify(token)
         except RunwireError as exc:

@@ -251,3 +251,18 @@ async def test_keep_alive_over_tls_on_the_same_port(tmp_path: Path) -> None:
             assert await conn.closed_by_relay()
         finally:
             writer.close()
+
+
+async def test_headers_given_twice_are_answered_not_a_fault() -> None:
+    async with relay.serve(port=0, store="memory://", secret=SECRET) as server:
+        token = mint_token(user="alice", sessions={"s-*": ["subscribe"]}, secret=SECRET)
+        twice = [f"Authorization: Bearer {token}", "Authorization: Bearer x.y.z"]
+        async with connect(server) as conn:
+            conn.send(get("/v1/sessions/s-1/history", *twice))
+            refused = await conn.answer()
+            assert (refused.status, refused.json()["error"]["code"]) == (401, "UNAUTHORIZED")
+            one = f"Authorization: Bearer {token}"
+            conn.send(get("/v1/sessions/s-1/events?wait=0", one, "Accept: a/b", "Accept: c/d"))
+            assert (await conn.answer()).status == 200
+            conn.send(get("/healthz", "Upgrade: h2c", "Upgrade: other"))
+            assert (await conn.answer()).status == 200
