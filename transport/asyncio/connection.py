@@ -73,12 +73,18 @@ DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 """The largest frame a request may be before the relay's welcome says its own limit."""
 
 
-class _Pending:
-    __slots__ = ("data", "done", "error", "reply", "sent_on", "text")
+class _SendAgain(Exception):
+    """A publish went back in line after a reconnect: it asks the lane for its turn again."""
 
-    def __init__(self, data: dict[str, Any], text: bytes) -> None:
+
+class _Pending:
+    __slots__ = ("again", "data", "done", "error", "place", "reply", "sent_on", "text")
+
+    def __init__(self, data: dict[str, Any], text: bytes, place: int) -> None:
         self.data = data
         self.text = text  # the frame as sent (UTF-8 JSON)
+        self.place = place  # its place in the publish lane; 0 for other requests
+        self.again = False  # it went back in line after a reconnect
         self.sent_on = -1
         # asyncio's own Event: this module is asyncio-only, and anyio's costs a
         # backend lookup per request (one request per streamed append).
@@ -271,6 +277,8 @@ class Connection:
                 await self._turn(place)
                 try:
                     reply = await self._exchange(frame, wait_ready, place)
+                except _SendAgain:
+                    continue  # back in line behind an earlier publish that goes again
                 except RunwireError as exc:
                     retry_at = lane.refused(place, frame.entry.id, exc, time.monotonic())
                     if retry_at is None:
@@ -332,17 +340,20 @@ class Connection:
                 f"frame of {len(text)} bytes exceeds the relay's limit of {limit}",
                 details={"size": len(text), "limit": limit},
             )
-        pending = _Pending(data, text)
+        pending = _Pending(data, text, place)
         self._pending[req] = pending
         if place and self.lane.sent(place) and self._lane_waiting:
             self._wake_lane()
         try:
-            if wait_ready:
-                await self._wait_ready(pending)
-            await self._send_pending(pending)
+            if wait_ready and not self._ready.is_set():
+                await self._wait_ready(pending)  # the next connect sends it, in ``req`` order
+            else:
+                await self._send_pending(pending)
             await pending.done.wait()
         finally:
             self._pending.pop(req, None)
+        if pending.again:
+            raise _SendAgain
         if pending.error is not None:
             raise pending.error
         assert pending.reply is not None
@@ -537,8 +548,14 @@ class Connection:
             self._first.set()
         self._emit("connected")
         for pending in list(self._pending.values()):
-            if pending.sent_on != connects:
-                await self._send_pending(pending)
+            if pending.sent_on == connects or pending.done.is_set():
+                continue
+            if pending.place and not self.lane.resend(pending.place):
+                # An earlier publish goes again first: this one asks for its turn again.
+                pending.again = True
+                pending.done.set()
+                continue
+            await self._send_pending(pending)
 
     async def _read(self, ws: ClientConnection) -> None:
         try:
