@@ -348,6 +348,7 @@ class Connection:
         policy = self.policy
         while not self._closed:
             connects = self.connects
+            policy.token_provider = self.token_provider is not None  # it may be set late
             try:
                 if policy.start(self.token is not None):
                     assert self.token_provider is not None
