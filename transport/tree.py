@@ -116,6 +116,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._run_state import TERMINAL, end_reason
 from .chunks import fold_chunks
 from .codec import RELAY_FRAME_DEPTH, decode_entry, dumps, loads
 from .errors import VALIDATION_ERROR, RunwireError
@@ -146,7 +147,6 @@ from .frames import (
 )
 from .messages import UIMessage
 from .outcomes import OutcomeBook, OutcomeRecord
-from .runs import TERMINAL, end_reason
 
 __all__ = [
     "CancelDenial",
