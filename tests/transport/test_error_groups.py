@@ -53,3 +53,12 @@ def test_an_unknown_code_gives_a_plain_error_and_copies_keep_the_code() -> None:
     error = RunwireError(errors.CONFLICT, "raced", details={"n": 2})
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is RetryableError and again == error
+
+
+def test_the_errors_reference_page_shows_every_group_with_its_codes() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs/reference/errors.md").read_text()
+    for group, codes in ERROR_GROUPS.items():
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{group.__name__}`"))
+        assert {c.strip(" `") for c in row.rsplit("|", 2)[1].split(",")} == set(codes)
