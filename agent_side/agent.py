@@ -43,7 +43,7 @@ from transport.checks import Check
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
-from transport.runs import TERMINAL
+from transport.runs import run_ended
 
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
 from .run import Run, RunPaused
@@ -285,7 +285,7 @@ class Agent:
             return
         try:
             info = session.tree.run(frame.run_id)
-            if info is not None and info.status in TERMINAL:
+            if info is not None and run_ended(info.status):
                 log.info("run %s was dispatched but has ended (%s)", frame.run_id, info.status)
                 return
             run = session.create_run(

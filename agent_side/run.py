@@ -79,7 +79,7 @@ from transport.frames import (
 )
 from transport.history import history_message, repair_unanswered_tool_calls
 from transport.messages import ToolCallPart, UIMessage, new_id
-from transport.runs import TERMINAL
+from transport.runs import ended_error, run_ended
 from transport.tree import ViewMessage
 
 from .durable import plan_adoption, run_prefix
@@ -265,7 +265,7 @@ class Run(RunSteps):
     @property
     def ended(self) -> bool:
         """True once the Run is ``complete``, ``cancelled`` or ``error``."""
-        return self.status in TERMINAL
+        return run_ended(self.status)
 
     @property
     def queue(self) -> QueueOptions:
@@ -404,7 +404,7 @@ class Run(RunSteps):
         quietly then, without ending the Run, which is the other worker's.
         """
         if self.ended:
-            raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
+            raise ended_error(self.run_id, self.status)
         if self.status == "active":
             return
         if not self._prompt_checked:
@@ -669,7 +669,7 @@ class Run(RunSteps):
 
     def _require_live(self) -> None:
         if self.ended:
-            raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} already ended ({self.status})")
+            raise ended_error(self.run_id, self.status)
 
     def _entry_id(self) -> str:
         self._seq += 1

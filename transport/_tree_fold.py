@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._run_state import TERMINAL, end_reason
+from ._run_state import end_reason, run_ended
 from .chunks import fold_chunks
 from .codec import decode_entry
 from .errors import VALIDATION_ERROR, RunwireError
@@ -129,7 +129,7 @@ class Fold:
                 run.seen.update(dict.fromkeys(e.seen))
                 self.book.saw(e.run_id, e.seen)
             old = run.info
-            if old.status not in TERMINAL:
+            if not run_ended(old.status):
                 run.info = replace(
                     old,
                     status=e.status,
@@ -142,7 +142,7 @@ class Fold:
             if held is not None and run.info.status != "queued":
                 run.held = None
                 inputs, run.held_inputs = run.held_inputs, []
-                if run.info.status not in TERMINAL and held.message.id not in self.nodes:
+                if not run_ended(run.info.status) and held.message.id not in self.nodes:
                     for i, waiting in enumerate([held, *inputs]):
                         if i:
                             node = self._add(
