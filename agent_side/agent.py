@@ -326,7 +326,7 @@ class Agent:
                 # The relay ended it meanwhile (an interrupt of a Run not started yet).
                 log.info("run %s ended elsewhere while its handler ran: %s", run.run_id, exc)
                 return
-            if run.started_elsewhere and not run.started:
+            if run.inbox.started_elsewhere and not run.started:
                 # Handed out twice (a relay restart, or a link that dropped between the
                 # dispatch and the start): the other worker started it first and owns it.
                 log.info("run %s was started by another worker: %s", run.run_id, exc)
@@ -363,7 +363,7 @@ class Agent:
                 log.warning("could not end run %s: %s", run.run_id, exc)
                 return
             log.warning("could not end run %s yet (trying again): %s", run.run_id, exc)
-            await run.end_until_stored(reason, error)
+            await run.inbox.end_until_stored(reason, error)
 
 
 def _trace_parent(run: Run) -> Mapping[str, object] | None:

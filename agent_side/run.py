@@ -24,7 +24,6 @@ import anyio.lowlevel
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check
 from transport.errors import (
-    AGENT_LOST,
     RUN_NOT_ACTIVE,
     STORE_UNAVAILABLE,
     VALIDATION_ERROR,
@@ -38,10 +37,10 @@ from transport.frames import (
 from transport.history import model_history
 from transport.messages import ToolCallPart, UIMessage
 from transport.runs import ended_error, run_ended
-from transport.tree import ViewMessage
 
 from ._run_cancels import RunCancels, end_error
 from ._run_end_retry import RunEndRetry
+from ._run_inbox import RunInbox
 from ._run_input_hooks import RunInputHooks
 from ._run_link import RunLink, RunSession, RunView
 from ._run_model_call import model_call
@@ -51,7 +50,6 @@ from .inputs import RunInputs
 from .options import (
     ITERATION_LIMIT_REACHED,
     CancelHook,
-    CancelRequest,
     EndReason,
     Invocation,
     IterationLimit,
@@ -72,8 +70,6 @@ END_RETRY_FIRST = 0.5
 """Seconds before a Run's end the relay's store refused (``STORE_UNAVAILABLE``) is tried again."""
 END_RETRY_MAX = 5.0
 """The longest wait between two such tries (it doubles from ``END_RETRY_FIRST``)."""
-
-_QUEUED = ("steer", "follow_up", "inject")
 
 
 class Run:
@@ -118,7 +114,6 @@ class Run:
         self._link: RunLink = session.run_link()
         self._abort = AbortController()
         self._ending = False
-        self._started_elsewhere = False  # start() refused: another worker started it
         self._prompt_checked = adopted
         self._queue = opts.queue
         link = self._link
@@ -145,6 +140,17 @@ class Run:
             ending=lambda: self._ending,
             delays=lambda: (END_RETRY_FIRST, END_RETRY_MAX),
         )
+        self.inbox = RunInbox(
+            self,
+            link,
+            self._abort,
+            inputs=self._inputs,
+            steps=self._steps,
+            cancels=self._cancels,
+            output=self._output,
+            end_retry=self._end_retry,
+        )
+        """How the session talks to this Run (internal to the SDK)."""
         self.view: RunView = link.view_of(self)
         if adopted:
             self._adopt(checkpoint)
@@ -284,29 +290,6 @@ class Run:
             return False
         return self._inputs.has_input()
 
-    def visible_inputs(self) -> set[str]:
-        """Queued ids of this Run its view shows."""
-        return set(self._inputs.visible())
-
-    def input_tail(self) -> list[str]:
-        """Ids of this Run's input still to answer, which its view shows last."""
-        return self._inputs.tail()
-
-    @property
-    def retry_id(self) -> str | None:
-        """A step being retried after an adoption: its view leaves it out until published."""
-        return self._steps.retry_id
-
-    @property
-    def started_elsewhere(self) -> bool:
-        """True once ``start()`` was refused because another worker started the Run."""
-        return self._started_elsewhere
-
-    @property
-    def end_asked(self) -> tuple[EndReason, RunwireError | BaseException | str | None] | None:
-        """The end the store refused, still tried again in the background (None: none)."""
-        return self._end_retry.asked
-
     def link_signal(self, signal: AbortSignal) -> None:
         """Let an outside ``AbortSignal`` (a request's, a shutdown's) cancel this Run.
 
@@ -319,10 +302,6 @@ class Run:
     def linked_signals(self) -> int:
         """How many outside signals may still cancel this Run (``link_signal``)."""
         return self._cancels.linked
-
-    def unlink_signals(self) -> None:
-        """The Run is done with (ended, paused): drop its links to outside signals."""
-        self._cancels.unlink_all()
 
     async def start(self) -> None:
         """Publish ``run: active``; also resumes a suspended Run.
@@ -350,7 +329,7 @@ class Run:
         except RunwireError as exc:
             # Refused as already active: another worker started it (the relay handed it
             # out twice). The Agent lets such a handler go quietly.
-            self._started_elsewhere = exc.code == VALIDATION_ERROR and (
+            self.inbox.started_elsewhere = exc.code == VALIDATION_ERROR and (
                 exc.details.get("status") == "active"
             )
             raise
@@ -430,13 +409,6 @@ class Run:
             if not self.ended:
                 self.status = reason
         self._link.forget(self)
-
-    async def end_until_stored(
-        self, reason: EndReason, error: RunwireError | BaseException | str | None
-    ) -> None:
-        """The store refused this Run's end: try it again until it is stored. A worker
-        awaits this while it holds the Run's session."""
-        await self._end_retry.until_stored(reason, error)
 
     async def pipe(
         self,
@@ -556,35 +528,6 @@ class Run:
     def _require_live(self) -> None:
         if self.ended:
             raise ended_error(self.run_id, self.status)
-
-    def input_folded(self, vm: ViewMessage) -> None:
-        """A queued message of this Run folded in (called on the delivery path)."""
-        if not self.ended and vm.intent in _QUEUED:
-            self._inputs.folded(vm)
-
-    def cancel_folded(self, request: CancelRequest) -> None:
-        """A cancel entry of this Run folded in (the session calls it on the delivery path)."""
-        self._cancels.folded(request)
-
-    def ended_elsewhere(self, status: EndReason, error: RunwireError | None) -> None:
-        """The relay (or another publisher) ended this Run."""
-        if self.ended:
-            return
-        self.status = status
-        self._link.forget(self)
-        self._abort.abort(error or RunwireError(RUN_NOT_ACTIVE, f"run ended {status}"))
-
-    def attachment_lost(self, error: RunwireError) -> None:
-        """The worker lost this Run's session: marked ended, ``abort_signal`` fires with
-        ``error``, and the reply publishes still waiting give up with it."""
-        self._output.lose(error)
-        self.ended_elsewhere("error", error)
-
-    def passed_on(self) -> None:
-        """The relay gave this Run to another worker (this one was gone too long)."""
-        self.ended_elsewhere(
-            "error", RunwireError(AGENT_LOST, "the relay handed this Run to another worker")
-        )
 
     def __repr__(self) -> str:
         return (
