@@ -1,10 +1,11 @@
 """Asking a person from a tool call or a Run: questions, answers and approvals.
 
 ``ToolContext.interrupt()`` asks a question and ``ToolContext.approval()``
-asks to approve a call. Each reads the ``Pause`` the relay kept for the Run:
-an answer returns at once, a question nobody answered yet stops the call with
+asks to approve a call. Each reads the ``Pause`` the relay kept for the Run.
+An answer returns at once. A question nobody answered yet stops the call with
 ``Paused``, and one that can no longer be answered stops it with
-``Unanswered``. docs/explanation/agent-runs.md tells the whole story.
+``Unanswered``. The explanation page docs/explanation/agent-runs.md tells
+the whole story.
 """
 
 from __future__ import annotations
