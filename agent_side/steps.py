@@ -32,6 +32,7 @@ from transport.interrupts import PAUSE_VERSION
 from transport.messages import TextPart, ToolCallPart, UIMessage, new_id
 from transport.runs import ended_error
 
+from ._asking import Paused, Unanswered
 from ._run_link import RunLink
 from .durable import Adoption, run_prefix, step_message_id
 from .inputs import RunInputs
@@ -39,11 +40,9 @@ from .pipe import PipeResult, close_budget, close_entry
 from .tools import (
     INTERRUPTED,
     Pause,
-    Paused,
     Tool,
     ToolContext,
     ToolResult,
-    Unanswered,
     execute_tools,
     result_from_dict,
     tool_calls,
