@@ -6,9 +6,11 @@ publishes a model call's response, ``run_tools()`` runs tool calls, and
 ``suspend()`` and ``end()`` publish the rest of the lifecycle. Every entry gets
 its id when it is built, so a repeat after a reconnect is dropped by the relay.
 
-The Run is one class with parts: ``RunInputs`` takes queued messages in,
-``RunSteps`` numbers steps and runs tools, and ``RunCancels`` offers cancels
-to ``on_cancel``. It talks to its session only through a ``RunLink``.
+The Run is one class with parts: ``RunMoves`` publishes its lifecycle,
+``RunInputs`` takes queued messages in, ``RunSteps`` numbers steps and runs
+tools, and ``RunCancels`` offers cancels to ``on_cancel``. It talks to its
+session only through a ``RunLink``, and the session talks back through
+``run.inbox``.
 docs/explanation/agent-runs.md tells how input, cancels and steps work.
 """
 
@@ -24,9 +26,6 @@ import anyio.lowlevel
 from transport.asyncio.abort import AbortController, AbortSignal
 from transport.checks import Check
 from transport.errors import (
-    RUN_NOT_ACTIVE,
-    STORE_UNAVAILABLE,
-    VALIDATION_ERROR,
     RunwireError,
 )
 from transport.frames import (
@@ -38,17 +37,17 @@ from transport.history import model_history
 from transport.messages import ToolCallPart, UIMessage
 from transport.runs import ended_error, run_ended
 
-from ._run_cancels import RunCancels, end_error
+from ._run_cancels import RunCancels
 from ._run_end_retry import RunEndRetry
 from ._run_inbox import RunInbox
 from ._run_input_hooks import RunInputHooks
 from ._run_link import RunLink, RunSession, RunView
 from ._run_model_call import model_call
+from ._run_moves import RunMoves
 from ._run_output import RunOutput
 from .durable import plan_adoption
 from .inputs import RunInputs
 from .options import (
-    ITERATION_LIMIT_REACHED,
     CancelHook,
     EndReason,
     Invocation,
@@ -113,8 +112,6 @@ class Run:
         self._session = session
         self._link: RunLink = session.run_link()
         self._abort = AbortController()
-        self._ending = False
-        self._prompt_checked = adopted
         self._queue = opts.queue
         link = self._link
         self._inputs = RunInputs(
@@ -137,7 +134,7 @@ class Run:
             link,
             self.end,
             ended=lambda: self.ended,
-            ending=lambda: self._ending,
+            ending=lambda: self._moves.ending,
             delays=lambda: (END_RETRY_FIRST, END_RETRY_MAX),
         )
         self.inbox = RunInbox(
@@ -151,6 +148,17 @@ class Run:
             end_retry=self._end_retry,
         )
         """How the session talks to this Run (internal to the SDK)."""
+        self._moves = RunMoves(
+            self,
+            link,
+            steps=self._steps,
+            inputs=self._inputs,
+            hooks=self._hooks,
+            cancels=self._cancels,
+            end_retry=self._end_retry,
+            inbox=self.inbox,
+            prompt_checked=adopted,
+        )
         self.view: RunView = link.view_of(self)
         if adopted:
             self._adopt(checkpoint)
@@ -312,45 +320,14 @@ class Run:
         ``VALIDATION_ERROR`` while no slot is free or another worker started the
         Run. docs/explanation/agent-runs.md tells the details.
         """
-        if self.ended:
-            raise ended_error(self.run_id, self.status)
-        if self.status == "active":
-            return
-        if not self._prompt_checked:
-            self._prompt_checked = True
-            refusal = await self._hooks.check_prompt()
-            if refusal is not None:
-                await self.end("error", error=refusal)
-                return
-        try:
-            await self._steps.publish_status(
-                "active", durable=True if self._steps.durable else None, timeout=self.timeout
-            )
-        except RunwireError as exc:
-            # Refused as already active: another worker started it (the relay handed it
-            # out twice). The Agent lets such a handler go quietly.
-            self.inbox.started_elsewhere = exc.code == VALIDATION_ERROR and (
-                exc.details.get("status") == "active"
-            )
-            raise
-        if self.ended:  # ended elsewhere while the publish was in flight
-            return
-        self.status = "active"
-        await self._steps.close_adopted()
-        for request in self._link.cancels_of(self.run_id):
-            self._cancels.offer(request)  # each asker gets its answer (none once one is taken)
+        await self._moves.start()
 
     async def suspend(self) -> None:
         """Publish ``run: suspended``; ``start()`` resumes.
 
         Raises ``RunwireError(RUN_NOT_ACTIVE)`` unless the Run is active.
         """
-        if self.status != "active":
-            raise RunwireError(RUN_NOT_ACTIVE, f"run {self.run_id!r} is {self.status}, not active")
-        await self._hooks.flush()
-        await self._steps.publish_status("suspended")
-        if not self.ended:
-            self.status = "suspended"
+        await self._moves.suspend()
 
     async def end(
         self,
@@ -367,48 +344,7 @@ class Run:
         explicit mode tries the end again in the background
         (docs/explanation/agent-runs.md).
         """
-        if reason not in ("complete", "cancelled", "error"):
-            raise ValueError(f"reason must be complete, cancelled or error, not {reason!r}")
-        if self.ended or self._ending:
-            return
-        asked = reason
-        if (
-            reason == "complete"
-            and self._inputs.limit_reached
-            and self.on_iteration_limit == "error"
-        ):
-            reason = "error"
-            error = error or RunwireError(
-                ITERATION_LIMIT_REACHED,
-                f"the Run used its {self.max_iterations} model calls of turn {self.turn}",
-                details={"max_iterations": self.max_iterations, "turn": self.turn},
-            )
-        body = end_error(reason, error, self.cancel_reason)
-        if self.status == "pending" and reason == "complete":
-            await self.start()
-            if self.ended:
-                return
-        await self._hooks.flush()
-        await self._steps.close_open_replies()
-        saved: list[str] | None = None
-        if reason == "complete" and self.keeps_history and self.status != "pending":
-            saved = self._inputs.to_save() or None
-        self._ending = True
-        try:
-            await self._steps.publish_status(reason, error=body, seen=saved)
-        except RunwireError as exc:
-            self._ending = False
-            if exc.code == STORE_UNAVAILABLE and not self.ended:
-                self._end_retry.later(asked, error)
-            if exc.code != RUN_NOT_ACTIVE:
-                raise
-            log.debug("run %s had already ended: %s", self.run_id, exc)
-            if not self.ended:
-                self.status = reason
-        else:
-            if not self.ended:
-                self.status = reason
-        self._link.forget(self)
+        await self._moves.end(reason, error)
 
     async def pipe(
         self,
