@@ -9,7 +9,7 @@ them. docs/explanation/run-rules.md tells the rules and their reasons.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from ._rights import check_owner, check_right, need_cancel
 from ._run_book import RunBook
@@ -27,7 +27,7 @@ from .frames import CancelEntry, InterruptEntry, MessageEntry, Multitask
 from .interrupts import PauseRecord, check_answer
 from .policy import Sender
 
-__all__ = ["plan_cancel", "plan_interrupt", "plan_prompt"]
+__all__ = ["applied_prompt", "plan_cancel", "plan_interrupt", "plan_prompt"]
 
 
 def plan_prompt(book: RunBook, entry: MessageEntry, sender: Sender, now_ms: int) -> list[RunRecord]:
@@ -45,11 +45,7 @@ def plan_prompt(book: RunBook, entry: MessageEntry, sender: Sender, now_ms: int)
     strategy: Multitask = (
         "alongside" if child or off_thread else entry.multitask or book.policy.multitask
     )
-    moved_on = [
-        replace(r, pause=_moved_on(r.pause), updated_ts=now_ms)
-        for r in book.ordered(book.runs.values())
-        if not r.terminal and r.waiting()
-    ]
+    moved_on = _moved_on_runs(book, now_ms)
     after = {**book.runs, **{r.run_id: r for r in moved_on}}
     owed = [r for r in after.values() if r.resume_owed]
     # A suspended Run waiting for its resume (this prompt's own move on included) is about
@@ -82,11 +78,60 @@ def plan_prompt(book: RunBook, entry: MessageEntry, sender: Sender, now_ms: int)
         # No slot is free, or the resumes (this prompt's move on included) take the
         # free ones first.
         queued = True
-    record = RunRecord(
+    record = _new_record(
+        book,
+        entry,
+        status="queued" if queued else "pending",
+        strategy=strategy,
+        interrupts=interrupts,
+        sender=sender,
+        now_ms=now_ms,
+    )
+    if not queued:
+        book.hold_slot(entry.run_id)
+    return [record, *moved_on]
+
+
+def applied_prompt(book: RunBook, entry: MessageEntry) -> list[RunRecord]:
+    """The records a stored prompt changes, as its stamps say: its Run, queued or not,
+    with the strategy and the interrupts the publishing node decided, and the paused
+    Runs it moves on. Nothing is checked again; a Run the session has is left as it is."""
+    if entry.run_id in book.runs:
+        return []
+    now_ms = entry.ts or 0
+    parent = book.runs.get(entry.parent_run_id) if entry.parent_run_id else None
+    child = parent is not None and parent.going_on
+    strategy: Multitask = entry.multitask or (
+        "alongside" if child or entry.activate is False else book.policy.multitask
+    )
+    sender = Sender(client_id=entry.client_id or "", user_id=entry.user_id)
+    record = _new_record(
+        book,
+        entry,
+        status="queued" if entry.queued else "pending",
+        strategy=strategy,
+        interrupts=list(entry.interrupts or []),
+        sender=sender,
+        now_ms=now_ms,
+    )
+    return [record, *_moved_on_runs(book, now_ms)]
+
+
+def _new_record(
+    book: RunBook,
+    entry: MessageEntry,
+    *,
+    status: Literal["queued", "pending"],
+    strategy: Multitask,
+    interrupts: list[str],
+    sender: Sender,
+    now_ms: int,
+) -> RunRecord:
+    return RunRecord(
         session_id=book.session_id,
         run_id=entry.run_id,
         agent=entry.agent or "default",
-        status="queued" if queued else "pending",
+        status=status,
         prompt_id=entry.message.id,
         user_id=sender.user_id,
         client_id=sender.client_id,
@@ -97,11 +142,17 @@ def plan_prompt(book: RunBook, entry: MessageEntry, sender: Sender, now_ms: int)
         parent_run_id=entry.parent_run_id,
         thread_access=entry.thread_access,
         interrupts=interrupts,
-        off_thread=off_thread,
+        off_thread=entry.activate is False,
     )
-    if not queued:
-        book.hold_slot(entry.run_id)
-    return [record, *moved_on]
+
+
+def _moved_on_runs(book: RunBook, now_ms: int) -> list[RunRecord]:
+    """A prompt moves on every Run that waits on questions."""
+    return [
+        replace(r, pause=_moved_on(r.pause), updated_ts=now_ms)
+        for r in book.ordered(book.runs.values())
+        if not r.terminal and r.waiting()
+    ]
 
 
 def _moved_on(pause: PauseRecord | None) -> PauseRecord:

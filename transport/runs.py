@@ -30,7 +30,7 @@ from ._rights import (
 )
 from ._run_book import RunBook
 from ._run_due import due
-from ._run_plans import plan_cancel, plan_interrupt, plan_prompt
+from ._run_plans import applied_prompt, plan_cancel, plan_interrupt, plan_prompt
 from ._run_record import RunRecord, deadline_at, effective_timeout, timeout_entry
 from ._run_state import (
     GOING_ON,
@@ -211,11 +211,12 @@ class RunRegistry(RunBook):
 
         Every relay node replays every entry of a session in serial order, so
         all hold the same records. The entry passed the rules when it was
-        published, so its effect is taken as it was decided then: a Run's
-        status change is applied as it stands, a prompt is queued or not as its
-        stamp says (nodes may differ in free slots), and who sent an entry is
-        read from its stamps without checking rights again. An entry that no
-        longer applies returns ``[]``.
+        published, so replay applies what was decided then. A status change is
+        applied as it stands, and a prompt makes its Run as its stamps say:
+        queued or not, its strategy and its interrupts. Nodes may differ in
+        free slots, so neither is planned again. Rights are never checked
+        again. A cancel, a pause, an answer or a checkpoint applies only while
+        the Run's state allows it. An entry that no longer applies returns ``[]``.
         """
         ts = entry.ts or 0
         client_id = entry.client_id or ""
@@ -254,13 +255,19 @@ class RunRegistry(RunBook):
                     deadline_ms=deadline_at(entry.status, timeout, ts),
                 )
             ]
+        elif isinstance(entry, MessageEntry):
+            changes = applied_prompt(self, entry) if entry.intent == "prompt" else []
+        elif isinstance(entry, ResponseOpen | ResponseAppend | ResponseClose | RefusedEntry):
+            changes = []
         else:
+            # Cancels, refused cancels, pauses, answers and checkpoints apply only while
+            # the Run's state allows them: the rules decide that, with every right granted.
             role: Literal["client", "agent", "relay"] = "agent"
             if client_id == RELAY.client_id or (
                 isinstance(entry, CancelEntry) and entry.interrupted_by
             ):
                 role = "relay"
-            elif isinstance(entry, MessageEntry | CancelEntry) or (
+            elif isinstance(entry, CancelEntry) or (
                 isinstance(entry, InterruptEntry) and entry.status != "paused"
             ):
                 role = "client"
@@ -269,17 +276,6 @@ class RunRegistry(RunBook):
                 changes = self.plan(entry, sender, ts)
             except RunwireError:
                 return []
-            if isinstance(entry, MessageEntry) and entry.intent == "prompt" and changes:
-                record = changes[0]
-                changes = [
-                    replace(
-                        record,
-                        status="queued" if entry.queued else "pending",
-                        multitask=entry.multitask or record.multitask,
-                        interrupts=list(entry.interrupts or record.interrupts),
-                    ),
-                    *changes[1:],
-                ]
         self.apply(changes)
         return changes
 
