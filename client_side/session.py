@@ -112,7 +112,7 @@ from transport.interrupts import PausedRun
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id, user_message
 from transport.outcomes import OutcomeRecord, ended_before_stored
-from transport.runs import MULTITASK_STRATEGIES, TERMINAL
+from transport.runs import MULTITASK_STRATEGIES, run_ended
 from transport.tree import CancelDenial, DeliveryEvent, Refusal
 
 from .run import ClientRun, Delivery, Outcome, Published, Refused
@@ -530,7 +530,7 @@ class ClientSession:
                 if denial is not None:
                     raise _denied(denial)
                 info = self.view.run(run_id)
-                if info is not None and info.status in TERMINAL:
+                if info is not None and run_ended(info.status):
                     return
                 self._check_lost(run_id, resets)
                 await self._wait_change()
@@ -546,7 +546,7 @@ class ClientSession:
 
     def _cancel_soon(self, run_id: str) -> None:
         info = self.view.run(run_id) if self.subscribe else None
-        if self._closed or self._tg is None or (info is not None and info.status in TERMINAL):
+        if self._closed or self._tg is None or (info is not None and run_ended(info.status)):
             return
         # In the lane now, when the signal fired: after what the user did before, before
         # what they do next.

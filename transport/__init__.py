@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 
 from . import checks
 from .answers import ParsedAnswer, answer_format, parse_answer
-from .errors import CloseCode, RunwireError
+from .errors import (
+    CloseCode,
+    CredentialsError,
+    FinalError,
+    RequestError,
+    RetryableError,
+    RunwireError,
+)
 from .frames import PROTOCOL_VERSION, Interrupt, RunEndReason, RunStatus
 from .history import (
     ABORTED_BEFORE_DISPATCH,
@@ -54,7 +61,9 @@ __all__ = [
     "AbortSignal",
     "CloseCode",
     "ConversationTree",
+    "CredentialsError",
     "DeliveryEvent",
+    "FinalError",
     "Interrupt",
     "MessageEvent",
     "OutcomeRecord",
@@ -63,6 +72,8 @@ __all__ = [
     "PausedRun",
     "ReasoningPart",
     "Refusal",
+    "RequestError",
+    "RetryableError",
     "RunEndReason",
     "RunEvent",
     "RunInfo",
