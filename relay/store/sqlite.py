@@ -11,7 +11,10 @@ loaded relay's latency tail tens of milliseconds long.)
 
 Writes (``append``, ``put_runs``) join a batch whose first job schedules a
 flush with ``loop.call_soon``, so what is queued in one iteration of the loop
-shares one transaction (group commit). ``append`` queues its job before it
+shares one transaction (group commit). Under load the flush waits until
+``LINGER`` after the previous commit, so that one commit carries what arrives
+meanwhile (a few pages of WAL per commit, however many entries it holds); a
+write to an idle store commits at once. ``append`` queues its job before it
 first yields: appends are sequenced in call order. The serial is given in the
 transaction: the channel's highest stored serial plus one, kept between
 batches and read again when ``PRAGMA data_version`` says another connection
@@ -31,11 +34,18 @@ unique ``(session_id, entry_id)`` index: the batch is rolled back and written
 again one entry at a time, and the repeat takes no serial and returns the
 original.
 
+The writer's connection runs with ``synchronous=OFF``: it never checkpoints,
+so what that changes is only the sync of the WAL header when a commit starts
+the WAL over, which would otherwise stall the event loop (tens of
+milliseconds on a busy disk). The background connection keeps ``NORMAL``:
+every checkpoint syncs the WAL before copying it and the file after, so a
+power cut still loses at most the newest commits, and the writer switches back
+to ``NORMAL`` before it closes (and checkpoints).
+
 Automatic checkpoints are off: after ``CHECKPOINT_COMMITS`` commits (or a
 second after the first) the background thread runs two ``PASSIVE``
 checkpoints alongside the writes, then a ``FULL`` one that holds them off
-for a moment, so that the next commit starts the WAL over (and syncs its
-header: the only ``fsync`` on the loop). A SIGKILL loses nothing
+for a moment, so that the next commit starts the WAL over. A SIGKILL loses nothing
 acknowledged: a commit is in the WAL file before ``append`` returns (a power
 cut may lose the newest commits).
 """
@@ -43,6 +53,7 @@ cut may lose the newest commits).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import sqlite3
@@ -79,7 +90,14 @@ from .base import (
     read_position,
 )
 
-__all__ = ["BUSY_TIMEOUT", "CHECKPOINT_COMMITS", "DEDUP_WINDOW", "WAL_LIMIT", "SQLiteStore"]
+__all__ = [
+    "BUSY_TIMEOUT",
+    "CHECKPOINT_COMMITS",
+    "DEDUP_WINDOW",
+    "LINGER",
+    "WAL_LIMIT",
+    "SQLiteStore",
+]
 
 T = TypeVar("T")
 
@@ -91,6 +109,9 @@ CHECKPOINT_COMMITS = 500
 
 WAL_LIMIT = 16 * 2**20
 """Bytes the WAL file is cut back to when it starts over (``journal_size_limit``)."""
+
+LINGER = 0.001
+"""Seconds a flush waits after the previous commit (group commit under load)."""
 
 BUSY_TIMEOUT = 5.0
 """Seconds a write waits for another connection's write lock before it fails."""
@@ -165,8 +186,9 @@ def _connect(path: str, *, wait: bool) -> sqlite3.Connection:
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         conn.executescript(_SCHEMA)
-        if not wait:
+        if not wait:  # the writer, on the event loop: see the module's docstring
             conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA synchronous = OFF")
     except sqlite3.Error as exc:
         raise RunwireError(
             STORE_UNAVAILABLE, f"cannot open the SQLite database {path!r}: {exc}"
@@ -267,6 +289,7 @@ class SQLiteStore(Store):
         self._one_by_one = False
         self._heads: dict[str, int] = {}
         self._version = -1
+        self._committed_at = -LINGER  # loop time of the last commit
         # The background thread, for reads and checkpoints:
         self._reader: sqlite3.Connection | None = None
         self._background = ThreadPoolExecutor(1, thread_name_prefix="runwire-sqlite")
@@ -309,6 +332,9 @@ class SQLiteStore(Store):
         if self._checkpoint_timer is not None:
             self._checkpoint_timer.cancel()
         await anyio.to_thread.run_sync(self._background.shutdown)  # lets queued reads finish
+        if self._conn is not None:  # it closes last and checkpoints: with the syncs
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA synchronous = NORMAL")
         for conn in (self._reader, self._conn):  # the last one to close checkpoints: off the loop
             if conn is not None:
                 await anyio.to_thread.run_sync(conn.close)
@@ -459,7 +485,11 @@ class SQLiteStore(Store):
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
         self._batch.append(job)
         if self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
+            wait = self._committed_at + LINGER - self._loop.time()
+            if wait > 0:  # a commit just went: let more join this one
+                self._flush_handle = self._loop.call_later(wait, self._flush)
+            else:
+                self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Commit the batch in one transaction, then wake its callers and subscribers in order.
@@ -516,6 +546,7 @@ class SQLiteStore(Store):
             outcomes = [failed] * len(batch)
         else:
             self._heads.update(heads)
+            self._committed_at = self._loop.time()
             self.commits += 1
             self._ok = True
             self._count_commit()
