@@ -819,6 +819,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     RelayProcess.extra = ["--rollup-window", str(args.rollup_window)] if args.rollup_window else []
     RelayProcess.extra += args.relay_arg
+    sizes_clients = args.clients or 1000
+    if sizes_clients + 100 > 10_000 and not any("--max-connections" in a for a in args.relay_arg):
+        # The relay answers 503 past --max-connections (10,000 by default): the idle phase
+        # at 10,000 clients (plus its 10 warm ones) needs room, as a deployment would.
+        RelayProcess.extra += [f"--max-connections={sizes_clients + 100}"]
     relays = [r for r in args.relays.split(",") if r]
     if args.redis:
         relays += [k for k in REDIS_KINDS if k not in relays]

@@ -434,6 +434,7 @@ async def _handle_connection(
         if not await _greet(ws, peer, hub, opts, verifier):
             return
         logcontext.CLIENT_ID.set(peer.sender.client_id)  # this task's records name the client
+        _forget_headers(ws)
         if peer.identity is not None:
             expiry = asyncio.get_running_loop().call_later(
                 max(0.0, peer.identity.expires_at - time.time()),
@@ -451,6 +452,22 @@ async def _handle_connection(
         peer.closed = True
         hub.gone(peer)
         metrics.connections.dec()
+
+
+_NO_HEADERS = Headers()
+"""Shared by every connection whose handshake headers were dropped; never written to."""
+
+
+def _forget_headers(ws: ServerConnection) -> None:
+    """Drop the handshake's request and response headers, read only while greeting.
+
+    About 2.7 KiB per connection: most of what an idle one holds besides its task.
+    The request and response stay (websockets reads ``request`` as "handshake done").
+    """
+    if ws.request is not None:
+        ws.request.headers = _NO_HEADERS
+    if ws.response is not None:
+        ws.response.headers = _NO_HEADERS
 
 
 async def _greet(
