@@ -32,7 +32,7 @@ from transport.errors import CloseCode, RunwireError
 from transport.runs import AGENT, Sender
 
 from .auth import matches
-from .wsconn import send_frames
+from .wsconn import send_frames, write_texts
 
 if TYPE_CHECKING:
     from .auth import Identity
@@ -255,9 +255,7 @@ class Peer:
         try:
             while queue and self._writable(ws):
                 frames = self._take(queue)
-                for frame in frames:
-                    ws.protocol.send_text(frame)
-                ws.send_data()  # one write on a RelayConnection
+                write_texts(ws, frames)  # one write
                 self.metrics.frames_out.inc(len(frames))
         except Exception:  # never let a send problem escape unseen
             log.exception("send to %s failed", self.connection_id)
