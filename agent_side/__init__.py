@@ -41,7 +41,7 @@ from .options import (
     RunOptions,
     SteerHook,
 )
-from .pipe import Coalescer, MessageBuilder, Normalizer, PipeResult
+from .pipe import PipeResult
 from .run import Run, RunPaused
 from .session import AgentSession, View, connect
 from .tools import (
@@ -75,11 +75,8 @@ __all__ = [
     "Approval",
     "CancelHook",
     "CancelRequest",
-    "Coalescer",
     "Invocation",
-    "MessageBuilder",
     "Model",
-    "Normalizer",
     "PipeResult",
     "QueueOptions",
     "Run",

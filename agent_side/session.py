@@ -58,6 +58,7 @@ from transport.interrupts import PausedRun
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.tree import ConversationTree, MessageEvent, RunInfo, TreeEvent, ViewMessage
 
+from ._run_link import RunLink
 from .options import (
     CancelHook,
     CancelRequest,
@@ -114,13 +115,13 @@ class View:
         run = self._run
         run_id = run.run_id
         tree = self._session.tree
-        branch = tree.messages(tail=run._tail(), run_id=run_id)
+        branch = tree.messages(tail=run.inbox.input_tail(), run_id=run_id)
         start = next(
             (i for i, vm in enumerate(branch) if vm.run_id == run_id and vm.intent == "prompt"),
             len(branch),
         )
-        visible = run._visible()
-        retry = run._retry_id
+        visible = run.inbox.visible_inputs()
+        retry = run.inbox.retry_id
 
         def keep(vm: ViewMessage) -> bool:
             if vm.intent in (None, "prompt"):  # prompts and responses
@@ -338,7 +339,7 @@ class AgentSession:
             for run in list(self._runs.values()):
                 if run.status == "active":
                     # One whose end the store refused ends as its code asked, not cancelled.
-                    reason, error = run._end_again or ("cancelled", None)
+                    reason, error = run.inbox.end_asked or ("cancelled", None)
                     try:
                         await run.end(reason, error=error)
                     except RunwireError as exc:
@@ -433,7 +434,7 @@ class AgentSession:
                 vm = event.message
                 run = self._runs.get(vm.run_id)
                 if vm.intent not in (None, "prompt") and run is not None:
-                    run._input_folded(vm)
+                    run.inbox.input_folded(vm)
         kind, run_id = data.get("kind"), data.get("run_id")
         if not isinstance(run_id, str):
             return
@@ -442,7 +443,7 @@ class AgentSession:
             request = _cancel_request(data)
             self._cancels.setdefault(run_id, {})[str(request.cancel_id)] = request
             if run is not None:
-                run._cancel_folded(request)
+                run.inbox.cancel_folded(request)
         elif kind == "run":
             status = data.get("status")
             if status == "active":
@@ -451,13 +452,13 @@ class AgentSession:
                 return
             if status == "pending":
                 if run.started:  # not a queued Run's turn: the relay handed it on
-                    run._handed_over()
+                    run.inbox.passed_on()
                 return
             reason = _END_REASONS.get(status) if isinstance(status, str) else None
             if reason is not None:
                 error = data.get("error")
                 err = RunwireError.from_wire(error) if isinstance(error, dict) else None
-                run._ended_elsewhere(reason, err)
+                run.inbox.ended_elsewhere(reason, err)
 
     def _emit(self, events: list[Any]) -> None:
         for event in events:
@@ -491,8 +492,31 @@ class AgentSession:
                 return PausedRun(info.run_id, questions)
         return None
 
+    def run_link(self) -> RunLink:
+        """The interface this session's Runs talk to it through (internal to the SDK)."""
+        # Each looks the session's method up when called, so a test may swap one in.
+        return RunLink(
+            tree=lambda: self.tree,
+            owns_link=self._owns_link,
+            frame_bytes=lambda: self._frame_bytes(),
+            publish=lambda entry, slot: (
+                self._publish(entry) if slot is None else self._publish(entry, slot)
+            ),
+            spawn=lambda fn, *args: self._spawn(fn, *args),
+            reserve=lambda: self._reserve(),
+            release=lambda slot: self._release(slot),
+            forget=lambda run: self._forget(run),
+            cancels_of=lambda run_id: self._cancels_of(run_id),
+            view_of=lambda run: View(self, run=run),
+        )
+
+    def _frame_bytes(self) -> int:
+        """The relay's ``max_frame_bytes`` (as its welcome said; 1 MiB before one came)."""
+        welcome = self._link.conn.welcome
+        return welcome.max_frame_bytes if welcome else 1024 * 1024
+
     def _forget(self, run: Run) -> None:
-        run._unlink_signals()
+        run.inbox.unlink_signals()
         if self._runs.get(run.run_id) is run:
             del self._runs[run.run_id]
 
@@ -723,7 +747,7 @@ class _Link:
         for session in list(self.sessions.values()):
             for run in list(session._runs.values()):
                 if run.started and not run.ended:
-                    run._attachment_lost(error)
+                    run.inbox.attachment_lost(error)
 
     def _lose(self, session: AgentSession, error: RunwireError) -> None:
         """End ``session``'s attachment (the relay refused it ``error``): its live Runs are
@@ -735,7 +759,7 @@ class _Link:
         session.attached.set()
         session._closed.set()
         for run in list(session._runs.values()):
-            run._attachment_lost(error)
+            run.inbox.attachment_lost(error)
 
     def _on_frame(self, frame: RelayFrame) -> None:
         if isinstance(frame, Deliver):

@@ -58,10 +58,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 import anyio
 
-from transport.errors import RUN_NOT_ACTIVE, RunwireError
+from transport.errors import RunwireError
 from transport.frames import Interrupt, MessageEntry, RunEndReason, RunStatus
 from transport.messages import UIMessage
-from transport.runs import TERMINAL
+from transport.runs import ended_error, run_ended
 
 from .view import _write_only_error
 
@@ -322,14 +322,8 @@ class ClientRun:
         delivery = Delivery(msg, self.run_id, intent)
         self._deliveries.append(delivery)
         info = session.view.run(self.run_id) if session.subscribe else None
-        if info is not None and info.status in TERMINAL:
-            delivery._fail(
-                RunwireError(
-                    RUN_NOT_ACTIVE,
-                    f"run {self.run_id!r} already ended ({info.status})",
-                    details={"run_id": self.run_id, "status": info.status},
-                )
-            )
+        if info is not None and run_ended(info.status):
+            delivery._fail(ended_error(self.run_id, info.status))
             return delivery
         entry = MessageEntry(id=msg.id, run_id=self.run_id, intent=intent, message=msg)
         session._start_delivery(delivery, entry)
@@ -359,7 +353,7 @@ class ClientRun:
         self._check_readable("ClientRun.result()")
         while True:
             info = self._session.view.run(self.run_id)
-            if info is not None and (info.status in TERMINAL or info.status == "suspended"):
+            if info is not None and (run_ended(info.status) or info.status == "suspended"):
                 undelivered = (
                     []
                     if info.status == "error"
@@ -375,7 +369,7 @@ class ClientRun:
                     end_reason=info.end_reason,
                     undelivered=undelivered,
                     interrupts=self._session.view.tree.interrupts(self.run_id),
-                    error=error if info.status in TERMINAL else None,
+                    error=error if run_ended(info.status) else None,
                     reason=error.message if error and info.status == "cancelled" else None,
                 )
             self._session._check_lost(self.run_id, self._resets)

@@ -112,7 +112,7 @@ from transport.interrupts import PausedRun
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id, user_message
 from transport.outcomes import OutcomeRecord, ended_before_stored
-from transport.runs import MULTITASK_STRATEGIES, TERMINAL
+from transport.runs import MULTITASK_STRATEGIES, run_ended
 from transport.tree import CancelDenial, DeliveryEvent, Refusal
 
 from .run import ClientRun, Delivery, Outcome, Published, Refused
@@ -121,6 +121,9 @@ from .view import Event, View, _write_only_error
 __all__ = ["MULTITASK_STRATEGIES", "ClientSession", "Multitask", "connect"]
 
 log = logging.getLogger("runwire.client")
+
+OWN_WAIT = 30.0
+"""How long a duplicate ack waits for its entry to reach the view (``_is_own``)."""
 
 
 def connect(
@@ -435,7 +438,12 @@ class ClientSession:
             activate=activate,
         )
         ack = await self._publish(entry)
-        if ack.duplicate and self.subscribe and not self._is_own(msg.id, run_id, "prompt"):
+        assert ack.serial is not None  # _publish checked it
+        if (
+            ack.duplicate
+            and self.subscribe
+            and not await self._is_own(msg.id, run_id, "prompt", ack.serial)
+        ):
             raise _reused(msg.id, ack.serial)
         if signal is not None:
             signal.add_callback(lambda _reason: self._cancel_soon(run_id))
@@ -522,7 +530,7 @@ class ClientSession:
                 if denial is not None:
                     raise _denied(denial)
                 info = self.view.run(run_id)
-                if info is not None and info.status in TERMINAL:
+                if info is not None and run_ended(info.status):
                     return
                 self._check_lost(run_id, resets)
                 await self._wait_change()
@@ -538,7 +546,7 @@ class ClientSession:
 
     def _cancel_soon(self, run_id: str) -> None:
         info = self.view.run(run_id) if self.subscribe else None
-        if self._closed or self._tg is None or (info is not None and info.status in TERMINAL):
+        if self._closed or self._tg is None or (info is not None and run_ended(info.status)):
             return
         # In the lane now, when the signal fired: after what the user did before, before
         # what they do next.
@@ -650,7 +658,10 @@ class ClientSession:
             self._forget(delivery)
             return
         if ack.duplicate:
-            if not self._is_own(delivery.message.id, delivery.run_id, delivery.intent):
+            own = await self._is_own(
+                delivery.message.id, delivery.run_id, delivery.intent, ack.serial
+            )
+            if not own:
                 delivery._fail(_reused(delivery.message.id, ack.serial))
                 self._forget(delivery)
                 return
@@ -660,10 +671,23 @@ class ClientSession:
                 self._settle(delivery, record)
         delivery.published._resolve(Published(serial=ack.serial))
 
-    def _is_own(self, message_id: str, run_id: str, intent: str) -> bool:
-        """After a duplicate ack: is the entry on the channel this one (a retry)?"""
-        vm = self.view.tree.message(message_id)
-        return vm is not None and vm.run_id == run_id and vm.intent == intent
+    async def _is_own(self, message_id: str, run_id: str, intent: str, serial: int) -> bool:
+        """After a duplicate ack: is the entry stored at ``serial`` this one (a retry)?
+
+        The first try may be stored but not yet delivered: its ack was lost, for example
+        in a Redis failover, and the retry's ack came first. So until the view holds
+        ``serial`` (or ``OWN_WAIT`` seconds pass) it waits for the entry to arrive.
+        """
+        with anyio.move_on_after(OWN_WAIT):
+            while True:
+                vm = self.view.tree.message(message_id)
+                if vm is not None:
+                    return vm.run_id == run_id and vm.intent == intent
+                newest = self.view.newest_serial
+                if newest is not None and newest >= serial:
+                    return False
+                await self._wait_change()
+        return False
 
     def _forget(self, delivery: Delivery) -> None:
         deliveries = self._deliveries.get(delivery.message.id)

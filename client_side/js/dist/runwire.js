@@ -2267,8 +2267,14 @@ function _up(ws, timer) {
   this._ready = true;
   this._first.resolve(this);
   this._emit("connected");
-  for (const p of [...this._pending.values()]) {
-    if (p.sentOn !== this._connects) this._send(p);
+  for (const [req, p] of [...this._pending.entries()]) {
+    if (p.sentOn === this._connects) continue;
+    if (p.place !== 0 && p.again !== void 0 && !this._lane.resend(p.place)) {
+      this._pending.delete(req);
+      p.again();
+      continue;
+    }
+    this._send(p);
   }
 }
 function _onFrame(frame) {
@@ -2355,7 +2361,7 @@ function _request(frame, handlers) {
     );
     return null;
   }
-  const pending = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
+  const pending = { data, text, sentOn: -1, place: handlers.place ?? 0, resolve: handlers.resolve, reject: handlers.reject, again: handlers.again };
   this._pending.set(req, pending);
   if (this._ready || handlers.immediate) this._send(pending);
   return req;
@@ -2373,12 +2379,15 @@ async function _publish(entry) {
   if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
   const lane = this._lane;
   const place = lane.reserve();
-  let reply;
+  let reply = null;
   try {
-    for (; ; ) {
+    while (reply === null) {
       await this._turn(place);
       try {
-        const call = this._call({ type: "publish", session_id: this.sessionId, entry });
+        const call = new Promise((resolve, reject) => {
+          const frame = { type: "publish", session_id: this.sessionId, entry };
+          this._request(frame, { place, again: () => resolve(null), resolve, reject });
+        });
         if (lane.sent(place)) this._wakeLane();
         reply = await call;
       } catch (err) {
@@ -2392,8 +2401,7 @@ async function _publish(entry) {
         if (!(err instanceof RunwireError) || lane.refused(place, entry.id, err, Date.now()) === null) throw err;
         continue;
       }
-      lane.accepted(place);
-      break;
+      if (reply !== null) lane.accepted(place);
     }
   } finally {
     if (lane.finish(place)) this._wakeLane();
@@ -2483,6 +2491,23 @@ var PublishLane = class {
     return true;
   }
   /**
+   * The link dropped before the reply to the publish of `place` came: may it go again at once on
+   * the new connection? It may when no publish before it waits to go again or to be sent.
+   * Otherwise it goes back in line, as if it was never sent: the driver asks turn() again before it
+   * sends it. The new connection has no relay hold behind the earlier publish, so sent at once it
+   * could be stored before it.
+   */
+  resend(place) {
+    const held = this.held.length > 0 && this.held[0] < place;
+    if (!held && !(this.unsent.length > 0 && this.unsent[0] < place)) return true;
+    if (!this.unsent.includes(place)) {
+      let at = this.unsent.length;
+      while (at > 0 && this.unsent[at - 1] > place) at--;
+      this.unsent.splice(at, 0, place);
+    }
+    return false;
+  }
+  /**
    * May the publish of `place` be sent at `now`? Throws its refusal when its deadline passed while
    * it waited, and the error of a publish that gave up on the store when this one was made before
    * that and waited behind it (it must not overtake it).
@@ -2565,6 +2590,7 @@ function newPlace() {
 }
 
 // src/session.ts
+var OWN_WAIT_MS = 3e4;
 var Session = class {
   /** @internal */
   _resets;
@@ -2798,7 +2824,7 @@ var Session = class {
     if (parentRunId !== void 0 && parentRunId !== null) entry.parent_run_id = parentRunId;
     if (threadAccess !== void 0 && threadAccess !== null) entry.thread_access = threadAccess;
     const ack = await this._publish(entry);
-    if (ack.duplicate && this.subscribe && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
+    if (ack.duplicate && this.subscribe && !await this._isOwn(msg.id, runId, "prompt", ack.serial)) throw reused(msg.id, ack.serial);
     if (signal) {
       if (signal.aborted) this._cancelSoon(runId);
       else signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
@@ -2967,14 +2993,22 @@ var Session = class {
     this._deliveries.get(id).push(delivery);
     if (!this.subscribe) delivery._outcome.reject(writeOnlyError(this.sessionId, "Delivery.outcome"));
     this._publish(entry).then(
-      (ack) => {
+      async (ack) => {
         if (!this.subscribe) {
           delivery._published.resolve({ serial: ack.serial });
           this._forget(delivery);
           return;
         }
         if (ack.duplicate) {
-          if (!this._isOwn(id, delivery.runId, delivery.intent)) {
+          let own;
+          try {
+            own = await this._isOwn(id, delivery.runId, delivery.intent, ack.serial);
+          } catch (err) {
+            delivery._fail(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
+            this._forget(delivery);
+            return;
+          }
+          if (!own) {
             delivery._fail(reused(id, ack.serial));
             this._forget(delivery);
             return;
@@ -3025,10 +3059,27 @@ var Session = class {
       }
     }
   }
-  /** @param {string} messageId @param {string} runId @param {Intent} intent @internal */
-  _isOwn(messageId, runId, intent) {
-    const vm = this.view.tree.message(messageId);
-    return vm !== null && vm.runId === runId && vm.intent === intent;
+  /**
+   * After a duplicate ack: is the entry stored at `serial` this one (a retry)?
+   * @param {string} messageId @param {string} runId @param {Intent} intent @param {number} serial @internal
+   */
+  async _isOwn(messageId, runId, intent, serial) {
+    const told = () => {
+      const vm = this.view.tree.message(messageId);
+      if (vm !== null) return { own: vm.runId === runId && vm.intent === intent };
+      const newest = this.view.newestSerial;
+      return newest !== null && newest >= serial ? { own: false } : null;
+    };
+    let timer;
+    const giveUp = new Promise((resolve) => {
+      timer = setTimeout(resolve, OWN_WAIT_MS);
+    });
+    try {
+      const found = await this.view._until(told, giveUp);
+      return found !== null && found.own;
+    } finally {
+      clearTimeout(timer);
+    }
   }
   /** @param {Delivery} delivery @internal */
   _forget(delivery) {
