@@ -54,19 +54,16 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio
 
-from transport.errors import RUN_NOT_ACTIVE, RunwireError
+from transport.asyncio.view import View, write_only_error
+from transport.errors import RUN_NOT_ACTIVE, VALIDATION_ERROR, RunwireError
 from transport.frames import Interrupt, MessageEntry, RunEndReason, RunStatus
-from transport.messages import UIMessage
+from transport.messages import UIMessage, user_message
 from transport.runs import TERMINAL
-
-from .view import _write_only_error
-
-if TYPE_CHECKING:
-    from .session import ClientSession
+from transport.tree import Refusal
 
 __all__ = [
     "QUEUED_INTENTS",
@@ -116,14 +113,16 @@ class PendingResult(Generic[T]):
         """The error it rejected with, or None (also while not settled)."""
         return self._error
 
-    def _resolve(self, value: T) -> bool:
+    def resolve(self, value: T) -> bool:
+        """Settle it with ``value`` (the SDK does this); False if it was settled already."""
         if self._settled:
             return False
         self._value = value
         self._settle()
         return True
 
-    def _reject(self, error: BaseException) -> bool:
+    def reject(self, error: BaseException) -> bool:
+        """Settle it with ``error`` (the SDK does this); False if it was settled already."""
         if self._settled:
             return False
         self._error = error
@@ -203,9 +202,10 @@ class Delivery:
         self.published: PendingResult[Published] = PendingResult()
         self.outcome: PendingResult[Outcome] = PendingResult()
 
-    def _fail(self, error: RunwireError) -> None:
-        self.published._reject(error)
-        self.outcome._reject(error)
+    def fail(self, error: RunwireError) -> None:
+        """Reject both awaitables with ``error`` (the SDK does this)."""
+        self.published.reject(error)
+        self.outcome.reject(error)
 
     def __repr__(self) -> str:
         return (
@@ -237,6 +237,54 @@ class RunResult:
     reason: str | None = None
 
 
+class RunHost(Protocol):
+    """What a ``ClientRun`` needs of its session (``client_side.deliveries.Deliveries``)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def subscribe(self) -> bool: ...
+
+    @property
+    def view(self) -> View: ...
+
+    @property
+    def resets(self) -> int: ...
+
+    def refused(self, refusal: Refusal) -> Refused: ...
+
+    def start(self, delivery: Delivery, entry: MessageEntry) -> None: ...
+
+    def check_lost(self, run_id: str, resets: int) -> None: ...
+
+    async def wait_change(self) -> None: ...
+
+    async def cancel(
+        self, run_id: str, *, reason: str | None, wait: bool, timeout: float | None
+    ) -> None: ...
+
+
+@runtime_checkable
+class HasRunHost(Protocol):
+    """A session that hands its ``RunHost`` out (``ClientSession``)."""
+
+    @property
+    def run_host(self) -> RunHost: ...
+
+
+def as_message(message: str | UIMessage) -> UIMessage:
+    """A ``UIMessage`` as given, or a user message with the text of a ``str``."""
+    if isinstance(message, UIMessage):
+        return message
+    if isinstance(message, str):
+        return user_message(message)
+    raise RunwireError(
+        VALIDATION_ERROR,
+        f"a message is a str or a UIMessage, not {type(message).__name__}",
+    )
+
+
 class ClientRun:
     """A handle on one Run of a ``ClientSession`` (made by ``send`` or ``session.run``).
 
@@ -245,12 +293,14 @@ class ClientRun:
     through this handle; ``refused`` lists every refusal of the Run.
     """
 
-    def __init__(self, session: ClientSession, run_id: str, prompt: UIMessage | None) -> None:
-        self._session = session
+    def __init__(
+        self, session: HasRunHost | RunHost, run_id: str, prompt: UIMessage | None
+    ) -> None:
+        self._session = session.run_host if isinstance(session, HasRunHost) else session
         self.run_id = run_id
         self.prompt = prompt
         self._deliveries: list[Delivery] = []
-        self._resets = session._resets  # a reset after this one that loses the Run fails waits
+        self._resets = self._session.resets  # a reset after this one that loses the Run fails waits
 
     def __repr__(self) -> str:
         if not self._session.subscribe:
@@ -259,7 +309,7 @@ class ClientRun:
 
     def _check_readable(self, what: str) -> None:
         if not self._session.subscribe:
-            raise _write_only_error(self._session.session_id, what)
+            raise write_only_error(self._session.session_id, what)
 
     @property
     def status(self) -> RunStatus:
@@ -284,7 +334,7 @@ class ClientRun:
     def refused(self) -> list[Refused]:
         """Queued messages of this Run an input check refused, oldest first, with the error."""
         self._check_readable("ClientRun.refused")
-        return [self._session._refused(r) for r in self._session.view.tree.refusals(self.run_id)]
+        return [self._session.refused(r) for r in self._session.view.tree.refusals(self.run_id)]
 
     def steer(self, message: str | UIMessage) -> Delivery:
         """Steer this Run: the message joins its current turn at the next model call.
@@ -316,14 +366,14 @@ class ClientRun:
 
     def _queue(self, intent: QueuedIntent, message: str | UIMessage) -> Delivery:
         session = self._session
-        msg = session._as_message(message)
+        msg = as_message(message)
         if msg.metadata.get("queued") != intent:
             msg = msg.model_copy(update={"metadata": {**msg.metadata, "queued": intent}})
         delivery = Delivery(msg, self.run_id, intent)
         self._deliveries.append(delivery)
         info = session.view.run(self.run_id) if session.subscribe else None
         if info is not None and info.status in TERMINAL:
-            delivery._fail(
+            delivery.fail(
                 RunwireError(
                     RUN_NOT_ACTIVE,
                     f"run {self.run_id!r} already ended ({info.status})",
@@ -332,7 +382,7 @@ class ClientRun:
             )
             return delivery
         entry = MessageEntry(id=msg.id, run_id=self.run_id, intent=intent, message=msg)
-        session._start_delivery(delivery, entry)
+        session.start(delivery, entry)
         return delivery
 
     def _untaken(self) -> list[Delivery]:
@@ -378,8 +428,8 @@ class ClientRun:
                     error=error if info.status in TERMINAL else None,
                     reason=error.message if error and info.status == "cancelled" else None,
                 )
-            self._session._check_lost(self.run_id, self._resets)
-            await self._session._wait_change()
+            self._session.check_lost(self.run_id, self._resets)
+            await self._session.wait_change()
 
     async def cancel(
         self,
