@@ -102,9 +102,10 @@ from .options import (
 from .pipe import Chunk, PipeResult, close_budget, close_entry, pipe_stream
 from .steps import RunPaused, RunSteps
 from .tools import Pause
+from .view import RunView
 
 if TYPE_CHECKING:
-    from .session import AgentSession, View
+    from .session import AgentSession
 
 __all__ = [
     "AGENT_ERROR",
@@ -151,8 +152,6 @@ class Run(RunSteps):
         checkpoint: dict[str, Any] | None = None,
         signal: AbortSignal | None = None,
     ) -> None:
-        from .session import View
-
         opts = options or RunOptions()
         if queue is not None:
             opts = opts.merge(queue=queue)
@@ -176,7 +175,13 @@ class Run(RunSteps):
         self.state: dict[str, Any] = {}
         """The agent's own state, saved with every checkpoint of a durable Run."""
         self.status: RunStatus = "pending"
-        self.view: View = View(session, run=self)
+        self.view = RunView(
+            session.view,
+            self.run_id,
+            tail=self._tail,
+            visible=self._visible,
+            retry=lambda: self._retry_id,
+        )
         self._session = session
         self._abort = AbortController()
         self._unlinks: list[Callable[[], None]] = []

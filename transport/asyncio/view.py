@@ -37,13 +37,25 @@ from ..frames import Attach, Attached, History, Page
 from ..mirror import Attachment, Folded, SessionMirror
 from ..tree import ConversationTree, RunInfo, TreeEvent, ViewMessage
 
-__all__ = ["EVENT_KINDS", "Event", "EventStream", "FetchOlder", "View", "ViewFeed"]
+__all__ = [
+    "EVENT_KINDS",
+    "Event",
+    "EventStream",
+    "FetchOlder",
+    "UnknownViewEvent",
+    "View",
+    "ViewFeed",
+]
 
 EVENT_KINDS = ("message", "run", "delivery")
 Event = TreeEvent
 Callback = Callable[[Any], object]
 FetchOlder = Callable[[History], Awaitable[Page]]
 """``fetch_older(request)``: send a ``history`` frame and return the relay's ``page``."""
+
+
+class UnknownViewEvent(RunwireError, ValueError):
+    """``view.on()`` got an event name it does not know (code ``VALIDATION_ERROR``)."""
 
 
 class EventStream:
@@ -301,13 +313,13 @@ class View:
     def on(self, event: str, callback: Callable[[Any], object]) -> Callable[[], None]:
         """Call ``callback(event)`` for each ``"message"``, ``"run"`` or ``"delivery"`` event.
 
-        Returns a function that unsubscribes. Raises ``RunwireError(VALIDATION_ERROR)``
-        for another event name, ``NOT_ATTACHED`` for a write-only session. A
+        Returns a function that unsubscribes. Raises ``RunwireError(VALIDATION_ERROR)``,
+        also a ``ValueError``, for another event name, ``NOT_ATTACHED`` for a write-only session. A
         callback that raises is logged and skipped.
         """
         self._check_readable("view.on()")
         if event not in self._feed.callbacks:
-            raise RunwireError(
+            raise UnknownViewEvent(
                 VALIDATION_ERROR,
                 f"unknown view event {event!r}; expected one of {', '.join(EVENT_KINDS)}",
             )
