@@ -23,16 +23,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from transport.asyncio.view import Event, View, ViewFeed, write_only_error
-from transport.errors import EPOCH_MISMATCH, INTERNAL_ERROR, VALIDATION_ERROR, RunwireError
-from transport.frames import Ack, EntryBody, MessageEntry
+from transport.errors import (
+    EPOCH_MISMATCH,
+    INTERNAL_ERROR,
+    NOT_ATTACHED,
+    VALIDATION_ERROR,
+    RunwireError,
+)
+from transport.frames import Ack, Attached, EntryBody, MessageEntry
 from transport.messages import UIMessage
-from transport.mirror import Attachment
 from transport.outcomes import OutcomeRecord, ended_before_stored
 from transport.tree import DeliveryEvent, Refusal
 
 from .run import Delivery, Outcome, Published, Refused
 
-__all__ = ["Deliveries", "reused_error"]
+__all__ = ["Deliveries", "reused_error", "write_only_refused"]
 
 log = logging.getLogger("runwire.client")
 
@@ -148,14 +153,24 @@ class Deliveries:
         vm = self._feed.mirror.tree.message(message_id)
         return vm is not None and vm.run_id == run_id and vm.intent == intent
 
-    def attaching(self, attachment: Attachment) -> None:
-        """An attach was answered: what its page holds is history, not news."""
+    def attached(self, reply: Attached) -> None:
+        """Fold an ``attached`` frame into the view and report it.
+
+        Refusals in its page are history, not news. After a reset, the
+        deliveries the rebuilt view can tell settle before the held entries fold.
+        """
+        attachment = self._feed.attached(reply)
         if attachment.first or attachment.reset:
             self._news_after = attachment.head
         if attachment.reset:
             self._resets += 1
+        self._feed.take(attachment.folded)
+        self._feed.dispatch(attachment.removed)
+        if attachment.reset:
+            self._after_reset()
+        self._feed.take(attachment.held)
 
-    def after_reset(self) -> None:
+    def _after_reset(self) -> None:
         """Settle the outcomes a rebuilt view can tell; reject those it never can.
 
         A message whose publish was acknowledged and whose Run the rebuilt view
@@ -291,4 +306,15 @@ def _continuity_lost(delivery: Delivery) -> RunwireError:
         EPOCH_MISMATCH,
         "the relay lost the session's history; whether the agent saw this message is unknown",
         details={"run_id": delivery.run_id, "message_id": delivery.message.id},
+    )
+
+
+def write_only_refused(session_id: str, exc: RunwireError) -> RunwireError:
+    """The relay wants a write-only session's publish attached: say why."""
+    return RunwireError(
+        NOT_ATTACHED,
+        f"the relay refused a publish to {session_id!r} without an attach: a session"
+        " connected with subscribe=False needs a token that grants rights in that session"
+        " but not 'subscribe' (a token that may read it must attach: subscribe=True)",
+        details={**exc.details, "session_id": session_id, "subscribe": False},
     )

@@ -49,10 +49,8 @@ from transport.asyncio.tasks import Background
 from transport.asyncio.view import ViewFeed, write_only_error
 from transport.errors import (
     ABORTED,
-    CANCEL_DENIED,
     NOT_ATTACHED,
     PROTOCOL_ERROR,
-    RUN_NOT_ACTIVE,
     RUN_NOT_FOUND,
     VALIDATION_ERROR,
     RunwireError,
@@ -60,12 +58,10 @@ from transport.errors import (
 from transport.frames import (
     Ack,
     Attached,
-    CancelEntry,
     Deliver,
     EntryBody,
     History,
     InterruptEntry,
-    MessageEntry,
     Multitask,
     Page,
     Publish,
@@ -77,9 +73,10 @@ from transport.interrupts import PausedRun
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id
 from transport.runs import MULTITASK_STRATEGIES, TERMINAL
-from transport.tree import CancelDenial
 
-from .deliveries import Deliveries, reused_error
+from .cancels import cancel_quietly, cancel_run
+from .deliveries import Deliveries, reused_error, write_only_refused
+from .prompts import check_strategy, prompt_entry
 from .run import ClientRun, Refused, as_message
 
 __all__ = ["MULTITASK_STRATEGIES", "ClientSession", "Multitask", "connect"]
@@ -362,13 +359,7 @@ class ClientSession:
         Raises ``VALIDATION_ERROR`` for an unknown strategy, and the relay's
         ``RunwireError`` if it refuses the prompt.
         """
-        if multitask is not None and multitask not in MULTITASK_STRATEGIES:
-            raise RunwireError(
-                VALIDATION_ERROR,
-                f"unknown multitask strategy {multitask!r}; expected one of "
-                + ", ".join(MULTITASK_STRATEGIES),
-                details={"multitask": multitask},
-            )
+        check_strategy(multitask)
         if signal is not None and signal.aborted:
             raise RunwireError(ABORTED, "the send's signal was aborted; nothing was sent")
         msg = as_message(message)
@@ -393,24 +384,14 @@ class ClientSession:
         activate: bool | None,
     ) -> ClientRun:
         """``send`` once its span is open: the prompt carries the span's ``traceparent``."""
-        if tracing.ENABLED:
-            carried = dict(msg.metadata)
-            tracing.inject(carried)
-            if carried != msg.metadata:
-                msg = msg.model_copy(update={"metadata": carried})
-        welcome = self._conn.welcome
-        effective = multitask or (welcome.multitask if welcome else None) or "alongside"
-        if self.subscribe and parent_id is None and effective in ("alongside", "reject"):
-            tail = self.view.messages()
-            parent_id = tail[-1].message.id if tail else None
-        entry = MessageEntry(
-            id=msg.id,
-            run_id=run_id,
-            intent="prompt",
+        entry = prompt_entry(
+            msg,
+            run_id,
             agent=self.agent,
-            message=msg,
-            parent_id=parent_id,
+            view=self.view if self.subscribe else None,
+            welcome=self._conn.welcome,
             multitask=multitask,
+            parent_id=parent_id,
             parent_run_id=parent_run_id,
             thread_access=thread_access,
             activate=activate,
@@ -444,16 +425,9 @@ class ClientSession:
         """
         if wait and not self.subscribe:
             raise write_only_error(self.session_id, "cancel(wait=True)")
-        cancel = CancelEntry(id=new_id(), run_id=run_id, reason=reason)
-        resets = self._runs.resets
-        try:
-            await self._publish(cancel)
-        except RunwireError as exc:
-            if exc.code != RUN_NOT_ACTIVE:
-                raise
-            return
-        if wait:
-            await self._settled(run_id, cancel.id, timeout, resets)
+        await cancel_run(
+            self._publish, self._runs, run_id, reason=reason, wait=wait, timeout=timeout
+        )
 
     async def resume(self, run_id: str, responses: dict[str, Any]) -> None:
         """Answer questions a paused Run waits on (``{interrupt_id: answer}``).
@@ -492,37 +466,13 @@ class ClientSession:
         entry = InterruptEntry(id=new_id(), run_id=run_id, status="declined", reason=reason)
         await self._publish(entry)
 
-    async def _settled(
-        self, run_id: str, cancel_id: str, timeout: float | None, resets: int
-    ) -> None:
-        """Wait until the Run ends; raise ``CANCEL_DENIED`` if cancel ``cancel_id`` is refused,
-        ``EPOCH_MISMATCH`` if a reset after ``resets`` lost the Run."""
-        with anyio.move_on_after(timeout):
-            while True:
-                denial = self.view.tree.cancel_denial(cancel_id)
-                if denial is not None:
-                    raise _denied(denial)
-                info = self.view.run(run_id)
-                if info is not None and info.status in TERMINAL:
-                    return
-                self._runs.check_lost(run_id, resets)
-                await self._runs.wait_change()
-
     def _cancel_soon(self, run_id: str) -> None:
         info = self.view.run(run_id) if self.subscribe else None
         if self._closed or self._tg is None or (info is not None and info.status in TERMINAL):
             return
         # In the lane now, when the signal fired: after what the user did before, before
         # what they do next.
-        self._start_soon(self._cancel_quietly, run_id, self._conn.reserve())
-
-    async def _cancel_quietly(self, run_id: str, slot: int) -> None:
-        cancel = CancelEntry(id=new_id(), run_id=run_id, reason="the send's signal was aborted")
-        try:
-            await self._publish(cancel, slot)
-        except RunwireError as exc:
-            if exc.code != RUN_NOT_ACTIVE:  # it ended meanwhile: nothing to cancel
-                log.warning("cancelling run %s after its signal fired failed: %s", run_id, exc)
+        self._start_soon(cancel_quietly, self._publish, run_id, self._conn.reserve())
 
     def run(self, run_id: str) -> ClientRun:
         """A handle on a Run the view knows (one this client or another one started).
@@ -559,7 +509,7 @@ class ClientSession:
             )
         except RunwireError as exc:
             if exc.code == NOT_ATTACHED and not self.subscribe:
-                raise _write_only_refused(self.session_id, exc) from None
+                raise write_only_refused(self.session_id, exc) from None
             raise
         if not isinstance(reply, Ack) or reply.serial is None:
             raise RunwireError(PROTOCOL_ERROR, f"expected an ack with a serial, got {reply.type}")
@@ -588,14 +538,7 @@ class ClientSession:
         except BaseException:
             self._feed.attach_failed()
             raise
-        # No await from here on: deliver frames read meanwhile were held, and fold last.
-        attachment = self._feed.attached(reply)
-        self._runs.attaching(attachment)
-        self._feed.take(attachment.folded)
-        self._feed.dispatch(attachment.removed)
-        if attachment.reset:
-            self._runs.after_reset()
-        self._feed.take(attachment.held)
+        self._runs.attached(reply)  # deliver frames read meanwhile were held, and fold last
 
     def _on_frame(self, frame: RelayFrame) -> None:
         try:
@@ -632,27 +575,3 @@ class ClientSession:
     def __repr__(self) -> str:
         mode = "" if self.subscribe else " write-only"
         return f"<ClientSession {self.session_id!r}{mode} connected={self.connected}>"
-
-
-def _write_only_refused(session_id: str, exc: RunwireError) -> RunwireError:
-    """The relay wants a write-only session's publish attached: say why."""
-    return RunwireError(
-        NOT_ATTACHED,
-        f"the relay refused a publish to {session_id!r} without an attach: a session"
-        " connected with subscribe=False needs a token that grants rights in that session"
-        " but not 'subscribe' (a token that may read it must attach: subscribe=True)",
-        details={**exc.details, "session_id": session_id, "subscribe": False},
-    )
-
-
-def _denied(denial: CancelDenial) -> RunwireError:
-    return RunwireError(
-        CANCEL_DENIED,
-        denial.reason or "the agent refused the cancel",
-        details={
-            "run_id": denial.run_id,
-            "cancel_id": denial.cancel_id,
-            "client_id": denial.client_id,
-            "user_id": denial.user_id,
-        },
-    )
