@@ -286,6 +286,8 @@ class AgentSession:
 
     def _index(self, folded: Folded) -> None:
         """Tell the live Runs what an entry changed for them (the tree is already folded)."""
+        if not folded.read:
+            return
         data = folded.entry
         for event in folded.events:
             if isinstance(event, MessageEvent) and event.op == "added":

@@ -38,10 +38,15 @@ log = logging.getLogger("runwire.mirror")
 
 @dataclass(frozen=True, slots=True)
 class Folded:
-    """One entry the mirror took in, with the events its fold caused."""
+    """One entry the mirror took in, with the events its fold caused.
+
+    ``read`` is False for an entry the tree could not read: its serial is held,
+    so it is not asked for again, but it changed nothing and caused no event.
+    """
 
     entry: dict[str, Any]
     events: list[TreeEvent]
+    read: bool = True
 
 
 @dataclass(slots=True)
@@ -181,7 +186,7 @@ class SessionMirror:
             self._log.warning(
                 "session %s: skipping an entry the view cannot read: %s", self.session_id, exc
             )
-            return None
+            return Folded(entry, [], read=False)
 
     def _rebuild(self, reply: Attached) -> tuple[list[Folded], list[TreeEvent]]:
         """A new epoch: fold the page into a new tree; what folded and what left."""
