@@ -19,7 +19,7 @@ started Run's abort signal with that error.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from ssl import SSLContext
 from typing import Any, Generic, Protocol, TypeVar
@@ -32,41 +32,50 @@ from transport.errors import AGENT_LOST, UNAUTHORIZED, RunwireError
 from transport.frames import Deliver, Detach, Dispatch, Error, RelayFrame
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 
-__all__ = ["Link", "LinkedRun", "LinkedSession"]
+__all__ = ["Link", "LinkedSession", "SessionPort"]
 
 log = logging.getLogger("runwire.agent")
 
 
-class LinkedRun(Protocol):
-    """What the link needs of a Run (``agent_side.run.Run``)."""
+class SessionPort:
+    """The part of a session its ``Link`` drives: attaching, delivering, use count, loss.
 
-    @property
-    def started(self) -> bool: ...
+    ``attach(wait_ready=...)`` attaches (or attaches again) and folds the backlog;
+    ``deliver(entries)`` takes a ``deliver`` frame's entries; ``lose(error, started)``
+    tells the session's live Runs the attachment is gone (only the started ones
+    when ``started`` is true).
+    """
 
-    @property
-    def ended(self) -> bool: ...
-
-    def _attachment_lost(self, error: RunwireError) -> None: ...
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        owns_link: bool,
+        attach: Callable[..., Awaitable[None]],
+        deliver: Callable[[list[dict[str, Any]]], None],
+        lose: Callable[[RunwireError, bool], None],
+    ) -> None:
+        self.session_id = session_id
+        self.owns_link = owns_link
+        self.attach = attach
+        self.deliver = deliver
+        self.lose = lose
+        self.attached = anyio.Event()
+        self.attach_error: RunwireError | None = None
+        self.error: RunwireError | None = None
+        self.refs = 0  # worker mode: how many Runs use this attachment
+        self.closing = False
+        self.closed = anyio.Event()
 
 
 class LinkedSession(Protocol):
     """What the link needs of a session (``agent_side.session.AgentSession``)."""
 
-    session_id: str
-    attached: anyio.Event
-    error: RunwireError | None
-    _refs: int
-    _closing: bool
-    _closed: anyio.Event
-    _attach_error: RunwireError | None
-    _owns_link: bool
+    @property
+    def session_id(self) -> str: ...
 
     @property
-    def _runs(self) -> Mapping[str, LinkedRun]: ...
-
-    async def _attach(self, *, wait_ready: bool = True) -> None: ...
-
-    def _deliver(self, entries: list[dict[str, Any]]) -> None: ...
+    def port(self) -> SessionPort: ...
 
 
 S = TypeVar("S", bound=LinkedSession)
@@ -167,34 +176,37 @@ class Link(Generic[S]):
             session = self.sessions.get(session_id)
             if session is None:
                 session = make()
-                session._refs = 1
+                port = session.port
+                port.refs = 1
                 self.sessions[session_id] = session
                 try:
-                    await session._attach()
+                    await port.attach()
                 except BaseException as exc:
-                    session._attach_error = (
+                    port.attach_error = (
                         exc if isinstance(exc, RunwireError) else RunwireError("CANCELLED")
                     )
-                    session.attached.set()
+                    port.attached.set()
                     await self.release(session)
                     raise
                 return session
-            if session._closing:
-                await session._closed.wait()
+            port = session.port
+            if port.closing:
+                await port.closed.wait()
                 continue
-            session._refs += 1
-            await session.attached.wait()
-            if session._attach_error is not None:
+            port.refs += 1
+            await port.attached.wait()
+            if port.attach_error is not None:
                 await self.release(session)
-                raise session._attach_error
+                raise port.attach_error
             return session
 
     async def release(self, session: S) -> None:
         """One user of the session is done; the last one detaches it."""
-        session._refs -= 1
-        if session._refs > 0 or self.sessions.get(session.session_id) is not session:
+        port = session.port
+        port.refs -= 1
+        if port.refs > 0 or self.sessions.get(session.session_id) is not session:
             return
-        session._closing = True
+        port.closing = True
         try:
             if self.closing:
                 return
@@ -209,14 +221,14 @@ class Link(Generic[S]):
         finally:
             if self.sessions.get(session.session_id) is session:
                 del self.sessions[session.session_id]
-            session._closed.set()
+            port.closed.set()
 
     async def _on_connect(self, conn: Connection) -> None:
         for session in list(self.sessions.values()):
             try:
-                await session._attach(wait_ready=False)
+                await session.port.attach(wait_ready=False)
             except RunwireError as exc:
-                if exc.code != UNAUTHORIZED or session._owns_link:
+                if exc.code != UNAUTHORIZED or session.port.owns_link:
                     raise  # explicit mode: the session is the connection's reason to be
                 # A worker's fresh token that no longer covers this session: lose it
                 # alone, and keep the connection for the others (and new Runs).
@@ -245,27 +257,25 @@ class Link(Generic[S]):
             details={"grace_seconds": grace},
         )
         for session in list(self.sessions.values()):
-            for run in list(session._runs.values()):
-                if run.started and not run.ended:
-                    run._attachment_lost(error)
+            session.port.lose(error, True)
 
     def _lose(self, session: S, error: RunwireError) -> None:
         """End ``session``'s attachment (the relay refused it ``error``): its live Runs are
         told (``Run._attachment_lost``) and its publishes fail with ``error`` from now on."""
         log.warning("session %s is lost to this worker: %s", session.session_id, error)
-        session.error = error
+        port = session.port
+        port.error = error
         if self.sessions.get(session.session_id) is session:
             del self.sessions[session.session_id]
-        session.attached.set()
-        session._closed.set()
-        for run in list(session._runs.values()):
-            run._attachment_lost(error)
+        port.attached.set()
+        port.closed.set()
+        port.lose(error, False)
 
     def _on_frame(self, frame: RelayFrame) -> None:
         if isinstance(frame, Deliver):
             session = self.sessions.get(frame.session_id)
             if session is not None:
-                session._deliver(frame.entries)
+                session.port.deliver(frame.entries)
         elif isinstance(frame, Dispatch):
             if self._on_dispatch is not None:
                 self._on_dispatch(frame)

@@ -40,7 +40,7 @@ from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.mirror import Folded
 from transport.tree import ConversationTree, MessageEvent
 
-from .link import Link
+from .link import Link, SessionPort
 from .options import (
     CancelHook,
     CancelRequest,
@@ -90,7 +90,14 @@ class AgentSession:
         self._feed.entry_hooks.append(self._index)
         self.view: View = self._feed.view
         """The whole conversation of the session (``run.view`` is one Run's)."""
-        self.attached = anyio.Event()
+        self.port = SessionPort(
+            session_id,
+            owns_link=owns_link,
+            attach=self._attach,
+            deliver=self._feed.deliver,
+            lose=self._lose,
+        )
+        """What the session's ``Link`` drives (``agent_side.link``)."""
         self._link = link
         self.options = (options or RunOptions()).merge(queue=queue)
         self._max_in_flight = max_in_flight
@@ -98,23 +105,26 @@ class AgentSession:
             raise ValueError(f"rollup_window must be 0 to 10 seconds, not {rollup_window}")
         self._rollup_window = rollup_window
         self._owns_link = owns_link
-        self._attach_error: RunwireError | None = None
-        self.error: RunwireError | None = None
-        """Why the attachment ended for good while the connection went on (``UNAUTHORIZED``:
-        a worker's fresh token no longer covers the session), or None."""
         self._runs: dict[str, Run] = {}
         self._cancels: dict[str, dict[str, CancelRequest]] = {}  # run id -> entry id -> it
         self._started: set[str] = set()  # Runs seen going active (an adopter knows by it)
         self._own: set[str] = set()
-        # Worker mode: how many Runs use this attachment, and its detaching state.
-        self._refs = 0
-        self._closing = False
-        self._closed = anyio.Event()
 
     @property
     def client_id(self) -> str | None:
         """The client id the relay knows this agent connection by."""
         return self._link.conn.client_id
+
+    @property
+    def attached(self) -> anyio.Event:
+        """Set once the first attach ended, in success or failure."""
+        return self.port.attached
+
+    @property
+    def error(self) -> RunwireError | None:
+        """Why the attachment ended for good while the connection went on (``UNAUTHORIZED``:
+        a worker's fresh token no longer covers the session), or None."""
+        return self.port.error
 
     @property
     def tree(self) -> ConversationTree:
@@ -343,6 +353,12 @@ class AgentSession:
             if questions:
                 return PausedRun(info.run_id, questions)
         return None
+
+    def _lose(self, error: RunwireError, started_only: bool) -> None:
+        """The attachment is gone (``error``): tell the live Runs (only started ones if asked)."""
+        for run in list(self._runs.values()):
+            if not started_only or (run.started and not run.ended):
+                run._attachment_lost(error)
 
     def _forget(self, run: Run) -> None:
         run._unlink_signals()
