@@ -9,7 +9,7 @@ agent as the owner of the Runs it started.
 Worker mode shares one attachment per session among its Runs: ``acquire()``
 attaches a session for its first user and ``release()`` detaches it after the
 last. A session whose attach is refused ``UNAUTHORIZED`` after a reconnect is
-lost alone, and the connection goes on for the others.
+lost alone, and the connection stays up for the others.
 
 When the connection stays down longer than the relay's ``agent_grace``, the
 relay ends this agent's active Runs ``AGENT_LOST``. The link then fires each
@@ -242,10 +242,11 @@ class Link(Generic[S]):
             self.spawn(self._lost_after_grace, self._downs)
 
     async def _lost_after_grace(self, down: int) -> None:
-        """The connection dropped: if it is still down once the relay's ``agent_grace`` has
-        passed (told in its welcome; at once if it told none), the relay has ended (or
-        handed on) this agent's active Runs ``AGENT_LOST``. Each one's ``abort_signal``
-        fires with that error, so its model stops instead of generating into the void."""
+        """The connection dropped: act if it is still down after the relay's ``agent_grace``.
+
+        The welcome tells the grace; without one this acts at once. By then the relay has
+        ended this agent's active Runs ``AGENT_LOST``, or passed them to another worker.
+        Each started Run's ``abort_signal`` fires with that error, so its model stops."""
         welcome = self.conn.welcome
         grace = welcome.agent_grace if welcome is not None else None
         await anyio.sleep(grace or 0)

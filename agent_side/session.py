@@ -122,7 +122,7 @@ class AgentSession:
 
     @property
     def error(self) -> RunwireError | None:
-        """Why the attachment ended for good while the connection went on (``UNAUTHORIZED``:
+        """Why the attachment ended for good while the connection stayed up (``UNAUTHORIZED``:
         a worker's fresh token no longer covers the session), or None."""
         return self.port.error
 
@@ -171,7 +171,7 @@ class AgentSession:
         ``timeout`` (seconds the Run may stay active from each start: the relay
         ends it ``cancelled``, ``RUN_TIMEOUT``, at that deadline).
         ``adopted`` (default: the view shows the Run was started before)
-        makes the Run go on from its last ``checkpoint`` (default: the
+        makes the Run continue from its last ``checkpoint`` (default: the
         newest in the view). ``signal``, an outside ``AbortSignal`` (a
         request's), feeds the Run's ``abort_signal``: when it fires the Run is
         cancelled as by a cancel (``Run.link_signal``). Raises ``ValueError``
@@ -226,7 +226,7 @@ class AgentSession:
     async def aclose(self) -> None:
         """Close the connection (explicit mode); Runs not ended stay as they are on the relay.
 
-        The seed's ``session.detach()``: another process may go on with them
+        The seed's ``session.detach()``: another process may continue them
         (a Run nobody ends is ended ``AGENT_LOST`` after the relay's
         ``agent_grace``). Raises ``RuntimeError`` for a worker's session: that
         closes with its ``Agent``.

@@ -28,7 +28,7 @@ the agent (it stays on the channel, out of the conversation). Either way the
 channel gets a ``refused`` entry, so on every device ``outcome`` resolves
 ``Outcome(consumed=False, run_terminal_reason=None, refused=error)``,
 ``ClientRun.refused`` lists it and ``connect(on_refused_message=...)`` hears of
-it. The Run goes on without it.
+it. The Run continues without it.
 
 What is not delivered. ``queued`` lists messages sent through the handle that
 wait: not taken in by the agent, not refused, the Run not ended (a message
@@ -444,7 +444,7 @@ class ClientRun:
         ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``), then, with
         ``wait``, waits until the Run ends or ``timeout`` seconds pass, and
         raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses it (the Run
-        goes on), ``RunwireError(EPOCH_MISMATCH)`` if a reset loses the Run
+        continues), ``RunwireError(EPOCH_MISMATCH)`` if a reset loses the Run
         meanwhile. Returns the messages sent through this handle that the Run
         had not taken in (and that no check refused): their outcomes resolve
         ``consumed=False``. A cancel that comes after the Run's last model call

@@ -333,20 +333,20 @@ class ClientSession:
     ) -> ClientRun:
         """Start a Run with ``message``; returns once the relay acknowledged the prompt.
 
-        ``multitask`` says what the Run does to Runs going on in the session
+        ``multitask`` says what the Run does to Runs running in the session
         (``None``: the relay's default, itself ``"alongside"`` unless set); a
         paused Run whose questions are settled (answered, declined, or moved on
-        by this very prompt) is about to resume, and counts as going on:
+        by this very prompt) is about to resume, and counts as running:
 
-        * ``"alongside"``: they go on side by side;
-        * ``"reject"``: raises ``RunwireError(THREAD_BUSY)`` while one goes on;
+        * ``"alongside"``: they run side by side;
+        * ``"reject"``: raises ``RunwireError(THREAD_BUSY)`` while one runs;
         * ``"enqueue"``: the Run is ``queued`` until they settle, then starts;
         * ``"interrupt"``: they are cancelled, then the Run starts;
         * ``"rollback"``: as interrupt, and the interrupted turn goes onto a
           branch of its own: the conversation continues from before it.
 
         Any strategy but alongside raises ``THREAD_ACCESS_DENIED`` while another
-        user's Run goes on, unless the session is shared (its first prompt sent
+        user's Run is running, unless the session is shared (its first prompt sent
         ``thread_access="shared"``, or the relay shares sessions by default).
         ``parent_id`` names the message to continue from (by default the
         view's tail for alongside and reject; the relay's placement for the
@@ -433,8 +433,8 @@ class ClientSession:
         """Answer questions a paused Run waits on (``{interrupt_id: answer}``).
 
         Returns once the relay took the answers; once every question is
-        answered (or expired) the Run goes on on a worker. Questions left out
-        keep it paused; ``responses={}`` once the rest expired lets it go on
+        answered (or expired) the Run continues on a worker. Questions left out
+        keep it paused; ``responses={}`` once the rest expired lets it continue
         (each expired question answers its call ``Nobody answered ...``).
         Raises ``RunwireError``: ``VALIDATION_ERROR`` for a question the Run
         does not wait on or one already answered,
