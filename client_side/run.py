@@ -1,53 +1,33 @@
 """``ClientRun``: a client's handle on one Run, and what steering it returns.
 
-Theory of operation
--------------------
-``session.send()`` publishes a prompt and returns a ``ClientRun`` once the
-relay acknowledged it. Everything the handle reports comes from the session's
-view (``transport.tree``), so it agrees with every other client: ``status`` is
-the Run's status in the view (``"pending"`` until the agent starts it),
-``result()`` waits until the view shows the Run ended or suspended.
+``session.send()`` publishes a prompt and returns a ``ClientRun`` once the relay
+acknowledged it. Everything the handle reports comes from the session's view,
+so it agrees with every other client. ``status`` is the Run's status in the
+view, and ``result()`` waits until the view shows the Run ended or suspended.
 
-``steer(message)``, ``follow_up(message)`` and ``inject(message)`` return a
-``Delivery`` at once. Steering joins the Run's current turn at its next model
-call; a follow-up waits for the current answer, then starts a new turn of the
-same Run; an injected message joins the conversation at the next model call
-without causing one (saved at the Run's end if no call was left). The message
-goes out with ``metadata.queued`` set to its kind. If the view already shows
-the Run ended, both awaitables reject with ``RUN_NOT_ACTIVE`` and nothing is
-published. Otherwise the message is published in the background, in the place
-among the connection's publishes it took when the call was made: a ``cancel()``,
-``send()`` or another steer made after it is stored after it:
-``published`` resolves with the serial the relay gave it (or rejects with the
-relay's error, and ``outcome`` with it), and ``outcome`` resolves from the
-view's ``DeliveryEvent`` for that message id (see ``transport.outcomes``).
+``steer()``, ``follow_up()`` and ``inject()`` return a ``Delivery`` at once.
+Steering joins the Run's current turn at its next model call. A follow-up
+starts a new turn once the current answer is done. An injected message joins
+the next model call without causing one. If the view already shows the Run
+ended, both awaitables reject ``RUN_NOT_ACTIVE`` and nothing is published.
 
-Refusals. An input check may refuse a queued message, on the relay (then
-nothing of it is stored: ``published`` rejects with the check's error) or on
-the agent (it stays on the channel, out of the conversation). Either way the
-channel gets a ``refused`` entry, so on every device ``outcome`` resolves
-``Outcome(consumed=False, run_terminal_reason=None, refused=error)``,
-``ClientRun.refused`` lists it and ``connect(on_refused_message=...)`` hears of
-it. The Run continues without it.
+Otherwise the message is published from a task, in the place it took when the
+call was made. ``published`` resolves with its serial. ``outcome`` resolves
+from the view's ``DeliveryEvent`` for that message id. An input check may
+refuse the message: then ``outcome`` resolves with ``refused`` set, and the
+Run continues without it.
 
-What is not delivered. ``queued`` lists messages sent through the handle that
-wait: not taken in by the agent, not refused, the Run not ended (a message
-still being published or checked waits too); a Run that ends ``error`` leaves
-its untaken messages there. ``result().undelivered`` (at an end that is not an
-error) and the return value of ``cancel()`` list the ones the Run did not
-take; their outcomes resolve ``consumed=False``. A Run that suspends also
-returns the messages it did not take in ``undelivered``, but keeps them queued:
-their outcomes stay pending (the Ably seed's rule, which the core and interrupt
-issues keep) until the resumed Run takes them, or it ends.
+``queued`` lists the messages sent through the handle that still wait.
+``result().undelivered`` lists the ones the Run ended without taking.
 
-Write-only. On a session connected with ``subscribe=False`` the handle
-publishes as usual (``published`` resolves from the ack, or rejects with the
-relay's error) but sees nothing: ``outcome`` rejects ``NOT_ATTACHED`` at once,
-and ``status``, ``queued``, ``refused``, ``result()`` and ``cancel(wait=True)``
-raise ``RunwireError(NOT_ATTACHED)`` at once.
+On a write-only session the handle publishes but sees nothing: ``outcome``,
+``status``, ``queued``, ``refused`` and ``result()`` raise or reject
+``NOT_ATTACHED`` at once.
 
-The awaitables are ``PendingResult`` objects, not futures or tasks: one left
-unawaited never warns, and each may be awaited any number of times.
+The awaitables are ``PendingResult`` objects. One left unawaited never warns,
+and each may be awaited any number of times.
+
+docs/explanation/steering-outcomes.md explains outcomes, refusals and suspends.
 """
 
 from __future__ import annotations
