@@ -34,7 +34,7 @@ from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, TokenProvi
 from transport.asyncio.view import View, ViewFeed
 from transport.checks import Check
 from transport.errors import PROTOCOL_ERROR, VALIDATION_ERROR, RunwireError
-from transport.frames import Attach, Attached, EntryBody, History, Page, Publish, RunEntry
+from transport.frames import Attach, EntryBody, History, Page, Publish, RunEntry
 from transport.interrupts import PausedRun
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.mirror import Folded
@@ -267,15 +267,10 @@ class AgentSession:
 
     async def _attach(self, *, wait_ready: bool = True) -> None:
         """Attach (or re-attach from ``last_serial``) and fold the backlog."""
-        frame = self._feed.attach(ATTACH_LIMIT)
-        try:
-            reply = await self._link.conn.request(frame, wait_ready=wait_ready)
-            if not isinstance(reply, Attached):
-                raise RunwireError(PROTOCOL_ERROR, f"expected attached, got {reply.type}")
-        except BaseException:
-            self._feed.attach_failed()
-            raise
-        self._feed.take_attachment(self._feed.attached(reply))
+        attachment = await self._feed.request_attach(
+            ATTACH_LIMIT, lambda frame: self._link.conn.request(frame, wait_ready=wait_ready)
+        )
+        self._feed.take_attachment(attachment)
         self.attached.set()
 
     def _deliver(self, entries: list[dict[str, Any]]) -> None:

@@ -30,8 +30,9 @@ from transport.errors import (
     VALIDATION_ERROR,
     RunwireError,
 )
-from transport.frames import Ack, Attached, EntryBody, MessageEntry
+from transport.frames import Ack, EntryBody, MessageEntry
 from transport.messages import UIMessage
+from transport.mirror import Attachment
 from transport.outcomes import OutcomeRecord, ended_before_stored
 from transport.tree import DeliveryEvent, Refusal
 
@@ -153,13 +154,12 @@ class Deliveries:
         vm = self._feed.mirror.tree.message(message_id)
         return vm is not None and vm.run_id == run_id and vm.intent == intent
 
-    def attached(self, reply: Attached) -> None:
-        """Fold an ``attached`` frame into the view and report it.
+    def attached(self, attachment: Attachment) -> None:
+        """Report an attach to the view's listeners (``ViewFeed.request_attach``).
 
         Refusals in its page are history, not news. After a reset, the
         deliveries the rebuilt view can tell settle before the held entries fold.
         """
-        attachment = self._feed.attached(reply)
         if attachment.first or attachment.reset:
             self._news_after = attachment.head
         if attachment.reset:

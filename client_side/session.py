@@ -57,7 +57,6 @@ from transport.errors import (
 )
 from transport.frames import (
     Ack,
-    Attached,
     Deliver,
     EntryBody,
     History,
@@ -530,15 +529,10 @@ class ClientSession:
     async def _on_connect(self, conn: Connection) -> None:
         if not self.subscribe:
             return  # write-only: publishes go unattached
-        attach = self._feed.attach(self.history_limit)
-        try:
-            reply = await conn.request(attach, wait_ready=False)
-            if not isinstance(reply, Attached):
-                raise RunwireError(PROTOCOL_ERROR, f"expected attached, got {reply.type}")
-        except BaseException:
-            self._feed.attach_failed()
-            raise
-        self._runs.attached(reply)  # deliver frames read meanwhile were held, and fold last
+        attachment = await self._feed.request_attach(
+            self.history_limit, lambda frame: conn.request(frame, wait_ready=False)
+        )
+        self._runs.attached(attachment)  # no await: deliver frames held meanwhile fold last
 
     def _on_frame(self, frame: RelayFrame) -> None:
         try:

@@ -32,8 +32,8 @@ from typing import Any
 
 import anyio
 
-from ..errors import NOT_ATTACHED, VALIDATION_ERROR, RunwireError
-from ..frames import Attach, Attached, History, Page
+from ..errors import NOT_ATTACHED, PROTOCOL_ERROR, VALIDATION_ERROR, RunwireError
+from ..frames import Attach, Attached, History, Page, RelayFrame
 from ..mirror import Attachment, Folded, SessionMirror
 from ..tree import ConversationTree, RunInfo, TreeEvent, ViewMessage
 
@@ -135,6 +135,25 @@ class ViewFeed:
     def attach(self, limit: int) -> Attach:
         """The attach frame to send (``SessionMirror.attach``)."""
         return self.mirror.attach(limit)
+
+    async def request_attach(
+        self, limit: int, send: Callable[[Attach], Awaitable[RelayFrame]]
+    ) -> Attachment:
+        """Attach with ``send`` (which sends a frame and returns the reply) and take it in.
+
+        Raises what ``send`` raises, or ``PROTOCOL_ERROR`` for a reply that is
+        not ``attached``; the held entries are dropped then. Report the result
+        with ``take_attachment`` (or step by step) before the next await.
+        """
+        frame = self.mirror.attach(limit)
+        try:
+            reply = await send(frame)
+            if not isinstance(reply, Attached):
+                raise RunwireError(PROTOCOL_ERROR, f"expected attached, got {reply.type}")
+        except BaseException:
+            self.mirror.attach_failed()
+            raise
+        return self.mirror.attached(reply)
 
     def attach_failed(self) -> None:
         """The attach got no answer; see ``SessionMirror.attach_failed``."""
