@@ -163,14 +163,7 @@ class ClientSession:
         keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
         ssl: SSLContext | None = None,
     ) -> None:
-        if not 1 <= history_limit <= 1000:
-            raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
-        if not subscribe and on_refused_message is not None:
-            raise RunwireError(
-                VALIDATION_ERROR,
-                "a session connected with subscribe=False never sees refusals:"
-                " on_refused_message is not taken (a refused publish raises its error)",
-            )
+        _check_options(history_limit, subscribe, on_refused_message)
         self.url = url
         self.session_id = session_id
         self.agent = agent
@@ -569,3 +562,17 @@ class ClientSession:
     def __repr__(self) -> str:
         mode = "" if self.subscribe else " write-only"
         return f"<ClientSession {self.session_id!r}{mode} connected={self.connected}>"
+
+
+def _check_options(
+    history_limit: int, subscribe: bool, on_refused_message: Callable[[Refused], object] | None
+) -> None:
+    """Raise ``VALIDATION_ERROR`` for options ``connect`` does not take."""
+    if not 1 <= history_limit <= 1000:
+        raise RunwireError(VALIDATION_ERROR, "history_limit must be between 1 and 1000")
+    if not subscribe and on_refused_message is not None:
+        raise RunwireError(
+            VALIDATION_ERROR,
+            "a session connected with subscribe=False never sees refusals:"
+            " on_refused_message is not taken (a refused publish raises its error)",
+        )
