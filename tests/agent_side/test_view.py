@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
 import agent_side
 import client_side
+from agent_side import AgentSession
+from transport.frames import Attach, Attached
 from transport.tree import MessageEvent, RunEvent
 
 from .helpers import client_end
@@ -66,3 +70,59 @@ async def test_a_runs_view_filters_the_sessions_view_to_its_turn(relay_url: str)
             assert [info.run_id for info in run.view.runs()] == [one, two]
             assert run.view.has_older() is session.view.has_older()
             assert run.view.branches(run.view.messages()[0].message.id)
+
+
+class ScriptedConn:
+    """Stands in for the link's ``Connection``: each request gets the next scripted reply."""
+
+    def __init__(self, replies: list[Attached]) -> None:
+        self.replies = replies
+        self.sent: list[Any] = []
+        self.client_id = "agent-1"
+
+    async def request(self, frame: Any, *, wait_ready: bool = True) -> Attached:
+        self.sent.append(frame)
+        return self.replies.pop(0)
+
+
+class ScriptedLink:
+    def __init__(self, conn: ScriptedConn) -> None:
+        self.conn = conn
+
+
+def prompt(serial: int, message_id: str, run_id: str) -> dict[str, Any]:
+    return {
+        "serial": serial,
+        "kind": "message",
+        "id": message_id,
+        "run_id": run_id,
+        "intent": "prompt",
+        "message": {"id": message_id, "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+    }
+
+
+def attached(entries: list[dict[str, Any]], head: int, epoch: str, reset: bool) -> Attached:
+    return Attached(
+        req=1, session_id="s", epoch=epoch, head=head, entries=entries, has_older=False, reset=reset
+    )
+
+
+async def test_an_agents_view_rebuilds_on_a_new_epoch_as_a_clients_does() -> None:
+    conn = ScriptedConn(
+        [
+            attached([prompt(5, "old", "r1")], head=5, epoch="E1", reset=False),
+            attached([prompt(1, "new", "r2")], head=1, epoch="E2", reset=True),
+        ]
+    )
+    session = AgentSession(ScriptedLink(conn), "s")  # type: ignore[arg-type]
+    seen: list[tuple[str, str]] = []
+    session.view.on("message", lambda e: seen.append((e.op, e.message.message.id)))
+    session.view.on("run", lambda e: seen.append((e.op, e.run.run_id)))
+    await session.port.attach()
+    assert session.port.attached.is_set()
+    await session.port.attach()
+    resume = conn.sent[1]
+    assert isinstance(resume, Attach) and (resume.from_serial, resume.epoch) == (5, "E1")
+    assert [vm.message.id for vm in session.view.messages()] == ["new"]
+    assert ("removed", "old") in seen and ("removed", "r1") in seen
+    assert (session.epoch, session.last_serial) == ("E2", 1)
