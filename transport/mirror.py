@@ -36,7 +36,7 @@ __all__ = ["Attachment", "Folded", "SessionMirror"]
 log = logging.getLogger("runwire.mirror")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Folded:
     """One entry the mirror took in, with the events its fold caused.
 
