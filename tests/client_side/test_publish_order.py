@@ -97,7 +97,8 @@ async def test_a_place_reserved_in_the_lane_goes_first_and_one_given_back_holds_
 ) -> None:
     """``Connection.reserve()`` takes the place when called: a publish issued after it waits
     for the reserved one (even one started much later), and ``release`` of an unused place
-    lets the ones behind it go."""
+    lets the ones behind it go. The lane's own rules, with a fake clock, are in
+    tests/transport/test_lane.py; this checks them over a real relay."""
     with anyio.fail_after(10):
         async with (
             FakeAgent(relay_url, session_id),
@@ -120,10 +121,11 @@ async def test_a_place_reserved_in_the_lane_goes_first_and_one_given_back_holds_
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(later)
-                await anyio.sleep(0.05)  # ``second`` waits for both places before it
+                # Every task, the relay's too, waits: ``second`` for both places before it.
+                await anyio.wait_all_tasks_blocked()
                 assert not done.is_set()
                 conn.release(unused)
-                await anyio.sleep(0.05)
+                await anyio.wait_all_tasks_blocked()
                 assert not done.is_set()
                 await conn.request(first, slot=slot)
             entries = await channel_entries(relay_url, session_id)

@@ -101,17 +101,16 @@ async def test_publishes_refused_behind_one_that_gave_up_on_the_store_give_up_to
                 for text in ("first", "second")
             ]
 
-            async def publish(entry: MessageEntry) -> None:
+            async def publish(entry: MessageEntry, slot: int | None = None) -> None:
                 try:
-                    await conn.request(Publish(req=0, session_id="s", entry=entry))
+                    await conn.request(Publish(req=0, session_id="s", entry=entry), slot=slot)
                 except RunwireError as exc:
                     errors.append((entry.id, exc.code))
 
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as tg:
-                    for entry in entries:
-                        tg.start_soon(publish, entry)
-                        await anyio.sleep(0.01)  # the second goes out after the first
+                    for entry in entries:  # the second goes out after the first
+                        tg.start_soon(publish, entry, conn.reserve())
             assert errors == [(e.id, STORE_UNAVAILABLE) for e in entries]
             assert conn.connected
             away = False

@@ -105,14 +105,3 @@ async def test_a_publish_still_refused_after_rate_limit_wait_gives_up_with_the_e
             assert errors[0].details["retry_after"] > 0
             assert conn.connected
         assert await server.store.read("s", after=0, limit=10) == []
-
-
-def test_the_wait_is_the_relays_retry_after_else_a_bounded_backoff_with_jitter() -> None:
-    said = RunwireError(RATE_LIMITED, details={"retry_after": 0.2})
-    assert Connection._rate_limit_delay(said, 0) == 0.2
-    assert Connection._rate_limit_delay(said, 9) == 0.2
-    for details in ({}, {"retry_after": "soon"}, {"retry_after": True}, {"retry_after": -1}):
-        silent = RunwireError(RATE_LIMITED, details=details)
-        assert 0.025 <= Connection._rate_limit_delay(silent, 0) <= 0.05
-        assert 0.05 <= Connection._rate_limit_delay(silent, 1) <= 0.1
-        assert 1.0 <= Connection._rate_limit_delay(silent, 40) <= 2.0

@@ -1,7 +1,7 @@
 """The JavaScript client's tests (tests/js/*.test.mjs) under Node's test runner.
 
-They run the shared tree vectors against ``client_side/js/runwire.js`` and its
-session against an in-memory relay; this test fails when any of them fails.
+They run the shared tree and publish lane vectors against ``client_side/js/runwire.js``
+and its session against an in-memory relay; this test fails when any of them fails.
 """
 
 from __future__ import annotations
@@ -33,4 +33,12 @@ def test_node_runs_the_js_tests() -> None:
     # The vectors really ran: one test per vector file, and none was skipped.
     vectors = len(list((ROOT / "tests" / "vectors" / "tree").glob("*.json")))
     assert proc.stdout.count("ok ") >= vectors
+    # Every publish lane vector passed as its own test (tests/js/lane.test.mjs).
+    lanes = sorted(p.name for p in (ROOT / "tests" / "vectors" / "lane").glob("*.json"))
+    assert lanes
+    for name in lanes:
+        assert any(
+            line.startswith("ok ") and line.endswith(f"lane vector {name}")
+            for line in proc.stdout.splitlines()
+        ), name
     assert "# skipped 0" in proc.stdout

@@ -1,82 +1,34 @@
 """``Connection``: one logical, self-healing connection from an SDK to the relay.
 
-Theory of operation
--------------------
-A ``Connection`` owns at most one WebSocket at a time. ``request(frame)``
-assigns a fresh ``req`` id, sends the frame once the connection is ready, and
-returns the reply frame (``attached``, ``ack``, ``page``), raising
-``RunwireError`` for an ``error`` reply. Frames the relay pushes unasked
-(``deliver``, ``dispatch``, ``error`` without ``req``) go to ``on_frame``.
+A ``Connection`` owns at most one WebSocket at a time. ``request(frame)`` gives the frame
+a fresh ``req`` id, sends it once the connection is ready, and returns the reply frame:
+``attached``, ``ack`` or ``page``. An ``error`` reply raises ``RunwireError``. Frames the
+relay pushes unasked go to ``on_frame``.
 
-When the socket drops, the connection reconnects with exponential backoff and
-full jitter (the first try at once after a 1012 close: the relay restarts). A
-relay that answers no WebSocket ping for ``keepalive_timeout``
-seconds (10 by default: a link cut without a FIN or RST) counts as dropped.
-After each ``hello``/``welcome`` it awaits ``on_connect`` (the SDK re-attaches
-its sessions there, from the last serial it saw), then re-sends every request
-still waiting for a reply. Every request of the protocol is idempotent (a
-publish carries its entry id, which the relay de-duplicates), so
-a retry never duplicates anything.
+When the socket drops, the connection reconnects with exponential backoff and full
+jitter. After a 1012 close the first try goes at once, since the relay restarts. A relay
+that answers no ping for ``keepalive_timeout`` seconds counts as dropped. After each
+``hello`` and ``welcome`` it awaits ``on_connect``, where the SDK re-attaches its
+sessions. Then it sends again every request still waiting for a reply. Each request of
+the protocol is idempotent, so a retry never duplicates anything.
 
-Order. Publishes (``Publish`` frames) are sent in the order their place in the
-connection's lane was taken: when ``request`` was called, or earlier, with
-``reserve()``, for one sent later from a task (``request(frame, slot=...)``): an SDK
-call that returns at once and publishes in the background (``ClientRun.steer``) takes
-its place as the user acts, so what they do next (a cancel) is sent, and stored, after
-it. A publish waits in ``_turn`` until every one before it in the lane is in line on the
-socket (``_unsent``); in the usual case, one publish at a time, nothing waits. A place
-no publish will use is given back with ``release()``.
+Publishes go through the connection's publish lane, ``self.lane``, a
+``transport.lane.PublishLane``. The lane decides their order and when a refused one goes
+again. This module only feeds it the replies and the clock, and waits as it says.
 
-Rate limits. A publish the relay refuses ``RATE_LIMITED`` (more than its
-``max_inflight`` publishes waiting on this connection) goes again with the same
-entry id (so the relay's de-duplication makes it safe) after the relay's
-``details["retry_after"]`` seconds, or, when it names none, a backoff with
-jitter from 50 ms doubling up to 2 s. Order is kept: a refused publish waits in
-line (``_held``, where it stays while it goes again) and no publish issued
-after it is sent until it was taken (the relay, for its part, refuses the
-connection's later publishes until the refused one comes back). A publish
-gives up when going again would take it past ``rate_limit_wait`` seconds
-(``RATE_LIMIT_WAIT``, 30) since its first refusal: ``request`` raises the
-relay's ``RATE_LIMITED`` error, and the publishes behind it go on.
+``token`` is sent as ``Authorization: Bearer``. ``token_provider`` is asked for a fresh
+token before every connect but a first one that already has ``token``. ``UNAUTHORIZED``
+is final, and so is ``TOKEN_EXPIRED`` without a provider: requests then fail with that
+error and the state callbacks hear ``"closed"``. ``aclose()`` ends everything; pending
+requests then fail with ``RunwireError("CONNECTION_CLOSED")``.
 
-Store outages. A publish refused ``STORE_UNAVAILABLE`` (the relay's store, SQLite or
-Redis, cannot take writes; the entry may or may not have been stored) goes again in the
-same lane, with the same entry id, after a backoff with jitter from 0.1 s doubling up to
-2 s (``STORE_RETRY_FIRST``, ``STORE_RETRY_MAX``). A refused publish stays in line while
-it goes again, so nothing issued after it is sent before its answer came: once the
-store is back the connection's publishes are stored each once, in the order they were
-issued. It gives up when going again would take it past ``store_wait`` seconds
-(``STORE_WAIT``, 60) since its first such refusal: ``request`` raises the relay's
-``STORE_UNAVAILABLE``. Then the publishes issued before that which wait behind it raise
-it too instead of going (none overtakes it), and a publish the store refuses raises at
-once until one is taken again, so an agent's Run gets the error (``pipe()``
-returns ``reason="error"``, ``end()`` raises) after one ``store_wait``, not one per
-publish. The relay, for its part, refuses the connection's later publishes to the session
-(``STORE_UNAVAILABLE`` with the refused entry's id in ``details["held"]``) until the refused
-one comes again or 2 s passed, so those already on their way do not overtake it either;
-such a refusal is not the store's: it goes again (for ``STORE_HELD_WAIT`` seconds at
-least) and never counts as giving up on the store.
-
-Tokens. ``token`` is sent as ``Authorization: Bearer``. ``token_provider``
-(a plain or async callable returning a token) is asked for a fresh one before
-every connect but a first one that already has ``token``; so when the relay
-closes with 4003 (``TOKEN_EXPIRED``) the connection reconnects with a new
-token and resumes. ``UNAUTHORIZED`` is final (at ``hello``, or when
-``on_connect`` is refused it, as when a fresh token no longer grants
-``subscribe`` in a session it re-attaches), and so is ``TOKEN_EXPIRED``
-without a provider: pending and later requests fail with that error, ``error``
-holds it, ``connected`` turns false and the state callbacks hear ``"closed"``.
-``aclose()`` ends everything; pending requests then fail with
-``RunwireError("CONNECTION_CLOSED")``. It may be called from any task or cancel
-scope (inside the caller's ``fail_after``, say): it cancels the background task's
-own scope, and the ``async with`` that entered the connection leaves its task
-group on exit, so the caller's cancel scopes always unwind in order.
+Why the lane keeps publishes in order, and how it treats refusals, is told in
+docs/explanation/publish-lane.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import inspect
 import logging
 import random
@@ -94,8 +46,6 @@ from .. import codec
 from ..errors import (
     CLOSE_CODES,
     PAYLOAD_TOO_LARGE,
-    RATE_LIMITED,
-    STORE_UNAVAILABLE,
     TOKEN_EXPIRED,
     UNAUTHORIZED,
     CloseCode,
@@ -103,6 +53,8 @@ from ..errors import (
 )
 from ..frames import Error, Hello, Publish, RelayFrame, Welcome
 from ..keepalive import DEFAULT_KEEPALIVE_TIMEOUT, keepalive
+from ..lane import RATE_LIMIT_WAIT, STORE_WAIT, PublishLane
+from ..lane import backoff as lane_backoff
 from ..redact import install as redact_tokens
 
 __all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "STORE_WAIT", "Connection", "TokenProvider"]
@@ -116,24 +68,6 @@ FrameHandler = Callable[[RelayFrame], None]
 TokenProvider = Callable[[], "str | Awaitable[str]"]
 ConnectHook = Callable[["Connection"], Awaitable[None]]
 
-
-RATE_LIMIT_WAIT = 30.0
-"""Seconds a publish refused ``RATE_LIMITED`` keeps going again before the error is raised."""
-RATE_LIMIT_BACKOFF_FIRST = 0.05
-"""Seconds before a refused publish goes again when the relay names no ``retry_after``."""
-RATE_LIMIT_BACKOFF_MAX = 2.0
-"""The longest such wait (it doubles from ``RATE_LIMIT_BACKOFF_FIRST``, with jitter)."""
-STORE_WAIT = 60.0
-"""Seconds a publish refused ``STORE_UNAVAILABLE`` keeps going again before the error is raised."""
-STORE_RETRY_FIRST = 0.1
-"""Seconds (at most; with jitter) before a publish refused ``STORE_UNAVAILABLE`` goes again."""
-STORE_RETRY_MAX = 2.0
-"""The longest such wait (it doubles from ``STORE_RETRY_FIRST``, with jitter)."""
-STORE_HELD_WAIT = 10.0
-"""Seconds at least a publish the relay holds behind an earlier one of this connection
-(``STORE_UNAVAILABLE`` with another entry's id in ``details["held"]``) keeps going again: the
-relay's hold ends 2 s after that one stops coming, even if ``store_wait`` is shorter."""
-_RETRIED = frozenset({RATE_LIMITED, STORE_UNAVAILABLE})
 
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 """The largest frame a request may be before the relay's welcome says its own limit."""
@@ -190,8 +124,6 @@ class Connection:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.open_timeout = open_timeout
-        self.rate_limit_wait = rate_limit_wait
-        self.store_wait = store_wait
         self.welcome: Welcome | None = None
         self.connects = 0
         self._restarting = False  # the last connection was closed 1012 (service restart)
@@ -211,19 +143,24 @@ class Connection:
         self._refused: RunwireError | None = None  # ``on_connect`` refused UNAUTHORIZED
         self._state_callbacks: list[Callable[[str], None]] = []
         self._closed_emitted = False
-        self._publish_seq = 0
-        self._held: list[int] = []  # publishes refused RATE_LIMITED, to go again in this order
-        # Places taken in the publish lane (``reserve``, or ``request`` itself) whose
-        # publish was not handed to the socket yet, oldest first: no later one goes first.
-        self._unsent: list[int] = []
+        self.lane = PublishLane(
+            jitter=random.random, rate_limit_wait=rate_limit_wait, store_wait=store_wait
+        )
+        """The order of this connection's publishes and their refusals (``transport.lane``)."""
         self._lane_waiting = 0  # publishes waiting in ``_turn``
         self._lane_changed = asyncio.Event()
-        self._store_gave_up = False  # a publish gave up on the store; none was taken since
-        # The newest publish when one gave up on the store, and its error: the ones up to
-        # it still waiting for their turn raise it rather than go after it.
-        self._gave_up: tuple[int, RunwireError] = (0, RunwireError(STORE_UNAVAILABLE))
 
     # ------------------------------------------------------------ public --
+
+    @property
+    def rate_limit_wait(self) -> float:
+        """Seconds a publish refused ``RATE_LIMITED`` keeps going again (the lane's)."""
+        return self.lane.rate_limit_wait
+
+    @property
+    def store_wait(self) -> float:
+        """Seconds a publish refused ``STORE_UNAVAILABLE`` keeps going again (the lane's)."""
+        return self.lane.store_wait
 
     @property
     def connected(self) -> bool:
@@ -300,30 +237,17 @@ class Connection:
     def reserve(self) -> int:
         """Take the next place in the publish lane now; pass it to ``request(slot=...)``.
 
-        For a publish made from a task (or awaited later): it goes after every publish
+        For a publish made from a task, or awaited later: it goes after every publish
         whose place was taken before, and before every one taken after, whenever its
         task runs. A place taken must be used by ``request`` or given back with
         ``release``: the publishes behind it wait for it.
         """
-        self._publish_seq += 1
-        seq = self._publish_seq
-        self._unsent.append(seq)
-        return seq
+        return self.lane.reserve()
 
     def release(self, slot: int) -> None:
         """Give back a place ``reserve`` took that no publish will use (idempotent)."""
-        self._handed(slot)
-
-    def _handed(self, seq: int) -> None:
-        """Publish ``seq`` is in the socket's queue (or will never be): the next may go."""
-        if self._unsent and self._unsent[0] == seq:
-            del self._unsent[0]  # the usual case: the oldest place goes first
-        elif seq in self._unsent:
-            self._unsent.remove(seq)
-        else:
-            return
-        if self._lane_waiting:
-            self._let_go(0)
+        if self.lane.release(slot) and self._lane_waiting:
+            self._wake_lane()
 
     async def request(
         self, frame: BaseModel, *, wait_ready: bool = True, slot: int | None = None
@@ -332,90 +256,44 @@ class Connection:
 
         Publishes are sent in the order their place in the lane was taken: when
         ``request`` is called, or earlier with ``reserve()`` (``slot``). A publish the
-        relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order (see
-        the module docstring), until it is taken or ``rate_limit_wait`` (or
-        ``store_wait``) seconds passed since its first such refusal: then that error is raised.
+        relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order,
+        until it is taken or ``rate_limit_wait`` (or ``store_wait``) seconds passed since
+        its first such refusal: then that error is raised. See ``transport.lane``.
         """
         if not isinstance(frame, Publish):
             if slot is not None:
                 self.release(slot)
             return await self._exchange(frame, wait_ready)
-        seq = self.reserve() if slot is None else slot
-        entry_id = frame.entry.id
-        refusal: RunwireError | None = None
-        since = 0.0  # when the first refusal of ``refusal``'s code came
-        deadline = 0.0  # when it gives up
-        attempt = 0
+        lane = self.lane
+        place = lane.reserve() if slot is None else slot
         try:
             while True:
-                await self._turn(seq, refusal, deadline)
+                await self._turn(place)
                 try:
-                    reply = await self._exchange(frame, wait_ready, seq)
+                    reply = await self._exchange(frame, wait_ready, place)
                 except RunwireError as exc:
-                    if exc.code not in _RETRIED:
+                    retry_at = lane.refused(place, frame.entry.id, exc, time.monotonic())
+                    if retry_at is None:
                         raise
-                    now = time.monotonic()
-                    if refusal is None or refusal.code != exc.code:
-                        since, attempt = now, 0
-                    refusal = exc
-                    # Not refused by the store itself: held behind an earlier one of ours it
-                    # refused (the relay's hold lasts until that one comes again, or 2 s).
-                    behind = exc.details.get("held") not in (None, entry_id)
-                    store = exc.code == STORE_UNAVAILABLE and not behind
-                    if store and self._store_gave_up:
-                        raise  # the store stayed away a whole ``store_wait`` already
-                    delay = self._retry_delay(exc, attempt)
-                    attempt += 1
-                    if exc.code == RATE_LIMITED:
-                        deadline = since + self.rate_limit_wait
-                    else:
-                        deadline = since + max(self.store_wait, STORE_HELD_WAIT if behind else 0)
-                    if now + delay > deadline:
-                        if store:
-                            self._store_gave_up = True
-                            self._gave_up = (self._publish_seq, exc)
-                        raise
-                    log.debug("publish refused %s; again in %.3f s", exc, delay)
-                    if seq not in self._held:
-                        bisect.insort(self._held, seq)
-                    await anyio.sleep(delay)
-                    continue  # still held: nothing after it goes until it went again
-                self._store_gave_up = False
+                    log.debug("publish refused %s; again at %.3f", exc, retry_at)
+                    continue  # it keeps its place: nothing after it goes before it
+                lane.accepted(place)
                 return reply
         finally:
-            self._handed(seq)  # raised before it was sent (closed, too large, gave up)
-            if refusal is not None:
-                self._let_go(seq)
+            if lane.finish(place):
+                self._wake_lane()
 
-    async def _turn(self, seq: int, refusal: RunwireError | None, deadline: float) -> None:
-        """Wait until publish ``seq`` may go: every publish whose place in the lane was
-        taken before it was handed to the socket, and none refused before it waits to go
-        again.
-
-        A refused one (in ``_held``) stays there while it goes again, so the publishes
-        behind it wait for its answer; it goes when it is the first there. It gives up
-        (raises its refusal) when its ``deadline`` passed meanwhile. A publish issued
-        before one gave up on the store raises that one's error instead of going, unless
-        it was free to go before: what waited behind that one does not overtake it.
-        """
-        waited = False  # behind a refused one
+    async def _turn(self, place: int) -> None:
+        """Wait until the lane lets the publish of ``place`` go; raise when it gives up."""
         while True:
             if self._fatal is not None:
                 raise self._fatal
             if self._closed:
                 raise RunwireError(CONNECTION_CLOSED, "connection closed")
-            last, error = self._gave_up
-            if seq <= last and (waited or refusal is not None):
-                raise refusal if refusal is not None and refusal.code == error.code else error
-            held = bool(self._held) and self._held[0] < seq
-            if not held and not (self._unsent and self._unsent[0] < seq):
+            turn = self.lane.turn(place, time.monotonic())
+            if turn.go:
                 return
-            timeout = None
-            if refusal is not None:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    raise refusal
-            waited = waited or held
+            timeout = None if turn.wake_at is None else turn.wake_at - time.monotonic()
             changed = self._lane_changed
             self._lane_waiting += 1
             try:
@@ -424,36 +302,17 @@ class Connection:
             finally:
                 self._lane_waiting -= 1
 
-    def _let_go(self, seq: int) -> None:
-        """Take ``seq`` off the refused publishes and wake the ones behind it."""
-        if seq in self._held:
-            self._held.remove(seq)
+    def _wake_lane(self) -> None:
+        """Wake the publishes waiting for their turn: the lane changed."""
         self._lane_changed.set()
         self._lane_changed = asyncio.Event()
 
-    @classmethod
-    def _retry_delay(cls, exc: RunwireError, attempt: int) -> float:
-        """Before a refused publish goes again: for ``STORE_UNAVAILABLE`` a backoff with
-        jitter from ``STORE_RETRY_FIRST`` doubling up to ``STORE_RETRY_MAX``; for
-        ``RATE_LIMITED`` see ``_rate_limit_delay``."""
-        if exc.code == STORE_UNAVAILABLE:
-            return backoff(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt)
-        return cls._rate_limit_delay(exc, attempt)
-
-    @staticmethod
-    def _rate_limit_delay(exc: RunwireError, attempt: int) -> float:
-        """The relay's ``retry_after``; if it names none, backoff with jitter."""
-        after = exc.details.get("retry_after")
-        if isinstance(after, int | float) and not isinstance(after, bool) and 0 <= after < 3600:
-            return float(after)
-        return backoff(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt)
-
-    async def _exchange(self, frame: BaseModel, wait_ready: bool, seq: int = 0) -> RelayFrame:
+    async def _exchange(self, frame: BaseModel, wait_ready: bool, place: int = 0) -> RelayFrame:
         """One request: send ``frame`` (again after every reconnect) and return its reply.
 
-        ``seq``: the publish's place in the lane, handed on (the next publish may go) once
-        the frame is in line to be sent: sent at once, or on the next connect in ``req``
-        order, before anything issued after it.
+        ``place`` is the publish's place in the lane. The lane hears it was sent once the
+        frame is in line: sent at once, or sent on the next connect in ``req`` order. Either
+        way it goes before anything made after it, so the next publish may go.
         """
         if self._fatal is not None:
             raise self._fatal
@@ -475,8 +334,8 @@ class Connection:
             )
         pending = _Pending(data, text)
         self._pending[req] = pending
-        if seq:
-            self._handed(seq)
+        if place and self.lane.sent(place) and self._lane_waiting:
+            self._wake_lane()
         try:
             if wait_ready:
                 await self._wait_ready(pending)
@@ -550,7 +409,7 @@ class Connection:
             if not pending.done.is_set():
                 pending.error = error
                 pending.done.set()
-        self._let_go(0)  # publishes waiting for their turn see the end too
+        self._wake_lane()  # publishes waiting for their turn see the end too
 
     async def _fresh_token(self) -> None:
         assert self.token_provider is not None
@@ -716,5 +575,4 @@ def close_error(code: str, reason: str) -> RunwireError:
 def backoff(first: float, most: float, attempt: int) -> float:
     """Seconds to wait before try ``attempt`` (0 first) goes again: ``first`` doubling
     up to ``most``, with jitter (between half of that and all of it)."""
-    cap = min(most, first * (2 ** min(attempt, 16)))
-    return random.uniform(cap / 2, cap)
+    return lane_backoff(first, most, attempt, random.random())

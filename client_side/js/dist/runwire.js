@@ -1,6 +1,54 @@
 // runwire.js: the runwire client (@runwire/client) as one ES module, built from client_side/js/src
 // by client_side/js/build.mjs (do not edit: change the TypeScript sources and build again).
 
+// src/queue.ts
+var IteratorQueue = class {
+  constructor(stop = () => {
+  }) {
+    this.stop = stop;
+  }
+  buffer = [];
+  wake = null;
+  done = false;
+  /** True once `end` or `return` was called. */
+  get ended() {
+    return this.done;
+  }
+  push(value) {
+    if (this.done) return;
+    const wake = this.wake;
+    if (wake !== null) {
+      this.wake = null;
+      wake({ value, done: false });
+    } else this.buffer.push(value);
+  }
+  end() {
+    if (this.done) return;
+    this.done = true;
+    this.stop();
+    const wake = this.wake;
+    if (wake !== null) {
+      this.wake = null;
+      wake({ value: void 0, done: true });
+    }
+  }
+  next() {
+    if (this.buffer.length) return Promise.resolve({ value: this.buffer.shift(), done: false });
+    if (this.done) return Promise.resolve({ value: void 0, done: true });
+    return new Promise((resolve) => {
+      this.wake = resolve;
+    });
+  }
+  return() {
+    this.buffer.length = 0;
+    this.end();
+    return Promise.resolve({ value: void 0, done: true });
+  }
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+};
+
 // src/entries.ts
 function invalid(where, msg) {
   throw new RunwireError(VALIDATION_ERROR, `${where}: ${msg}`, { errors: [{ loc: where.split("."), msg }] });
@@ -314,13 +362,7 @@ var PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
 var EPOCH_MISMATCH = "EPOCH_MISMATCH";
 var RATE_LIMITED = "RATE_LIMITED";
 var NOT_ATTACHED = "NOT_ATTACHED";
-var RATE_LIMIT_BACKOFF_FIRST = 50;
-var RATE_LIMIT_BACKOFF_MAX = 2e3;
 var STORE_UNAVAILABLE = "STORE_UNAVAILABLE";
-var STORE_RETRY_FIRST = 100;
-var STORE_RETRY_MAX = 2e3;
-var STORE_HELD_WAIT = 1e4;
-var RETRIED = /* @__PURE__ */ new Set([RATE_LIMITED, STORE_UNAVAILABLE]);
 var MULTITASK_STRATEGIES = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
 var THREAD_ACCESS = ["own", "shared"];
 var RunwireError = class _RunwireError extends Error {
@@ -375,15 +417,6 @@ function messageText(message) {
 function endReason(status) {
   return status === "complete" || status === "cancelled" || status === "error" ? status : null;
 }
-function rateLimitDelay(error, attempt) {
-  const after = error.details ? error.details.retry_after : void 0;
-  if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after * 1e3;
-  return backoff(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt);
-}
-function retryDelay(error, attempt) {
-  if (error.code !== STORE_UNAVAILABLE) return rateLimitDelay(error, attempt);
-  return backoff(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt);
-}
 function backoff(first, most, attempt) {
   const cap = Math.min(most, first * 2 ** Math.min(attempt, 16));
   return cap / 2 + Math.random() * (cap / 2);
@@ -431,71 +464,40 @@ function entryChunks(e) {
   return e.chunks.map((chunk, index) => ({ ...base, index, chunk: { ...chunk } }));
 }
 function replyChunks(view, runId, options = {}) {
-  const buffer = [];
-  let wake = null;
   let last = options.after ?? -1;
-  let ended = false;
   const signal = options.signal ?? null;
-  const flush = () => {
-    if (wake === null) return;
-    const w = wake;
-    if (buffer.length) {
-      wake = null;
-      w({ value: buffer.shift(), done: false });
-    } else if (ended) {
-      wake = null;
-      w({ value: void 0, done: true });
-    }
-  };
+  const queue = new IteratorQueue(() => {
+    view._entryHooks.delete(onEntry);
+    view._changed.delete(onChange);
+    signal?.removeEventListener("abort", onAbort);
+  });
   const runOver = () => {
     if (runId === null) return false;
     const info = view.run(runId);
     return info !== null && isTerminal(info.status);
   };
   const take = (e) => {
-    if (ended || typeof e.serial !== "number" || e.serial <= last) return;
+    if (queue.ended || typeof e.serial !== "number" || e.serial <= last) return;
     if (runId !== null && e.run_id !== runId) return;
     last = e.serial;
-    buffer.push(...entryChunks(e));
-  };
-  const end = () => {
-    if (ended) return;
-    ended = true;
-    view._entryHooks.delete(onEntry);
-    view._changed.delete(onChange);
-    signal?.removeEventListener("abort", onAbort);
-    flush();
+    for (const chunk of entryChunks(e)) queue.push(chunk);
   };
   const onEntry = (e) => {
     take(e);
-    if (runOver()) end();
-    flush();
+    if (runOver()) queue.end();
   };
   const onChange = () => {
-    if (view._closed || runOver()) end();
+    if (view._closed || runOver()) queue.end();
   };
-  const onAbort = () => end();
+  const onAbort = () => queue.end();
   for (const e of view.tree._held()) take(e);
-  if (view._closed || runOver() || signal?.aborted) ended = true;
+  if (view._closed || runOver() || signal?.aborted) queue.end();
   else {
     view._entryHooks.add(onEntry);
     view._changed.add(onChange);
     signal?.addEventListener("abort", onAbort, { once: true });
   }
-  return {
-    next: () => new Promise((resolve) => {
-      wake = resolve;
-      flush();
-    }),
-    return: () => {
-      buffer.length = 0;
-      end();
-      return Promise.resolve({ value: void 0, done: true });
-    },
-    [Symbol.asyncIterator]() {
-      return this;
-    }
-  };
+  return queue;
 }
 
 // src/outcomes.ts
@@ -1846,50 +1848,20 @@ var View = class {
    */
   events() {
     this._checkReadable("view.events()");
-    const buffer = [];
-    let wake = null;
-    let ended = this._closed;
-    const push = (event) => {
-      if (wake) {
-        const w = wake;
-        wake = null;
-        w({ value: event, done: false });
-      } else buffer.push(event);
-    };
-    const end = () => {
-      ended = true;
+    const queue = new IteratorQueue(() => {
       this._streams.delete(push);
       this._changed.delete(onClose);
-      if (wake) {
-        const w = wake;
-        wake = null;
-        w({ value: void 0, done: true });
-      }
-    };
+    });
+    const push = (event) => queue.push(event);
     const onClose = () => {
-      if (this._closed) end();
+      if (this._closed) queue.end();
     };
-    if (!ended) {
+    if (this._closed) queue.end();
+    else {
       this._streams.add(push);
       this._changed.add(onClose);
     }
-    return {
-      next: () => {
-        if (buffer.length) return Promise.resolve({ value: buffer.shift(), done: false });
-        if (ended) return Promise.resolve({ value: void 0, done: true });
-        return new Promise((resolve) => {
-          wake = resolve;
-        });
-      },
-      return: () => {
-        buffer.length = 0;
-        end();
-        return Promise.resolve({ value: void 0, done: true });
-      },
-      [Symbol.asyncIterator]() {
-        return this;
-      }
-    };
+    return queue;
   }
   /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries @internal */
   _foldLive(entries) {
@@ -2137,7 +2109,7 @@ function _shutdown(error) {
   }
   for (const p of [...this._pending.values()]) p.reject(error);
   this._pending.clear();
-  this._letGo(0);
+  this._wakeLane();
   for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
   this._deliveries.clear();
   this._first.reject(error);
@@ -2397,7 +2369,200 @@ function _send(pending) {
   pending.sentOn = this._connects;
   ws.send(pending.text);
 }
-var connectionMethods = { _start, _shutdown, _emit, _open, _freshToken, _openSocket, _attach, _up, _onFrame, _lost, _credentialsError, _fatalError, _request, _call, _send };
+async function _publish(entry) {
+  if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+  const lane = this._lane;
+  const place = lane.reserve();
+  let reply;
+  try {
+    for (; ; ) {
+      await this._turn(place);
+      try {
+        const call = this._call({ type: "publish", session_id: this.sessionId, entry });
+        if (lane.sent(place)) this._wakeLane();
+        reply = await call;
+      } catch (err) {
+        if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
+          throw new RunwireError(
+            NOT_ATTACHED,
+            `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
+            { ...err.details, session_id: this.sessionId, subscribe: false }
+          );
+        }
+        if (!(err instanceof RunwireError) || lane.refused(place, entry.id, err, Date.now()) === null) throw err;
+        continue;
+      }
+      lane.accepted(place);
+      break;
+    }
+  } finally {
+    if (lane.finish(place)) this._wakeLane();
+  }
+  if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
+    throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
+  }
+  return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
+}
+async function _turn(place) {
+  for (; ; ) {
+    if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+    const turn = this._lane.turn(place, Date.now());
+    if (turn.go) return;
+    await new Promise((resolve) => {
+      let timer = null;
+      const wake = () => {
+        if (timer !== null) clearTimeout(timer);
+        this._laneWaiters.delete(wake);
+        resolve(void 0);
+      };
+      this._laneWaiters.add(wake);
+      if (turn.wakeAt !== null) timer = setTimeout(wake, Math.max(0, turn.wakeAt - Date.now()));
+    });
+  }
+}
+function _wakeLane() {
+  for (const wake of [...this._laneWaiters]) wake();
+}
+var connectionMethods = { _start, _shutdown, _emit, _open, _freshToken, _openSocket, _attach, _up, _onFrame, _lost, _credentialsError, _fatalError, _request, _call, _send, _publish, _turn, _wakeLane };
+
+// src/lane.ts
+var RATE_LIMIT_WAIT = 30;
+var RATE_LIMIT_BACKOFF_FIRST = 0.05;
+var RATE_LIMIT_BACKOFF_MAX = 2;
+var STORE_WAIT = 60;
+var STORE_RETRY_FIRST = 0.1;
+var STORE_RETRY_MAX = 2;
+var STORE_HELD_WAIT = 10;
+var RETRIED = /* @__PURE__ */ new Set([RATE_LIMITED, STORE_UNAVAILABLE]);
+function backoff2(first, most, attempt, jitter) {
+  const cap = Math.min(most, first * 2 ** Math.min(attempt, 16));
+  return cap / 2 + jitter * (cap / 2);
+}
+function retryDelay(error, attempt, jitter) {
+  if (error.code === STORE_UNAVAILABLE) return backoff2(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt, jitter);
+  const after = error.details ? error.details.retry_after : void 0;
+  if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after;
+  return backoff2(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt, jitter);
+}
+var GO = Object.freeze({ go: true, wakeAt: null });
+var PublishLane = class {
+  rateLimitWait;
+  storeWait;
+  jitter;
+  second;
+  newest = 0;
+  unsent = [];
+  held = [];
+  places = /* @__PURE__ */ new Map();
+  storeGaveUp = false;
+  gaveUp = {
+    last: 0,
+    error: new RunwireError(STORE_UNAVAILABLE, "the relay's store is unavailable")
+  };
+  constructor(options) {
+    this.jitter = options.jitter;
+    this.second = options.second ?? 1;
+    this.rateLimitWait = options.rateLimitWait ?? RATE_LIMIT_WAIT * this.second;
+    this.storeWait = options.storeWait ?? STORE_WAIT * this.second;
+  }
+  /** Take the next place in the lane. It must be sent, released or finished. */
+  reserve() {
+    this.newest += 1;
+    this.unsent.push(this.newest);
+    return this.newest;
+  }
+  /** Give back a place no publish will use. Releasing twice does nothing. */
+  release(place) {
+    return this.sent(place);
+  }
+  /** The publish of `place` is queued on the socket: the next one may go. */
+  sent(place) {
+    const at = this.unsent.indexOf(place);
+    if (at < 0) return false;
+    this.unsent.splice(at, 1);
+    return true;
+  }
+  /**
+   * May the publish of `place` be sent at `now`? Throws its refusal when its deadline passed while
+   * it waited, and the error of a publish that gave up on the store when this one was made before
+   * that and waited behind it (it must not overtake it).
+   */
+  turn(place, now) {
+    let p = this.places.get(place);
+    if (p !== void 0 && now < p.retryAt) return { go: false, wakeAt: p.retryAt };
+    const refusal = p === void 0 ? null : p.refusal;
+    const { last, error } = this.gaveUp;
+    if (place <= last && (refusal !== null || p !== void 0 && p.waited)) {
+      throw refusal !== null && refusal.code === error.code ? refusal : error;
+    }
+    const held = this.held.length > 0 && this.held[0] < place;
+    if (!held && !(this.unsent.length > 0 && this.unsent[0] < place)) return GO;
+    let wakeAt = null;
+    if (p !== void 0 && refusal !== null) {
+      if (now >= p.deadline) throw refusal;
+      wakeAt = p.deadline;
+    }
+    if (held) {
+      if (p === void 0) this.places.set(place, p = newPlace());
+      p.waited = true;
+    }
+    return { go: false, wakeAt };
+  }
+  /**
+   * The relay refused the publish of `place` with `error` at `now`: when it goes again, or null
+   * when it gives up (the driver throws `error`). Only RATE_LIMITED and STORE_UNAVAILABLE go again.
+   */
+  refused(place, entryId, error, now) {
+    if (!RETRIED.has(error.code)) return null;
+    let p = this.places.get(place);
+    if (p === void 0) this.places.set(place, p = newPlace());
+    if (p.refusal === null || p.refusal.code !== error.code) {
+      p.since = now;
+      p.attempt = 0;
+    }
+    p.refusal = error;
+    const heldBy = error.details ? error.details.held : void 0;
+    const behind = heldBy !== void 0 && heldBy !== null && heldBy !== entryId;
+    const store = error.code === STORE_UNAVAILABLE && !behind;
+    if (store && this.storeGaveUp) return null;
+    const delay = retryDelay(error, p.attempt, this.jitter()) * this.second;
+    p.attempt += 1;
+    p.deadline = p.since + (error.code === RATE_LIMITED ? this.rateLimitWait : Math.max(this.storeWait, behind ? STORE_HELD_WAIT * this.second : 0));
+    if (now + delay > p.deadline) {
+      if (store) {
+        this.storeGaveUp = true;
+        this.gaveUp = { last: this.newest, error };
+      }
+      return null;
+    }
+    if (!this.held.includes(place)) {
+      let at = this.held.length;
+      while (at > 0 && this.held[at - 1] > place) at--;
+      this.held.splice(at, 0, place);
+    }
+    p.retryAt = now + delay;
+    return p.retryAt;
+  }
+  /** The relay took the publish of `place`: the store, if it was away, is back. */
+  accepted(_place) {
+    this.storeGaveUp = false;
+  }
+  /** The publish of `place` is over: it was taken, or it raised. */
+  finish(place) {
+    const woke = this.sent(place);
+    const p = this.places.get(place);
+    this.places.delete(place);
+    if (p !== void 0 && p.refusal !== null) {
+      const at = this.held.indexOf(place);
+      if (at >= 0) this.held.splice(at, 1);
+      return true;
+    }
+    return woke;
+  }
+};
+function newPlace() {
+  return { refusal: null, since: 0, deadline: 0, attempt: 0, retryAt: 0, waited: false };
+}
 
 // src/session.ts
 var Session = class {
@@ -2425,13 +2590,7 @@ var Session = class {
   /** @internal */
   _laneWaiters;
   /** @internal */
-  _gaveUp;
-  /** @internal */
-  _storeGaveUp;
-  /** @internal */
-  _held;
-  /** @internal */
-  _publishSeq;
+  _lane;
   /** @internal */
   _pending;
   /** @internal */
@@ -2532,10 +2691,7 @@ var Session = class {
     this._attempt = 0;
     this._nextReq = 0;
     this._pending = /* @__PURE__ */ new Map();
-    this._publishSeq = 0;
-    this._held = [];
-    this._storeGaveUp = false;
-    this._gaveUp = { last: 0, error: new RunwireError(STORE_UNAVAILABLE, "the relay's store is unavailable") };
+    this._lane = new PublishLane({ jitter: Math.random, rateLimitWait: this._rateLimitWait, storeWait: this._storeWait, second: 1e3 });
     this._laneWaiters = /* @__PURE__ */ new Set();
     this._deliveries = /* @__PURE__ */ new Map();
     this._refusedMessages = /* @__PURE__ */ new Map();
@@ -2793,120 +2949,6 @@ var Session = class {
     }
   }
   // ----------------------------------------------------------------- internal --
-  /**
-   * Publish one entry. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
-   * de-duplicates) after its `details.retry_after` seconds (none named: a backoff with jitter from
-   * 50 ms doubling up to 2 s), in the order first sent: no publish issued after it is sent before
-   * it was taken (and the relay refuses the later ones until it went again). It rejects with that
-   * error when going again would take it past `rateLimitWait` ms since its first refusal.
-   * One refused STORE_UNAVAILABLE (the relay's store cannot take writes; it may or may not be
-   * stored) goes again the same way, after 100 ms doubling up to 2 s, for up to `storeWait` ms;
-   * when it gives up, the publishes waiting behind it reject too (none overtakes it), and so does
-   * at once any publish the store refuses until one is taken again. One the relay holds behind an
-   * earlier one of ours (`details.held`: until that one comes again, or 2 s) goes again likewise.
-   * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
-   * @internal
-   */
-  async _publish(entry) {
-    if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
-    const seq = ++this._publishSeq;
-    let refusal = null;
-    let since = 0;
-    let deadline = 0;
-    let attempt = 0;
-    let reply;
-    try {
-      for (; ; ) {
-        await this._turn(seq, refusal, deadline);
-        try {
-          reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
-        } catch (err) {
-          if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
-            throw new RunwireError(
-              NOT_ATTACHED,
-              `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
-              { ...err.details, session_id: this.sessionId, subscribe: false }
-            );
-          }
-          if (!(err instanceof RunwireError) || !RETRIED.has(err.code)) throw err;
-          const now = Date.now();
-          if (refusal === null || refusal.code !== err.code) {
-            since = now;
-            attempt = 0;
-          }
-          refusal = err;
-          const held = err.details ? err.details.held : void 0;
-          const behind = held !== void 0 && held !== null && held !== entry.id;
-          const store = err.code === STORE_UNAVAILABLE && !behind;
-          if (store && this._storeGaveUp) throw err;
-          const delay = retryDelay(err, attempt++);
-          deadline = since + (err.code === RATE_LIMITED ? this._rateLimitWait : Math.max(this._storeWait, behind ? STORE_HELD_WAIT : 0));
-          if (now + delay > deadline) {
-            if (store) {
-              this._storeGaveUp = true;
-              this._gaveUp = { last: this._publishSeq, error: err };
-            }
-            throw err;
-          }
-          if (!this._held.includes(seq)) {
-            let at = this._held.length;
-            while (at > 0 && this._held[at - 1] > seq) at--;
-            this._held.splice(at, 0, seq);
-          }
-          await new Promise((resolve) => setTimeout(resolve, delay));
-          continue;
-        }
-        this._storeGaveUp = false;
-        break;
-      }
-    } finally {
-      if (refusal !== null) this._letGo(seq);
-    }
-    if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
-      throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
-    }
-    return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
-  }
-  /**
-   * Wait until publish `seq` may go: no publish refused before it waits to go again. A refused
-   * one (in `_held`) stays there while it goes again, so the publishes behind it wait for its
-   * answer; it goes when it is the first there. It gives up (throws its refusal) when its
-   * `deadline` passed meanwhile. A publish issued before one gave up on the store throws that
-   * one's error instead of going, unless it was free to go before: what waited behind that one
-   * does not overtake it.
-   * @param {number} seq @param {RunwireError | null} refusal @param {number} deadline
-   * @internal
-   */
-  async _turn(seq, refusal, deadline) {
-    let waited = false;
-    for (; ; ) {
-      if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
-      const { last, error } = this._gaveUp;
-      if (seq <= last && (waited || refusal !== null)) {
-        throw refusal !== null && refusal.code === error.code ? refusal : error;
-      }
-      if (!(this._held.length > 0 && this._held[0] < seq)) return;
-      const left = refusal === null ? null : deadline - Date.now();
-      if (left !== null && left <= 0 && refusal !== null) throw refusal;
-      waited = true;
-      await new Promise((resolve) => {
-        let timer = null;
-        const wake = () => {
-          if (timer !== null) clearTimeout(timer);
-          this._laneWaiters.delete(wake);
-          resolve(void 0);
-        };
-        this._laneWaiters.add(wake);
-        if (left !== null) timer = setTimeout(wake, left);
-      });
-    }
-  }
-  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq @internal */
-  _letGo(seq) {
-    const at = this._held.indexOf(seq);
-    if (at >= 0) this._held.splice(at, 1);
-    for (const wake of [...this._laneWaiters]) wake();
-  }
   /** @param {number} before @param {number} limit @internal */
   async _fetchOlder(before, limit) {
     if (this._closed) throw new RunwireError(CONNECTION_CLOSED, "the session was closed");
@@ -3058,6 +3100,7 @@ export {
   MULTITASK_STRATEGIES,
   OutcomeBook,
   PROTOCOL_VERSION,
+  PublishLane,
   RunwireError,
   Session,
   TERMINAL,

@@ -3,6 +3,7 @@
 // same mapping as transport/agui.py (the relay's `GET /v1/sessions/{id}/events?format=ag-ui`);
 // the JSON vectors in tests/vectors/ag-ui/ pin both. Read that module's docstring for the rules.
 
+import { IteratorQueue } from "./queue.js";
 import type { Session } from "./session.js";
 import type { Entry } from "./types.js";
 
@@ -123,59 +124,28 @@ export function heldAgUiEvents(session: Session): AgUiEvent[] {
  */
 export function agUiEvents(session: Session, options: { after?: number | null; signal?: AbortSignal | null } = {}): AsyncIterableIterator<AgUiEvent> {
   const view = session.view;
-  const buffer: AgUiEvent[] = [];
-  let wake: ((r: IteratorResult<AgUiEvent>) => void) | null = null;
   let last = options.after ?? -1;
-  let ended = false;
   const signal = options.signal ?? null;
-  const flush = () => {
-    if (wake === null) return;
-    const w = wake;
-    if (buffer.length) {
-      wake = null;
-      w({ value: buffer.shift() as AgUiEvent, done: false });
-    } else if (ended) {
-      wake = null;
-      w({ value: undefined, done: true });
-    }
-  };
-  const take = (e: Entry) => {
-    if (typeof e.serial !== "number" || e.serial <= last) return;
-    last = e.serial;
-    buffer.push(...entryEvents(e, session.sessionId));
-    flush();
-  };
-  const end = () => {
-    if (ended) return;
-    ended = true;
+  const queue = new IteratorQueue<AgUiEvent>(() => {
     view._entryHooks.delete(take);
     view._changed.delete(onChange);
     signal?.removeEventListener("abort", end);
-    flush();
+  });
+  const take = (e: Entry) => {
+    if (typeof e.serial !== "number" || e.serial <= last) return;
+    last = e.serial;
+    for (const event of entryEvents(e, session.sessionId)) queue.push(event);
   };
+  const end = () => queue.end();
   const onChange = () => {
     if (view._closed) end();
   };
   for (const e of view.tree._held()) take(e);
-  if (view._closed || signal?.aborted) ended = true;
+  if (view._closed || signal?.aborted) end();
   else {
     view._entryHooks.add(take);
     view._changed.add(onChange);
     signal?.addEventListener("abort", end, { once: true });
   }
-  return {
-    next: () =>
-      new Promise<IteratorResult<AgUiEvent>>((resolve) => {
-        wake = resolve;
-        flush();
-      }),
-    return: () => {
-      buffer.length = 0;
-      end();
-      return Promise.resolve({ value: undefined, done: true });
-    },
-    [Symbol.asyncIterator]() {
-      return this;
-    },
-  };
+  return queue;
 }

@@ -3,6 +3,7 @@
 // resumes from the newest serial it holds after a reconnect, so a reconnect neither skips nor
 // repeats a chunk.
 
+import { IteratorQueue } from "./queue.js";
 import type { Entry } from "./types.js";
 import type { View } from "./view.js";
 import { isTerminal } from "./errors.js";
@@ -54,73 +55,40 @@ export function entryChunks(e: Entry): ReplyChunk[] {
  * closes or `signal` aborts.
  */
 export function replyChunks(view: View, runId: string | null, options: ChunksOptions = {}): AsyncIterableIterator<ReplyChunk> {
-  const buffer: ReplyChunk[] = [];
-  let wake: ((r: IteratorResult<ReplyChunk>) => void) | null = null;
   let last = options.after ?? -1;
-  let ended = false;
   const signal = options.signal ?? null;
-
-  const flush = () => {
-    if (wake === null) return;
-    const w = wake;
-    if (buffer.length) {
-      wake = null;
-      w({ value: buffer.shift() as ReplyChunk, done: false });
-    } else if (ended) {
-      wake = null;
-      w({ value: undefined, done: true });
-    }
-  };
+  const queue = new IteratorQueue<ReplyChunk>(() => {
+    view._entryHooks.delete(onEntry);
+    view._changed.delete(onChange);
+    signal?.removeEventListener("abort", onAbort);
+  });
   const runOver = () => {
     if (runId === null) return false;
     const info = view.run(runId);
     return info !== null && isTerminal(info.status);
   };
   const take = (e: Entry) => {
-    if (ended || typeof e.serial !== "number" || e.serial <= last) return;
+    if (queue.ended || typeof e.serial !== "number" || e.serial <= last) return;
     if (runId !== null && e.run_id !== runId) return;
     last = e.serial;
-    buffer.push(...entryChunks(e));
-  };
-  const end = () => {
-    if (ended) return;
-    ended = true;
-    view._entryHooks.delete(onEntry);
-    view._changed.delete(onChange);
-    signal?.removeEventListener("abort", onAbort);
-    flush();
+    for (const chunk of entryChunks(e)) queue.push(chunk);
   };
   const onEntry = (e: Entry) => {
     take(e);
-    if (runOver()) end();
-    flush();
+    if (runOver()) queue.end();
   };
   const onChange = () => {
-    if (view._closed || runOver()) end();
+    if (view._closed || runOver()) queue.end();
   };
-  const onAbort = () => end();
+  const onAbort = () => queue.end();
 
   // What the view already holds, in serial order, then live entries as they fold.
   for (const e of view.tree._held()) take(e);
-  if (view._closed || runOver() || signal?.aborted) ended = true;
+  if (view._closed || runOver() || signal?.aborted) queue.end();
   else {
     view._entryHooks.add(onEntry);
     view._changed.add(onChange);
     signal?.addEventListener("abort", onAbort, { once: true });
   }
-  return {
-    next: () =>
-      new Promise<IteratorResult<ReplyChunk>>((resolve) => {
-        wake = resolve;
-        flush();
-      }),
-    return: () => {
-      buffer.length = 0;
-      end();
-      return Promise.resolve({ value: undefined, done: true });
-    },
-    [Symbol.asyncIterator]() {
-      return this;
-    },
-  };
+  return queue;
 }

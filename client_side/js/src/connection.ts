@@ -1,11 +1,13 @@
 // The connection and reconnect side of a Session: open the socket (a fresh token first when the
 // session has a provider), hello and attach (or resume from the newest serial with the epoch),
 // re-send what waits for a reply, back off and try again when the socket drops, and give up for
-// good on a refusal no retry mends. Session takes these as its own methods (connectionMethods).
+// good on a refusal no retry mends. It also drives the session's publish lane (lane.ts): it asks
+// the lane for each publish's turn, tells it the replies, and waits as it says. Session takes these
+// as its own methods (connectionMethods). See docs/explanation/publish-lane.md.
 
 import type { Session } from "./session.js";
 import type { CancelDenial, ConnectOptions, ConnectionState, Entry, Intent, Interrupt, Multitask, OutcomeRecord, Refusal, Refused, ThreadAccess, TreeEvent, UIMessage, PendingRequest } from "./types.js";
-import { ABORTED, CANCEL_DENIED, CLOSE_CODES, CONNECTION_CLOSED, EPOCH_MISMATCH, MULTITASK_STRATEGIES, NOT_ATTACHED, PAYLOAD_TOO_LARGE, PROTOCOL_ERROR, PROTOCOL_VERSION, RATE_LIMITED, RETRIED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, STORE_HELD_WAIT, STORE_UNAVAILABLE, TERMINAL, TOKEN_EXPIRED, UNAUTHORIZED, VALIDATION_ERROR, backoff, isObject, newId, retryDelay, utf8Length, isTerminal } from "./errors.js";
+import { ABORTED, CANCEL_DENIED, CLOSE_CODES, CONNECTION_CLOSED, EPOCH_MISMATCH, MULTITASK_STRATEGIES, NOT_ATTACHED, PAYLOAD_TOO_LARGE, PROTOCOL_ERROR, PROTOCOL_VERSION, RATE_LIMITED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, STORE_UNAVAILABLE, TERMINAL, TOKEN_EXPIRED, UNAUTHORIZED, VALIDATION_ERROR, backoff, isObject, newId, utf8Length, isTerminal } from "./errors.js";
 import { checkRelayFrame } from "./frames.js";
 import { ClientRun, Deferred, Delivery, asMessage, denied, reused, writeOnlyError } from "./runs.js";
 import { View } from "./view.js";
@@ -36,7 +38,7 @@ export function _shutdown(this: Session, error: RunwireError) {
   }
   for (const p of [...this._pending.values()]) p.reject(error);
   this._pending.clear();
-  this._letGo(0); // publishes waiting for their turn see the end too
+  this._wakeLane(); // publishes waiting for their turn see the end too
   for (const list of this._deliveries.values()) for (const d of list) d._fail(error);
   this._deliveries.clear();
   this._first.reject(error);
@@ -353,8 +355,75 @@ export function _send(this: Session, pending: PendingRequest) {
   ws.send(pending.text);
 }
 
+/**
+ * Publish one entry through the session's publish lane (lane.ts), which keeps publishes in the
+ * order they were made. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
+ * de-duplicates) after its `details.retry_after` seconds, for up to `rateLimitWait` ms; one refused
+ * STORE_UNAVAILABLE after a backoff, for up to `storeWait` ms. Then it rejects with that error.
+ * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
+ * @internal
+ */
+export async function _publish(this: Session, entry: Entry): Promise<{ serial: number; duplicate: boolean }> {
+  if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+  const lane = this._lane;
+  const place = lane.reserve();
+  let reply: Record<string, any>;
+  try {
+    for (;;) {
+      await this._turn(place);
+      try {
+        const call = this._call({ type: "publish", session_id: this.sessionId, entry });
+        if (lane.sent(place)) this._wakeLane();
+        reply = await call;
+      } catch (err) {
+        if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
+          throw new RunwireError(
+            NOT_ATTACHED,
+            `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
+            { ...err.details, session_id: this.sessionId, subscribe: false },
+          );
+        }
+        if (!(err instanceof RunwireError) || lane.refused(place, entry.id, err, Date.now()) === null) throw err;
+        continue; // it keeps its place: nothing after it goes before it
+      }
+      lane.accepted(place);
+      break;
+    }
+  } finally {
+    if (lane.finish(place)) this._wakeLane();
+  }
+  if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
+    throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
+  }
+  return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
+}
+
+/** Wait until the lane lets the publish of `place` go; throw when it gives up. @param {number} place @internal */
+export async function _turn(this: Session, place: number) {
+  for (;;) {
+    if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
+    const turn = this._lane.turn(place, Date.now());
+    if (turn.go) return;
+    await new Promise((resolve) => {
+      let timer: ReturnType<typeof setTimeout> | null = null;
+      const wake = () => {
+        if (timer !== null) clearTimeout(timer);
+        this._laneWaiters.delete(wake);
+        resolve(undefined);
+      };
+      this._laneWaiters.add(wake);
+      if (turn.wakeAt !== null) timer = setTimeout(wake, Math.max(0, turn.wakeAt - Date.now()));
+    });
+  }
+}
+
+/** Wake the publishes waiting for their turn: the lane changed. @internal */
+export function _wakeLane(this: Session) {
+  for (const wake of [...this._laneWaiters]) wake();
+}
+
 /** The methods Session takes from this module (internal). */
-export const connectionMethods = { _start, _shutdown, _emit, _open, _freshToken, _openSocket, _attach, _up, _onFrame, _lost, _credentialsError, _fatalError, _request, _call, _send };
+export const connectionMethods = { _start, _shutdown, _emit, _open, _freshToken, _openSocket, _attach, _up, _onFrame, _lost, _credentialsError, _fatalError, _request, _call, _send, _publish, _turn, _wakeLane };
 
 /** @internal */
 export type ConnectionMethods = typeof connectionMethods;

@@ -33,21 +33,7 @@ export const PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
 export const EPOCH_MISMATCH = "EPOCH_MISMATCH";
 export const RATE_LIMITED = "RATE_LIMITED";
 export const NOT_ATTACHED = "NOT_ATTACHED";
-/** Ms before a refused publish goes again when the relay names no `retry_after` (doubling). */
-export const RATE_LIMIT_BACKOFF_FIRST = 50;
-/** The longest such wait. */
-export const RATE_LIMIT_BACKOFF_MAX = 2000;
 export const STORE_UNAVAILABLE = "STORE_UNAVAILABLE";
-/** Ms (at most; with jitter) before a publish refused STORE_UNAVAILABLE goes again (doubling). */
-export const STORE_RETRY_FIRST = 100;
-/** The longest such wait. */
-export const STORE_RETRY_MAX = 2000;
-/** Ms at least a publish the relay holds behind an earlier one of this session (STORE_UNAVAILABLE
- * with another entry's id in `details.held`) keeps going again: the hold ends 2 s after that one
- * stops coming, even if `storeWait` is shorter. */
-export const STORE_HELD_WAIT = 10000;
-/** The refusals a publish goes again after. */
-export const RETRIED = new Set([RATE_LIMITED, STORE_UNAVAILABLE]);
 /** The multitask strategies a prompt may name (`session.send(message, {multitask})`). */
 export const MULTITASK_STRATEGIES: readonly Multitask[] = Object.freeze(["alongside", "reject", "enqueue", "interrupt", "rollback"]);
 export const THREAD_ACCESS = ["own", "shared"];
@@ -127,27 +113,6 @@ export function messageText(message: UIMessage) {
 /** @param {string} status @returns {RunEndReason | null} */
 export function endReason(status: string): RunEndReason | null {
   return status === "complete" || status === "cancelled" || status === "error" ? status : null;
-}
-
-/**
- * Ms before a publish refused RATE_LIMITED goes again: the relay's `details.retry_after` (seconds),
- * or, when it names none, a backoff with jitter (the `attempt`-th wait).
- * @param {RunwireError} error @param {number} attempt @returns {number}
- */
-export function rateLimitDelay(error: RunwireError, attempt: number): number {
-  const after = error.details ? error.details.retry_after : undefined;
-  if (typeof after === "number" && Number.isFinite(after) && after >= 0 && after < 3600) return after * 1000;
-  return backoff(RATE_LIMIT_BACKOFF_FIRST, RATE_LIMIT_BACKOFF_MAX, attempt);
-}
-
-/**
- * Ms before a refused publish goes again: for STORE_UNAVAILABLE a backoff with jitter from
- * `STORE_RETRY_FIRST` doubling up to `STORE_RETRY_MAX`; for RATE_LIMITED `rateLimitDelay`.
- * @param {RunwireError} error @param {number} attempt @returns {number}
- */
-export function retryDelay(error: RunwireError, attempt: number): number {
-  if (error.code !== STORE_UNAVAILABLE) return rateLimitDelay(error, attempt);
-  return backoff(STORE_RETRY_FIRST, STORE_RETRY_MAX, attempt);
 }
 
 /**

@@ -12,7 +12,8 @@
 //   session.view.on("message", (event) => render(session.view.getMessages()));
 //
 // The conversation tree (ConversationTree, OutcomeBook) is a faithful port of transport/tree.py and
-// transport/outcomes.py; the JSON vectors in tests/vectors/tree/ run against both.
+// transport/outcomes.py; the JSON vectors in tests/vectors/tree/ run against both. PublishLane is a
+// port of transport/lane.py; the vectors in tests/vectors/lane/ run against both.
 
 import type { ConnectOptions } from "./types.js";
 import { Session } from "./session.js";
@@ -74,6 +75,7 @@ export { decodeEntry } from "./entries.js";
 export { checkRelayFrame } from "./frames.js";
 export { OutcomeBook, endedBeforeStored } from "./outcomes.js";
 export { ConversationTree } from "./tree.js";
+export { PublishLane } from "./lane.js";
 export { View } from "./view.js";
 export { ClientRun, Delivery } from "./runs.js";
 export { Session } from "./session.js";

@@ -1,13 +1,14 @@
 import type { ChunksOptions, ReplyChunk } from "./chunks.js";
 import { replyChunks } from "./chunks.js";
 import type { CancelDenial, ConnectOptions, ConnectionState, Entry, Intent, Interrupt, Multitask, OutcomeRecord, Refusal, Refused, ThreadAccess, TreeEvent, UIMessage, PendingRequest } from "./types.js";
-import { ABORTED, CANCEL_DENIED, CLOSE_CODES, CONNECTION_CLOSED, EPOCH_MISMATCH, MULTITASK_STRATEGIES, NOT_ATTACHED, PAYLOAD_TOO_LARGE, PROTOCOL_ERROR, PROTOCOL_VERSION, RATE_LIMITED, RETRIED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, STORE_HELD_WAIT, STORE_UNAVAILABLE, TERMINAL, TOKEN_EXPIRED, UNAUTHORIZED, VALIDATION_ERROR, backoff, isObject, newId, retryDelay, utf8Length, isTerminal } from "./errors.js";
+import { ABORTED, CANCEL_DENIED, CLOSE_CODES, CONNECTION_CLOSED, EPOCH_MISMATCH, MULTITASK_STRATEGIES, NOT_ATTACHED, PAYLOAD_TOO_LARGE, PROTOCOL_ERROR, PROTOCOL_VERSION, RATE_LIMITED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, STORE_UNAVAILABLE, TERMINAL, TOKEN_EXPIRED, UNAUTHORIZED, VALIDATION_ERROR, backoff, isObject, newId, utf8Length, isTerminal } from "./errors.js";
 import { checkRelayFrame } from "./frames.js";
 import { connect } from "./index.js";
 import { endedBeforeStored } from "./outcomes.js";
 import { ClientRun, Deferred, Delivery, asMessage, denied, reused, writeOnlyError } from "./runs.js";
 import { View } from "./view.js";
 import { type ConnectionMethods, OPEN, connectionMethods } from "./connection.js";
+import { PublishLane } from "./lane.js";
 
 // -------------------------------------------------------------------------- session ---
 
@@ -50,13 +51,7 @@ export class Session {
   /** @internal */
   _laneWaiters: Set<() => void>;
   /** @internal */
-  _gaveUp: {last: number, error: RunwireError};
-  /** @internal */
-  _storeGaveUp: boolean;
-  /** @internal */
-  _held: number[];
-  /** @internal */
-  _publishSeq: number;
+  _lane: PublishLane;
   /** @internal */
   _pending: Map<number, PendingRequest>;
   /** @internal */
@@ -159,11 +154,8 @@ export class Session {
     this._attempt = 0;
     this._nextReq = 0;
     /** @type {Map<number, PendingRequest>} */ this._pending = new Map();
-    this._publishSeq = 0;
-    /** @type {number[]} Refused publishes, in the order they go again. */ this._held = [];
-    this._storeGaveUp = false; // a publish gave up on the store; none was taken since
-    /** @type {{last: number, error: RunwireError}} The newest publish when one gave up on the store, and its error: the ones up to it still waiting for their turn throw it. */
-    this._gaveUp = { last: 0, error: new RunwireError(STORE_UNAVAILABLE, "the relay's store is unavailable") };
+    /** The order of this session's publishes and their refusals (lane.ts). */
+    this._lane = new PublishLane({ jitter: Math.random, rateLimitWait: this._rateLimitWait, storeWait: this._storeWait, second: 1000 });
     /** @type {Set<() => void>} Publishes waiting for their turn. */ this._laneWaiters = new Set();
     /** @type {Map<string, Delivery[]>} */ this._deliveries = new Map();
     /** @type {Map<string, UIMessage>} What this client sent that a check refused. */ this._refusedMessages = new Map();
@@ -451,126 +443,6 @@ export class Session {
   }
 
   // ----------------------------------------------------------------- internal --
-
-  /**
-   * Publish one entry. One the relay refuses RATE_LIMITED goes again (same entry id: the relay
-   * de-duplicates) after its `details.retry_after` seconds (none named: a backoff with jitter from
-   * 50 ms doubling up to 2 s), in the order first sent: no publish issued after it is sent before
-   * it was taken (and the relay refuses the later ones until it went again). It rejects with that
-   * error when going again would take it past `rateLimitWait` ms since its first refusal.
-   * One refused STORE_UNAVAILABLE (the relay's store cannot take writes; it may or may not be
-   * stored) goes again the same way, after 100 ms doubling up to 2 s, for up to `storeWait` ms;
-   * when it gives up, the publishes waiting behind it reject too (none overtakes it), and so does
-   * at once any publish the store refuses until one is taken again. One the relay holds behind an
-   * earlier one of ours (`details.held`: until that one comes again, or 2 s) goes again likewise.
-   * @param {Entry} entry @returns {Promise<{serial: number, duplicate: boolean}>}
-   * @internal
-   */
-  async _publish(entry: Entry): Promise<{ serial: number; duplicate: boolean; }> {
-    if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
-    const seq = ++this._publishSeq;
-    /** @type {RunwireError | null} */ let refusal: RunwireError | null = null;
-    let since = 0; // when the first refusal of `refusal`'s code came
-    let deadline = 0; // when it gives up
-    let attempt = 0;
-    /** @type {Record<string, any>} */ let reply: Record<string, any>;
-    try {
-      for (;;) {
-        await this._turn(seq, refusal, deadline);
-        try {
-          reply = await this._call({ type: "publish", session_id: this.sessionId, entry });
-        } catch (err) {
-          if (err instanceof RunwireError && err.code === NOT_ATTACHED && !this.subscribe) {
-            throw new RunwireError(
-              NOT_ATTACHED,
-              `the relay refused a publish to ${JSON.stringify(this.sessionId)} without an attach: a session connected with subscribe: false needs a token that grants rights in that session but not 'subscribe' (a token that may read it must attach)`,
-              { ...err.details, session_id: this.sessionId, subscribe: false },
-            );
-          }
-          if (!(err instanceof RunwireError) || !RETRIED.has(err.code)) throw err;
-          const now = Date.now();
-          if (refusal === null || refusal.code !== err.code) {
-            since = now;
-            attempt = 0;
-          }
-          refusal = err;
-          // Not refused by the store itself: held behind an earlier one of ours it refused (the
-          // relay's hold lasts until that one comes again, or 2 s).
-          const held = err.details ? err.details.held : undefined;
-          const behind = held !== undefined && held !== null && held !== entry.id;
-          const store = err.code === STORE_UNAVAILABLE && !behind;
-          if (store && this._storeGaveUp) throw err; // the store stayed away a whole storeWait already
-          const delay = retryDelay(err, attempt++);
-          deadline =
-            since + (err.code === RATE_LIMITED ? this._rateLimitWait : Math.max(this._storeWait, behind ? STORE_HELD_WAIT : 0));
-          if (now + delay > deadline) {
-            if (store) {
-              this._storeGaveUp = true;
-              this._gaveUp = { last: this._publishSeq, error: err };
-            }
-            throw err;
-          }
-          if (!this._held.includes(seq)) {
-            let at = this._held.length;
-            while (at > 0 && this._held[at - 1] > seq) at--;
-            this._held.splice(at, 0, seq);
-          }
-          await new Promise((resolve) => setTimeout(resolve, delay));
-          continue; // still held: nothing after it goes until it went again
-        }
-        this._storeGaveUp = false;
-        break;
-      }
-    } finally {
-      if (refusal !== null) this._letGo(seq);
-    }
-    if (reply.type !== "ack" || !Number.isInteger(reply.serial)) {
-      throw new RunwireError(PROTOCOL_ERROR, `expected an ack with a serial, got ${reply.type}`);
-    }
-    return { serial: reply.serial, duplicate: Boolean(reply.duplicate) };
-  }
-
-  /**
-   * Wait until publish `seq` may go: no publish refused before it waits to go again. A refused
-   * one (in `_held`) stays there while it goes again, so the publishes behind it wait for its
-   * answer; it goes when it is the first there. It gives up (throws its refusal) when its
-   * `deadline` passed meanwhile. A publish issued before one gave up on the store throws that
-   * one's error instead of going, unless it was free to go before: what waited behind that one
-   * does not overtake it.
-   * @param {number} seq @param {RunwireError | null} refusal @param {number} deadline
-   * @internal
-   */
-  async _turn(seq: number, refusal: RunwireError | null, deadline: number) {
-    let waited = false;
-    for (;;) {
-      if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
-      const { last, error } = this._gaveUp;
-      if (seq <= last && (waited || refusal !== null)) {
-        throw refusal !== null && refusal.code === error.code ? refusal : error;
-      }
-      if (!(this._held.length > 0 && this._held[0] < seq)) return;
-      const left = refusal === null ? null : deadline - Date.now();
-      if (left !== null && left <= 0 && refusal !== null) throw refusal;
-      waited = true;
-      await new Promise((resolve) => {
-        /** @type {ReturnType<typeof setTimeout> | null} */ let timer: ReturnType<typeof setTimeout> | null = null;
-        const wake = () => {
-          if (timer !== null) clearTimeout(timer);
-          this._laneWaiters.delete(wake);
-          resolve(undefined);
-        };
-        this._laneWaiters.add(wake);
-        if (left !== null) timer = setTimeout(wake, left);
-      });
-    }
-  }
-
-  /** Take `seq` off the refused publishes and wake the ones behind it. @param {number} seq @internal */
-  _letGo(seq: number) {
-    const at = this._held.indexOf(seq);
-    if (at >= 0) this._held.splice(at, 1);
-    for (const wake of [...this._laneWaiters]) wake();
-  }
 
   /** @param {number} before @param {number} limit @internal */
   async _fetchOlder(before: number, limit: number) {

@@ -1,3 +1,4 @@
+import { IteratorQueue } from "./queue.js";
 import type { Entry, RunInfo, TreeEvent, ViewMessage } from "./types.js";
 import { CONNECTION_CLOSED, EVENT_KINDS, NOT_ATTACHED, RunwireError, VALIDATION_ERROR, isObject } from "./errors.js";
 import { Fold } from "./fold.js";
@@ -184,52 +185,20 @@ export class View {
    */
   events(): AsyncIterableIterator<TreeEvent> {
     this._checkReadable("view.events()");
-    /** @type {TreeEvent[]} */
-    const buffer: TreeEvent[] = [];
-    /** @type {((r: IteratorResult<TreeEvent>) => void) | null} */
-    let wake: ((r: IteratorResult<TreeEvent>) => void) | null = null;
-    let ended = this._closed;
-    const push = (/** @type {TreeEvent} */ event: TreeEvent) => {
-      if (wake) {
-        const w = wake;
-        wake = null;
-        w({ value: event, done: false });
-      } else buffer.push(event);
-    };
-    const end = () => {
-      ended = true;
+    const queue = new IteratorQueue<TreeEvent>(() => {
       this._streams.delete(push);
       this._changed.delete(onClose);
-      if (wake) {
-        const w = wake;
-        wake = null;
-        w({ value: undefined, done: true });
-      }
-    };
+    });
+    const push = (event: TreeEvent) => queue.push(event);
     const onClose = () => {
-      if (this._closed) end();
+      if (this._closed) queue.end();
     };
-    if (!ended) {
+    if (this._closed) queue.end();
+    else {
       this._streams.add(push);
       this._changed.add(onClose);
     }
-    return {
-      next: () => {
-        if (buffer.length) return Promise.resolve({ value: (buffer.shift() as TreeEvent), done: false });
-        if (ended) return Promise.resolve({ value: undefined, done: true });
-        return new Promise((resolve) => {
-          wake = resolve;
-        });
-      },
-      return: () => {
-        buffer.length = 0;
-        end();
-        return Promise.resolve({ value: undefined, done: true });
-      },
-      [Symbol.asyncIterator]() {
-        return this;
-      },
-    };
+    return queue;
   }
 
   /** Fold entries newer than the view holds, in order; report their events. @param {any[]} entries @internal */
