@@ -319,3 +319,43 @@ def _describe(event: Any) -> str:
 async def _wait(session: client_side.ClientSession, condition: Callable[[], bool]) -> None:
     while not condition():
         await session._wait_change()
+
+
+@pytest.mark.anyio
+async def test_a_failed_attach_drops_what_it_held_and_a_wrong_reply_is_a_protocol_error() -> None:
+    feed = make_feed()
+    attach(feed, [prompt_entry(1, "a")], head=1, has_older=False)
+
+    async def dropped(frame: Any) -> Any:
+        feed.deliver([prompt_entry(2, "b")])  # held while the attach runs
+        raise RunwireError("CONNECTION_CLOSED", "dropped")
+
+    with pytest.raises(RunwireError) as info:
+        await feed.request_attach(100, dropped)
+    assert info.value.code == "CONNECTION_CLOSED"
+    assert not feed.mirror.attaching
+    assert [vm.message.id for vm in feed.view.messages()] == ["a"]
+
+    async def wrong(frame: Any) -> Any:
+        return Page(req=1, session_id="s", entries=[], has_older=False)
+
+    with pytest.raises(RunwireError) as info:
+        await feed.request_attach(100, wrong)
+    assert info.value.code == "PROTOCOL_ERROR"
+
+    sent: list[Any] = []
+
+    async def resumed(frame: Any) -> Any:
+        sent.append(frame)
+        return Attached(
+            req=1,
+            session_id="s",
+            epoch="E1",
+            head=2,
+            entries=[prompt_entry(2, "b")],
+            has_older=False,
+        )
+
+    feed.take_attachment(await feed.request_attach(100, resumed))
+    assert (sent[0].from_serial, sent[0].epoch) == (1, "E1")
+    assert [vm.message.id for vm in feed.view.messages()] == ["a", "b"]
