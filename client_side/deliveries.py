@@ -22,6 +22,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
+
+from transport.asyncio.connection import CONNECTION_CLOSED
 from transport.asyncio.view import Event, View, ViewFeed, write_only_error
 from transport.errors import (
     EPOCH_MISMATCH,
@@ -42,6 +45,9 @@ __all__ = ["Deliveries", "reused_error", "write_only_refused"]
 
 log = logging.getLogger("runwire.client")
 
+OWN_WAIT = 30.0
+"""How long a duplicate ack waits for its entry to reach the view (``is_own``)."""
+
 Publish = Callable[[EntryBody, "int | None"], Awaitable[Ack]]
 Spawn = Callable[..., None]
 Cancel = Callable[..., Awaitable[None]]
@@ -57,6 +63,7 @@ class Deliveries:
         subscribe: bool,
         publish: Publish,
         spawn: Spawn,
+        running: Callable[[], bool],
         reserve: Callable[[], int],
         cancel: Cancel,
         closed: Callable[[], RunwireError | None],
@@ -66,6 +73,7 @@ class Deliveries:
         self._subscribe = subscribe
         self._publish = publish
         self._spawn = spawn
+        self._running = running
         self._reserve = reserve
         self._cancel = cancel
         self._closed = closed
@@ -103,6 +111,8 @@ class Deliveries:
     def start(self, delivery: Delivery, entry: MessageEntry) -> None:
         """Publish a steering message from a task, in the place it takes now."""
         error = self._closed()
+        if error is None and not self._running():
+            error = RunwireError(CONNECTION_CLOSED, "the session was closed")
         if error is not None:
             delivery.fail(error)
             return
@@ -149,10 +159,24 @@ class Deliveries:
 
     # ---------------------------------------------------- the session side --
 
-    def is_own(self, message_id: str, run_id: str, intent: str) -> bool:
-        """After a duplicate ack: is the entry on the channel this one (a retry)?"""
-        vm = self._feed.mirror.tree.message(message_id)
-        return vm is not None and vm.run_id == run_id and vm.intent == intent
+    async def is_own(self, message_id: str, run_id: str, intent: str, serial: int) -> bool:
+        """After a duplicate ack: is the entry stored at ``serial`` this one (a retry)?
+
+        The first try may be stored but not yet delivered: its ack was lost, for example
+        in a Redis failover, and the retry's ack came first. So until the view holds
+        ``serial`` (or ``OWN_WAIT`` seconds pass) it waits for the entry to arrive.
+        """
+        mirror = self._feed.mirror
+        with anyio.move_on_after(OWN_WAIT):
+            while True:
+                vm = mirror.tree.message(message_id)
+                if vm is not None:
+                    return vm.run_id == run_id and vm.intent == intent
+                newest = mirror.newest_serial
+                if newest is not None and newest >= serial:
+                    return False
+                await self.wait_change()
+        return False
 
     def attached(self, attachment: Attachment) -> None:
         """Report an attach to the view's listeners (``ViewFeed.request_attach``).
@@ -215,7 +239,10 @@ class Deliveries:
             self._forget(delivery)
             return
         if ack.duplicate:
-            if not self.is_own(delivery.message.id, delivery.run_id, delivery.intent):
+            own = await self.is_own(
+                delivery.message.id, delivery.run_id, delivery.intent, ack.serial
+            )
+            if not own:
                 delivery.fail(reused_error(delivery.message.id, ack.serial))
                 self._forget(delivery)
                 return

@@ -190,6 +190,7 @@ class ClientSession:
             subscribe=subscribe,
             publish=self._publish,
             spawn=self._start_soon,
+            running=lambda: self._tg is not None,
             reserve=self._conn.reserve,
             cancel=self.cancel,
             closed=self._closed_error,
@@ -258,8 +259,8 @@ class ClientSession:
         self._background.start_soon(self._tg, fn, *args)
 
     def _closed_error(self) -> RunwireError | None:
-        """Why nothing more can be published or waited on, or None while the session runs."""
-        if self.closed or self._tg is None:
+        """Why nothing more can be waited on (the session closed), or None."""
+        if self.closed:
             return self._ended or RunwireError(CONNECTION_CLOSED, "the session was closed")
         return None
 
@@ -389,7 +390,12 @@ class ClientSession:
             activate=activate,
         )
         ack = await self._publish(entry)
-        if ack.duplicate and self.subscribe and not self._runs.is_own(msg.id, run_id, "prompt"):
+        assert ack.serial is not None  # _publish checked it
+        if (
+            ack.duplicate
+            and self.subscribe
+            and not await self._runs.is_own(msg.id, run_id, "prompt", ack.serial)
+        ):
             raise reused_error(msg.id, ack.serial)
         if signal is not None:
             signal.add_callback(lambda _reason: self._cancel_soon(run_id))

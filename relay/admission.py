@@ -1,14 +1,13 @@
 """Connections before they are served: the connection caps and the request timeout.
 
 Whatever a connection holds before its token is checked is bounded here.
-``max_connections`` caps the connections open at once and
-``max_connections_per_ip`` those of one address: one more is answered at once
-with 503 (the total) or 429 (one address), a JSON ``RATE_LIMITED`` error whose
-``details`` name the limit, and closed; what it sends is dropped unread. A
-connection whose request (its head, and its body if any) has not all arrived
-``request_timeout`` seconds after it opened is answered 408 and closed. Each
-kind of refusal is logged once per burst: again only after ``QUIET`` seconds
-without one.
+``max_connections`` caps the connections open at once, and
+``max_connections_per_ip`` those of one address. One more is answered at once with
+503 for the total or 429 for one address, and closed. The answer is a JSON
+``RATE_LIMITED`` error whose ``details`` name the limit; what the connection sends is
+dropped unread. A connection whose request has not all arrived ``request_timeout``
+seconds after it opened is answered 408 and closed. Each kind of refusal is logged
+once per burst: again only after ``QUIET`` seconds without one.
 
 These are plain functions and a small class, called by the connection class
 of ``relay.http_api``, so that they move with the HTTP serving code.

@@ -1,53 +1,25 @@
 """``Channel``: one session on a relay node: its serials, its Runs, its subscribers.
 
-Theory of operation
--------------------
-A channel learns every entry from the store's live subscription
-(``Store.subscribe``), whoever appended it: this node or, on Redis, another
-node. ``_on_entry`` takes entries in serial order, replays each into the
-channel's ``RunRegistry`` (so every node holds the same Run state), queues it
-to this node's subscribers and lets the hub react. Nothing is delivered that
-the store does not hold durably.
+A channel learns every entry from the store's live subscription, whoever appended
+it: this node or, on Redis, another node. It takes entries in serial order, applies
+each to the session's ``RunRegistry``, queues it to this node's subscribers and lets
+the hub react. Nothing is delivered that the store does not hold durably.
 
-Publishing first runs the input checks on a message entry (a refused prompt
-stops there; a refused queued message is replaced by a ``refused`` entry that
-names it, published by the relay in its place, and the publisher then gets
-the refusal), then checks the entry against the Run rules as of the newest
-serial this node has taken in (``last``), then appends with
-``expect_last=last``: if another node appended in between, the store refuses
-(``CONFLICT``), the channel catches up from the store and checks again. An
-entry the rules refuse is likewise checked again after taking in whatever the
-store holds beyond ``last``: an agent may start a Run here as soon as its
-prompt, published through another node, is acknowledged, before pub/sub
-brought the prompt here. One node's publishes to a channel go through a FIFO
-lock, so a connection's entries keep their order; different channels still
-share the store's commits.
+``publish`` checks an entry against the Run rules as of the newest serial taken in,
+then appends it with ``expect_last`` set to that serial. If another node appended in
+between, the store refuses (``CONFLICT``) and the channel catches up and checks
+again. The publishing node runs the rules once: its own entry is applied as planned
+when it comes back. A repeated entry id is acknowledged with the original serial.
 
-A repeated entry id (a client retrying after a reconnect) is acknowledged
-with the original serial, never refused. The common case costs one store
-call: the append itself answers a repeat (``duplicate=True``, whatever
-``expect_last`` says) and the channel drops its plan. The store is asked
-(``find``) first only where an answer is needed without appending: when the
-Run rules refuse the entry (a steer retried after its Run ended must still
-get its ack), and before the input checks, which never see a repeat.
+``attach`` reads the backlog up to the newest serial and joins the subscribers with
+no await in between, so nothing is missed or sent twice. Where the store can lose a
+channel's history, every read comes with its epoch, and another epoch resets the
+channel (``EPOCH_MISMATCH``): its clients rebuild.
 
-Attaching reads the backlog (or the newest page) up to ``last`` and joins the
-subscribers with no await in between, so nothing is missed or sent twice.
+Besides subscribers, a channel has listeners (``listen``) and holds (``Channels.hold``).
+The node forgets it only when it has none of these.
 
-Where the store can lose a loaded channel's history (``Store.loses_channels``:
-Redis without persistence, or ``history_ttl``) and another node may already
-have made the session anew, every read of entries into the channel or for an
-attach (``_read_after``) comes with the epoch the entries are of. Another
-epoch than the channel's resets it (``_on_reset``), exactly as an append that
-gets ``EPOCH_MISMATCH`` does: its clients are closed to rebuild, its
-listeners told, and the read raises ``EPOCH_MISMATCH``, never taking one
-history's entries into another.
-
-Besides connections, a channel has *listeners* (``listen``): plain callbacks
-told of each entry it takes in, and of its reset (the HTTP API's event stream
-waits on one), and
-*holds* (``Hub.hold``) that keep it loaded while someone uses it without
-subscribing. The hub forgets a channel only when it has neither.
+See docs/explanation/relay-internals.md ("A channel") for every step and why.
 """
 
 from __future__ import annotations
@@ -55,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from transport import checks, codec
 from transport.errors import (
@@ -69,12 +40,10 @@ from transport.frames import EntryBody, MessageEntry, ResponseAppend
 from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender, rights_refusal
 
+from .peer import Peer
 from .store.base import Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 
-if TYPE_CHECKING:
-    from .peer import Peer
-
-__all__ = ["Channel", "Committed", "entries_size", "newest_within"]
+__all__ = ["Channel", "Committed", "MakeRegistry"]
 
 log = logging.getLogger("runwire.relay")
 
@@ -104,6 +73,7 @@ class Channel:
         "_lock",
         "_make_registry",
         "_on_committed",
+        "_planned",
         "_store_error",
         "_unsubscribe",
         "_waiters",
@@ -147,6 +117,9 @@ class Channel:
         self._unsubscribe: Unsubscribe | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] | None = None
         self._store_error: RunwireError | None = None  # the last publish's store failure
+        self._planned: tuple[int, bytes, list[RunRecord]] | None = None
+        """The serial, stored bytes and planned changes of the append in progress: the entry
+        is applied as planned when it comes back, not run through the Run rules again."""
 
     @property
     def listeners(self) -> list[OnEntry]:
@@ -225,7 +198,12 @@ class Channel:
                 entry = codec.decode_entry(
                     codec.loads(stored.data, max_depth=codec.RELAY_FRAME_DEPTH)
                 )
-                changes = self.registry.replay(entry)
+                planned = self._planned
+                if planned is not None and planned[:2] == (stored.serial, stored.data):
+                    changes = planned[2]  # this node's own append: as planned
+                    self.registry.apply(changes)
+                else:
+                    changes = self.registry.replay(entry)
             except RunwireError as exc:
                 log.warning(
                     "channel %s: unreadable entry %d: %s", self.session_id, stored.serial, exc
@@ -284,29 +262,29 @@ class Channel:
             except Exception:
                 log.exception("channel %s: a listener failed on reset", self.session_id)
 
-    async def _catch_up(self, serial: int) -> None:
+    async def catch_up(self, serial: int) -> None:
         """Take in every entry up to ``serial`` now, reading the store if need be (raises
-        ``EPOCH_MISMATCH`` as ``_read_after`` does)."""
+        ``EPOCH_MISMATCH`` as ``read_after`` does)."""
         while self.last < serial and await self._take_in_newer():
             pass
 
     async def _take_in_newer(self) -> bool:
         """Take in a page of what the store holds beyond ``last``; True if ``last`` moved
-        (raises ``EPOCH_MISMATCH`` as ``_read_after`` does)."""
+        (raises ``EPOCH_MISMATCH`` as ``read_after`` does)."""
         before = self.last
-        for stored in await self._read_after(self.last, 1000):
+        for stored in await self.read_after(self.last, 1000):
             self._on_entry(stored)
         return self.last > before
 
-    async def _read_after(self, after: int, limit: int) -> list[StoredEntry]:
+    async def read_after(self, after: int, limit: int) -> list[StoredEntry]:
         """Up to ``limit`` stored entries after ``after``, of this channel's history.
 
         Where the store can lose a loaded channel (``Store.loses_channels``: Redis), they
         are read with the epoch they are of (``Store.since``). Another epoch than the
-        channel's means the store lost this history (and maybe made the session anew, with
-        serials this channel also has): the channel resets (``_on_reset``: its clients
-        rebuild) and ``RunwireError(EPOCH_MISMATCH)`` is raised, as when an append finds
-        out, rather than mix that history's entries into this one.
+        channel's means the store lost this history, and may have made the session anew
+        with serials this channel also has. Then the channel resets (``_on_reset``: its
+        clients rebuild) and ``RunwireError(EPOCH_MISMATCH)`` is raised, as when an append
+        finds out. That history's entries are never mixed into this one.
         """
         if not self.store.loses_channels:
             return await self.store.read(self.session_id, after=after, limit=limit)
@@ -334,7 +312,7 @@ class Channel:
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout=1.0)
         except TimeoutError:
-            await self._catch_up(serial)
+            await self.catch_up(serial)
 
     # ------------------------------------------------------------ publish --
 
@@ -347,10 +325,13 @@ class Channel:
         gone: Gone | None = None,
         admit: Callable[[str], None] | None = None,
     ) -> tuple[int, bool, list[RunRecord]]:
-        """Store one entry (``_publish``). A publish that waited for the channel while the
-        one before it failed ``STORE_UNAVAILABLE`` fails so too, at once: publishes to one
-        session go one at a time, and each would otherwise wait a whole store timeout more
-        on a Redis that does not answer (``details.waited``)."""
+        """Store one entry (``_publish``).
+
+        A publish that waited for the channel while the one before it failed
+        ``STORE_UNAVAILABLE`` fails so too, at once, with ``details.waited``. Publishes to
+        one session go one at a time. Each would otherwise wait a whole store timeout more
+        on a Redis that does not answer.
+        """
         seen = self._store_error
 
         def admit_first(entry_id: str) -> None:
@@ -437,17 +418,23 @@ class Channel:
                         raise refusal from None
                     return found.serial, True, []
                 stamped = self.registry.stamp(entry, sender, now_ms, changes)
+                data = codec.encode_entry(stamped)
+                urgent = not isinstance(stamped, ResponseAppend)  # appends are not replayed
+                if urgent:  # expect_last: if stored at all, stored as the next serial
+                    serial = self.last + 1
+                    self._planned = (serial, codec.splice_serial(data, serial), changes)
                 try:
                     appended = await self.store.append(
                         self.session_id,
                         entry.id,
-                        codec.encode_entry(stamped),
+                        data,
                         changes,
                         expect_last=self.last,
-                        urgent=not isinstance(stamped, ResponseAppend),
+                        urgent=urgent,
                         gone=gone,
                     )
                 except RunwireError as exc:
+                    self._planned = None
                     self.registry.abandon(changes)
                     if exc.code == EPOCH_MISMATCH:
                         # The store lost the session under this node (Redis without
@@ -457,17 +444,22 @@ class Channel:
                         raise  # (an absent agent that came back: no retry changes that)
                     # Plan again as of the newest serial. Had another node stored this very
                     # entry meanwhile, the rules or the store's dedup would now say so.
-                    await self._catch_up(int(exc.details.get("last", self.last + 1)))
+                    await self.catch_up(int(exc.details.get("last", self.last + 1)))
                     continue
                 except BaseException:
+                    self._planned = None
                     self.registry.abandon(changes)
                     raise
                 if appended.duplicate:  # the store de-duplicates by id: the plan was moot
+                    self._planned = None
                     self.registry.abandon(changes)
                     if refusal is not None:
                         raise refusal
                     return appended.serial, True, []
-                await self._applied(appended.serial)
+                try:
+                    await self._applied(appended.serial)
+                finally:
+                    self._planned = None
                 if refusal is not None:
                     raise refusal
                 return appended.serial, False, changes
@@ -475,111 +467,10 @@ class Channel:
 
     # ------------------------------------------------------------- attach --
 
-    async def attach(
-        self,
-        peer: Peer,
-        req: int | str,
-        *,
-        from_serial: int | None,
-        epoch: str | None,
-        limit: int,
-        backlog_max: int,
-        max_bytes: int | None = None,
-    ) -> None:
-        """Subscribe ``peer`` and queue its ``attached`` frame, atomically.
-
-        With ``from_serial`` of this epoch the frame carries everything after it;
-        otherwise (or when more than ``backlog_max`` were missed, or the history
-        it needs was trimmed) the newest page, and ``reset`` tells a resuming
-        client to rebuild rather than leave a silent gap. ``max_bytes`` bounds the
-        entries the frame carries: a backlog bigger than that is answered as one too
-        long (``reset``), and the newest page keeps only its newest entries that fit
-        (``has_older`` then says there are more), so the frame never by itself
-        overflows the peer's send queue. A ``from_serial`` beyond
-        what this node has taken in (the client saw it through another node) is
-        caught up from the store first, so it resumes rather than resets.
-
-        Raises ``RunwireError(EPOCH_MISMATCH)``, subscribing nobody, when the channel
-        reset meanwhile: the store lost its history, which its reads (``_read_after``)
-        or its subscription found out. Attach to the session loaded again then.
-        """
-        if (
-            from_serial is not None
-            and (epoch is None or epoch == self.epoch)
-            and from_serial > self.last
-        ):
-            # The client saw entries this node has not taken in yet (stored through
-            # another node, pub/sub still on its way): take them in from the store first.
-            await self._catch_up(from_serial)
-        head = self.last
-        resume = from_serial is not None and (epoch is None or epoch == self.epoch)
-        if resume and from_serial is not None:
-            if from_serial > head or head - from_serial > backlog_max:
-                resume = False
-            elif self.first and from_serial < self.first - 1:
-                resume = False
-        entries: list[StoredEntry] = []
-        if resume and from_serial is not None:
-            entries, fits = await self._read_to_last([], from_serial, max_bytes)
-            resume = fits
-        if not resume:
-            page, covered = await self._newest_page(limit)
-            entries, _ = await self._read_to_last(page, covered, None)
-            entries = newest_within(entries, max_bytes)
-        reset = from_serial is not None and not resume
-        if self.reset:
-            raise RunwireError(EPOCH_MISMATCH, f"the store lost the history of {self.session_id!r}")
-        if resume:
-            has_older = bool(from_serial and from_serial >= self.first > 0)
-        else:
-            oldest = entries[0].serial if entries else self.last + 1
-            has_older = self.last > 0 and oldest > self.first
-        peer.send_frame(
-            b'{"type":"attached","req":'
-            + codec.dumps(req)
-            + b',"session_id":'
-            + codec.dumps(self.session_id)
-            + b',"epoch":'
-            + codec.dumps(self.epoch)
-            + b',"head":%d,"has_older":%s,"reset":%s,"entries":['
-            % (self.last, b"true" if has_older else b"false", b"true" if reset else b"false")
-            + b",".join(e.data for e in entries)
-            + b"]}"
-        )
+    def subscribe(self, peer: Peer) -> None:
+        """Deliver the entries this channel takes in from now on to ``peer``."""
         self.subscribers.add(peer)
         peer.attached.add(self.session_id)
-
-    async def _newest_page(self, limit: int) -> tuple[list[StoredEntry], int]:
-        """The newest ``limit`` entries up to ``last`` and the serial they cover up to."""
-        head = self.last
-        if not head:
-            return [], 0
-        # Serials are dense from the oldest stored on.
-        page = await self._read_after(max(head - limit, 0), limit)
-        entries = [e for e in page if e.serial <= head]
-        return entries, entries[-1].serial if entries else head
-
-    async def _read_to_last(
-        self, entries: list[StoredEntry], covered: int, max_bytes: int | None
-    ) -> tuple[list[StoredEntry], bool]:
-        """``entries`` and then every entry after ``covered`` up to ``last``, reading until
-        nothing new arrived during the last read (so the caller can join with no await).
-
-        Returns the entries and True, or, as soon as they would pass ``max_bytes`` (when
-        given), what was read so far and False.
-        """
-        size = entries_size(entries)
-        while covered < self.last:
-            page = await self._read_after(covered, 1000)
-            page = [e for e in page if e.serial <= self.last]
-            if not page:
-                break
-            entries.extend(page)
-            covered = page[-1].serial
-            size += entries_size(page)
-            if max_bytes is not None and size > max_bytes:
-                return entries, False
-        return entries, True
 
     def detach(self, peer: Peer) -> None:
         """Stop delivering to ``peer``."""
@@ -591,7 +482,7 @@ class Channel:
 
         Where the store can lose a loaded channel, the page is checked against the epoch
         read after it (an epoch, once lost, never comes back): a page of another history
-        resets the channel and raises ``EPOCH_MISMATCH``, as ``_read_after`` does.
+        resets the channel and raises ``EPOCH_MISMATCH``, as ``read_after`` does.
         """
         page = await self.store.read(self.session_id, before=before, limit=limit)
         if self.store.loses_channels:
@@ -601,27 +492,10 @@ class Channel:
         return page, has_older
 
 
-def entries_size(entries: Sequence[StoredEntry]) -> int:
-    """The bytes ``entries`` take in a frame (each with its separating comma)."""
-    return sum(len(e.data) + 1 for e in entries)
-
-
-def newest_within(entries: list[StoredEntry], max_bytes: int | None) -> list[StoredEntry]:
-    """The newest of ``entries`` (oldest first) that together take at most ``max_bytes``."""
-    if max_bytes is None or entries_size(entries) <= max_bytes:
-        return entries
-    size = 0
-    start = len(entries)
-    while start and size + len(entries[start - 1].data) + 1 <= max_bytes:
-        start -= 1
-        size += len(entries[start].data) + 1
-    return entries[start:]
-
-
 def _never_allowed(refusal: RunwireError, entry: EntryBody, sender: Sender) -> bool:
-    """True when the rules refused ``entry`` for a right the sender lacks (its token's, or
-    its role's), not for the state of the session: then a repeat of a stored id is refused
-    too, not acknowledged (a token with no right in the session would learn its ids)."""
+    """True when the rules refused ``entry`` for a right the sender lacks, by its token or
+    its role, not for the state of the session. Then a repeat of a stored id is refused
+    too, not acknowledged: a token with no right in the session would learn its ids."""
     if refusal.code != UNAUTHORIZED:
         return False
     return "needs" in refusal.details or rights_refusal(entry, sender) is not None

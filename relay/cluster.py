@@ -1,99 +1,29 @@
 """``RedisDispatcher``: dispatch and agent liveness shared by several relay nodes.
 
-Used instead of ``relay.dispatch.Dispatcher`` when the store is Redis, so that
-nothing a second node would need stays in one node's memory:
+Used instead of ``relay.dispatch.Dispatcher`` when the store is Redis, so that nothing
+a second node would need stays in one node's memory.
 
-* **Dispatch.** The store's append script puts a Run written ``pending`` on
-  its agent's Redis stream (``<prefix>agent:<name>:runs``) in the same atomic
-  step that stores the prompt, and takes it off when the Run is written with
-  another status (``relay.store.redis``). One consumer group (``relay``) reads
-  the stream, every node a consumer of it. A node reads the stream only
-  while it has a live worker of that agent name, so each Run goes to exactly
-  one node and one worker there. The node acknowledges the stream entry when
-  the Run leaves ``pending`` (started or cancelled), on the store's command connection
-  with its other commands, so a burst of starts costs no connection each. If its worker dies first,
-  the node hands the Run to another local worker or puts it back on the stream
-  for any node (a script that moves it to a new entry only while the Run is
-  still waiting on the old one). A node keeps its unacknowledged entries fresh
-  (``XCLAIM`` to itself every heartbeat, which also tells it of the entries gone
-  because their Run left ``pending`` in a session it has not loaded: it forgets
-  them, and its worker's count of Runs not started); entries of a node that died go idle and
-  are claimed by the others (``XAUTOCLAIM`` after ``claim_idle`` seconds; a node
-  claims nothing until it has had Redis, with no failure of its heartbeat or its
-  reader, for ``claim_idle`` seconds, counted from its start or from Redis's return:
-  Redis counts an outage as idle time, and live holders refresh meanwhile; this holds
-  whether its reader saw the outage or started after it), and
-  the sweeper (below) drops, once a minute, the consumers of gone nodes that
-  hold nothing (idle for ``consumer_idle`` seconds), so the groups do not keep
-  one consumer per node start, and then deletes the streams (with their group)
-  left with no entry, none held and no consumer (no node has a worker of that
-  name), so Redis does not keep a stream and a group for every agent name ever
-  used; one script looks and deletes, so a Run stored meanwhile comes after and
-  makes the stream again, and a node makes a group from the stream's start
-  (``NOGROUP`` at a read makes it again at once). One task per node reads the streams of every
-  agent name it has live workers of, in one blocking ``XREADGROUP`` (and one
-  pipelined ``XAUTOCLAIM`` a second): a node holds one Redis connection for
-  dispatch however many agent names it serves. A worker of a name the read in
-  progress does not cover interrupts it, so that name's Runs are read at once;
-  an interrupted read may have been served, so the next read first takes back
-  this node's own unacknowledged entries (``XREADGROUP ... 0``). A Run no
-  local worker may take (none has the ``agent`` right in its session) goes back
-  on the stream; a round that gave back every Run it read makes the reader pause
-  (50 ms, doubling up to ``read_block``; a worker registering ends the pause), so
-  a worker whose token covers other sessions does not make its node read the
-  same Run again and again while no node can take it.
-* **Liveness.** Every node marks the agent client ids it holds connections of
-  present, each heartbeat, in one script (one round trip): per client id in one sorted
-  set (``<prefix>presence``: client id -> deadline, three heartbeats ahead, on
-  Redis's clock) for a connection that may act as an agent in every session, and
-  per client id and scope in another (``<prefix>scoped``: ``[client id, [pattern,
-  ...]]`` -> deadline, each client id's members listed in
-  ``<prefix>scopes:<client id>``) for one whose token grants ``agent`` in the
-  sessions of some patterns only (``Peer.agent_scope``). An agent is present in a
-  session where one of its deadlines covers it, as on one relay
-  (``Peer.can(session, 'agent')``): a worker whose fresh token drops a session
-  keeps its Runs in the others, and those in the dropped one end once the deadline
-  of its earlier scope has passed the grace. The append script keeps,
-  per owner, the set of its active Runs (``<prefix>owns:<client id>``), and
-  puts an owner that no node has marked present in the Run's session yet in the
-  presence set as absent from the moment its Run became active. One node at a
-  time sweeps: the holder of a lease (``<prefix>sweeper``, renewed every
-  heartbeat, expiring after three, so
-  another node takes over within three heartbeats of its holder's end), so the
-  sweep's cost does not grow with the number of nodes; nor with the number of
-  Runs under way: one script, one round trip, returns the owners with a deadline
-  (everywhere, or in some sessions) that passed ``agent_grace`` seconds ago, each
-  with the Runs it still owns in sessions none of its other deadlines covers, and
-  forgets what lapsed of the owners left with none. It takes at most ``sweep_limit``
-  (1,000) owners, oldest deadline first, and puts those it returns Runs of at the back
-  (their lapsed deadlines become ``now - grace``: still gone), so owners whose Runs'
-  ends keep failing (``Hub._agent_lost`` logs it, once per ``LOST_LOG_EVERY`` per Run)
-  cannot keep the sweep from the owners behind them; each pass retries them after
-  those. The same script tells which of those Runs have no record left in their
-  session (Redis evicted its ``runs`` hash, under a ``maxmemory-policy`` other than
-  ``noeviction``, or it was deleted, while the owner's set still names them): they go to
-  the hub as the others (a node that has the session loaded still knows the Run, and the
-  end it stores writes the record again), and then one more script, only in a sweep that
-  found such a Run, drops from the owner's set those whose record is still missing,
-  with a warning each (once: they are in no set after that), so that the sweep does not
-  return them for ever and their owner is forgotten once it owns nothing. A Run whose
-  record is there is never dropped so, whatever became of its end. A node that has just
-  taken the lease, or takes up the sweep again after its maintenance failed (Redis away,
-  or refusing writes: out of memory, a read-only replica), first moves deadlines
-  that have passed to "now": while no node could write presence, absence does
-  not count. The lease is renewed with ``SET``, which a Redis out of memory
-  refuses (``PEXPIRE`` it would take), so the sweeper notices that nobody could
-  write presence even when it has no agents of its own to mark. Each of those Runs is ended
-  ``error`` / ``AGENT_LOST`` if its owner is still gone when the end is stored: the
-  script that stores it tests the owner's deadline again (``Gone``), so an agent that
-  came back through another node between the sweep and the end (the sweeping node
-  knows only its own connections) keeps its Run. Should a new holder repeat an old
-  one's last attempt, the Run rules make the second a no-op. A durable Run is put back to
-  ``pending`` instead (an entry with a deterministic id, so a second node's
-  attempt is a duplicate), which puts it on the agent's stream, and
-  ``hand_to_worker`` sends the dispatch with ``adopted`` and the Run's
-  checkpoint, read from the stored record. A node starting indexes any active
-  Run an earlier version left out of its owner's set.
+Dispatch. The store's append script puts a Run written ``pending`` on its agent's
+Redis stream, in the same atomic step that stores the prompt. One consumer group reads
+each stream, every node a consumer of it. A node reads a stream only while it has a
+live worker of that agent name, so each Run goes to exactly one node and one worker.
+The node acknowledges the stream entry when the Run leaves ``pending``. Entries of a
+node that died go idle and the other nodes claim them.
+
+Liveness. Every node marks the agent client ids it holds connections of present,
+each heartbeat, in one script. One node at a time sweeps: the holder of a lease. The
+sweep finds the owners whose presence lapsed ``agent_grace`` seconds ago and the Runs
+they still own. Each such Run ends ``error`` with ``AGENT_LOST`` if its owner is still
+gone when the end is stored. A durable Run goes back to ``pending`` instead, and
+another worker adopts it.
+
+One task per node reads the streams of every agent name it serves, in one blocking
+read. The heartbeat keeps the node's entries and presence fresh. The sweeper also
+drops the consumers and streams nobody uses any more. The Lua scripts of the lease and
+of that pruning are in ``relay.cluster_scripts``.
+
+docs/explanation/relay-internals.md tells every step and why it is safe: outages,
+claims, scopes of presence, evicted records.
 """
 
 from __future__ import annotations
@@ -107,7 +37,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from transport.errors import STORE_UNAVAILABLE, RunwireError
+from transport.errors import RunwireError
 from transport.messages import new_id
 from transport.runs import RunRecord
 
@@ -115,72 +45,16 @@ from .dispatch import Expire, RunKey, discharge, enlist, hand_to_worker
 from .metrics import Metrics
 from .peer import Peer
 from .store.redis import RedisStore
+from .sweeper import GROUP, Sweeper
 
 __all__ = ["RedisDispatcher"]
 
 log = logging.getLogger("runwire.relay")
 
-GROUP = "relay"
 BOUNCE_WAIT = 0.05
 """Seconds a node's dispatch reader first pauses after a round in which no local worker
 could take any Run it read (see ``RedisDispatcher._after_round``)."""
 _WIDENED = object()
-Presence = tuple[str, tuple[str, ...] | None]
-"""An agent connection's client id and the patterns of the sessions it may act in (None:
-every session), as ``Peer.agent_scope`` gives them."""
-
-# KEYS: the lease. ARGV: this node's id, the lease in ms. 1 if this node holds it now.
-# 2 if it has just taken it (it was free). Renewed with SET, not PEXPIRE: a Redis out of
-# memory refuses SET, so a sweeper that cannot write presence cannot keep sweeping either.
-_LEAD = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
-end
-return 0
-"""
-
-# KEYS: an agent's stream. ARGV: the consumer group, idle ms. Drops the group's consumers
-# that hold nothing and have been idle that long (nodes that are gone: a live reader is
-# never idle for more than its blocking read), atomically with looking, so a consumer
-# that takes an entry meanwhile is kept. Then, if the stream holds no entry and no group
-# of it holds one (pending) or has a consumer left (a node reads it: a worker serves the
-# name), deletes the stream with its groups: every agent name ever used (by a worker, or
-# named by a prompt) no longer keeps a stream and a group for ever. In the same step as
-# looking: a Run stored after it (XADD) makes the stream again, and a node makes the group
-# again from its start (``id="0"``) before it reads, so no Run is lost. Returns {consumers
-# dropped, 1 if the stream went or 0}.
-_PRUNE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
-local function fields(reply)
-  local f = {}
-  for i = 1, #reply, 2 do f[reply[i]] = reply[i + 1] end
-  return f
-end
-local dropped = 0
-local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
-if ok then
-  for _, consumer in ipairs(consumers) do
-    local f = fields(consumer)
-    if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) then
-      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
-      dropped = dropped + 1
-    end
-  end
-end
-if redis.call('XLEN', KEYS[1]) ~= 0 then return {dropped, 0} end
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local f = fields(group)
-  if f['pending'] ~= 0 or f['consumers'] ~= 0 then return {dropped, 0} end
-end
-redis.call('DEL', KEYS[1])
-return {dropped, 1}
-"""
 
 
 class RedisDispatcher:
@@ -201,27 +75,15 @@ class RedisDispatcher:
         sweep_limit: int = 1000,
     ) -> None:
         self.store = store
-        self.sweep_limit = sweep_limit
-        """At most how many gone owners one sweep takes (oldest first)."""
-        self.grace = grace
         self.metrics = metrics
         metrics.count_store_round_trips(lambda: store.round_trips)
         self.claim_idle = claim_idle
-        self.consumer_idle = consumer_idle
-        """Seconds a stream consumer holding nothing may stay idle before the sweeper drops it."""
-        self._pruned = 0.0  # when this node last pruned consumers (as the sweeper)
-        self.indexed = False
-        """The active Runs an earlier version left out of their owners' sets are in them."""
-        self.heartbeat = max(0.2, min(grace / 3, 2.0))
         self.node_id = f"node-{new_id()[:12]}"
-        self._expire = expire
         self._redis: Any = store.client()
         self.workers: dict[str, list[Peer]] = {}
         self.assigned: dict[RunKey, Peer] = {}
         self.held: dict[RunKey, tuple[str, str]] = {}  # run -> (agent, stream entry id)
         self.records: dict[RunKey, RunRecord] = {}
-        self.agents_present: dict[Presence, int] = {}
-        """This node's agent connections by client id and scope (``Peer.agent_scope``)."""
         self._reader: asyncio.Task[None] | None = None
         self._reading: frozenset[str] = frozenset()  # agent names the read in progress covers
         self._widen = asyncio.Event()  # a worker of a name it does not cover arrived
@@ -230,24 +92,27 @@ class RedisDispatcher:
         self.read_block = 0.5
         """Seconds a dispatch read waits for a Run before it checks the workers again."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self._steady_since: float | None = None
-        """Since when (monotonic) this node has had Redis without a failure, or None: not yet
-        (its maintenance has not gone through once) or its maintenance or reader failed
-        since (see ``_claim_due``)."""
-        self._arrived: set[Presence] = set()  # agents whose presence is not written yet
-        self._toucher: asyncio.Task[None] | None = None
         self._groups: set[str] = set()
         # Where each stream's next XAUTOCLAIM goes on (it looks at 100 pending entries a
         # call, so starting from the first every time would never get past 100 held ones).
         self._claim_from: dict[str, str] = {}
-        self._lead_script: Any = self._redis.register_script(_LEAD)
-        self._prune_script: Any = self._redis.register_script(_PRUNE)
+        self.sweeper = Sweeper(
+            store,
+            self._redis,
+            node_id=self.node_id,
+            grace=grace,
+            expire=expire,
+            refresh=self._refresh_held,
+            spawn=self._spawn,
+            consumer_idle=consumer_idle,
+            sweep_limit=sweep_limit,
+        )
 
     # ---------------------------------------------------------- lifecycle --
 
     def start(self) -> None:
         """Start the heartbeat/sweep loop."""
-        self._spawn(self._maintain())
+        self._spawn(self.sweeper.run())
 
     def close(self) -> None:
         """Stop every loop (held stream entries go idle and other nodes claim them)."""
@@ -294,35 +159,14 @@ class RedisDispatcher:
             if record is not None and not self._hand_local(record):
                 self._spawn(self._give_back(key))
         if peer.is_agent():  # as ``Hub.hello`` counted it
-            present = (peer.sender.client_id, peer.agent_scope())
-            left = self.agents_present.get(present, 1) - 1
-            if left <= 0:
-                self.agents_present.pop(present, None)
-            else:
-                self.agents_present[present] = left
+            self.sweeper.left((peer.sender.client_id, peer.agent_scope()))
 
     def client_back(self, client_id: str, *, scope: tuple[str, ...] | None = None) -> None:
         """Count an agent connection for the presence heartbeat (clients own no Runs), by
         client id and ``scope``, the patterns of the sessions it may act in
         (``Peer.agent_scope``; None: every session), so its presence keeps its Runs there
         only."""
-        present = (client_id, scope)
-        self.agents_present[present] = self.agents_present.get(present, 0) + 1
-        self._arrived.add(present)
-        if self._toucher is None or self._toucher.done():
-            self._toucher = self._spawn(self._touch_arrived())
-
-    async def _touch_arrived(self) -> None:
-        """Write the presence of agents that connected, all that came meanwhile at once.
-
-        One task, one pipeline at a time: a thousand agents reconnecting to a node
-        together (after a restart) cost a few round trips on one connection, not a
-        connection each.
-        """
-        while self._arrived:
-            arrived = list(self._arrived)
-            self._arrived.clear()
-            await self._touch(arrived)
+        self.sweeper.arrived((client_id, scope))
 
     def start_timer(self, record: RunRecord) -> None:
         """Liveness is swept from Redis; nothing to time locally."""
@@ -346,9 +190,11 @@ class RedisDispatcher:
     # ------------------------------------------------------------ helpers --
 
     async def _ack(self, agent: str, entry_id: str) -> None:
-        """Acknowledge and delete a dispatch entry, on the store's command connection (a
-        task per ack on the pooled client opened a Redis connection per Run that started
-        in a burst, kept for ever, and failed the acks beyond the pool's limit)."""
+        """Acknowledge and delete a dispatch entry, on the store's command connection.
+
+        A task per ack on the pooled client opened a Redis connection per Run that started
+        in a burst. It kept them for ever and failed the acks beyond the pool's limit.
+        """
         try:
             await self.store.ack_dispatch(agent, GROUP, entry_id)
         except RunwireError as exc:
@@ -450,7 +296,7 @@ class RedisDispatcher:
                         else:
                             given_back += 1
                 now = time.monotonic()
-                if self._claim_due(now) and now - claimed_at >= min(1.0, self.claim_idle / 2):
+                if self.claim_due(now) and now - claimed_at >= min(1.0, self.claim_idle / 2):
                     claimed_at = now
                     await self._claim_idle(streams)
                 await self._after_round(taken, given_back)
@@ -468,13 +314,15 @@ class RedisDispatcher:
                         regrouped = True
                         continue
                 log.warning("dispatch reader: %s", exc)
-                self._steady_since = None
+                self.sweeper.steady_since = None
                 await asyncio.sleep(0.5)
 
     async def _after_round(self, taken: int, given_back: int) -> None:
-        """Pause a little when a round gave back every Run it read (no local worker may
-        take them: their tokens do not cover those sessions), so that the node does not
-        read the same Runs again at once, over and over, while no node can take them.
+        """Pause a little when a round gave back every Run it read.
+
+        No local worker could take them: their tokens do not cover those sessions. The
+        pause keeps the node from reading the same Runs again and again while no node can
+        take them.
 
         The pause doubles from ``BOUNCE_WAIT`` up to ``read_block`` while rounds keep
         giving back all they read; a worker registering on this node ends it at once.
@@ -508,7 +356,7 @@ class RedisDispatcher:
                     await reading
         return _WIDENED if reading.cancelled() else reading.result()
 
-    def _claim_due(self, now: float) -> bool:
+    def claim_due(self, now: float) -> bool:
         """Whether entries idle for ``claim_idle`` seconds may be taken as abandoned now.
 
         Only once this node has had Redis, without a failure, for ``claim_idle`` seconds:
@@ -521,7 +369,7 @@ class RedisDispatcher:
         worker at most ``claim_idle`` seconds (and a heartbeat) after the later of its
         death and the claimer's start.
         """
-        since = self._steady_since
+        since = self.sweeper.steady_since
         return since is not None and now - since >= self.claim_idle
 
     async def _claim_idle(self, streams: dict[str, str]) -> None:
@@ -542,68 +390,6 @@ class RedisDispatcher:
             for entry_id, fields in claimed[1] if claimed else []:
                 if fields:
                     await self._take(agent, entry_id.decode(), fields)
-
-    async def _touch(self, present: list[Presence]) -> bool:
-        """Mark agents present (client ids with their scope: see
-        ``RedisStore.mark_present``), in one round trip; False if Redis did not take it."""
-        if not present:
-            return True
-        everywhere: list[str] = []
-        scoped: list[tuple[str, tuple[str, ...]]] = []
-        for client_id, scope in present:
-            if scope is None:
-                everywhere.append(client_id)
-            else:
-                scoped.append((client_id, scope))
-        try:
-            await self.store.mark_present(everywhere, self.heartbeat * 3, scoped=scoped)
-        except RunwireError as exc:
-            log.warning("presence heartbeat failed: %s", exc)
-            return False
-        return True
-
-    async def _maintain(self) -> None:
-        lapsed = True  # no sweep yet, or maintenance failed (Redis away) since the last one
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            try:
-                if not self.indexed:
-                    await self.store.index_owners()
-                    self.indexed = True
-                if not await self._touch(list(self.agents_present)):
-                    lapsed = True  # this node's agents may have lapsed meanwhile
-                    self._steady_since = None
-                await self._refresh_held()
-                held = await self._lead()
-                if held:
-                    if held == 2 or lapsed:
-                        # Deadlines that passed while no node could write presence (Redis
-                        # away, or no sweeper) do not count: absence starts now, so every
-                        # node marks its agents again before any Run is ended.
-                        await self.store.absent_from_now()
-                        lapsed = False
-                    await self._sweep()
-                    if time.monotonic() - self._pruned >= min(60.0, self.consumer_idle):
-                        self._pruned = time.monotonic()
-                        await self._prune()
-                if self._steady_since is None:
-                    self._steady_since = time.monotonic()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                lapsed = True
-                self._steady_since = None
-                if isinstance(exc, RunwireError) and exc.code == STORE_UNAVAILABLE:
-                    log.warning("cluster maintenance failed: %s", exc)  # Redis away: no trace
-                else:
-                    log.exception("cluster maintenance failed")
-
-    async def _lead(self) -> int:
-        """Take or keep the sweeper's lease: 0 if another node holds it, 1 if this node
-        kept it, 2 if it has just taken it."""
-        lease = int(self.heartbeat * 3000)
-        held = await self._lead_script(keys=[self.store.key("sweeper")], args=[self.node_id, lease])
-        return int(held)
 
     async def _refresh_held(self) -> None:
         """Keep this node's held entries fresh; forget those gone from the stream.
@@ -633,51 +419,7 @@ class RedisDispatcher:
                     self.assigned.pop(key, None)
                     self.records.pop(key, None)
 
-    async def _sweep(self) -> None:
-        """End the active Runs of owners gone for ``grace`` seconds past their deadline.
-
-        One round trip when nobody left, however many Runs are active; the Runs of
-        owners that did take one ``expire`` each.
-
-        A Run whose record Redis lost (evicted, or deleted, while its owner's set still
-        names it) is given to ``expire`` too (a node that has its session loaded still
-        knows it, and its end writes the record again), then dropped from its owner's set
-        if its record is still missing: one more round trip, only when there is such a Run,
-        and a warning for each dropped (once: it is in no set after that). Its owner is
-        then forgotten as any other owning nothing. A Run whose record is there stays,
-        whatever became of its end (``Hub._agent_lost`` logs a failed one; the next sweeps
-        try again).
-        """
-        found = await self.store.gone_and_lost(self.grace, limit=self.sweep_limit)
-        for runs in found.runs.values():
-            for session_id, run_id in runs:
-                await self._expire(session_id, run_id)
-        if found.lost:
-            for owner, session_id, run_id in await self.store.forget_lost(found.lost):
-                log.warning(
-                    "run %s/%s of agent %r: Redis lost its record (evicted or deleted; "
-                    "see maxmemory-policy), so it cannot be ended AGENT_LOST; dropped from "
-                    "its owner's active Runs",
-                    session_id,
-                    run_id,
-                    owner,
-                )
-
-    async def _prune(self) -> tuple[int, int]:
-        """Drop consumers of gone nodes from every agent stream's group, then the streams
-        nobody uses; how many consumers and streams went.
-
-        Each node reads as a consumer of its own id, so every node that ever had a
-        worker leaves one in the group of that agent's stream; the sweeper drops
-        those idle for ``consumer_idle`` seconds that hold no entry. A stream left with
-        no entry, none held and no consumer (no node has a worker of that name) is
-        deleted with its group, in the same script (``_PRUNE``).
-        """
-        idle_ms = int(self.consumer_idle * 1000)
-        dropped = deleted = 0
-        pattern = self.store.dispatch_streams
-        async for stream in self._redis.scan_iter(match=pattern, count=1000, _type="stream"):
-            consumers, gone = await self._prune_script(keys=[stream], args=[GROUP, idle_ms])
-            dropped += int(consumers)
-            deleted += int(gone)
-        return dropped, deleted
+    @property
+    def heartbeat(self) -> float:
+        """Seconds between two presence rounds (``Sweeper.heartbeat``)."""
+        return self.sweeper.heartbeat

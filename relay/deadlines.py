@@ -26,7 +26,7 @@ __all__ = ["Deadlines"]
 
 RunKey = tuple[str, str]
 Expire = Callable[[str, str], Coroutine[Any, Any, None]]
-"""Ends a Run whose deadline passed (``Hub._time_out``)."""
+"""Ends a Run whose deadline passed (``Liveness.time_out``)."""
 
 
 class Deadlines:

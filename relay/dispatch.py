@@ -1,21 +1,24 @@
 """``Dispatcher``: which worker runs which Run, and what happens when one goes away.
 
-* A new Run (its prompt stored, status ``pending``, or a queued Run whose
-  turn came) goes to the connected worker of its agent name, with the
-  ``agent`` right in its session, that has the fewest Runs handed to it and
-  not yet started. With no worker connected it waits, durable in the store, and goes to
-  the first worker of that name that registers.
-* A worker that disconnects before starting a Run handed to it: the Run is
-  handed to another worker (or waits for one).
-* A durable Run whose agent went away longer than ``agent_grace`` is put back
-  to ``pending`` by the hub and handed out like a new one; the dispatch says
-  ``adopted`` and carries the Run's last checkpoint.
-* An agent connection that owns active Runs (it started them) and disconnects:
-  each such Run gets ``agent_grace`` seconds. If a connection with the same
-  client id comes back in time, it carries on; otherwise the relay ends the Run
-  ``error`` with ``AGENT_LOST``, so every device leaves its streaming state and
-  every pending steering outcome resolves. A relay that restarts treats the
-  active Runs it finds in the store the same way.
+This is the dispatcher of a single relay. On Redis, ``relay.cluster.RedisDispatcher``
+takes its place with the same methods.
+
+A new Run goes to a connected worker of its agent name that has the ``agent`` right in
+its session: the one with the fewest Runs sent to it and not yet started. A new Run is
+one whose prompt was stored with status ``pending``, or a queued Run whose turn came.
+With no worker connected, the Run waits in the store for the first worker of that name.
+
+A worker that disconnects before it starts a Run sent to it loses that Run: the Run
+goes to another worker, or waits for one.
+
+An agent connection that disconnects leaves its active Runs ``agent_grace`` seconds.
+If a connection with the same client id comes back in time, the Runs go on. Otherwise
+the relay ends each ``error`` with ``AGENT_LOST``, so every device stops streaming and
+every steering outcome resolves. A durable Run goes back to ``pending`` instead and is
+sent out again, ``adopted`` and with its last checkpoint. A relay that restarts treats
+the active Runs it finds in the store the same way.
+
+See docs/explanation/runs.md ("A Run never hangs").
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ log = logging.getLogger("runwire.relay")
 RunKey = tuple[str, str]
 """A Run by (session id, run id)."""
 Expire = Callable[[str, str], Coroutine[Any, Any, None]]
-"""Ends a Run whose agent did not come back in time (``Hub._agent_lost``)."""
+"""Ends a Run whose agent did not come back in time (``Hub.agent_lost``)."""
 
 
 class Dispatcher:
@@ -148,10 +151,12 @@ def enlist(workers: dict[str, list[Peer]], peer: Peer, agent: str, metrics: Metr
 def discharge(
     workers: dict[str, list[Peer]], assigned: dict[RunKey, Peer], peer: Peer, metrics: Metrics
 ) -> list[RunKey]:
-    """Take ``peer`` off the workers of every agent name it served (a connection may
-    serve several), forgetting a name with no worker left (agent names come and go: a
-    relay that kept an empty list for each would grow with every name it ever served);
-    returns the Runs handed to it, now unassigned."""
+    """Take ``peer`` off the workers of every agent name it served; a connection may
+    serve several. Returns the Runs sent to it, now unassigned.
+
+    A name with no worker left is forgotten. Agent names come and go, and a relay that
+    kept an empty list for each would grow with every name it ever served.
+    """
     if peer.agent is not None:
         for agent, mine in list(workers.items()):
             if peer in mine:

@@ -4,22 +4,23 @@ Frames for a peer are queued, never awaited by whoever produces them, so one
 slow reader cannot slow a channel down. The queue goes out in order, with
 consecutive entries of one session folded into one ``deliver`` frame.
 
-Writing: a peer with something queued asks the server's ``Flusher``, which
-writes every such peer's queue once per turn of the event loop, at the end of
-the turn after the one that queued (so a publisher's ``ack``, queued a moment
-after the ``deliver`` of its own entry, leaves with it), synchronously and in
-one write per peer (``relay.wsconn``): no task and no await per frame. Only
-when the socket's buffer is full (websockets paused writing) or the
-connection is closing does a drain task take over and wait. When unsent bytes
-exceed ``send_queue_bytes`` the peer is closed with ``SLOW_CONSUMER`` (4008);
-its client resumes from the last serial it saw. The queue exists only while
-something is queued, so an idle peer costs no empty ``deque`` (about 760 bytes).
+Writing: a peer with something queued asks the server's ``Flusher``. The flusher
+writes every such peer's queue once per turn of the event loop, at the end of the turn
+after the one that queued. So a publisher's ``ack``, queued a moment after the
+``deliver`` of its own entry, leaves with it. Each peer gets one synchronous write
+(``relay.wsconn``), with no task and no await per frame.
+
+Only when the socket's buffer is full, or the connection is closing, does a drain task
+take over and wait. When unsent bytes exceed ``send_queue_bytes`` the peer is closed
+with ``SLOW_CONSUMER`` (4008), and its client resumes from the last serial it saw. The
+queue exists only while something is queued, so an idle peer costs no empty ``deque``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from websockets.protocol import State
 
 from transport import codec
 from transport.errors import CloseCode, RunwireError
+from transport.holds import AdmissionHold
 from transport.runs import AGENT, Sender
 
 from .auth import matches
@@ -91,19 +93,16 @@ class Peer:
         "_queue",
         "_queued_bytes",
         "_rollup",
+        "admission",
         "agent",
         "attached",
         "closed",
         "connection_id",
-        "held",
-        "held_until",
         "identity",
-        "inflight",
         "limit",
         "metrics",
         "sender",
         "senders",
-        "store_held",
         "ws",
     )
 
@@ -127,15 +126,8 @@ class Peer:
         asked for; an anonymous connection needs none)."""
         self.agent: str | None = None
         self.attached: set[str] = set()
-        self.inflight = 0
-        self.held: tuple[str, str] | None = None
-        """The session and entry id of a publish refused ``RATE_LIMITED`` that later ones
-        wait behind."""
-        self.held_until = 0.0
-        """When (``time.monotonic()``) ``held`` stops holding the connection."""
-        self.store_held: dict[str, tuple[str, float]] = {}
-        """Per session: the entry id of a publish its store refused (``STORE_UNAVAILABLE``)
-        that the connection's later publishes there wait behind, and until when."""
+        self.admission = AdmissionHold(time.monotonic)
+        """The connection's running publishes and what its later publishes wait behind."""
         self.closed = False
         # Items: (session_id, entry bytes) for entries, (None, frame bytes) for frames;
         # None while nothing is queued.
@@ -208,10 +200,7 @@ class Peer:
     def send_error(self, error: RunwireError, req: int | str | None = None) -> None:
         """Queue an ``error`` frame."""
         self.metrics.errors.labels(error.code).inc()
-        frame: dict[str, object] = {"type": "error", "error": error.to_wire()}
-        if req is not None:
-            frame["req"] = req
-        self._put(None, codec.dumps(frame))
+        self._put(None, codec.error_frame(error.to_wire(), req))
 
     def _put(self, session_id: str | None, data: bytes) -> None:
         if self.closed:

@@ -49,6 +49,7 @@ __all__ = [
     "MAX_DEPTH",
     "RELAY_FRAME_DEPTH",
     "RELAY_FRAME_TYPES",
+    "attached_frame",
     "decode_client_frame",
     "decode_entry",
     "decode_relay_frame",
@@ -56,7 +57,9 @@ __all__ = [
     "dumps",
     "encode",
     "encode_entry",
+    "error_frame",
     "loads",
+    "page_frame",
     "request_id",
     "splice_serial",
     "validation_error",
@@ -151,6 +154,58 @@ def deliver_frame(session_id: str, entries: Iterable[bytes]) -> bytes:
         + b",".join(entries)
         + b"]}"
     )
+
+
+def attached_frame(
+    req: int | str,
+    session_id: str,
+    epoch: str,
+    head: int,
+    *,
+    has_older: bool,
+    reset: bool,
+    entries: Iterable[bytes],
+) -> bytes:
+    """An ``attached`` frame (``frames.Attached``) around already-encoded entries."""
+    return (
+        b'{"type":"attached","req":'
+        + orjson.dumps(req)
+        + b',"session_id":'
+        + orjson.dumps(session_id)
+        + b',"epoch":'
+        + orjson.dumps(epoch)
+        + b',"head":%d,"has_older":%s,"reset":%s,"entries":['
+        % (head, _bool(has_older), _bool(reset))
+        + b",".join(entries)
+        + b"]}"
+    )
+
+
+def page_frame(req: int | str, session_id: str, has_older: bool, entries: Iterable[bytes]) -> bytes:
+    """A ``page`` frame (``frames.Page``) around already-encoded entries."""
+    return (
+        b'{"type":"page","req":'
+        + orjson.dumps(req)
+        + b',"session_id":'
+        + orjson.dumps(session_id)
+        + b',"has_older":'
+        + _bool(has_older)
+        + b',"entries":['
+        + b",".join(entries)
+        + b"]}"
+    )
+
+
+def error_frame(error: dict[str, Any], req: int | str | None = None) -> bytes:
+    """An ``error`` frame (``frames.Error``) with ``error`` (``RunwireError.to_wire()``)."""
+    frame: dict[str, Any] = {"type": "error", "error": error}
+    if req is not None:
+        frame["req"] = req
+    return orjson.dumps(frame)
+
+
+def _bool(value: bool) -> bytes:
+    return b"true" if value else b"false"
 
 
 def _frame_size(data: bytes | str, max_bytes: int) -> int:

@@ -1,79 +1,23 @@
 """The store interface: durable channels and Run records, one per session.
 
 Every store (memory, SQLite, Redis) implements ``Store`` and passes the same
-conformance suite (``tests/relay/store_conformance.py``).
+conformance suite, ``tests/relay/store_conformance.py``. In short:
 
-Contract
---------
-* ``open_channel(session_id)`` loads (or creates, with a fresh random epoch) a
-  channel and returns its ``ChannelInfo``. It must be awaited once before
-  ``append`` is called for that session (the relay does so on attach/publish).
-* ``append(session_id, entry_id, data, runs)`` assigns the next serial of the
-  channel *in call order* (the append's place in line is fixed before the call
-  first yields, so two appends to one channel started in order get serials in
-  that order),
-  writes the entry and the changed Run records atomically, and returns once the
-  write is durable. A repeated ``entry_id`` (within the dedup window, at least
-  the newest 10,000 ids of the channel) writes nothing and returns the original
-  serial and data with ``duplicate=True``.
-* ``find(session_id, entry_id)`` returns what ``append`` would return for a
-  repeat of that id (``duplicate=True``), or None; the relay asks it when the
-  Run rules refuse an entry, so a retried prompt is acknowledged again rather
-  than refused as a second Run (otherwise it relies on ``append``'s dedup).
-* ``data`` is the encoded entry without its serial; what the store returns and
-  reads back is the entry with its serial spliced in (``codec.splice_serial``).
-* ``read(session_id, after=, before=, limit=)`` returns stored entries in
-  ascending serial order: ``after`` gives the oldest ``limit`` entries newer than
-  it; ``before`` (or neither) gives the newest ``limit`` entries older than it.
-  Either may be any integer (a client's position, unchecked): one beyond
-  ``SERIAL_LIMIT`` reads as that limit, so it gives the newest entries, or none
-  newer (``read_position``).
-* Run records are written only through ``append`` (atomically with their entry)
-  or ``put_runs`` (the relay's own bookkeeping), and read with ``runs()``,
-  ``run()`` (one by id) and ``runs_with_status()``.
-* ``append(..., expect_last=N)`` is optimistic concurrency for relay nodes
-  that check entries against the Run rules: if the channel's newest serial is
-  not ``N`` when the append's turn comes, it writes nothing and raises
-  ``RunwireError(CONFLICT, details={"last": newest})``. A repeated ``entry_id``
-  still returns the original (``duplicate=True``) whatever ``expect_last`` says.
-* ``append(..., gone=Gone(client_id, grace))`` stores an entry that ends a Run for
-  its agent's absence (``AGENT_LOST``, or a durable Run handed on) only if that agent
-  is still gone when the append's turn comes: a store that shares agent presence
-  between relay nodes (Redis) writes nothing if a node has marked ``client_id``
-  present in the entry's session since its deadline passed ``grace`` seconds ago (it
-  came back, through any node, with a token that grants it ``agent`` there)
-  and raises ``RunwireError(CONFLICT, details={"present": client_id})``, which
-  no retry changes. A store of one relay (memory, SQLite) takes no notice: that
-  relay knows its own connections.
-* ``subscribe(session_id, fn)`` is live fan-out. Once it returns, ``fn`` (a
-  plain callable, run on the event loop) gets a ``StoredEntry`` for every entry
-  of that channel appended through the same backing store (memory and SQLite:
-  this store object; Redis: any node), in serial order, at most once each,
-  after the entry is durable. Entries whose append finished before
-  ``subscribe`` was called are not delivered; from the first entry it
-  delivers on, it skips none. It returns ``unsubscribe``, a
-  plain idempotent callable. An exception from ``fn`` is logged and does not
-  stop the subscription. ``on_reset`` is called (and the subscription ends)
-  if the channel's history is lost underneath it (its epoch changes, which
-  only a store whose backend can forget, like Redis without persistence, does).
-* ``head(session_id)`` returns the channel's epoch (None if the store has no
-  such channel) and newest serial as the store holds them now, without
-  opening or creating it: a relay node checks a channel it has loaded against
-  it, which a store whose backend can forget (Redis) may have lost meanwhile.
-* ``since(session_id, after, limit)`` is ``read(after=, limit=)`` with the epoch
-  the entries are of (None if the store has no such channel), so a node never
-  takes another history's entries into a channel it has loaded.
-* ``claim()`` (after ``start``) makes the store the one relay's own where only one
-  relay may use it at a time (SQLite: the file; memory and Redis take no notice):
-  the relay keeps its sessions' live fan-out, agent presence and dispatch in its
-  own memory, so a second relay on the same file would miss the first one's
-  entries live and end its Runs ``AGENT_LOST``. A store another relay holds raises
-  ``RunwireError(STORE_UNAVAILABLE, details={"in_use": ...})``; ``aclose`` (or the
-  process's end, SIGKILL too) lets go.
-* A store that cannot write raises ``RunwireError(STORE_UNAVAILABLE)``. A
-  store whose backend can forget a channel raises
-  ``RunwireError(EPOCH_MISMATCH)`` from ``append`` once the channel's epoch is
-  no longer the one ``open_channel`` returned: open the channel again.
+* ``open_channel`` loads or creates a channel; it comes before ``append``.
+* ``append`` gives the next serial in call order and writes the entry with its
+  changed Run records atomically. A repeated entry id writes nothing and returns
+  the original with ``duplicate=True``.
+* ``expect_last`` and ``gone`` make an append conditional: it raises ``CONFLICT``
+  when the channel moved on, or when the agent it ends a Run for came back.
+* ``read``, ``find``, ``head`` and ``since`` read entries; ``runs``, ``run`` and
+  ``runs_with_status`` read Run records.
+* ``subscribe`` delivers every entry appended from then on, in serial order, at
+  most once each; ``on_reset`` says the channel's history was lost.
+* A store that cannot write raises ``STORE_UNAVAILABLE``; a store that lost a
+  channel raises ``EPOCH_MISMATCH`` from ``append``.
+
+Each method's docstring gives its part of the contract in full. See
+docs/explanation/stores.md for how each store meets it.
 """
 
 from __future__ import annotations
@@ -159,7 +103,7 @@ Unsubscribe = Callable[[], None]
 
 
 class Store(ABC):
-    """Durable channels and Run records (see the module docstring for the contract)."""
+    """Durable channels and Run records; the contract is in docs/explanation/stores.md."""
 
     url: str = ""
     loses_channels: bool = False
@@ -244,10 +188,6 @@ class Store(ABC):
         self, statuses: Sequence[str], *, agent: str | None = None
     ) -> list[RunRecord]:
         """Run records of any session with one of ``statuses`` (and ``agent``, if given)."""
-
-    @abstractmethod
-    async def put_runs(self, runs: Sequence[RunRecord]) -> None:
-        """Write Run records without an entry."""
 
     async def head(self, session_id: str) -> tuple[str | None, int]:
         """The channel's epoch (None if there is none) and newest serial, as stored now.

@@ -184,11 +184,6 @@ class MemoryStore(Store):
             if record.status in wanted and (agent is None or record.agent == agent)
         ]
 
-    async def put_runs(self, runs: Sequence[RunRecord]) -> None:
-        """Write Run records without an entry."""
-        self._check_open()
-        self._put(runs)
-
     def _put(self, runs: Sequence[RunRecord]) -> None:
         for record in runs:
             self._runs.setdefault(record.session_id, {})[record.run_id] = record

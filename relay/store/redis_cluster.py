@@ -10,11 +10,11 @@ master and its replicas: the Cluster gives failover, not write sharding (see
 docs/howto/redis-cluster.md for what this costs and what stands in the way
 of per-session slots).
 
-``ClusterMap`` finds the master serving the prefix's slot (``CLUSTER
-SLOTS``, asked of the nodes it knows, then the seed) and is asked again
-whenever a connection breaks or Redis answers ``MOVED``, ``ASK``,
-``TRYAGAIN``, ``CLUSTERDOWN`` or ``MASTERDOWN``: after a failover or a
-resharding the store follows the slot to its new master by itself.
+``ClusterMap`` finds the master serving the prefix's slot with ``CLUSTER
+SLOTS``, asked of the nodes it knows, then of the seed. The store asks it again
+whenever a connection breaks or Redis answers ``MOVED``, ``ASK``, ``TRYAGAIN``,
+``CLUSTERDOWN`` or ``MASTERDOWN``. So after a failover or a resharding the
+store follows the slot to its new master by itself.
 """
 
 from __future__ import annotations

@@ -1,49 +1,25 @@
 """Live fan-out for ``RedisStore``: one pub/sub connection per store, gap-free delivery.
 
-Theory of operation
--------------------
-The append script publishes ``<epoch> <entry>`` (the entry with its serial) to
-the session's pub/sub channel. A node subscribes a channel on Redis only while
-some local ``subscribe`` wants it, over one connection owned by two tasks:
+The append script publishes ``<epoch> <entry>`` on the session's channel. A node
+subscribes a channel on Redis only while some local ``subscribe`` wants it, over
+one connection owned by two tasks. The *reader* connects, again and again with
+backoff while Redis is away, and passes every reply to the deliverer as it is
+read. A *watchdog* sends a ping after ``IDLE_PING`` seconds of silence and drops
+the connection after three. The *deliverer* is the only task that sends on the
+connection and the only one that delivers, one item at a time.
 
-* the *reader* connects (again and again, with backoff, while Redis is away)
-  and hands the connection to a ``redis_wire.Wire``, which passes every reply
-  to the deliverer as it is read (in the event loop's read callback, without
-  a task wake-up or a timer per reply); a *watchdog* has a ping sent after
-  ``IDLE_PING`` seconds of silence and drops the connection after three (the
-  reader then connects again);
-* the *deliverer* is the only task that sends on that connection and the only
-  one that delivers (besides the fast paths below), one item at a time:
-  (un)subscriptions, messages, starts and gap fills.
+Each subscription keeps the serial it delivered last. A message with the next
+serial is delivered at once and an older one is dropped. A newer one means
+pub/sub lost something, since it is at-most-once: the missing entries are read
+from the stream first. After a reconnect every channel is subscribed again and
+filled from the stream in the same way. Entries trimmed from the stream before
+they could be read end the subscription with ``on_reset``, as does a message of
+another epoch: Redis lost the channel.
 
-Fast path for messages: while the deliverer is idle and has nothing queued,
-a message is delivered straight from the read callback (a gap it finds is
-queued as a fill): the same order, without a queue and a task switch per
-entry.
+When this node's own append returns, its entry goes straight to the local
+subscriptions just before it, without waiting for the pub/sub echo.
 
-Each subscription keeps the serial it delivered last (``last``). A message
-with serial ``last + 1`` is delivered at once, an older one is a duplicate and
-dropped, a newer one means pub/sub lost something (it is at-most-once): the
-deliverer reads the missing entries from the stream (``XRANGE``) and delivers
-them first. After a reconnect every channel is subscribed again and, once
-Redis confirms it, filled from the stream in the same way, so nothing appended
-while the connection was down is lost. Entries trimmed from the stream before
-they could be read end the subscription like a lost history (``on_reset``,
-with a warning), so its clients rebuild rather than silently miss them:
-``max_history`` bounds how long an outage can be bridged.
-
-``subscribe`` waits for the channel's subscription to be confirmed, then reads
-the channel's head serial: the subscription delivers everything after it. The
-deliverer then fills from the stream once, so an entry published between the
-two is not held back until the next one arrives.
-
-A message of another epoch than the subscription's (or a fill that finds the
-channel gone or re-created) means Redis lost the channel: the subscription
-ends and its ``on_reset`` is called.
-
-Local fast path: when this node's own append returns, its entry is handed to
-local subscriptions whose ``last`` is just before it, without waiting for the
-pub/sub echo (which is then dropped as a duplicate).
+See docs/explanation/stores.md for how the stores work.
 """
 
 from __future__ import annotations
@@ -52,7 +28,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import RedisError
@@ -62,10 +38,7 @@ from transport.errors import STORE_UNAVAILABLE, RunwireError
 from .base import OnEntry, OnReset, StoredEntry, Unsubscribe
 from .redis_wire import Wire, pack
 
-if TYPE_CHECKING:
-    from .redis import RedisStore
-
-__all__ = ["Listener", "connect", "stop"]
+__all__ = ["Listener", "Source", "connect", "stop"]
 
 log = logging.getLogger("runwire.relay.store")
 
@@ -97,6 +70,39 @@ async def stop(task: asyncio.Task[None]) -> None:
         log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
+class Source(Protocol):
+    """What a ``Listener`` needs of its store (``RedisStore`` has it)."""
+
+    @property
+    def where(self) -> str:
+        """Redis's address, for messages."""
+
+    @property
+    def socket_timeout(self) -> float:
+        """Seconds a connect with its handshake may take."""
+
+    @property
+    def sharded(self) -> bool:
+        """True to subscribe with ``SSUBSCRIBE`` (Redis 7 and later)."""
+
+    def live_channel(self, session_id: str) -> bytes:
+        """The pub/sub channel of a session."""
+
+    def new_connection(self) -> AbstractConnection:
+        """A new, unconnected connection to Redis."""
+
+    async def locate(self) -> None:
+        """In Cluster mode, look up the master to connect to."""
+
+    async def head(self, session_id: str) -> tuple[str | None, int]:
+        """The channel's epoch and newest serial."""
+
+    async def since(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[str | None, list[StoredEntry]]:
+        """The channel's epoch and up to ``limit`` stored entries after ``after``."""
+
+
 @dataclass(eq=False)
 class _Sub:
     fn: OnEntry
@@ -117,7 +123,7 @@ class _Channel:
 class Listener:
     """The pub/sub side of one ``RedisStore`` (see the module docstring)."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: Source) -> None:
         self._store = store
         self._channels: dict[str, _Channel] = {}
         self._by_name: dict[bytes, _Channel] = {}

@@ -8,11 +8,12 @@ below 10**14.
 from __future__ import annotations
 
 import hashlib
-from typing import get_args
+from collections.abc import Sequence
+from typing import Any, get_args
 
 from transport.frames import RunStatus
 
-__all__ = ["INDEXED", "SCRIPTS", "SHA", "STATUSES"]
+__all__ = ["INDEXED", "SCRIPTS", "SHA", "STATUSES", "evalsha"]
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 """Run statuses in the order the scripts number them (1-based) and the status index keys."""
@@ -200,16 +201,6 @@ write_runs(13, ARGV[10])
 touch(ARGV[7])
 redis.call(ARGV[8], ARGV[9], epoch .. ' ' .. stored)
 return {3, serial}
-"""
-)
-
-# KEYS as _APPEND. ARGV: ttl ms or '0', session id, then Run records as in _APPEND.
-_PUT_RUNS = (
-    _COMMON
-    + """
-write_runs(3, ARGV[2])
-touch(ARGV[1])
-return 1
 """
 )
 
@@ -463,9 +454,14 @@ return 1
 """
 
 SCRIPTS = {name: text.encode() for name, text in [
-    ("append", _APPEND), ("put_runs", _PUT_RUNS), ("open", _OPEN), ("find", _FIND),
+    ("append", _APPEND), ("open", _OPEN), ("find", _FIND),
     ("since", _SINCE), ("requeue", _REQUEUE), ("present", _PRESENT), ("gone", _GONE),
     ("own", _OWN), ("absent_from_now", _ABSENT_FROM_NOW), ("forget_lost", _FORGET_LOST),
     ("mend_order", _MEND_ORDER),
 ]}  # fmt: skip
 SHA = {name: hashlib.sha1(text).hexdigest() for name, text in SCRIPTS.items()}
+
+
+def evalsha(name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+    """The ``EVALSHA`` command that runs script ``name`` on ``keys`` with ``args``."""
+    return ("EVALSHA", SHA[name], len(keys), *keys, *args)

@@ -8,10 +8,10 @@ transport's protocol becomes a ``Wire``, whose ``data_received`` feeds a
 hiredis reader and hands each complete reply on at once, inside the event
 loop's read callback:
 
-* to ``on_reply(wire, reply)`` when it was given (the pub/sub connection:
-  messages and (un)subscribe confirmations as they come);
-* otherwise to the oldest ``request`` still waiting for replies (the command
-  connection: replies come in the order the commands went out).
+* to ``on_reply(wire, reply)`` when it was given. That is the pub/sub
+  connection, whose messages and confirmations come as they come.
+* otherwise to the oldest ``request`` still waiting for replies. That is the
+  command connection, whose replies come in the order the commands went out.
 
 redis-py's own read path costs a task wake-up and a chain of coroutines per
 read (``Connection.read_response`` -> parser -> ``StreamReader.read``), more
@@ -100,7 +100,8 @@ class Wire(asyncio.Protocol):
 
     def adopt(self, conn: AbstractConnection) -> Wire:
         """Take over the transport of ``conn``, which redis-py has just connected; returns self."""
-        writer = cast(Any, conn)._writer
+        # redis-py has no public accessor for the stream it connected: read its own.
+        writer = cast(Any, conn)._writer  # noqa: SLF001, RUF100
         if writer is None:
             raise RedisConnectionError("the connection is not connected")
         transport = cast(asyncio.Transport, writer.transport)
@@ -109,7 +110,7 @@ class Wire(asyncio.Protocol):
         self._transport = transport
         self._previous = transport.get_protocol()
         # Bytes redis-py's stream read but did not consume (none after a handshake, normally).
-        left = getattr(cast(Any, conn)._reader, "_buffer", b"")
+        left = getattr(cast(Any, conn)._reader, "_buffer", b"")  # noqa: SLF001, RUF100
         transport.set_protocol(self)
         if left:
             self.data_received(bytes(left))

@@ -1,61 +1,37 @@
 """``sqlite:///path``: channels and Run records in one SQLite file (the default store).
 
-Theory of operation
--------------------
-Writes run on the event loop's thread; reads and checkpoints on one background
-thread with its own connection. In WAL mode with ``synchronous=NORMAL`` a
-commit adds a few pages to the WAL without an ``fsync``: tens of microseconds
-on the loop. (A writer thread must win the GIL back from a busy loop after
-each SQLite call, up to ``sys.getswitchinterval()`` each time: that made a
-loaded relay's latency tail tens of milliseconds long.)
+Writes run on the event loop's thread and reads on one background thread with
+its own connection. In WAL mode with ``synchronous=NORMAL`` a commit costs tens
+of microseconds, so the loop can afford it.
 
-Writes (``append``, ``put_runs``) join a batch whose first job schedules a
-flush with ``loop.call_soon``, so what is queued in one iteration of the loop
-shares one transaction (group commit). ``append`` queues its job before it
-first yields: appends are sequenced in call order. The serial is given in the
-transaction: the channel's highest stored serial plus one, kept between
-batches and read again when ``PRAGMA data_version`` says another connection
-(store, process) committed. So a failed commit (each job of the batch raises
-``RunwireError(STORE_UNAVAILABLE)``) neither skips nor repeats a serial, and
-stores may share a file. While another connection holds the write lock the
-flush is retried every millisecond (for ``BUSY_TIMEOUT`` seconds): the loop
-never waits for it. ``expect_last`` is checked against the same head; a
-conflicting append fails alone (``RunwireError(CONFLICT)``). After the commit
-the flush wakes the callers and calls the subscribers in job order, so in
-serial order; they see this store object's appends only.
+Appends queued in one iteration of the loop share one transaction (group
+commit), in call order. The serial is given in the transaction, so a failed
+commit neither skips nor repeats a serial, and several stores may share a file.
+After the commit, callers and subscribers are woken in serial order.
 
-Dedup: ``open_channel`` loads the channel's newest ``DEDUP_WINDOW`` entry ids
-and each append adds its id (the pending job, then the serial), so ``find``
-and ``append`` answer repeats without the disk. An older repeat hits the
-unique ``(session_id, entry_id)`` index: the batch is rolled back and written
-again one entry at a time, and the repeat takes no serial and returns the
-original.
+``open_channel`` loads a channel's newest ``DEDUP_WINDOW`` entry ids, so repeats
+are answered without the disk. The background thread checkpoints the WAL after
+``CHECKPOINT_COMMITS`` commits. A SIGKILL loses nothing acknowledged.
 
-Automatic checkpoints are off: after ``CHECKPOINT_COMMITS`` commits (or a
-second after the first) the background thread runs two ``PASSIVE``
-checkpoints alongside the writes, then a ``FULL`` one that holds them off
-for a moment, so that the next commit starts the WAL over (and syncs its
-header: the only ``fsync`` on the loop). A SIGKILL loses nothing
-acknowledged: a commit is in the WAL file before ``append`` returns (a power
-cut may lose the newest commits).
+The file, its schema and its lock are in ``sqlite_file``, the SQL in
+``sqlite_sql``, the reads and checkpoints in ``sqlite_background``. See
+docs/explanation/stores.md for the group commit, the dedup and the checkpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias, TypeVar
 
 import anyio.to_thread
 
-from transport.codec import dumps, loads, splice_serial
+from transport.codec import dumps, splice_serial
 from transport.errors import (
     CONFLICT,
     INTERNAL_ERROR,
@@ -75,70 +51,35 @@ from .base import (
     StoredEntry,
     Subscribers,
     Unsubscribe,
-    log,
     read_position,
+)
+from .sqlite_background import CHECKPOINT_COMMITS, Background
+from .sqlite_file import BUSY_TIMEOUT, WAL_LIMIT, connect, lock_beside, unlock
+from .sqlite_sql import (
+    DEDUP_WINDOW,
+    INSERT_ENTRY,
+    SELECT_HEAD,
+    UPSERT_RUN,
+    load_channel,
+    select_entries,
+    select_id,
+    select_runs,
+    select_serial,
 )
 
 __all__ = ["BUSY_TIMEOUT", "CHECKPOINT_COMMITS", "DEDUP_WINDOW", "WAL_LIMIT", "SQLiteStore"]
 
 T = TypeVar("T")
 
-DEDUP_WINDOW = 10_000
-"""How many of a channel's newest entry ids ``find`` answers from memory."""
-
-CHECKPOINT_COMMITS = 500
-"""Commits between checkpoints (a few pages each)."""
-
-WAL_LIMIT = 16 * 2**20
-"""Bytes the WAL file is cut back to when it starts over (``journal_size_limit``)."""
-
-BUSY_TIMEOUT = 5.0
-"""Seconds a write waits for another connection's write lock before it fails."""
-
 _RETRY = 0.001
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS channels (
-    session_id TEXT PRIMARY KEY,
-    epoch TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS entries (
-    session_id TEXT NOT NULL,
-    serial INTEGER NOT NULL,
-    entry_id TEXT NOT NULL,
-    data BLOB NOT NULL,
-    UNIQUE (session_id, serial),
-    UNIQUE (session_id, entry_id)
-);
-CREATE TABLE IF NOT EXISTS runs (
-    session_id TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    record BLOB NOT NULL,
-    status TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    PRIMARY KEY (session_id, run_id)
-);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, agent);
-"""
-
-_INSERT_ENTRY = (
-    "INSERT INTO entries (session_id, serial, entry_id, data) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (session_id, entry_id) DO NOTHING"
-)
-_SELECT_HEAD = "SELECT COALESCE(MAX(serial), 0) FROM entries WHERE session_id = ?"
-_UPSERT_RUN = (
-    "INSERT INTO runs (session_id, run_id, record, status, agent) VALUES (?, ?, ?, ?, ?)"
-    " ON CONFLICT (session_id, run_id) DO UPDATE SET"
-    " record = excluded.record, status = excluded.status, agent = excluded.agent"
-)
 
 
 @dataclass(eq=False, slots=True)
 class _Write:
-    """One ``append`` (``entry_id`` set) or ``put_runs`` (``entry_id`` None) in a batch."""
+    """One ``append`` in a batch."""
 
     session_id: str
-    entry_id: str | None
+    entry_id: str
     data: bytes
     runs: Sequence[RunRecord]
     expect_last: int | None
@@ -147,97 +88,9 @@ class _Write:
     error: RunwireError | None = None
 
 
-_Outcome: TypeAlias = Appended | RunwireError | None
+_Outcome: TypeAlias = Appended | RunwireError
 _Recent: TypeAlias = OrderedDict[str, int | _Write]
 """A channel's newest entry ids: the serial, or the job still writing it."""
-
-
-def _connect(path: str, *, wait: bool) -> sqlite3.Connection:
-    """A connection for one thread that waits for locks (or, ``wait=False``, never).
-
-    Raises ``RunwireError(STORE_UNAVAILABLE)``.
-    """
-    try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
-        conn.executescript(_SCHEMA)
-        if not wait:
-            conn.execute("PRAGMA busy_timeout = 0")
-    except sqlite3.Error as exc:
-        raise RunwireError(
-            STORE_UNAVAILABLE, f"cannot open the SQLite database {path!r}: {exc}"
-        ) from None
-    return conn
-
-
-def _lock(path: str) -> int:
-    """An open descriptor of ``path`` with an exclusive ``flock`` on it, this pid written in.
-
-    Raises ``RunwireError(STORE_UNAVAILABLE)`` if another descriptor holds the lock. A
-    relay that stops removes its lock file (``_unlock``) while holding it, so a lock taken
-    on a file no longer at ``path`` (removed between our open and our ``flock``) is let go
-    and taken again on the file now there: two relays never hold locks on two files.
-    """
-    import fcntl  # POSIX; imported here so that the module still imports elsewhere
-
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise RunwireError(
-                STORE_UNAVAILABLE, f"cannot open the relay's lock file {path!r}: {exc}"
-            ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            database = path.removesuffix("-relay.lock")
-            raise RunwireError(
-                STORE_UNAVAILABLE,
-                f"the SQLite database {database!r} is in use by another relay (pid {holder}): "
-                "one relay at a time serves an SQLite file; stop it or use another file "
-                "(several relay nodes need Redis)",
-                details={"in_use": path, "pid": holder},
-            ) from None
-        if _is_at(fd, path):
-            break
-        os.close(fd)  # its holder removed it meanwhile: lock the one there now
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _lock_beside(database: str) -> tuple[str, int]:
-    """``_lock`` on ``<database>-relay.lock`` beside the real file, however it is named (a
-    symlink, a relative path); returns the lock file's path and descriptor."""
-    path = f"{os.path.realpath(database)}-relay.lock"
-    return path, _lock(path)
-
-
-def _is_at(fd: int, path: str) -> bool:
-    """True if ``fd`` is the file at ``path`` (not one removed or replaced since)."""
-    try:
-        here = os.stat(path)
-    except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (mine.st_dev, mine.st_ino) == (here.st_dev, here.st_ino)
-
-
-def _unlock(fd: int, path: str) -> None:
-    """Remove the lock file ``fd`` holds (still holding it), then let it go."""
-    try:
-        if _is_at(fd, path):
-            os.unlink(path)
-    except OSError as exc:  # a directory made read-only meanwhile: the file stays, harmless
-        log.warning("cannot remove the relay's lock file %r: %s", path, exc)
-    finally:
-        os.close(fd)
 
 
 class SQLiteStore(Store):
@@ -267,12 +120,7 @@ class SQLiteStore(Store):
         self._one_by_one = False
         self._heads: dict[str, int] = {}
         self._version = -1
-        # The background thread, for reads and checkpoints:
-        self._reader: sqlite3.Connection | None = None
-        self._background = ThreadPoolExecutor(1, thread_name_prefix="runwire-sqlite")
-        self._unchecked = 0  # commits since the last checkpoint
-        self._checkpointing = False  # set on the loop, cleared on the background thread
-        self._checkpoint_timer: asyncio.TimerHandle | None = None
+        self._background = Background(self.path)  # reads and checkpoints
         self._claim: int | None = None  # the lock file's descriptor, while claimed
         self._claim_path = ""  # and its path
 
@@ -286,8 +134,8 @@ class SQLiteStore(Store):
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is closed")
         self._loop = asyncio.get_running_loop()
         try:
-            self._conn = await anyio.to_thread.run_sync(lambda: _connect(self.path, wait=False))
-            self._reader = await anyio.to_thread.run_sync(lambda: _connect(self.path, wait=True))
+            self._conn = await anyio.to_thread.run_sync(lambda: connect(self.path, wait=False))
+            await self._background.open()
         except BaseException:
             await self.aclose()
             raise
@@ -306,21 +154,19 @@ class SQLiteStore(Store):
                 await anyio.sleep(_RETRY)
         self._ok = False
         self._subscribers.clear()
-        if self._checkpoint_timer is not None:
-            self._checkpoint_timer.cancel()
-        await anyio.to_thread.run_sync(self._background.shutdown)  # lets queued reads finish
-        for conn in (self._reader, self._conn):  # the last one to close checkpoints: off the loop
-            if conn is not None:
-                await anyio.to_thread.run_sync(conn.close)
-        self._reader = self._conn = None
+        await self._background.aclose()  # lets queued reads finish
+        if self._conn is not None:  # the last connection to close checkpoints: off the loop
+            await anyio.to_thread.run_sync(self._conn.close)
+        self._conn = None
         if self._claim is not None:  # only now: the file is closed and folded in
-            _unlock(self._claim, self._claim_path)
+            unlock(self._claim, self._claim_path)
             self._claim = None
 
     async def claim(self) -> None:
         """Hold the file for this relay alone: an exclusive ``flock`` on ``<file>-relay.lock``
-        beside the real file (holding the pid), which ``aclose`` lets go and removes; the
-        end of the process (SIGKILL too) lets it go, leaving the file for the next relay.
+        beside the real file, with the pid written in. ``aclose`` lets it go and removes
+        it. The end of the process, SIGKILL too, lets it go and leaves the file for the
+        next relay.
 
         Raises ``RunwireError(STORE_UNAVAILABLE, details={"in_use": lock file})`` if another
         relay (process, or store in this one) holds it.
@@ -330,7 +176,7 @@ class SQLiteStore(Store):
         if self._closed or self._loop is None:
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
         path = self.path
-        self._claim_path, self._claim = await anyio.to_thread.run_sync(lambda: _lock_beside(path))
+        self._claim_path, self._claim = await anyio.to_thread.run_sync(lambda: lock_beside(path))
 
     async def healthy(self) -> bool:
         """True while started, not closed, and the last write transaction committed."""
@@ -340,9 +186,9 @@ class SQLiteStore(Store):
 
     async def open_channel(self, session_id: str) -> ChannelInfo:
         """Load or create a channel (a new one gets a random epoch, kept in the file)."""
-        info, ids, created = await self._read(lambda c: _load_channel(c, session_id))
+        info, ids, created = await self._read(lambda c: load_channel(c, session_id))
         if created:
-            self._count_commit()  # its row went into the WAL too
+            self._background.count_commit()  # its row went into the WAL too
         if session_id not in self._recent:
             # A new (or empty) channel gets its OrderedDict with its first append.
             self._recent[session_id] = OrderedDict(ids) if ids else None
@@ -387,9 +233,7 @@ class SQLiteStore(Store):
         recent[entry_id] = job
         if len(recent) > DEDUP_WINDOW:
             recent.popitem(last=False)
-        appended = await self._result(job)
-        assert appended is not None  # an append ends with a value or an error
-        return appended
+        return await self._result(job)
 
     async def subscribe(
         self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
@@ -409,7 +253,7 @@ class SQLiteStore(Store):
         without touching the disk when the id is new.
         """
         if session_id not in self._recent:
-            return await self._read(lambda c: _select_id(c, session_id, entry_id))
+            return await self._read(lambda c: select_id(c, session_id, entry_id))
         recent = self._recent[session_id]
         known = None if recent is None else recent.get(entry_id)
         return None if known is None else await self._repeat(session_id, known)
@@ -426,11 +270,11 @@ class SQLiteStore(Store):
         if limit < 1:
             raise RunwireError(VALIDATION_ERROR, f"limit must be at least 1, not {limit}")
         after, before = read_position(after), read_position(before)
-        return await self._read(lambda c: _select(c, session_id, after, before, limit))
+        return await self._read(lambda c: select_entries(c, session_id, after, before, limit))
 
     async def runs(self, session_id: str) -> list[RunRecord]:
         """Every Run record of a session, in the order they were first written."""
-        return await self._read(lambda c: _select_runs(c, "session_id = ?", [session_id]))
+        return await self._read(lambda c: select_runs(c, "session_id = ?", [session_id]))
 
     async def runs_with_status(
         self, statuses: Sequence[str], *, agent: str | None = None
@@ -443,13 +287,7 @@ class SQLiteStore(Store):
         if agent is not None:
             where += " AND agent = ?"
             params.append(agent)
-        return await self._read(lambda c: _select_runs(c, where, params))
-
-    async def put_runs(self, runs: Sequence[RunRecord]) -> None:
-        """Write Run records without an entry (committed like an append)."""
-        job = _Write("", None, b"", tuple(runs), None)
-        self._enqueue(job)
-        await self._result(job)
+        return await self._read(lambda c: select_runs(c, where, params))
 
     # -- writes, on the event loop ---------------------------------------------
 
@@ -518,17 +356,9 @@ class SQLiteStore(Store):
             self._heads.update(heads)
             self.commits += 1
             self._ok = True
-            self._count_commit()
+            self._background.count_commit()
         for job, outcome in zip(batch, outcomes, strict=True):
             self._settle(job, outcome)
-
-    def _count_commit(self) -> None:
-        """One more commit in the WAL: checkpoint after ``CHECKPOINT_COMMITS`` or a second."""
-        self._unchecked += 1
-        if self._unchecked >= CHECKPOINT_COMMITS and not self._checkpointing:
-            self._checkpoint()
-        elif self._checkpoint_timer is None and self._loop is not None:
-            self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
 
     def _write(
         self,
@@ -547,51 +377,49 @@ class SQLiteStore(Store):
         entries: list[tuple[str, int, str, bytes]] = []
         records: list[tuple[str, str, bytes, str, str]] = []
         for job in batch:
-            if job.entry_id is not None:
-                head = heads.get(job.session_id, self._heads.get(job.session_id))
-                if head is None:
-                    (head,) = conn.execute(_SELECT_HEAD, (job.session_id,)).fetchone()
-                if job.expect_last is not None and job.expect_last != head:
-                    outcomes.append(
-                        _select_id(conn, job.session_id, job.entry_id)
-                        or RunwireError(
-                            CONFLICT,
-                            f"{job.session_id!r} is at serial {head}, not {job.expect_last}",
-                            details={"last": head},
-                        )
+            head = heads.get(job.session_id, self._heads.get(job.session_id))
+            if head is None:
+                (head,) = conn.execute(SELECT_HEAD, (job.session_id,)).fetchone()
+            if job.expect_last is not None and job.expect_last != head:
+                outcomes.append(
+                    select_id(conn, job.session_id, job.entry_id)
+                    or RunwireError(
+                        CONFLICT,
+                        f"{job.session_id!r} is at serial {head}, not {job.expect_last}",
+                        details={"last": head},
                     )
-                    heads[job.session_id] = head
-                    continue
-                serial = head + 1
-                stored = splice_serial(job.data, serial)
-                row = (job.session_id, serial, job.entry_id, stored)
-                if not one_by_one:
-                    entries.append(row)
-                elif not conn.execute(_INSERT_ENTRY, row).rowcount:
-                    original = _select_id(conn, job.session_id, job.entry_id)
-                    if original is None:  # pragma: no cover - the index says it is there
-                        raise RunwireError(STORE_UNAVAILABLE, f"entry {job.entry_id!r} vanished")
-                    outcomes.append(original)
-                    heads[job.session_id] = head
-                    continue
-                heads[job.session_id] = serial
-                outcomes.append(Appended(serial, stored))
-            else:
-                outcomes.append(None)
+                )
+                heads[job.session_id] = head
+                continue
+            serial = head + 1
+            stored = splice_serial(job.data, serial)
+            row = (job.session_id, serial, job.entry_id, stored)
+            if not one_by_one:
+                entries.append(row)
+            elif not conn.execute(INSERT_ENTRY, row).rowcount:
+                original = select_id(conn, job.session_id, job.entry_id)
+                if original is None:  # pragma: no cover - the index says it is there
+                    raise RunwireError(STORE_UNAVAILABLE, f"entry {job.entry_id!r} vanished")
+                outcomes.append(original)
+                heads[job.session_id] = head
+                continue
+            heads[job.session_id] = serial
+            outcomes.append(Appended(serial, stored))
             records.extend(
                 (r.session_id, r.run_id, dumps(r.to_dict()), r.status, r.agent) for r in job.runs
             )
-        if entries and conn.executemany(_INSERT_ENTRY, entries).rowcount != len(entries):
+        if entries and conn.executemany(INSERT_ENTRY, entries).rowcount != len(entries):
             return None
         if records:
-            conn.executemany(_UPSERT_RUN, records)
+            conn.executemany(UPSERT_RUN, records)
         return outcomes
 
-    async def _result(self, job: _Write) -> Appended | None:
+    async def _result(self, job: _Write) -> Appended:
         """A write's value once its batch is done; raises its error."""
         await job.done.wait()
         if job.error is not None:
             raise job.error
+        assert job.value is not None  # a write ends with a value or an error
         return job.value
 
     def _settle(self, job: _Write, outcome: _Outcome) -> None:
@@ -600,13 +428,12 @@ class SQLiteStore(Store):
             job.error = outcome
         else:
             job.value = outcome
-        if job.entry_id is not None:
-            recent = self._recent.get(job.session_id)
-            if recent is not None and recent.get(job.entry_id) is job:
-                if job.value is not None:
-                    recent[job.entry_id] = job.value.serial
-                else:
-                    del recent[job.entry_id]
+        recent = self._recent.get(job.session_id)
+        if recent is not None and recent.get(job.entry_id) is job:
+            if job.value is not None:
+                recent[job.entry_id] = job.value.serial
+            else:
+                del recent[job.entry_id]
         job.done.set()
         if job.value is not None and not job.value.duplicate:
             self._subscribers.publish(job.session_id, StoredEntry(job.value.serial, job.value.data))
@@ -614,128 +441,12 @@ class SQLiteStore(Store):
     async def _repeat(self, session_id: str, known: int | _Write) -> Appended | None:
         """What a repeat of a remembered id returns; None if its first append failed."""
         if isinstance(known, int):
-            return await self._read(lambda c: _select_serial(c, session_id, known))
+            return await self._read(lambda c: select_serial(c, session_id, known))
         await known.done.wait()
         return None if known.value is None else replace(known.value, duplicate=True)
 
-    # -- reads and checkpoints, on the background thread ----------------------
-
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the background thread; raises ``RunwireError(STORE_UNAVAILABLE)``."""
-        conn = self._reader
-        if conn is None or self._closed:
+        if self._closed:
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
-
-        def run() -> T:
-            try:
-                return fn(conn)
-            except RunwireError:
-                raise
-            except Exception as exc:
-                raise RunwireError(STORE_UNAVAILABLE, f"SQLite read failed: {exc}") from None
-
-        return await asyncio.get_running_loop().run_in_executor(self._background, run)
-
-    def _checkpoint(self) -> None:
-        """Have the background thread copy the WAL into the file (unless it is at it already).
-
-        Two ``PASSIVE`` passes run alongside the writes, then a ``FULL`` one
-        holds them off while it copies what they added meanwhile, so that the
-        next commit can start the WAL over. Reads wait meanwhile, so the
-        ``FULL`` pass never waits for a read of this store with the lock held.
-        """
-        if self._checkpoint_timer is not None:
-            self._checkpoint_timer.cancel()
-            self._checkpoint_timer = None
-        conn = self._reader
-        if conn is None or self._loop is None or not self._unchecked:
-            return
-        if self._checkpointing:  # the last one is still at it: look again later
-            self._checkpoint_timer = self._loop.call_later(1.0, self._checkpoint)
-            return
-        self._unchecked = 0
-        self._checkpointing = True
-
-        def checkpoint() -> None:
-            try:
-                for mode in ("PASSIVE", "PASSIVE", "FULL"):
-                    conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
-            except sqlite3.Error as exc:
-                log.warning("SQLite checkpoint of %s failed: %s", self.path, exc)
-            finally:
-                self._checkpointing = False
-
-        self._background.submit(checkpoint)
-
-
-def _load_channel(
-    conn: sqlite3.Connection, session_id: str
-) -> tuple[ChannelInfo, list[tuple[str, int]], bool]:
-    """A channel (its row inserted if new), its newest ``DEDUP_WINDOW`` ids, oldest first,
-    and whether it was new."""
-    select_epoch = "SELECT epoch FROM channels WHERE session_id = ?"
-    conn.execute("BEGIN")
-    try:
-        found = conn.execute(select_epoch, (session_id,)).fetchone()
-        first, last = conn.execute(
-            "SELECT COALESCE(MIN(serial), 0), COALESCE(MAX(serial), 0)"
-            " FROM entries WHERE session_id = ?",
-            (session_id,),
-        ).fetchone()
-        rows = conn.execute(
-            "SELECT entry_id, serial FROM entries WHERE session_id = ?"
-            " ORDER BY serial DESC LIMIT ?",
-            (session_id, DEDUP_WINDOW),
-        ).fetchall()
-    finally:
-        conn.execute("COMMIT")
-    created = found is None
-    if created:  # a new channel (unless another store just made it: keep its epoch)
-        conn.execute(
-            "INSERT INTO channels (session_id, epoch) VALUES (?, ?)"
-            " ON CONFLICT (session_id) DO NOTHING",
-            (session_id, secrets.token_hex(8)),
-        )
-        found = conn.execute(select_epoch, (session_id,)).fetchone()
-    ids = [(str(entry_id), int(serial)) for entry_id, serial in reversed(rows)]
-    return ChannelInfo(session_id, str(found[0]), int(first), int(last)), ids, created
-
-
-def _select_id(conn: sqlite3.Connection, session_id: str, entry_id: str) -> Appended | None:
-    row = conn.execute(
-        "SELECT serial, data FROM entries WHERE session_id = ? AND entry_id = ?",
-        (session_id, entry_id),
-    ).fetchone()
-    return None if row is None else Appended(int(row[0]), bytes(row[1]), duplicate=True)
-
-
-def _select_serial(conn: sqlite3.Connection, session_id: str, serial: int) -> Appended | None:
-    row = conn.execute(
-        "SELECT data FROM entries WHERE session_id = ? AND serial = ?", (session_id, serial)
-    ).fetchone()
-    return None if row is None else Appended(serial, bytes(row[0]), duplicate=True)
-
-
-def _select(
-    conn: sqlite3.Connection, session_id: str, after: int | None, before: int | None, limit: int
-) -> list[StoredEntry]:
-    where = "session_id = ?"
-    params: list[object] = [session_id]
-    if after is not None:
-        where += " AND serial > ?"
-        params.append(after)
-    if before is not None:
-        where += " AND serial < ?"
-        params.append(before)
-    order = "ASC" if after is not None else "DESC"
-    rows = conn.execute(
-        f"SELECT serial, data FROM entries WHERE {where} ORDER BY serial {order} LIMIT ?",
-        (*params, limit),
-    )
-    entries = [StoredEntry(int(serial), bytes(data)) for serial, data in rows]
-    return entries if after is not None else entries[::-1]
-
-
-def _select_runs(conn: sqlite3.Connection, where: str, params: Sequence[str]) -> list[RunRecord]:
-    rows = conn.execute(f"SELECT record FROM runs WHERE {where} ORDER BY rowid", params)
-    return [RunRecord.from_dict(loads(record)) for (record,) in rows]
+        return await self._background.read(fn)

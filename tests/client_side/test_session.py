@@ -152,6 +152,52 @@ async def test_duplicate_ack_of_a_retried_prompt_is_not_an_error() -> None:
     assert session.view.messages()[0].run_id == run.run_id
 
 
+@pytest.mark.anyio
+async def test_a_duplicate_ack_that_comes_before_its_entry_waits_for_the_entry() -> None:
+    """A Redis failover: the first try was stored but its ack lost, and the retry's duplicate
+    ack comes before the entry's deliver. Only the entry tells whose id it is."""
+    session = ClientSession("ws://unused", "s")
+    stored: list[dict[str, Any]] = []
+
+    def ack(frame: BaseModel) -> RelayFrame:
+        assert isinstance(frame, Publish)
+        stored.append(frame.entry.model_dump(mode="json", exclude_none=True) | {"serial": 1})
+        return Ack(req=1, serial=1, duplicate=True)
+
+    session._conn = ScriptedConn([ack])  # type: ignore[assignment]
+    sent: list[client_side.ClientRun] = []
+
+    async def send() -> None:
+        sent.append(await session.send("hi"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send)
+        with anyio.fail_after(5):
+            while not stored:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)
+        assert sent == []  # acknowledged, its entry not seen yet: not told
+        session._on_frame(Deliver(session_id="s", entries=stored))
+    assert session.view.messages()[0].run_id == sent[0].run_id
+
+
+@pytest.mark.anyio
+async def test_a_duplicate_ack_of_another_runs_entry_is_a_reused_id() -> None:
+    session = ClientSession("ws://unused", "s")
+
+    def ack(frame: BaseModel) -> RelayFrame:
+        assert isinstance(frame, Publish)
+        theirs = frame.entry.model_dump(mode="json", exclude_none=True)
+        theirs |= {"serial": 1, "run_id": "r-other"}
+        session._on_frame(Deliver(session_id="s", entries=[theirs]))
+        return Ack(req=1, serial=1, duplicate=True)
+
+    session._conn = ScriptedConn([ack])  # type: ignore[assignment]
+    with anyio.fail_after(5), pytest.raises(RunwireError) as info:
+        await session.send("hi")
+    assert info.value.code == "VALIDATION_ERROR"
+
+
 def test_connect_validates_history_limit() -> None:
     with pytest.raises(RunwireError) as info:
         client_side.connect("ws://unused", "s", history_limit=0)

@@ -157,7 +157,7 @@ async def test_any_ids_are_routed_cancelled_swept_and_read_back_exactly(
             assert {store.dispatch_stream(agent), store.dispatch_stream(neighbour)} <= streams
             assert all(s.startswith(store.key("agent", "")) for s in streams)
             assert await redis.xlen(store.dispatch_stream(agent)) == 0  # nothing left waiting
-            await dispatcher._prune()  # no script error on these names
+            await dispatcher.sweeper.prune()  # no script error on these names
         finally:
             await redis.aclose()
         for peer in (decoy, client):

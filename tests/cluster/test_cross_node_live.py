@@ -259,7 +259,7 @@ async def test_a_client_that_leaves_while_its_publish_is_stored_leaves_no_subscr
             await anyio.sleep(0.01)
     go_on.set()
     with anyio.fail_after(5):
-        while a.hub._tasks:  # the publish, and what the relay publishes after it
+        while a.hub.tasks:  # the publish, and what the relay publishes after it
             await anyio.sleep(0.01)
     assert (await store.head("s"))[1] == 1  # stored
     # Nobody on node A watches the session any more: the node let go of it, and of its

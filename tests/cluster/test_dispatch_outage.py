@@ -170,7 +170,7 @@ async def test_a_node_whose_store_fails_a_dispatch_read_goes_on_dispatching(
             await worker.request({"type": "worker", "agent": "default"})
             client = await RawPeer.open(front.url)
             await client.attach("s")
-            [conn_id] = await store._call(("CLIENT", "ID"))
+            [conn_id] = await store.pipeline.call(("CLIENT", "ID"))
             raw.config_set("maxclients", 1)
             raw.client_kill_filter(_id=conn_id)
             run_id = new_id()

@@ -106,7 +106,7 @@ async def test_a_worker_registering_reads_nothing_of_the_cluster_wide_index(
             return int(stats.get("cmdstat_smembers", {"calls": 0})["calls"])
 
         with anyio.fail_after(10):  # the node's one read of the index at start is done
-            while not server.indexed:
+            while not server.sweeper.indexed:
                 await anyio.sleep(0.05)
         before = await index_reads()
         workers = [
@@ -131,8 +131,8 @@ async def test_a_sweep_that_finds_nothing_to_end_leaves_no_session_loaded(node: 
     with anyio.fail_after(5):
         while "s" in node.hub.channels:
             await anyio.sleep(0.02)
-    await node.hub._agent_lost("s", run_id)  # pending, not active: nothing to end
-    await node.hub._agent_lost("s", "no-such-run")
+    await node.hub.agent_lost("s", run_id)  # pending, not active: nothing to end
+    await node.hub.agent_lost("s", "no-such-run")
     assert "s" not in node.hub.channels
 
 
@@ -220,7 +220,7 @@ async def test_many_runs_starting_at_once_cost_the_node_no_redis_connection_each
     finally:
         await redis.aclose()
     assert not dispatcher(node).held
-    pool = store._pool
+    pool = store.connections.pool
     opened = len(pool._available_connections) + len(pool._in_use_connections)
     assert opened <= 5, f"the node holds {opened} Redis connections after {runs} starts"
     await worker.close()

@@ -1,5 +1,6 @@
 """Relays on a Redis Cluster carry on by themselves when the master they use is SIGKILLed
-while 20 sessions stream and steer: its replica takes over, the stores follow it.
+while 20 sessions stream and steer: its replica takes over, the stores follow it, and
+the steers sent during the failover are accepted.
 
 With ``wait_replicas=1`` the stores acknowledge an append only once the replica has
 it, so what the clients were told is stored survives the failover; the killed
@@ -10,7 +11,7 @@ none and appends wait for it).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 
 import anyio
@@ -19,18 +20,24 @@ import pytest
 import agent_side
 import client_side
 import relay
-from agent_side import Run
+from agent_side import AbortSignal, Run
 from relay.store.redis import RedisStore
 from relay.store.redis_cluster import cluster_prefix
 from tests.redis_cluster import RedisCluster
-from transport import message_text
+from transport import UIMessage, message_text
 
 from ..relay.test_store_redis_cluster import delete_prefix
-from .test_cluster import model_for, wait_until
+from .test_cluster import wait_until, words
 
 pytestmark = pytest.mark.anyio
 
 SESSIONS = 20
+
+
+def story_then_short(messages: list[UIMessage], signal: AbortSignal) -> AsyncIterator[str]:
+    """A story long enough (20 s) to outlast the failover; a steer cuts it to 20 words."""
+    tag = message_text(messages[-1]).split()[0]
+    return words(1000 if tag == "story" else 20, tag, signal, 0.02)
 
 
 async def test_relays_carry_on_when_the_master_dies_while_20_sessions_stream_and_steer(
@@ -46,7 +53,7 @@ async def test_relays_carry_on_when_the_master_dies_while_20_sessions_stream_and
 
         @worker.on_run
         async def handle(run: Run) -> None:
-            await agent_side.steering_loop(run, model_for(120, delay=0.02))
+            await agent_side.steering_loop(run, story_then_short)
 
         try:
             async with worker, AsyncExitStack() as stack:
@@ -67,19 +74,23 @@ async def test_relays_carry_on_when_the_master_dies_while_20_sessions_stream_and
                     timeout=60,
                 )
                 redis_cluster.kill(master)  # SIGKILL, mid-stream
+                # Steered during the failover: each publish is refused or unanswered until
+                # the replica takes over, and the SDK sends it again with the same id. A
+                # retry whose first try was stored is acknowledged as a duplicate, often
+                # before that entry is delivered: it is still this steer, accepted.
+                steers = [run.steer("steer shorter") for run in runs]
                 with anyio.fail_after(30):
                     while redis_cluster.master_of(cluster_prefix(redis_prefix)) == master:
                         await anyio.sleep(0.1)
                 await anyio.to_thread.run_sync(redis_cluster.start_node, master)
-                # Steered while they stream on the new master. (A steer sent during the
-                # failover itself can be refused by the Python client: its retry finds the
-                # first try stored, and before that entry is delivered the client takes the
-                # duplicate for another's use of its message id; see the docs' failover notes.)
-                steers = [run.steer("steer shorter") for run in runs]
                 with anyio.fail_after(120):
                     for run, steer in zip(runs, steers, strict=True):
                         assert (await run.result()).status == "complete"
-                        await steer.outcome
+                        published = await steer.published
+                        assert published.serial > 0
+                        outcome = await steer.outcome
+                        assert outcome.refused is None
+                        assert outcome.consumed
                 for phone, laptop in zip(sessions, watchers, strict=True):
                     ids = [vm.message.id for vm in phone.view.messages()]
                     assert len(ids) == len(set(ids))

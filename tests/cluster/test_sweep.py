@@ -25,6 +25,7 @@ from transport.errors import AGENT_LOST, CONFLICT, STORE_UNAVAILABLE, RunwireErr
 from transport.messages import new_id
 from transport.runs import RunRecord
 
+from ..relay.store_conformance import write_runs
 from ..relay.wire import RawPeer, prompt, run_status
 from .conftest import REDIS_URL
 
@@ -52,7 +53,7 @@ def ending(store: RedisStore, expired: list[tuple[str, str]]) -> Expire:
 
     async def expire(session_id: str, run_id: str) -> None:
         expired.append((session_id, run_id))
-        await store.put_runs([replace(active(session_id, "x"), status="error", owner=None)])
+        await write_runs(store, [replace(active(session_id, "x"), status="error", owner=None)])
 
     return expire
 
@@ -68,15 +69,15 @@ async def test_the_sweep_ends_only_runs_whose_owner_stayed_away_for_the_grace(
     node = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
     runs = [active(f"s{i}", "here" if i % 2 else f"gone{i}") for i in range(6)]
     runs.append(active("back", "returns"))
-    await store.put_runs(runs)
+    await write_runs(store, runs)
     node.client_back("here")
-    await node._touch([("here", None)])
-    await node._sweep()
+    await node.sweeper.touch([("here", None)])
+    await node.sweeper.sweep()
     assert expired == []  # the others absent since their Runs started: not past the grace
     node.client_back("returns")
-    await node._touch([("returns", None)])
+    await node.sweeper.touch([("returns", None)])
     await anyio.sleep(0.35)  # past the grace for those never marked present
-    await node._sweep()
+    await node.sweeper.sweep()
     assert sorted(expired) == [("s0", "r-s0"), ("s2", "r-s2"), ("s4", "r-s4")]
 
 
@@ -88,31 +89,31 @@ async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: Redis
 
     node = RedisDispatcher(store, grace=0.2, expire=expire, metrics=Metrics())
     here = [active(f"s{i}", f"agent-{i % 30}") for i in range(300)]
-    await store.put_runs(here)
-    await node._touch([(f"agent-{i}", None) for i in range(30)])
+    await write_runs(store, here)
+    await node.sweeper.touch([(f"agent-{i}", None) for i in range(30)])
     client = store.client()
     try:
         before = await client.info("commandstats")
         trips = store.round_trips
-        await node._sweep()
+        await node.sweeper.sweep()
         assert store.round_trips - trips == 1
         after = await client.info("commandstats")
         assert after["cmdstat_hget"]["calls"] == before.get("cmdstat_hget", {"calls": 0})["calls"]
         assert expired == []
 
         # One agent leaves (its node stops marking it), one that owns nothing leaves too.
-        await store.put_runs([active("t", "leaver"), active("u", "leaver")])
+        await write_runs(store, [active("t", "leaver"), active("u", "leaver")])
         await store.mark_present(["idle"], 0.01)
         await anyio.sleep(0.25)
-        await node._touch([(f"agent-{i}", None) for i in range(30)])
-        await node._sweep()
+        await node.sweeper.touch([(f"agent-{i}", None) for i in range(30)])
+        await node.sweeper.sweep()
         assert sorted(expired) == [("t", "r-t"), ("u", "r-u")]
         # Ended, its Runs left its set; the next sweep forgets it; "idle" owned nothing.
-        assert await client.zscore(store.presence_key, "idle") is None
-        assert await client.scard(store.owner_key("leaver")) == 0
-        await node._sweep()
-        assert await client.zscore(store.presence_key, "leaver") is None
-        assert await client.zcard(store.presence_key) == 30
+        assert await client.zscore(store.keys.presence, "idle") is None
+        assert await client.scard(store.keys.owner("leaver")) == 0
+        await node.sweeper.sweep()
+        assert await client.zscore(store.keys.presence, "leaver") is None
+        assert await client.zcard(store.keys.presence) == 30
         assert len(expired) == 2
     finally:
         await client.aclose()
@@ -121,19 +122,19 @@ async def test_the_sweep_reads_only_what_the_agents_that_left_owned(store: Redis
 async def test_a_run_is_in_its_current_owners_set_only(store: RedisStore) -> None:
     client = store.client()
     try:
-        await store.put_runs([active("s", "first")])
-        assert await client.smembers(store.owner_key("first")) == {b'["s","r-s"]'}
+        await write_runs(store, [active("s", "first")])
+        assert await client.smembers(store.keys.owner("first")) == {b'["s","r-s"]'}
         # Adopted: pending with no owner, then active under another agent.
-        await store.put_runs([replace(active("s", "first"), status="pending", owner=None)])
-        assert await client.scard(store.owner_key("first")) == 0
-        await store.put_runs([active("s", "second")])
-        assert await client.smembers(store.owner_key("second")) == {b'["s","r-s"]'}
+        await write_runs(store, [replace(active("s", "first"), status="pending", owner=None)])
+        assert await client.scard(store.keys.owner("first")) == 0
+        await write_runs(store, [active("s", "second")])
+        assert await client.smembers(store.keys.owner("second")) == {b'["s","r-s"]'}
         # An owner no node has marked yet counts from the moment its Run became active.
-        assert await client.zscore(store.presence_key, "second") is not None
+        assert await client.zscore(store.keys.presence, "second") is not None
         # Ended through an append (as the agent publishes it), it leaves the set.
         await store.open_channel("s")
         await store.append("s", "e1", b"{}", [replace(active("s", "second"), status="complete")])
-        assert await client.scard(store.owner_key("second")) == 0
+        assert await client.scard(store.keys.owner("second")) == 0
     finally:
         await client.aclose()
 
@@ -144,13 +145,13 @@ async def test_runs_an_earlier_version_left_unindexed_are_swept_after_a_start(
     expired: list[tuple[str, str]] = []
     expire = ending(store, expired)
 
-    await store.put_runs([active("old", "gone"), active("kept", "here")])
+    await write_runs(store, [active("old", "gone"), active("kept", "here")])
     client = store.client()
     try:
         # What an earlier version stored: the Runs, no owner sets, no presence.
         meta = f"{store.prefix}{{old}}:meta"
         await client.hdel(meta, "o:r-old")
-        await client.delete(store.owner_key("gone"), store.presence_key)
+        await client.delete(store.keys.owner("gone"), store.keys.presence)
         node = RedisDispatcher(store, grace=0.1, expire=expire, metrics=Metrics())
         node.client_back("here")
         node.start()
@@ -163,12 +164,12 @@ async def test_runs_an_earlier_version_left_unindexed_are_swept_after_a_start(
         assert expired == [("old", "r-old")]
         assert await store.index_owners() == 0  # nothing left to add
         # A session that expired under an owner's Run (history_ttl) is dropped quietly.
-        await store.put_runs([active("lapsed", "away")])
+        await write_runs(store, [active("lapsed", "away")])
         await client.delete(f"{store.prefix}{{lapsed}}:meta", f"{store.prefix}{{lapsed}}:runs")
         await anyio.sleep(0.15)
         assert await store.gone_owners(0.1) == {}
-        assert await client.scard(store.owner_key("away")) == 0
-        assert await client.zscore(store.presence_key, "away") is None
+        assert await client.scard(store.keys.owner("away")) == 0
+        assert await client.zscore(store.keys.presence, "away") is None
     finally:
         await client.aclose()
 
@@ -179,15 +180,15 @@ async def test_after_redis_was_away_absence_counts_from_its_return(store: RedisS
     # sweeper restarts the absence of lapsed owners when it (re)takes the sweep.
     expired: list[tuple[str, str]] = []
     node = RedisDispatcher(store, grace=1.0, expire=ending(store, expired), metrics=Metrics())
-    await store.put_runs([active("kept", "elsewhere"), active("lost", "for-good")])
+    await write_runs(store, [active("kept", "elsewhere"), active("lost", "for-good")])
     await store.mark_present(["elsewhere", "for-good"], 0.05)  # the last marks before
     await anyio.sleep(1.3)  # Redis away for longer than the grace
     client = store.client()
     try:
-        lapsed = await client.zscore(store.presence_key, "elsewhere")
+        lapsed = await client.zscore(store.keys.presence, "elsewhere")
         node.start()
         with anyio.fail_after(5):  # the sweeper's first round restarts their absence
-            while await client.zscore(store.presence_key, "elsewhere") == lapsed:
+            while await client.zscore(store.keys.presence, "elsewhere") == lapsed:
                 await anyio.sleep(0.02)
         assert expired == []
         await store.mark_present(["elsewhere"], 30)  # its node marks it again
@@ -209,13 +210,13 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
 
     a = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
     b = RedisDispatcher(store, grace=0.3, expire=expire, metrics=Metrics())
-    assert await a._lead()
-    assert not await b._lead()
+    assert await a.sweeper.lead()
+    assert not await b.sweeper.lead()
     await anyio.sleep(a.heartbeat * 2)
-    assert await a._lead()  # renewed: still a's after more than half its lease
-    assert not await b._lead()
+    assert await a.sweeper.lead()  # renewed: still a's after more than half its lease
+    assert not await b.sweeper.lead()
 
-    await store.put_runs([active("s", "gone")])
+    await write_runs(store, [active("s", "gone")])
     a.start()
     b.start()
     try:
@@ -224,9 +225,9 @@ async def test_one_node_at_a_time_sweeps_and_another_takes_over_when_it_stops(
                 await anyio.sleep(0.05)
         a.close()  # a's node ends: b takes the sweep over once a's lease runs out
         with anyio.fail_after(a.heartbeat * 3 + 2):
-            while not await b._lead():
+            while not await b.sweeper.lead():
                 await anyio.sleep(0.05)
-        assert not await a._lead()
+        assert not await a.sweeper.lead()
     finally:
         a.close()
         b.close()
@@ -259,10 +260,10 @@ async def test_the_sweeper_drops_stream_consumers_of_gone_nodes_that_hold_nothin
         async def names() -> list[str]:
             return sorted(c["name"].decode() for c in await client.xinfo_consumers(stream, "relay"))
 
-        assert await node._prune() == (0, 0)  # not idle long enough yet
+        assert await node.sweeper.prune() == (0, 0)  # not idle long enough yet
         await anyio.sleep(0.25)
         await take("node-live", ack=True)  # a live reader: idle 0
-        assert await node._prune() == (1, 0)  # both streams hold entries: kept
+        assert await node.sweeper.prune() == (1, 0)  # both streams hold entries: kept
         assert await names() == ["node-holding", "node-live"]
         # An entry held by a consumer is never lost: it stays pending for XAUTOCLAIM.
         assert (await client.xpending(stream, "relay"))["pending"] == 1
@@ -308,7 +309,7 @@ async def test_the_sweeper_deletes_the_empty_dispatch_streams_of_names_no_worker
         await client.xdel(streams["named"], entry_id)  # the Run was cancelled, never dispatched
         await anyio.sleep(0.25)
         await dispatched("read", ack=True)  # a node reads this one now: a worker serves it
-        assert await node._prune() == (1, 2)  # node-done; the streams "done" and "named"
+        assert await node.sweeper.prune() == (1, 2)  # node-done; the streams "done" and "named"
         left = {name for name, key in streams.items() if await client.exists(key)}
         assert left == {"waiting", "held", "read"}
         assert [c["name"] for c in await client.xinfo_consumers(streams["read"], "relay")] == [
@@ -347,7 +348,7 @@ async def test_a_run_of_an_agent_name_whose_stream_was_pruned_reaches_its_next_w
     async with relay.serve(port=0, store=store) as server:
         dispatcher = server.hub.dispatcher
         assert isinstance(dispatcher, RedisDispatcher)
-        dispatcher.consumer_idle = 0.05
+        dispatcher.sweeper.consumer_idle = 0.05
         client = await RawPeer.open(server.url)
         await client.attach("s")
         worker = await RawPeer.open(server.url, role="agent")
@@ -363,7 +364,7 @@ async def test_a_run_of_an_agent_name_whose_stream_was_pruned_reaches_its_next_w
             while not (dispatcher._reader is None or dispatcher._reader.done()):
                 await anyio.sleep(0.05)
         await anyio.sleep(0.1)
-        assert await dispatcher._prune() == (1, 1)
+        assert await dispatcher.sweeper.prune() == (1, 1)
         assert not raw.exists(stream)
 
         second = new_id()
@@ -390,13 +391,14 @@ async def test_an_end_for_an_agents_absence_is_stored_only_while_it_is_still_abs
     run = active("s", "agent-x")
     ended = replace(run, status="error", owner=None)
     gone = Gone("agent-x", 0.05)
-    await store.put_runs([run])
+    await write_runs(store, [run])
+    stored = await store.read("s", after=0)  # the entry the Run was written with
     await store.mark_present(["agent-x"], 30)  # back, through some node
     with pytest.raises(RunwireError) as refused:
         await store.append("s", "end", b"{}", [ended], gone=gone)
     assert refused.value.code == CONFLICT
     assert refused.value.details == {"present": "agent-x"}
-    assert await store.read("s", after=0) == []
+    assert await store.read("s", after=0) == stored
     assert await store.run("s", "r-s") == run
     await store.mark_present(["agent-x"], 0.001)  # gone again, for longer than the grace
     await anyio.sleep(0.1)
@@ -438,7 +440,7 @@ async def test_a_run_is_not_ended_agent_lost_when_its_agent_came_back_through_an
             return expire_later
 
         for server, node in nodes.items():
-            node._expire = held_back(server, node._expire)
+            node.sweeper.expire = held_back(server, node.sweeper.expire)
         client = await RawPeer.open(a.url)
         await client.attach("s")
         run_id = new_id()
@@ -455,10 +457,10 @@ async def test_a_run_is_not_ended_agent_lost_when_its_agent_came_back_through_an
         store = nodes[a].store
         redis_client = store.client()
         try:
-            lapsed = await redis_client.zscore(store.presence_key, "agent-x")
+            lapsed = await redis_client.zscore(store.keys.presence, "agent-x")
             back = await RawPeer.open(other.url, role="agent", client_id="agent-x")
             with anyio.fail_after(5):  # its node marked it present
-                while await redis_client.zscore(store.presence_key, "agent-x") == lapsed:
+                while await redis_client.zscore(store.keys.presence, "agent-x") == lapsed:
                     await anyio.sleep(0.01)
             go.set()
             with anyio.fail_after(10):
@@ -497,7 +499,7 @@ async def test_any_run_and_agent_ids_make_the_round_trip_through_the_sweep(
         )
         for run_id, session_id, owner in runs
     }
-    await store.put_runs(list(records.values()))
+    await write_runs(store, list(records.values()))
     expected: dict[str, set[tuple[str, str]]] = {}
     for record in records.values():
         assert record.owner is not None
@@ -505,11 +507,11 @@ async def test_any_run_and_agent_ids_make_the_round_trip_through_the_sweep(
     await anyio.sleep(0.002)
     gone = await store.gone_owners(0)
     assert {owner: set(found) for owner, found in gone.items()} == expected
-    await store.put_runs([replace(r, status="complete") for r in records.values()])
+    await write_runs(store, [replace(r, status="complete") for r in records.values()])
     assert await store.gone_owners(0) == {}  # each owner forgotten, owning nothing
     client = store.client()
     try:
-        assert await client.zcard(store.presence_key) == 0
+        assert await client.zcard(store.keys.presence) == 0
     finally:
         await client.aclose()
 
@@ -523,7 +525,7 @@ async def test_an_agent_present_in_some_sessions_only_keeps_its_runs_there_only(
     # refused; then what lapsed is forgotten, and the sweep reads nothing of the Run the
     # agent is still present for.
     runs = [active("keep-1", "w"), active("drop-1", "w"), active("other", "elsewhere")]
-    await store.put_runs(runs)
+    await write_runs(store, runs)
     both, fresh = ["keep-*", "drop-*"], ["keep-*"]
     await store.mark_present(["elsewhere"], 30, scoped=[("w", both)])
     await store.mark_present([], 0.001, scoped=[("w", both)])  # its last mark
@@ -542,9 +544,9 @@ async def test_an_agent_present_in_some_sessions_only_keeps_its_runs_there_only(
     assert await store.gone_owners(0.1) == {}
     client = store.client()
     try:
-        assert await client.smembers(store.scopes_key("w")) == {store.scope_member("w", fresh)}
-        assert await client.zcard(store.scoped_presence_key) == 1
-        assert await client.zscore(store.presence_key, "w") is None
+        assert await client.smembers(store.keys.scopes("w")) == {store.scope_member("w", fresh)}
+        assert await client.zcard(store.keys.scoped_presence) == 1
+        assert await client.zscore(store.keys.presence, "w") is None
         before = await client.info("commandstats")
         assert await store.gone_owners(0.1) == {}
         after = await client.info("commandstats")
@@ -570,18 +572,18 @@ async def test_the_sweep_matches_session_patterns_as_tokens_do(
     session = session.replace("*", "x")
     owner = new_id()
     await store.mark_present([], 30, scoped=[(owner, patterns)])
-    await store.put_runs([active(session, owner)])
+    await write_runs(store, [active(session, owner)])
     await store.mark_present([owner], 0.001)  # lapsed everywhere: the sweep looks at it
     await anyio.sleep(0.005)
     gone = (await store.gone_owners(0)).get(owner, [])
     covered = any(relay.auth.matches(pattern, session) for pattern in patterns)
     assert gone == ([] if covered else [(session, f"r-{session}")])
-    await store.put_runs([replace(active(session, owner), status="complete")])
+    await write_runs(store, [replace(active(session, owner), status="complete")])
 
 
 async def test_owners_whose_runs_never_end_do_not_starve_the_others(store: RedisStore) -> None:
     """The sweep takes at most ``sweep_limit`` owners a pass, oldest first. An owner whose
-    Run's end keeps failing (``hub._agent_lost`` only logs: the session cannot be loaded,
+    Run's end keeps failing (``hub.agent_lost`` only logs: the session cannot be loaded,
     its append is refused) must not keep that place for ever: the owners behind it get
     their turn, and the stuck ones are still tried."""
     stuck = {"s-stuck1", "s-stuck2"}
@@ -597,12 +599,12 @@ async def test_owners_whose_runs_never_end_do_not_starve_the_others(store: Redis
 
     node = RedisDispatcher(store, grace=0.2, expire=expire, metrics=Metrics(), sweep_limit=2)
     for name in ("s-stuck1", "s-stuck2", "s-later1", "s-later2", "s-later3"):
-        await store.put_runs([active(name, f"owner-{name}")])  # absent, oldest first
+        await write_runs(store, [active(name, f"owner-{name}")])  # absent, oldest first
         await anyio.sleep(0.01)
     await anyio.sleep(0.25)
     with anyio.fail_after(10):
         for _ in range(6):
-            await node._sweep()
+            await node.sweeper.sweep()
     assert sorted(expired) == [(s, f"r-{s}") for s in ("s-later1", "s-later2", "s-later3")]
     assert tried.count("s-stuck1") >= 2 and tried.count("s-stuck2") >= 2  # still retried
 
@@ -610,7 +612,7 @@ async def test_owners_whose_runs_never_end_do_not_starve_the_others(store: Redis
 async def test_agents_gone_from_some_sessions_take_turns_in_the_sweep(store: RedisStore) -> None:
     # Two agents present by session patterns, both gone, one a pass (``limit=1``): the one
     # returned goes behind the other, whose turn is next, and then its own again.
-    await store.put_runs([active("x-1", "sw1"), active("x-2", "sw2")])
+    await write_runs(store, [active("x-1", "sw1"), active("x-2", "sw2")])
     await store.mark_present([], 0.001, scoped=[("sw1", ["x-*"])])
     await anyio.sleep(0.01)
     await store.mark_present([], 0.001, scoped=[("sw2", ["x-*"])])
@@ -641,26 +643,26 @@ async def test_a_run_whose_record_redis_lost_is_dropped_from_its_owners_set_with
     _hub, node = hub_on(store, 0.2)
     for session_id in ("kept", "lost"):
         await store.open_channel(session_id)
-    await store.put_runs([active("kept", "leaver"), active("lost", "leaver")])
+    await write_runs(store, [active("kept", "leaver"), active("lost", "leaver")])
     client = store.client()
     try:
         await client.delete(f"{store.prefix}{{lost}}:runs")  # as an eviction would
         await anyio.sleep(0.25)  # the owner never marked present: past the grace
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()
+            await node.sweeper.sweep()
         record = await store.run("kept", "r-kept")
         assert record is not None and record.status == "error"
         assert record.error is not None and record.error["code"] == AGENT_LOST
-        assert await client.scard(store.owner_key("leaver")) == 0  # the lost Run dropped too
+        assert await client.scard(store.keys.owner("leaver")) == 0  # the lost Run dropped too
         assert await client.hget(f"{store.prefix}{{lost}}:meta", "o:r-lost") is None
         warned = [r.getMessage() for r in caplog.records if "lost its record" in r.getMessage()]
         assert len(warned) == 1 and "lost/r-lost" in warned[0]
         caplog.clear()
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()  # owning nothing now: forgotten
-            assert await client.zscore(store.presence_key, "leaver") is None
+            await node.sweeper.sweep()  # owning nothing now: forgotten
+            assert await client.zscore(store.keys.presence, "leaver") is None
             assert await store.gone_owners(0.2) == {}
-            await node._sweep()
+            await node.sweeper.sweep()
         assert [r for r in caplog.records if r.levelname == "WARNING"] == []  # warned once
     finally:
         await client.aclose()
@@ -674,7 +676,7 @@ async def test_a_run_redis_lost_that_the_sweeping_node_has_loaded_is_ended_not_d
     # there is nothing to drop.
     hub, node = hub_on(store, 0.2)
     await store.open_channel("lost")
-    await store.put_runs([active("lost", "leaver")])
+    await write_runs(store, [active("lost", "leaver")])
     channel = await hub.channel("lost")
     channel.holds += 1  # as a watcher on this node keeps it loaded
     client = store.client()
@@ -682,11 +684,11 @@ async def test_a_run_redis_lost_that_the_sweeping_node_has_loaded_is_ended_not_d
         await client.delete(f"{store.prefix}{{lost}}:runs")
         await anyio.sleep(0.25)
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()
+            await node.sweeper.sweep()
         record = await store.run("lost", "r-lost")
         assert record is not None and record.status == "error"
         assert record.error is not None and record.error["code"] == AGENT_LOST
-        assert await client.scard(store.owner_key("leaver")) == 0
+        assert await client.scard(store.keys.owner("leaver")) == 0
         assert not any("lost its record" in r.getMessage() for r in caplog.records)
     finally:
         channel.holds -= 1
@@ -706,20 +708,20 @@ async def test_a_run_redis_lost_the_order_of_is_ended_by_one_sweep_and_loaded_by
         replace(active("s", "leaver"), run_id="r2", seq=2),
         replace(active("s", "x"), run_id="r3", status="cancelled", owner=None, seq=3),
     ]
-    await store.put_runs(three)
+    await write_runs(store, three)
     client = store.client()
     try:
         await client.delete(f"{store.prefix}{{s}}:order")  # as an eviction would
         await anyio.sleep(0.25)  # the owner never marked present: past the grace
         with caplog.at_level("WARNING", logger="runwire.relay"):
-            await node._sweep()  # one sweep
+            await node.sweeper.sweep()  # one sweep
             record = await store.run("s", "r2")
             assert record is not None and record.status == "error"
             assert record.error is not None and record.error["code"] == AGENT_LOST
-            assert await client.scard(store.owner_key("leaver")) == 0
+            assert await client.scard(store.keys.owner("leaver")) == 0
             for _ in range(2):
                 assert await store.gone_owners(0.2) == {}
-                await node._sweep()
+                await node.sweeper.sweep()
         warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert len(warned) == 1 and "Run order" in warned[0] and "'s'" in warned[0], warned
         await client.delete(f"{store.prefix}{{s}}:order")  # lost again
@@ -745,7 +747,7 @@ async def test_a_run_whose_end_redis_refuses_is_kept_and_ended_by_a_later_sweep(
     # Not to be taken for a Run Redis lost: its record is there, only its end failed.
     _hub, node = hub_on(store, 0.2)
     await store.open_channel("s")
-    await store.put_runs([active("s", "leaver")])
+    await write_runs(store, [active("s", "leaver")])
     append = store.append
     refusals = 2
 
@@ -764,15 +766,15 @@ async def test_a_run_whose_end_redis_refuses_is_kept_and_ended_by_a_later_sweep(
         await anyio.sleep(0.25)
         with caplog.at_level("WARNING", logger="runwire.relay"):
             for _ in range(2):
-                await node._sweep()
-                assert await client.smembers(store.owner_key("leaver")) == {b'["s","r-s"]'}
+                await node.sweeper.sweep()
+                assert await client.smembers(store.keys.owner("leaver")) == {b'["s","r-s"]'}
                 record = await store.run("s", "r-s")
                 assert record is not None and record.status == "active"
         assert any("could not end run s/r-s" in r.getMessage() for r in caplog.records)
         assert not any("lost its record" in r.getMessage() for r in caplog.records)
-        await node._sweep()  # Redis takes writes again
+        await node.sweeper.sweep()  # Redis takes writes again
         record = await store.run("s", "r-s")
         assert record is not None and record.status == "error"
-        assert await client.scard(store.owner_key("leaver")) == 0
+        assert await client.scard(store.keys.owner("leaver")) == 0
     finally:
         await client.aclose()

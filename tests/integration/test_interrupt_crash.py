@@ -109,7 +109,7 @@ async def test_an_answer_stored_just_before_its_relay_died_resumes_the_run_on_th
         async with worker(first.url, CALLS), client_side.connect(first.url, "died") as phone:
             run_id = await paused_deploy(phone)
             # The relay takes the answer in and dies before reacting to it.
-            monkeypatch.setattr(first.hub, "_react_soon", lambda channel: None)
+            monkeypatch.setattr(first.hub.reactions, "react_soon", lambda channel: None)
             await phone.resume(run_id, {"c1#0": {"region": "us"}})
             assert status(phone, run_id) == "suspended"
     async with relay.serve(port=0, store=store) as second:
@@ -130,7 +130,7 @@ async def test_a_resume_owed_at_a_restart_is_published_though_no_client_comes_ba
     async with relay.serve(port=0, store=store) as first:
         async with worker(first.url, CALLS), client_side.connect(first.url, "unwatched") as phone:
             run_id = await paused_deploy(phone)
-            monkeypatch.setattr(first.hub, "_react_soon", lambda channel: None)
+            monkeypatch.setattr(first.hub.reactions, "react_soon", lambda channel: None)
             await phone.resume(run_id, {"c1#0": {"region": "eu"}})
     monkeypatch.undo()
     async with relay.serve(port=0, store=store) as second, worker(second.url, CALLS):

@@ -328,3 +328,50 @@ test("a cancelled Run's result carries the abort's reason; an error end its erro
   assert.deepEqual(second.error.toWire(), boom);
   await session.close();
 });
+
+test("a steer acknowledged as a duplicate before its entry arrives waits for it, and is accepted as its own", async () => {
+  // A Redis failover: the first try was stored but its ack lost, and the retry's duplicate ack
+  // reaches the client before the entry's deliver frame. Only the entry tells whose id it is.
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket }));
+  const run = await session.send("Plan a 3-day trip.");
+  relay.publish({ kind: "run", id: "act", run_id: run.runId, status: "active" });
+  await until(() => run.status === "active");
+  const [ws] = [...relay.sockets];
+  const deliver = ws._deliver.bind(ws);
+  const held = [];
+  ws._deliver = (frame) => {
+    if (frame.type === "deliver" && frame.entries.some((e) => e.intent === "steer")) {
+      held.push(frame);
+      return;
+    }
+    deliver(frame.type === "ack" && held.length ? { ...frame, duplicate: true } : frame);
+  };
+  const { published } = run.steer("Make it 5 days.");
+  let settled = false;
+  published.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  await until(() => held.length === 1 && relay.frames("publish").length === 2);
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(settled, false); // the ack came, the entry did not: not told yet
+  for (const frame of held) deliver(frame);
+  const { serial } = await withTimeout(published);
+  assert.equal(serial, 3);
+  await session.close();
+});
+
+test("a duplicate ack for another Run's message id is still refused as a reused id", async () => {
+  const relay = new FakeRelay();
+  const session = await withTimeout(connect(relay.url, "s1", { WebSocket: relay.WebSocket }));
+  const run = await session.send("Plan a 3-day trip.");
+  relay.publish({ kind: "run", id: "act", run_id: run.runId, status: "active" });
+  await until(() => run.status === "active");
+  const theirs = { id: "m-theirs", role: "user", parts: [{ type: "text", text: "mine" }] };
+  relay.publish({ kind: "message", id: "m-theirs", run_id: "r-other", intent: "prompt", message: theirs }, "client-2");
+  await until(() => session.view.tree.message("m-theirs") !== null);
+  const { published } = run.steer(theirs);
+  await assert.rejects(withTimeout(published), (e) => e.code === "VALIDATION_ERROR");
+  await session.close();
+});

@@ -1,11 +1,11 @@
-"""An AGENT_LOST end that keeps failing (``Hub._agent_lost``) is logged at a bounded rate:
+"""An AGENT_LOST end that keeps failing (``Hub.agent_lost``) is logged at a bounded rate:
 the sweep on Redis tries it again every heartbeat for as long as it fails."""
 
 from __future__ import annotations
 
 import pytest
 
-import relay.hub
+import relay.liveness
 from relay.hub import Hub
 from relay.metrics import Metrics
 from relay.options import RelayOptions
@@ -32,14 +32,14 @@ async def test_an_end_that_keeps_failing_is_logged_once_per_interval(
     hub = Hub(Unreadable(), RelayOptions(), Metrics())
     with caplog.at_level("WARNING", logger="runwire.relay"):
         for _ in range(5):
-            await hub._agent_lost("bad", "r1")
-        await hub._agent_lost("bad", "r2")
+            await hub.agent_lost("bad", "r1")
+        await hub.agent_lost("bad", "r2")
     warned = [r.getMessage() for r in caplog.records if "could not end run" in r.getMessage()]
     assert len(warned) == 2  # once for r1, once for r2
     assert "bad/r1" in warned[0] and "bad/r2" in warned[1]
     caplog.clear()
-    monkeypatch.setattr(relay.hub, "LOST_LOG_EVERY", 0.0)  # the interval has passed
+    monkeypatch.setattr(relay.liveness, "LOST_LOG_EVERY", 0.0)  # the interval has passed
     with caplog.at_level("WARNING", logger="runwire.relay"):
-        await hub._agent_lost("bad", "r1")
+        await hub.agent_lost("bad", "r1")
     warned = [r.getMessage() for r in caplog.records if "could not end run" in r.getMessage()]
     assert len(warned) == 1 and "4 more failures" in warned[0]

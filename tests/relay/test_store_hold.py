@@ -1,7 +1,8 @@
 """A publish the store refused (``STORE_UNAVAILABLE``) holds its connection's later publishes
-to the session (``Hub._store_hold``): those already on their way are refused too, with
-``details.held``, until it comes again, so they are not stored before it when the store is
-back at once; for one connection and session only, and for ``STORE_HOLD`` seconds at most."""
+to the session (``transport.holds.AdmissionHold``): those already on their way are refused
+too, with ``details.held``, until it comes again, so they are not stored before it when the
+store is back at once; for one connection and session only. That the hold lapses after
+``STORE_HOLD`` seconds is tested with a fake clock in tests/transport/test_holds.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import orjson
 import pytest
 
 import relay
-import relay.hub
 from transport.errors import STORE_UNAVAILABLE
 
 from ..agent_side.test_store_outage import Outage
@@ -65,16 +65,4 @@ async def test_a_publish_behind_one_the_store_refused_waits_until_that_one_comes
         assert (await peer.publish("s", b))["type"] == "ack"
         assert await stored_texts(server) == ["c", "a", "b"]
         await other.close()
-        await peer.close()
-
-
-async def test_the_hold_ends_after_store_hold_if_the_refused_one_never_comes_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(relay.hub, "STORE_HOLD", 0.2)
-    async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
-        peer, _a, b = await refused_once_with_one_behind(server, monkeypatch)
-        await anyio.sleep(0.3)
-        assert (await peer.publish("s", b))["type"] == "ack"
-        assert await stored_texts(server) == ["b"]
         await peer.close()

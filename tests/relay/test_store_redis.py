@@ -42,7 +42,7 @@ from transport.errors import (
 from transport.frames import RunStatus
 from transport.runs import RunRecord
 
-from .store_conformance import Collector, StoreConformance, body, run, settled
+from .store_conformance import Collector, StoreConformance, body, run, settled, write_runs
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -419,12 +419,12 @@ async def test_a_pending_run_is_on_its_agents_stream_exactly_while_it_is_pending
         # A repeat of the prompt (a retry through another node) adds nothing, nor does a
         # rewrite of a record that is still pending.
         assert (await b.append("s", "p1", body("p1"), [run("s", "r1", agent="writer")])).duplicate
-        await b.put_runs([run("s", "r1", agent="writer")])
+        await write_runs(b, [run("s", "r1", agent="writer")])
         assert _waiting(a, "writer") == [("s", "r1"), ("s", "r2")]
         # Leaving pending takes it off the stream, whoever starts it and on whichever
         # node: an agent that starts a prompted Run itself leaves no entry behind.
         await b.append("s", "go", body("go"), [run("s", "r1", "active", agent="writer")])
-        await a.put_runs([run("s", "r2", "cancelled", agent="writer")])
+        await write_runs(a, [run("s", "r2", "cancelled", agent="writer")])
         assert _waiting(a, "writer") == []
         # Back to pending (a durable Run handed on): on the stream again, once.
         await a.append("s", "again", body("again"), [run("s", "r1", agent="writer")])
@@ -446,10 +446,10 @@ async def test_runs_that_ended_leave_the_status_index(prefix: str) -> None:
             await other.open_channel(s)
         await store.append("s", "p1", body("p1"), [run("s", "r1")])
         await store.append("t", "p2", body("p2"), [run("t", "r2")])
-        await other.put_runs([run("s", "elsewhere", "complete")])
+        await write_runs(other, [run("s", "elsewhere", "complete")])
         await store.append("s", "go", body("go"), [run("s", "r1", "active")])
         await store.append("s", "end", body("end"), [run("s", "r1", "complete")])
-        await store.put_runs([run("t", "r2", "cancelled")])
+        await write_runs(store, [run("t", "r2", "cancelled")])
         with Redis.from_url(REDIS_URL) as raw:
             index = [k for k in raw.scan_iter(match=f"{prefix}*status:*") if raw.scard(k)]
         assert index == []
@@ -616,10 +616,10 @@ async def test_runs_missing_from_a_trimmed_order_take_their_place_by_creation(
     async with node(REDIS_URL, prefix) as store:
         await store.open_channel("s")
         runs = [made("s", f"r{i}", i) for i in range(1, 5)]
-        await store.put_runs(runs[:3])
+        await write_runs(store, runs[:3])
         with Redis.from_url(REDIS_URL) as raw:
             raw.ltrim(f"{prefix}{{s}}:order", 1, -1)  # [r2, r3]
-        await store.put_runs(runs[3:])
+        await write_runs(store, runs[3:])
         with caplog.at_level("WARNING", logger="runwire.relay.store"):
             assert await store.runs("s") == runs
         assert len(_order_warnings(caplog)) == 1
@@ -641,10 +641,10 @@ async def test_a_run_written_again_after_redis_lost_the_records_is_listed_once(
     # the hash, so it is pushed on the list a second time.
     async with node(REDIS_URL, prefix) as store:
         await store.open_channel("s")
-        await store.put_runs([made("s", "r1", 1), made("s", "r2", 2)])
+        await write_runs(store, [made("s", "r1", 1), made("s", "r2", 2)])
         with Redis.from_url(REDIS_URL) as raw:
             raw.delete(f"{prefix}{{s}}:runs")
-        await store.put_runs([made("s", "r1", 1, "active")])
+        await write_runs(store, [made("s", "r1", 1, "active")])
         assert await store.runs("s") == [made("s", "r1", 1, "active")]
 
 
@@ -654,11 +654,11 @@ async def test_an_order_list_that_grew_since_it_was_read_is_not_mended_over(pref
     # read then would lose it, so the mend leaves it to a later read.
     async with node(REDIS_URL, prefix) as store:
         await store.open_channel("s")
-        await store.put_runs([made("s", "r1", 1), made("s", "r2", 2)])
+        await write_runs(store, [made("s", "r1", 1), made("s", "r2", 2)])
         with Redis.from_url(REDIS_URL) as raw:
             raw.delete(f"{prefix}{{s}}:order")
-            await store.put_runs([made("s", "r3", 3)])  # the list now [r3], read as []
-            assert not await store._mend_order("s", 0, ["r1", "r2"])
+            await write_runs(store, [made("s", "r3", 3)])  # the list now [r3], read as []
+            assert not await store.index.mend_order("s", 0, ["r1", "r2"])
             assert raw.lrange(f"{prefix}{{s}}:order", 0, -1) == [b"r3"]
             assert [r.run_id for r in await store.runs("s")] == ["r1", "r2", "r3"]
             assert raw.lrange(f"{prefix}{{s}}:order", 0, -1) == [b"r1", b"r2", b"r3"]
@@ -670,7 +670,7 @@ async def test_listing_runs_is_one_round_trip_and_writes_only_to_mend_an_order(
 ) -> None:
     async with node(REDIS_URL, prefix, history_ttl=60) as store:
         await store.open_channel("s")
-        await store.put_runs([made("s", f"r{i}", i) for i in range(1, 4)])
+        await write_runs(store, [made("s", f"r{i}", i) for i in range(1, 4)])
         with Redis.from_url(REDIS_URL) as raw:
             trips = store.round_trips
             assert len(await store.runs("s")) == 3
@@ -1078,7 +1078,7 @@ async def test_every_error_reply_is_store_unavailable_with_redis_s_reason(
     # makes that a ConnectionError, not a ResponseError, and it is a reply all the same.
     async with node(REDIS_URL, prefix) as store:
         info = await store.open_channel("s")
-        wire = store._wire
+        wire = store.pipeline.wire
         assert wire is not None
 
         async def refusing(commands: list[tuple[Any, ...]]) -> list[Any]:

@@ -2565,6 +2565,7 @@ function newPlace() {
 }
 
 // src/session.ts
+var OWN_WAIT_MS = 3e4;
 var Session = class {
   /** @internal */
   _resets;
@@ -2798,7 +2799,7 @@ var Session = class {
     if (parentRunId !== void 0 && parentRunId !== null) entry.parent_run_id = parentRunId;
     if (threadAccess !== void 0 && threadAccess !== null) entry.thread_access = threadAccess;
     const ack = await this._publish(entry);
-    if (ack.duplicate && this.subscribe && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
+    if (ack.duplicate && this.subscribe && !await this._isOwn(msg.id, runId, "prompt", ack.serial)) throw reused(msg.id, ack.serial);
     if (signal) {
       if (signal.aborted) this._cancelSoon(runId);
       else signal.addEventListener("abort", () => this._cancelSoon(runId), { once: true });
@@ -2967,14 +2968,22 @@ var Session = class {
     this._deliveries.get(id).push(delivery);
     if (!this.subscribe) delivery._outcome.reject(writeOnlyError(this.sessionId, "Delivery.outcome"));
     this._publish(entry).then(
-      (ack) => {
+      async (ack) => {
         if (!this.subscribe) {
           delivery._published.resolve({ serial: ack.serial });
           this._forget(delivery);
           return;
         }
         if (ack.duplicate) {
-          if (!this._isOwn(id, delivery.runId, delivery.intent)) {
+          let own;
+          try {
+            own = await this._isOwn(id, delivery.runId, delivery.intent, ack.serial);
+          } catch (err) {
+            delivery._fail(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
+            this._forget(delivery);
+            return;
+          }
+          if (!own) {
             delivery._fail(reused(id, ack.serial));
             this._forget(delivery);
             return;
@@ -3025,10 +3034,27 @@ var Session = class {
       }
     }
   }
-  /** @param {string} messageId @param {string} runId @param {Intent} intent @internal */
-  _isOwn(messageId, runId, intent) {
-    const vm = this.view.tree.message(messageId);
-    return vm !== null && vm.runId === runId && vm.intent === intent;
+  /**
+   * After a duplicate ack: is the entry stored at `serial` this one (a retry)?
+   * @param {string} messageId @param {string} runId @param {Intent} intent @param {number} serial @internal
+   */
+  async _isOwn(messageId, runId, intent, serial) {
+    const told = () => {
+      const vm = this.view.tree.message(messageId);
+      if (vm !== null) return { own: vm.runId === runId && vm.intent === intent };
+      const newest = this.view.newestSerial;
+      return newest !== null && newest >= serial ? { own: false } : null;
+    };
+    let timer;
+    const giveUp = new Promise((resolve) => {
+      timer = setTimeout(resolve, OWN_WAIT_MS);
+    });
+    try {
+      const found = await this.view._until(told, giveUp);
+      return found !== null && found.own;
+    } finally {
+      clearTimeout(timer);
+    }
   }
   /** @param {Delivery} delivery @internal */
   _forget(delivery) {

@@ -12,6 +12,9 @@ import { PublishLane } from "./lane.js";
 
 // -------------------------------------------------------------------------- session ---
 
+/** How long a duplicate ack waits for its entry to reach the view (`_isOwn`), in ms. */
+const OWN_WAIT_MS = 30_000;
+
 
 
 
@@ -273,7 +276,7 @@ export class Session {
     if (parentRunId !== undefined && parentRunId !== null) entry.parent_run_id = parentRunId;
     if (threadAccess !== undefined && threadAccess !== null) entry.thread_access = threadAccess;
     const ack = await this._publish(entry);
-    if (ack.duplicate && this.subscribe && !this._isOwn(msg.id, runId, "prompt")) throw reused(msg.id, ack.serial);
+    if (ack.duplicate && this.subscribe && !(await this._isOwn(msg.id, runId, "prompt", ack.serial))) throw reused(msg.id, ack.serial);
     if (signal) {
       // Aborted while the prompt was being published: no "abort" event comes any more.
       if (signal.aborted) this._cancelSoon(runId);
@@ -464,14 +467,22 @@ export class Session {
     // Write-only: the outcome is told by entries this session never sees.
     if (!this.subscribe) delivery._outcome.reject(writeOnlyError(this.sessionId, "Delivery.outcome"));
     this._publish(entry).then(
-      (ack) => {
+      async (ack) => {
         if (!this.subscribe) {
           delivery._published.resolve({ serial: ack.serial });
           this._forget(delivery);
           return;
         }
         if (ack.duplicate) {
-          if (!this._isOwn(id, delivery.runId, delivery.intent)) {
+          let own;
+          try {
+            own = await this._isOwn(id, delivery.runId, delivery.intent, ack.serial);
+          } catch (err) {
+            delivery._fail(err instanceof RunwireError ? err : new RunwireError("INTERNAL_ERROR", `publishing failed: ${err}`));
+            this._forget(delivery);
+            return;
+          }
+          if (!own) {
             delivery._fail(reused(id, ack.serial));
             this._forget(delivery);
             return;
@@ -526,10 +537,29 @@ export class Session {
     }
   }
 
-  /** @param {string} messageId @param {string} runId @param {Intent} intent @internal */
-  _isOwn(messageId: string, runId: string, intent: Intent) {
-    const vm = this.view.tree.message(messageId);
-    return vm !== null && vm.runId === runId && vm.intent === intent;
+  /**
+   * After a duplicate ack: is the entry stored at `serial` this one (a retry)?
+   * @param {string} messageId @param {string} runId @param {Intent} intent @param {number} serial @internal
+   */
+  async _isOwn(messageId: string, runId: string, intent: Intent, serial: number): Promise<boolean> {
+    // The first try may be stored but not yet delivered: its ack was lost (in a Redis failover,
+    // say) and the retry's ack came first. So wait until the view holds `serial` to tell.
+    const told = () => {
+      const vm = this.view.tree.message(messageId);
+      if (vm !== null) return { own: vm.runId === runId && vm.intent === intent };
+      const newest = this.view.newestSerial;
+      return newest !== null && newest >= serial ? { own: false } : null;
+    };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const giveUp = new Promise((resolve) => {
+      timer = setTimeout(resolve, OWN_WAIT_MS);
+    });
+    try {
+      const found = await this.view._until(told, giveUp);
+      return found !== null && found.own;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** @param {Delivery} delivery @internal */
