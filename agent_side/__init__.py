@@ -41,7 +41,7 @@ from .options import (
     RunOptions,
     SteerHook,
 )
-from .pipe import Coalescer, MessageBuilder, Normalizer, PipeResult
+from .pipe import PipeResult
 from .run import Run, RunPaused
 from .session import AgentSession, connect
 from .tools import (
@@ -76,11 +76,8 @@ __all__ = [
     "Approval",
     "CancelHook",
     "CancelRequest",
-    "Coalescer",
     "Invocation",
-    "MessageBuilder",
     "Model",
-    "Normalizer",
     "PipeResult",
     "QueueOptions",
     "Run",

@@ -43,7 +43,7 @@ from transport.checks import Check
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
-from transport.runs import TERMINAL
+from transport.runs import run_ended
 
 from .link import Link
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
@@ -286,7 +286,7 @@ class Agent:
             return
         try:
             info = session.tree.run(frame.run_id)
-            if info is not None and info.status in TERMINAL:
+            if info is not None and run_ended(info.status):
                 log.info("run %s was dispatched but has ended (%s)", frame.run_id, info.status)
                 return
             run = session.create_run(
@@ -327,7 +327,7 @@ class Agent:
                 # The relay ended it meanwhile (an interrupt of a Run not started yet).
                 log.info("run %s ended elsewhere while its handler ran: %s", run.run_id, exc)
                 return
-            if run._started_elsewhere and not run.started:
+            if run.inbox.started_elsewhere and not run.started:
                 # Handed out twice (a relay restart, or a link that dropped between the
                 # dispatch and the start): the other worker started it first and owns it.
                 log.info("run %s was started by another worker: %s", run.run_id, exc)
@@ -364,7 +364,7 @@ class Agent:
                 log.warning("could not end run %s: %s", run.run_id, exc)
                 return
             log.warning("could not end run %s yet (trying again): %s", run.run_id, exc)
-            await run._end_until_stored(reason, error)
+            await run.inbox.end_until_stored(reason, error)
 
 
 def _trace_parent(run: Run) -> Mapping[str, object] | None:

@@ -1,46 +1,15 @@
-"""Durable Runs: stable step ids, and what a worker that adopts a Run goes on from.
+"""Durable Runs: stable step ids, and what a worker that adopts a Run takes up.
 
-Theory of operation
--------------------
-Every step of a Run (one model call, ``pipe()``; one batch of tool calls,
-``run_tools()``) publishes one response whose message id depends only on the
-run id and the step number: ``<run>.s<k>`` for a model call, ``<run>.s<k>.tools``
-for tools. A durable Run publishes a ``checkpoint`` entry after each step
-(its id, ``<run>.ckpt.<k>``, is fixed too, so a repeat is dropped by the
-relay): the step number, the turn, the model calls of the turn, the queued
-messages answered so far and the agent's own ``run.state``. The relay keeps
-the latest one on the Run's record.
+Every step of a Run publishes one response whose message id depends only on
+the run id and the step number: ``<run>.s<k>`` for a model call and
+``<run>.s<k>.tools`` for tools. A durable Run publishes a ``checkpoint`` entry
+after each step, with a fixed id too, so the relay drops a repeat.
 
-When the relay hands the Run to another worker (its agent went away), the new
-``Run`` is ``adopted``. ``plan_adoption`` reads the checkpoint (from the
-dispatch, else the channel) and the Run's responses in the view:
-
-* closed responses are done (a step closed but not yet checkpointed counts);
-  when the newest of them is a tool step, the model is owed a call: it has
-  not read those results yet (the worker went away between the two steps);
-* the half-published model step right after them is retried: the next
-  ``pipe()`` gets the same message id, and its ``response_open`` starts that
-  response over, so it is replaced, never published twice;
-* a half-published tool step is closed as it stands at ``start()``: calls that
-  finished keep their results, the one that was running gets none (history
-  repair answers it ``OUTCOME_UNKNOWN``), and the model is owed a call. When
-  the step ran its calls one after another (its ``response_open`` says so,
-  ``metadata.tool_step``), a call started only after the one before it had its
-  result published, so the calls after the first one without a result never
-  started: they are answered ``ABORTED_BEFORE_DISPATCH`` in the step (appended
-  before the close), never run. They were queued behind a call whose outcome
-  is unknown and may depend on it (book, then charge; deploy staging, then
-  production), so the model decides again once it has checked that call. The
-  calls of a parallel step, or of a step whose open does not say, may all have
-  started: every one without a result stays unanswered (``OUTCOME_UNKNOWN``);
-* anything older left open is closed as it stands, marked interrupted;
-* when the newest step is a closed model step whose tool calls have no tool
-  step (the worker went away after the model asked for them and before it
-  published the step's ``response_open``, which it does before any call
-  starts), no call ran: ``run.resume_tools()`` runs them as the next step.
-  If steering newer than that model step waits, the step may have been cut
-  off by it, and its calls are answered ``ABORTED_BEFORE_DISPATCH`` instead
-  (the model reads the steering and may ask again).
+When the relay passes the Run to another worker, the new ``Run`` is
+``adopted``. ``plan_adoption`` reads the checkpoint and the Run's responses,
+and says which step to retry, which replies to close as they stand, and which
+tool calls to answer without running them. docs/explanation/agent-runs.md
+tells each case and its reason.
 """
 
 from __future__ import annotations

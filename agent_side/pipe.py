@@ -1,35 +1,16 @@
 """Publishing a model's output stream: normalise, coalesce, fold, publish.
 
-Theory of operation
--------------------
-``run.pipe(stream)`` reads an async iterable of ``str`` text deltas or UI
-message stream parts (dicts with a ``type``, AI SDK names). ``Normalizer``
-turns each item into stream chunks: a run of plain strings becomes one text
-part (``text-start``, ``text-delta``..., ``text-end``). ``MessageBuilder``
-folds chunks into the response ``UIMessage`` by the same rules as
-``transport.tree`` (so the ``response_close`` message is the message every
-subscriber folded). ``Coalescer`` holds chunks waiting to be published:
-consecutive deltas of one part merge into one chunk, so when the relay round
-trip is slower than the model, many tokens ride one ``response_append``.
+``run.pipe(stream)`` reads text deltas or UI message stream parts.
+``Normalizer`` turns each item into stream chunks, ``MessageBuilder`` folds
+them into the response message by the rules of ``transport.tree``, and
+``Coalescer`` merges the deltas waiting to be published. So when the relay
+is slower than the model, many tokens ride one ``response_append``.
 
-``pipe_stream`` drives them: one task reads the stream, another publishes
-``response_open``, then a ``response_append`` per batch with at most
-``max_in_flight`` appends unacknowledged (a batch waits for the one before
-it), then ``response_close`` (``close_entry``: the whole message when it fits
-a frame, else none, and every reader keeps the content the appends built).
-Batches stay within a frame: a merged delta is capped at
-``max_batch_bytes // 8`` characters (a character is at most 6 bytes of JSON),
-and a longer delta from the stream is split.
-It races the Run's abort signal: when that fires it stops reading, closes
-the source it was given (its ``aclose()`` or ``close()``, and the iterator
-``aiter()`` returned), flushes what it holds, closes the response and reports
-``cancelled`` (also when the stream raises as it is aborted, as many model
-clients do). The source is closed whether or not the model's code watches the
-signal, so a provider's HTTP stream ends at once. A ``stop_signal`` (steering's
-abort of one model call) stops the read the same way but reports ``complete``.
-A stream that raises, or yields an ``error`` chunk, closes the response with
-what it had and reports ``error``. Items with a ``model_dump`` (pydantic chunk
-objects, such as pydantic-ai's) are taken as the dicts they dump to.
+``pipe_stream`` drives them: it publishes ``response_open``, the appends with
+at most ``max_in_flight`` unacknowledged, then ``response_close``. When the
+Run's abort signal fires it stops reading, closes the source, and reports
+``cancelled``. A stream that raises, or yields an ``error`` chunk, reports
+``error``. docs/explanation/agent-runs.md tells the details.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.mirror import Folded
 from transport.tree import ConversationTree, MessageEvent
 
+from ._run_link import RunLink
 from .link import Link, SessionPort
 from .options import (
     CancelHook,
@@ -52,6 +53,7 @@ from .options import (
     SteerHook,
 )
 from .run import Run
+from .view import RunView
 
 __all__ = ["AgentSession", "View", "connect"]
 
@@ -252,7 +254,7 @@ class AgentSession:
             for run in list(self._runs.values()):
                 if run.status == "active":
                     # One whose end the store refused ends as its code asked, not cancelled.
-                    reason, error = run._end_again or ("cancelled", None)
+                    reason, error = run.inbox.end_asked or ("cancelled", None)
                     try:
                         await run.end(reason, error=error)
                     except RunwireError as exc:
@@ -299,7 +301,7 @@ class AgentSession:
                 vm = event.message
                 run = self._runs.get(vm.run_id)
                 if vm.intent not in (None, "prompt") and run is not None:
-                    run._input_folded(vm)
+                    run.inbox.input_folded(vm)
         kind, run_id = data.get("kind"), data.get("run_id")
         if not isinstance(run_id, str):
             return
@@ -308,7 +310,7 @@ class AgentSession:
             request = _cancel_request(data)
             self._cancels.setdefault(run_id, {})[str(request.cancel_id)] = request
             if run is not None:
-                run._cancel_folded(request)
+                run.inbox.cancel_folded(request)
         elif kind == "run":
             status = data.get("status")
             if status == "active":
@@ -317,13 +319,13 @@ class AgentSession:
                 return
             if status == "pending":
                 if run.started:  # not a queued Run's turn: the relay handed it on
-                    run._handed_over()
+                    run.inbox.passed_on()
                 return
             reason = _END_REASONS.get(status) if isinstance(status, str) else None
             if reason is not None:
                 error = data.get("error")
                 err = RunwireError.from_wire(error) if isinstance(error, dict) else None
-                run._ended_elsewhere(reason, err)
+                run.inbox.ended_elsewhere(reason, err)
 
     def _cancels_of(self, run_id: str) -> list[CancelRequest]:
         """The Run's standing cancel requests, oldest first (none once the agent refused).
@@ -353,10 +355,43 @@ class AgentSession:
         """The attachment is gone (``error``): tell the live Runs (only started ones if asked)."""
         for run in list(self._runs.values()):
             if not started_only or (run.started and not run.ended):
-                run._attachment_lost(error)
+                run.inbox.attachment_lost(error)
+
+    def run_link(self) -> RunLink:
+        """The interface this session's Runs talk to it through (internal to the SDK)."""
+        # Each looks the session's method up when called, so a test may swap one in.
+        return RunLink(
+            tree=lambda: self.tree,
+            owns_link=self._owns_link,
+            frame_bytes=lambda: self._frame_bytes(),
+            publish=lambda entry, slot: (
+                self._publish(entry) if slot is None else self._publish(entry, slot)
+            ),
+            spawn=lambda fn, *args: self._spawn(fn, *args),
+            reserve=lambda: self._reserve(),
+            release=lambda slot: self._release(slot),
+            forget=lambda run: self._forget(run),
+            cancels_of=lambda run_id: self._cancels_of(run_id),
+            view_of=self._view_of,
+        )
+
+    def _view_of(self, run: Run) -> RunView:
+        """The Run's view: a filter over the session's (``agent_side.view.RunView``)."""
+        return RunView(
+            self.view,
+            run.run_id,
+            tail=lambda: run.inbox.input_tail(),
+            visible=lambda: run.inbox.visible_inputs(),
+            retry=lambda: run.inbox.retry_id,
+        )
+
+    def _frame_bytes(self) -> int:
+        """The relay's ``max_frame_bytes`` (as its welcome said; 1 MiB before one came)."""
+        welcome = self._link.conn.welcome
+        return welcome.max_frame_bytes if welcome else 1024 * 1024
 
     def _forget(self, run: Run) -> None:
-        run._unlink_signals()
+        run.inbox.unlink_signals()
         if self._runs.get(run.run_id) is run:
             del self._runs[run.run_id]
 

@@ -1,63 +1,22 @@
 """A small tool runner: ``tool()`` with pydantic parameters, and what ``run.run_tools`` does.
 
-Theory of operation
--------------------
-``tool()`` wraps a function that takes one pydantic model (the call's
-arguments, validated) into a ``Tool`` with a name, a description (the
-docstring) and the JSON schema a model needs. The function may be plain or
-async; a plain one runs in a worker thread so it cannot stall the event loop.
+``tool()`` wraps a function that takes one pydantic model, the call's
+validated arguments, into a ``Tool``. The tool has a name, a description (the
+docstring) and the JSON schema a model needs. A plain function runs in a worker
+thread, so it cannot stall the event loop.
 
 ``execute_tools`` runs the tool calls of one model response as one step of the
-Run: it opens a response, writes each result the moment its call finishes
-(so a crash later loses nothing that finished), and closes the response.
-Calls run one after another, or with ``parallel=True`` side by side, at most
-``max_parallel`` at once; ``timeout`` bounds each call. The step's
-``response_open`` names its calls, in order, and whether they run in parallel
-(``metadata.tool_step``, kept on the close). One after another, a call starts
-only once the result of the one before it is published (acknowledged by the
-relay), and nothing is published when a call starts: so in a step its worker
-left half published, the calls after the first one without a result never
-started (``agent_side.durable``). When the Run's signal
-fires (a cancel) the step stops as the seed says:
+Run. It opens a response, writes each result the moment its call finishes, and
+closes the response. Calls run one after another, or side by side with
+``parallel=True``. A cancel stops the step: calls not started are answered
+``ABORTED_BEFORE_DISPATCH``, finished calls keep their results, and a running
+call gets no result.
 
-* calls not started get ``Aborted before dispatch: the run stopped before this
-  tool call started`` (``ABORTED_BEFORE_DISPATCH``);
-* calls that finished keep their results;
-* a call still running gets no result: it is cancelled (an async tool) or left
-  behind (a plain tool in its thread), and its late result is never written.
-  History repair later answers it ``OUTCOME_UNKNOWN``.
-
-Interrupts. A tool whose function takes a second parameter gets a
-``ToolContext``: ``await ctx.interrupt(...)`` asks a person (id
-``<tool_call_id>#<n>``, the n-th question of that call). A question nobody
-answered yet stops the call (it gets no result) and the step: sequential
-calls after it do not start. With ``parallel=True`` the calls that run together
-(all of them, or the first ``max_parallel``) all start, also when one asks
-before its first ``await``; they run until they finish or ask, and the pause
-carries every question they asked. A call still waiting for a slot then does
-not start until the answers came. The response stays open; ``execute_tools``
-returns the questions and the Run pauses (``agent_side.steps``). When the Run
-resumes the step runs again under the same message id: finished calls keep
-their results (written again, never run again), the call that asked runs
-again from its start and ``interrupt()`` returns the answer (parsed by the
-pydantic model; one it refuses asks the same question again, as ``#<n+1>``).
-A question that expired answers its call ``Nobody answered "..." before it
-expired at ...``; a new prompt instead of answers answers the waiting calls
-``The user moved on without answering`` and calls never started ``Not
-started``; a declined pause answers them ``The user declined to answer ...``.
-A tool marked ``requires_approval`` asks first (``kind="approval"``, id = the
-tool call id, answer ``{approved, reason?, updated_arguments?, remember?}``)
-and runs with ``updated_arguments`` when given; ``remember: true`` approves
-that tool's later calls in the Run (kept in ``run.state["approved_tools"]``).
-``requires_approval`` may be a rule: a function of the call's arguments (a
-text it returns is the reason). The approval's details carry the call's
-``arguments``, the request's ``reason``, its ``rule`` and a ``suggested_rule``
-(what ``remember: true`` adds); see ``approval_request``.
-
+A tool may ask a person through its ``ToolContext`` (``agent_side._asking``).
 Failures are results the model reads, with a code: ``TOOL_NOT_FOUND``,
-``VALIDATION_ERROR`` (arguments that do not fit the parameters; the pydantic
-errors in the message), ``TOOL_TIMEOUT``, ``TOOL_ERROR`` (the tool raised), or
-the code of a ``RunwireError`` the tool raised.
+``VALIDATION_ERROR``, ``TOOL_TIMEOUT``, ``TOOL_ERROR``, or the code of a
+``RunwireError`` the tool raised. docs/explanation/agent-runs.md tells the
+whole story.
 """
 
 from __future__ import annotations
@@ -67,7 +26,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 import anyio
@@ -79,14 +37,14 @@ from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
     EntryBody,
     Interrupt,
-    InterruptKind,
     ResponseAppend,
     ResponseOpen,
 )
 from transport.history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT
-from transport.interrupts import MOVED_ON_TEXT, NOT_STARTED_TEXT, declined_text, expired_text
+from transport.interrupts import NOT_STARTED_TEXT
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
+from ._asking import APPROVAL_SCHEMA, Approval, Pause, Paused, ToolContext, Unanswered
 from .durable import tool_step_metadata
 from .pipe import MessageBuilder, close_entry
 
@@ -121,190 +79,6 @@ INTERRUPTED = "INTERRUPTED"
 
 P = TypeVar("P", bound=BaseModel)
 M = TypeVar("M", bound=BaseModel)
-
-
-class Approval(BaseModel):
-    """The answer to an ``approval`` interrupt."""
-
-    approved: bool
-    reason: str | None = None
-    updated_arguments: dict[str, Any] | None = None
-    remember: bool | None = None
-
-
-APPROVAL_SCHEMA: dict[str, Any] = Approval.model_json_schema(mode="validation")
-
-
-@dataclass
-class Pause:
-    """What a paused Run knows on resume (the relay's ``pause``, see ``transport.interrupts``)."""
-
-    answers: dict[str, Any] = field(default_factory=dict)
-    asked: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """The questions of the latest pause, by id (their ``expires_at`` stays what it was)."""
-    expired: set[str] = field(default_factory=set)
-    moved_on: bool = False
-    declined: str | None = None
-    """Set (the reason, maybe empty) when the user ended the pause without answers."""
-    step: dict[str, Any] | None = None
-    remembered: set[str] = field(default_factory=set)
-    """Tools a person approved with ``remember: true``: their later calls in the Run do not ask."""
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Pause:
-        """Read the relay's ``pause`` (a dispatch's ``checkpoint["pause"]``)."""
-        if not data:
-            return cls()
-        declined = data.get("declined")
-        return cls(
-            answers=dict(data.get("answers") or {}),
-            asked={q["id"]: q for q in data.get("interrupts") or []},
-            expired=set(data.get("expired") or []),
-            moved_on=bool(data.get("moved_on")),
-            declined=(declined.get("reason") or "") if isinstance(declined, dict) else None,
-            step=data.get("step"),
-        )
-
-    @property
-    def settled(self) -> bool:
-        """The pause ended without answers (moved on or declined)."""
-        return self.moved_on or self.declined is not None
-
-
-class _Paused(Exception):
-    def __init__(self, question: Interrupt) -> None:
-        super().__init__(question.message)
-        self.question = question
-
-
-class _Unanswered(Exception):
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-
-def _schema_of(schema: type[BaseModel] | dict[str, Any] | None) -> dict[str, Any] | None:
-    if schema is None:
-        return None
-    if isinstance(schema, dict):
-        return schema
-    return schema.model_json_schema(mode="validation")
-
-
-def _ms(value: datetime | int | float | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)
-    return int(value)
-
-
-class ToolContext:
-    """What a tool call gets besides its arguments: ``interrupt()`` to ask a person."""
-
-    def __init__(self, tool_call_id: str, tool_name: str | None, pause: Pause) -> None:
-        self.tool_call_id = tool_call_id
-        self.tool_name = tool_name
-        self._pause = pause
-        self._n = 0
-
-    @overload
-    async def interrupt(
-        self,
-        *,
-        message: str,
-        response_schema: type[M],
-        reason: str = "",
-        expires_at: datetime | int | None = None,
-        kind: InterruptKind = "input",
-        details: dict[str, Any] | None = None,
-    ) -> M: ...
-
-    @overload
-    async def interrupt(
-        self,
-        *,
-        message: str,
-        response_schema: dict[str, Any] | None = None,
-        reason: str = "",
-        expires_at: datetime | int | None = None,
-        kind: InterruptKind = "input",
-        details: dict[str, Any] | None = None,
-    ) -> Any: ...
-
-    async def interrupt(
-        self,
-        *,
-        message: str,
-        response_schema: type[BaseModel] | dict[str, Any] | None = None,
-        reason: str = "",
-        expires_at: datetime | int | None = None,
-        kind: InterruptKind = "input",
-        details: dict[str, Any] | None = None,
-    ) -> Any:
-        """Ask a person; returns the answer (parsed by ``response_schema`` when a model).
-
-        ``expires_at`` is a ``datetime`` or ms since the epoch. The first time
-        it is asked the call stops and the Run pauses; on resume the call runs
-        again and this returns the answer.
-        """
-        while True:
-            question = Interrupt(
-                id=f"{self.tool_call_id}#{self._n}",
-                kind=kind,
-                reason=reason,
-                message=message,
-                response_schema=_schema_of(response_schema),
-                expires_at=_ms(expires_at),
-                tool_call_id=self.tool_call_id if self.tool_name is not None else None,
-                tool_name=self.tool_name,
-                details=details,
-            )
-            self._n += 1
-            answer = self._settle(question)
-            if isinstance(response_schema, type):
-                try:
-                    return response_schema.model_validate(answer)
-                except ValidationError:
-                    continue  # the JSON Schema let it through, the model refuses it: ask again
-            return answer
-
-    async def approval(
-        self, message: str, arguments: Any, details: dict[str, Any] | None = None
-    ) -> Approval:
-        """Ask to approve this call (``kind="approval"``, id = the tool call id)."""
-        question = Interrupt(
-            id=self.tool_call_id,
-            kind="approval",
-            reason="approval",
-            message=message,
-            response_schema=APPROVAL_SCHEMA,
-            tool_call_id=self.tool_call_id,
-            tool_name=self.tool_name,
-            details={"arguments": arguments, **(details or {})},
-        )
-        if self.tool_name in self._pause.remembered:
-            return Approval(approved=True, reason="remembered")
-        decision = Approval.model_validate(self._settle(question))
-        if decision.approved and decision.remember and self.tool_name is not None:
-            self._pause.remembered.add(self.tool_name)
-        return decision
-
-    def _settle(self, question: Interrupt) -> Any:
-        pause = self._pause
-        if question.id in pause.answers:
-            return pause.answers[question.id]
-        asked = pause.asked.get(question.id, {})
-        expires_at = asked.get("expires_at", question.expires_at)
-        if question.id in pause.expired and expires_at is not None:
-            raise _Unanswered(expired_text(question.message, expires_at))
-        if pause.declined is not None:
-            raise _Unanswered(declined_text(question.message, pause.declined or None))
-        if pause.moved_on:
-            raise _Unanswered(MOVED_ON_TEXT)
-        if asked:
-            question = question.model_copy(update={"expires_at": expires_at})
-        raise _Paused(question)
 
 
 Execute = Callable[[Any], Any]
@@ -506,9 +280,9 @@ async def _call(
                 output = await anyio.to_thread.run_sync(tool.execute, *args, abandon_on_cancel=True)
                 if inspect.isawaitable(output):
                     output = await output
-    except _Paused:
+    except Paused:
         raise
-    except _Unanswered as exc:
+    except Unanswered as exc:
         return _failed(call, INTERRUPTED, exc.text)
     except TimeoutError:
         return _failed(call, TOOL_TIMEOUT, f"{tool.name} timed out after {timeout}s")
@@ -645,7 +419,7 @@ async def execute_tools(
                     attributes = {"runwire.tool": call.tool_name}
                     with tracing.span("runwire.tool", attributes=attributes):
                         result = await _call(found, call, timeout, ctx)
-                except _Paused as paused:
+                except Paused as paused:
                     step.questions.append(paused.question)
                     return
             if signal.aborted:

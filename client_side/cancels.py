@@ -22,7 +22,7 @@ import anyio
 from transport.errors import CANCEL_DENIED, RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Ack, CancelEntry, EntryBody
 from transport.messages import new_id
-from transport.runs import TERMINAL
+from transport.runs import run_ended
 from transport.tree import CancelDenial
 
 from .deliveries import Deliveries
@@ -78,7 +78,7 @@ async def _settled(
             if denial is not None:
                 raise denied_error(denial)
             info = view.run(run_id)
-            if info is not None and info.status in TERMINAL:
+            if info is not None and run_ended(info.status):
                 return
             runs.check_lost(run_id, resets)
             await runs.wait_change()

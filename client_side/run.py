@@ -39,10 +39,10 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, cast, runtime_check
 import anyio
 
 from transport.asyncio.view import View, write_only_error
-from transport.errors import RUN_NOT_ACTIVE, VALIDATION_ERROR, RunwireError
+from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import Interrupt, MessageEntry, RunEndReason, RunStatus
 from transport.messages import UIMessage, user_message
-from transport.runs import TERMINAL
+from transport.runs import ended_error, run_ended
 from transport.tree import Refusal
 
 __all__ = [
@@ -352,14 +352,8 @@ class ClientRun:
         delivery = Delivery(msg, self.run_id, intent)
         self._deliveries.append(delivery)
         info = session.view.run(self.run_id) if session.subscribe else None
-        if info is not None and info.status in TERMINAL:
-            delivery.fail(
-                RunwireError(
-                    RUN_NOT_ACTIVE,
-                    f"run {self.run_id!r} already ended ({info.status})",
-                    details={"run_id": self.run_id, "status": info.status},
-                )
-            )
+        if info is not None and run_ended(info.status):
+            delivery.fail(ended_error(self.run_id, info.status))
             return delivery
         entry = MessageEntry(id=msg.id, run_id=self.run_id, intent=intent, message=msg)
         session.start(delivery, entry)
@@ -389,7 +383,7 @@ class ClientRun:
         self._check_readable("ClientRun.result()")
         while True:
             info = self._session.view.run(self.run_id)
-            if info is not None and (info.status in TERMINAL or info.status == "suspended"):
+            if info is not None and (run_ended(info.status) or info.status == "suspended"):
                 undelivered = (
                     []
                     if info.status == "error"
@@ -405,7 +399,7 @@ class ClientRun:
                     end_reason=info.end_reason,
                     undelivered=undelivered,
                     interrupts=self._session.view.tree.interrupts(self.run_id),
-                    error=error if info.status in TERMINAL else None,
+                    error=error if run_ended(info.status) else None,
                     reason=error.message if error and info.status == "cancelled" else None,
                 )
             self._session.check_lost(self.run_id, self._resets)

@@ -71,7 +71,7 @@ from transport.frames import Error as ErrorFrame
 from transport.interrupts import PausedRun
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id
-from transport.runs import MULTITASK_STRATEGIES, TERMINAL
+from transport.runs import MULTITASK_STRATEGIES, run_ended
 
 from .cancels import cancel_quietly, cancel_run
 from .deliveries import Deliveries, reused_error, write_only_refused
@@ -466,7 +466,7 @@ class ClientSession:
 
     def _cancel_soon(self, run_id: str) -> None:
         info = self.view.run(run_id) if self.subscribe else None
-        if self._closed or self._tg is None or (info is not None and info.status in TERMINAL):
+        if self._closed or self._tg is None or (info is not None and run_ended(info.status)):
             return
         # In the lane now, when the signal fired: after what the user did before, before
         # what they do next.

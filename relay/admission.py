@@ -9,8 +9,8 @@ dropped unread. A connection whose request has not all arrived ``request_timeout
 seconds after it opened is answered 408 and closed. Each kind of refusal is logged
 once per burst: again only after ``QUIET`` seconds without one.
 
-These are plain functions and a small class, called by the connection class
-of ``relay.http_api``, so that they move with the HTTP serving code.
+These are plain functions and a small class, called by the HTTP front
+(``relay.front_connection``, ``relay.http_front``), which reads every connection first.
 """
 
 from __future__ import annotations

@@ -140,13 +140,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default=0.0,
         help="seconds a subscriber's streamed appends may wait to share a frame (default 0)",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
-    parser.add_argument(
-        "--log-format",
-        choices=logcontext.FORMATS,
-        default="text",
-        help="text: time, level, logger, message; json: one object a line",
-    )
+    config.add_log_options(parser)
     parser.add_argument("--no-access-log", action="store_true", help="do not log each HTTP request")
     parser.add_argument(
         "--allowed-origins",
@@ -176,6 +170,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="seconds a connection has to send its request, head and body (default: 10)",
     )
     parser.add_argument(
+        "--http-idle-timeout",
+        type=float,
+        default=15.0,
+        help="seconds an HTTP connection stays open between requests (keep-alive)",
+    )
+    parser.add_argument(
         "--ssl-certfile",
         help="PEM certificate chain: serve wss:// and https:// on the port (TLS)",
     )
@@ -193,10 +193,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     status 2 and one line saying what is wrong."""
     resolved = config.resolve(parser, argv, table="relay")
     args = resolved.args
-    try:
-        logging.getLevelNamesMapping()[args.log_level.upper()]
-    except KeyError:
-        parser.error(f"--log-level: unknown level {args.log_level!r}")
+    config.check_log_level(parser, args)
     if args.print_config:
         print(config.render(parser, resolved, table="relay"), end="")
         raise SystemExit(0)
@@ -228,6 +225,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "max_connections": args.max_connections,
         "max_connections_per_ip": args.max_connections_per_ip,
         "request_timeout": args.request_timeout,
+        "http_idle_timeout": args.http_idle_timeout,
         "ssl_certfile": args.ssl_certfile,
         "ssl_keyfile": args.ssl_keyfile,
     }

@@ -208,4 +208,4 @@ def _checkpoint(record: RunRecord) -> dict[str, Any] | None:
     """The Run's last checkpoint, with what it paused on (``pause``) once it paused."""
     if record.pause is None:
         return record.checkpoint
-    return {**(record.checkpoint or {}), "pause": record.pause}
+    return {**(record.checkpoint or {}), "pause": record.pause.to_dict()}

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .http_models import PostCancel, PostMessage, PostResume
+
 __all__ = ["DOCS_COPY", "document", "render"]
 
 DOCS_COPY = Path(__file__).resolve().parents[1] / "docs/reference/protocol/openapi.json"
@@ -98,8 +100,6 @@ def _post(model: str, summary: str, status: int, answer: dict[str, Any]) -> dict
 
 
 def _schemas() -> dict[str, Any]:
-    from .http_api import PostCancel, PostMessage, PostResume
-
     models: list[type[BaseModel]] = [PostMessage, PostCancel, PostResume]
     schemas: dict[str, Any] = {}
     for model in models:

@@ -77,6 +77,9 @@ class RelayOptions:
     (None: no cap, as behind a proxy every connection comes from one address)."""
     request_timeout: float = 10.0
     """Seconds a connection has to send its whole request (head and body); then 408."""
+    http_idle_timeout: float = 15.0
+    """Seconds an HTTP connection stays open, between requests, for the next one (keep-alive);
+    then it closes."""
     ssl_certfile: str | None = None
     """A PEM certificate chain: the relay serves ``wss://`` and ``https://`` on its port."""
     ssl_keyfile: str | None = None

@@ -1,44 +1,30 @@
-"""``serve()``: the relay's WebSocket server, with ``/healthz`` and ``/metrics`` on its port.
+"""``serve()``: the relay on one port: WebSocket connections, and HTTP beside them.
 
-A connection's first frame must be ``hello`` (answered by ``welcome``);
-anything else first is answered with a ``PROTOCOL_ERROR`` and the connection
-closes (4002). Frames over ``max_frame_bytes`` get ``PAYLOAD_TOO_LARGE`` and the
-connection stays; frames over ``hard_frame_bytes`` close it (1009). Plain HTTP
-``GET /healthz`` answers JSON (503 while the store cannot write), ``GET
-/metrics`` the Prometheus text format, ``GET /client.js`` the JavaScript client
-(``client_side/js/dist/runwire.js``, built from client_side/js/src), ``GET
-/static/...`` the chat page's own files
-(a fixed list, ``relay.static_files``), and ``GET /`` the ``index_html`` file
-when that option names one. ``/v1/...`` is the HTTP API for back ends without a
-socket (``relay.http_api``, which also explains how request bodies are read).
+Every connection is read first by the HTTP front (``relay.http_front``): a
+WebSocket handshake goes on to websockets, any other request is answered by
+``relay.http_routes`` (``/v1`` API, ``/healthz``, ``/metrics``, ``/client.js``,
+the chat page). ``docs/explanation/http-front.md`` explains the design.
+
+A WebSocket connection's first frame must be ``hello`` (answered by
+``welcome``); anything else first is answered with a ``PROTOCOL_ERROR`` and the
+connection closes (4002). Frames over ``max_frame_bytes`` get
+``PAYLOAD_TOO_LARGE`` and the connection stays; frames over ``hard_frame_bytes``
+close it (1009).
 
 Tokens. With ``secret`` and/or ``public_key`` every connection presents a JWT
-(``Authorization: Bearer``, or the ``token`` query parameter for browsers,
-which cannot set headers). A missing, forged or expired token is answered, at
-``hello``, by an ``error`` frame (``UNAUTHORIZED`` with ``details.reason``, or
-``TOKEN_EXPIRED``) and a close with 4001 (4003 when expired); the handshake
-itself succeeds so that browsers can read the code. A token over
-``max_token_bytes`` (32 KiB) is refused so too (``details.reason``
-``too_large``): the request line and ``Authorization`` header get that much
-room beyond websockets' 8 KiB line limit, and one longer still is skipped
-unread (``http_api.BodyReader``) and refused the same way. A connection whose token
-expires later is closed with 4003 at that moment; its SDK reconnects with a
-fresh token. A connection that sends no ``hello`` within ``hello_timeout`` (10 s) is
-answered as above, with its token's refusal (``PROTOCOL_ERROR`` and 4002 when
-the token was good), and closed. Without either key the relay is anonymous (every connection has
-every right, user ids are ``None``), says so in its log, and refuses to listen
-on a host that is not loopback unless ``allow_anonymous=True``.
-
-Browsers and limits. A request or handshake whose ``Origin`` is not allowed
-(``allowed_origins``, ``relay.origins``) is answered 403 and CORS names the
-allowed origin, never ``*``. Connections are capped (``max_connections``,
-``max_connections_per_ip``) and have ``request_timeout`` (10 s) to send their
-request (``relay.admission``). Every record of the websockets and runwire
-loggers has its tokens redacted (``transport.redact``).
+(``Authorization: Bearer``, or the ``token`` query parameter for browsers). A
+missing, forged, expired or too large token is answered at ``hello`` by an
+``error`` frame and a close with 4001 (4003 when expired): the handshake itself
+succeeds so that browsers can read the code. A connection whose token expires
+later is closed with 4003 then; one that sends no ``hello`` within
+``hello_timeout`` is answered and closed. Without either key the relay is
+anonymous, says so in its log, and refuses to listen on a host that is not
+loopback unless ``allow_anonymous=True``.
 
 TLS. With ``ssl_certfile`` (and ``ssl_keyfile``) or an ``ssl`` context the
-port speaks TLS only: ``wss://`` for WebSocket and ``https://`` for HTTP,
-and ``Server.url`` / ``Server.http_url`` say so.
+port speaks TLS only: ``wss://`` and ``https://``, and ``Server.url`` /
+``Server.http_url`` say so. Every record of the websockets and runwire loggers
+has its tokens redacted (``transport.redact``).
 """
 
 from __future__ import annotations
@@ -52,51 +38,38 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import fields
-from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server as WSServer
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
-from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
 
-from transport import codec, logcontext, redact
+from transport import codec, logcontext
 from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
 from transport.keepalive import keepalive
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 
-from . import handshake_log, sse
 from .admission import Admission
 from .auth import TokenVerifier, token_from_request
-from .http_api import (
-    OPEN_TIMEOUT,
-    HttpApi,
-    connection_class,
-    head_error,
-    head_status,
-    request_method,
-)
+from .front_connection import FrontConnection, connection_class
+from .handshake_log import install as quiet_handshake_log
+from .http_api import HttpApi
+from .http_front import FrontConfig
+from .http_routes import Site
 from .hub import Hub
 from .metrics import Metrics
 from .options import RelayOptions
-from .origins import OriginPolicy, cors, origin_refused
+from .origins import OriginPolicy
 from .peer import Flusher, Peer
-from .static_files import static_file
 from .store import open_store
 from .store.base import Store
 
 __all__ = ["Server", "serve"]
 
 log = logging.getLogger("runwire.relay")
-access_log = logging.getLogger("runwire.access")
-
-CLIENT_JS = Path(__file__).resolve().parent.parent / "client_side" / "js" / "dist" / "runwire.js"
-"""The browser client, served at ``/client.js`` (found beside the installed packages)."""
 
 
 class Server:
@@ -133,7 +106,7 @@ async def serve(
         raise TypeError(f"unknown relay options: {', '.join(sorted(unknown))}")
     opts = RelayOptions(**options)
     redact_tokens()  # before websockets logs a request line or header with a token
-    handshake_log.install()  # a connection that hangs up before its request is no error
+    quiet_handshake_log()  # a connection that hangs up before its request is no error
     _check_limits(opts)
     ping = keepalive(opts.keepalive_timeout, close_max=2.0)  # ValueError for a bad one
     tls = server_tls(opts)
@@ -168,54 +141,9 @@ async def serve(
     metrics = Metrics()
     hub = Hub(the_store, opts, metrics)
     api = HttpApi(hub, verifier)
+    site = Site(api, hub, metrics, origins, opts.index_html)
     try:
         await hub.start()
-
-        async def process_request(conn: ServerConnection, request: Request) -> Response | None:
-            origin, refused = check_origin(origins, request)
-            if refused is not None:
-                return refused
-            response = await route(conn, request)
-            return None if response is None else cors(response, origin)
-
-        async def route(conn: ServerConnection, request: Request) -> Response | None:
-            malformed = head_error(conn)
-            # A token too long to read is refused at hello, as any refused token, so that
-            # browsers can read why (they cannot read a refused handshake's response).
-            if malformed is not None and not (malformed.code == UNAUTHORIZED and _upgrade(request)):
-                return api.refuse(malformed, head_status(conn))
-            path = request.path.split("?", 1)[0]
-            if (path == "/v1" or path.startswith("/v1/")) and not _upgrade(request):
-                return await api.handle(conn, request)
-            method = request_method(conn, request)
-            if method != "GET" and (method != "HEAD" or _upgrade(request)):
-                return _response(405, b"method not allowed\n", "text/plain")
-            if path == "/healthz":
-                ok = await the_store.healthy()
-                body = codec.dumps(
-                    {"status": "ok" if ok else "unavailable", "store": the_store.url, **hub.stats()}
-                )
-                return _response(200 if ok else 503, body, "application/json")
-            if path == "/metrics":
-                return _response(200, metrics.render(), "text/plain; version=0.0.4")
-            if path == "/client.js":
-                # A page of an allowed origin may import it (a module script needs CORS).
-                return _file(CLIENT_JS, "application/javascript; charset=utf-8")
-            served = static_file(path)
-            if served is not None:
-                return _file(*served)
-            if path == "/" and opts.index_html is not None and not _upgrade(request):
-                return _file(Path(opts.index_html), "text/html; charset=utf-8")
-            if not _upgrade(request):
-                return _response(404, b"not found\n", "text/plain")
-            return None
-
-        async def stream_events(request: Request, out: sse.Stream) -> None:
-            origin, refused = check_origin(origins, request)
-            if refused is not None:
-                out.respond(refused)
-                return
-            await api.stream(request, out, origin)
 
         # A partial, not a wrapping coroutine: one coroutine frame less per connection.
         handler = functools.partial(
@@ -227,24 +155,25 @@ async def serve(
             flusher=Flusher(opts.rollup_window),
         )
 
-        admission = Admission(
-            opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+        front = FrontConfig(
+            handler=site.handle,
+            refuse=api.refuse,
+            refuse_upgrade=site.refuse_upgrade,
+            admission=Admission(
+                opts.max_connections, opts.max_connections_per_ip, opts.request_timeout
+            ),
+            max_body=opts.max_frame_bytes,
+            max_token=opts.max_token_bytes,
+            credentials=verifier is not None,
+            authorize=None if verifier is None else functools.partial(_authorize, verifier),
+            max_stream_buffer=opts.send_queue_bytes,
+            idle_timeout=opts.http_idle_timeout,
         )
         async with ws_serve(
             handler,
             host,
             port,
-            process_request=functools.partial(_logged, process_request),
-            create_connection=connection_class(
-                opts.max_frame_bytes,
-                opts.max_token_bytes,
-                credentials=verifier is not None,
-                authorize=None if verifier is None else functools.partial(_authorize, verifier),
-                admission=admission,
-                stream=stream_events,
-                max_stream_buffer=opts.send_queue_bytes,
-            ),
-            open_timeout=OPEN_TIMEOUT,
+            create_connection=connection_class(front),
             max_size=opts.hard_frame_bytes,
             max_queue=64,
             compression=None,
@@ -253,10 +182,11 @@ async def serve(
             close_timeout=ping.close_timeout,
             ssl=tls,
         ) as ws_server:
-            yield Server(ws_server, hub, host, admission, tls=tls is not None)
+            yield Server(ws_server, hub, host, front.admission, tls=tls is not None)
             # Stop listening, then close every connection "service restart" (1012): the SDKs
             # reconnect at once, to another node behind a load balancer.
             api.close()
+            front.close()
             ws_server.close(
                 close_connections=True, code=CloseCode.SERVICE_RESTART, reason="relay restarting"
             )
@@ -314,28 +244,6 @@ def _origin_policy(opts: RelayOptions, host: str, *, anonymous: bool) -> OriginP
     return OriginPolicy(opts.allowed_origins, loopback_only_host=anonymous and loopback)
 
 
-def check_origin(origins: OriginPolicy, request: Request) -> tuple[str | None, Response | None]:
-    """The request's ``Origin`` (None without one), and the 403 response when it is not
-    allowed (an ``Origin`` header given twice is refused too)."""
-    given = request.headers.get_all("Origin")
-    if not given:
-        return None, None
-    origin = given[0]
-    if len(given) == 1 and origins.allows(origin, _host(request)):
-        return origin, None
-    origins.refusals.note(
-        "refusing requests from origin %r (not allowed: --allowed-origins)", origin[:200]
-    )
-    error = origin_refused(origin)
-    body = codec.dumps({"error": error.to_wire()})
-    return None, cors(_response(403, body, "application/json"), None)
-
-
-def _host(request: Request) -> str | None:
-    hosts = request.headers.get_all("Host")
-    return hosts[0] if len(hosts) == 1 else None
-
-
 def _authorize(
     verifier: TokenVerifier, target: str, authorization: str | None
 ) -> RunwireError | None:
@@ -348,50 +256,6 @@ def _authorize(
     return None
 
 
-async def _logged(
-    process_request: Any, conn: ServerConnection, request: Request
-) -> Response | None:
-    """``process_request`` plus one ``runwire.access`` line per HTTP request answered."""
-    started = time.perf_counter()
-    response: Response | None = await process_request(conn, request)
-    if response is not None and access_log.isEnabledFor(logging.INFO):
-        remote = conn.remote_address[0] if conn.remote_address else None
-        method = request_method(conn, request)
-        ms = round((time.perf_counter() - started) * 1000, 3)
-        path = redact.redact(request.path)  # a browser's ?token= stays out of the log
-        access_log.info(
-            "%s %s %s %s %.1f ms",
-            remote,
-            method,
-            path,
-            response.status_code,
-            ms,
-            extra={
-                "method": method,
-                "path": path,
-                "status": response.status_code,
-                "duration_ms": ms,
-                "remote": remote,
-            },
-        )
-    return response
-
-
-def _upgrade(request: Request) -> bool:
-    return "upgrade" in request.headers.get("Connection", "").lower()
-
-
-def _response(status: int, body: bytes, content_type: str) -> Response:
-    headers = Headers(
-        [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(body))),
-            ("Connection", "close"),
-        ]
-    )
-    return Response(status, HTTPStatus(status).phrase, headers, body)
-
-
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -399,17 +263,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _file(path: Path, content_type: str) -> Response:
-    """A static file, read on each request (small, and edits show on reload); 404 if missing."""
-    try:
-        body = path.read_bytes()
-    except OSError:
-        return _response(404, b"not found\n", "text/plain")
-    response = _response(200, body, content_type)
-    response.headers["Cache-Control"] = "no-cache"
-    return response
 
 
 async def _handle_connection(
@@ -465,10 +318,15 @@ async def _greet(
     Returns False when the connection ends instead: it closed, or it is
     closed here after an ``error`` frame (a bad first frame, a refused token).
     """
-    refused = head_error(ws)  # only a token too long to read gets this far
+    # The handshake as sent: its token may be too long for websockets' lines.
+    opening = ws.opening if isinstance(ws, FrontConnection) else None
+    refused = ws.head_refusal if isinstance(ws, FrontConnection) else None
     if refused is None and verifier is not None:
-        request = ws.request
-        token = token_from_request(request.headers, request.path) if request else None
+        token = None
+        if opening is not None:
+            token = token_from_request(opening.credentials, opening.path)
+        elif ws.request is not None:
+            token = token_from_request(ws.request.headers, ws.request.path)
         try:
             peer.identity = verifier.verify(token)
         except RunwireError as exc:

@@ -36,7 +36,7 @@ from transport import (
 )
 from transport.answers import answer_choices
 from transport.errors import RUN_NOT_ACTIVE
-from transport.runs import TERMINAL
+from transport.runs import run_ended
 
 __all__ = ["COMMANDS", "Chat", "Question"]
 
@@ -220,7 +220,7 @@ class Chat:
             if settled:
                 self.questions = [q for q in self.questions if q.run_id != info.run_id]
                 self.show("(the question was settled on another device)")
-        if info.status in TERMINAL and info.run_id not in self._ended:
+        if run_ended(info.status) and info.run_id not in self._ended:
             self._ended.add(info.run_id)
             self._finish_run(info.run_id)
             end = f"[run {info.run_id[:8]} {info.status}"

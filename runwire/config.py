@@ -10,12 +10,15 @@ keys are errors that exit with status 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from transport import logcontext
 
 __all__ = [
     "ENV_PREFIX",
@@ -50,6 +53,23 @@ def add_config_options(parser: argparse.ArgumentParser, *, print_config: bool = 
             action="store_true",
             help="print the effective configuration, secrets masked, and exit",
         )
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--log-level`` and ``--log-format``, the same for every command that logs."""
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    parser.add_argument(
+        "--log-format",
+        choices=logcontext.FORMATS,
+        default="text",
+        help="text: time, level, logger, message; json: one object a line",
+    )
+
+
+def check_log_level(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with status 2 and one line when ``--log-level`` names no level."""
+    if args.log_level.upper() not in logging.getLevelNamesMapping():
+        parser.error(f"--log-level: unknown level {args.log_level!r}")
 
 
 def option_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -58,13 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--app-dir", default=".", help="directory put first on sys.path to import the app"
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
-    parser.add_argument(
-        "--log-format",
-        choices=logcontext.FORMATS,
-        default="text",
-        help="text: time, level, logger, message; json: one object a line",
-    )
+    config.add_log_options(parser)
     config.add_config_options(parser)
     return parser
 
@@ -126,8 +120,7 @@ def main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         parser.error("give --token or --token-file, not both")
     if args.shutdown_grace < 0:
         parser.error("--shutdown-grace: must be 0 or more")
-    if args.log_level.upper() not in logging.getLevelNamesMapping():
-        parser.error(f"--log-level: unknown level {args.log_level!r}")
+    config.check_log_level(parser, args)
     logcontext.setup(args.log_level, args.log_format)  # tokens redacted
     try:
         token = Path(args.token_file).read_text().strip() if args.token_file else args.token

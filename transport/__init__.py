@@ -12,7 +12,14 @@ the relay and both SDKs share.
 from . import checks
 from .answers import ParsedAnswer, answer_format, parse_answer
 from .asyncio.abort import AbortController, AbortSignal
-from .errors import CloseCode, RunwireError
+from .errors import (
+    CloseCode,
+    CredentialsError,
+    FinalError,
+    RequestError,
+    RetryableError,
+    RunwireError,
+)
 from .frames import PROTOCOL_VERSION, Interrupt, RunEndReason, RunStatus
 from .history import (
     ABORTED_BEFORE_DISPATCH,
@@ -51,7 +58,9 @@ __all__ = [
     "AbortSignal",
     "CloseCode",
     "ConversationTree",
+    "CredentialsError",
     "DeliveryEvent",
+    "FinalError",
     "Interrupt",
     "MessageEvent",
     "OutcomeRecord",
@@ -60,6 +69,8 @@ __all__ = [
     "PausedRun",
     "ReasoningPart",
     "Refusal",
+    "RequestError",
+    "RetryableError",
     "RunEndReason",
     "RunEvent",
     "RunInfo",

@@ -1,10 +1,17 @@
 """One root exception with a stable code, and the codes the wire uses.
 
-Every error that crosses the wire is a ``RunwireError``: ``code`` is a stable
-upper-case string (the contract), ``message`` is for people, ``details`` is a
-JSON-able dict. ``to_wire()`` / ``from_wire()`` round-trip it through the
-``error`` frame, so the relay, both SDKs and the JavaScript client report the
-same failure the same way.
+Every error that crosses the wire is a ``RunwireError``. Its ``code`` is a
+stable upper-case string (the contract), ``message`` is for people, and
+``details`` is a JSON-able dict. ``to_wire()`` and ``from_wire()`` carry it
+through the ``error`` frame, so the relay and the SDKs report a failure the
+same way.
+
+Each code belongs to one group that says what the caller should do:
+``RetryableError`` (retry), ``CredentialsError`` (authenticate again),
+``RequestError`` (fix the request) and ``FinalError`` (give up).
+``RunwireError(code, ...)`` builds an instance of the code's group, so
+``except RunwireError`` still catches every one. ``ERROR_GROUPS`` is the table;
+docs/reference/errors.md shows it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ __all__ = [
     "CONFLICT",
     "DUPLICATE_RUN",
     "EPOCH_MISMATCH",
+    "ERROR_GROUPS",
     "INTERNAL_ERROR",
     "INTERRUPT_ANSWER_INVALID",
     "INTERRUPT_EXPIRED",
@@ -42,7 +50,12 @@ __all__ = [
     "UNKNOWN_FRAME",
     "VALIDATION_ERROR",
     "CloseCode",
+    "CredentialsError",
+    "FinalError",
+    "RequestError",
+    "RetryableError",
     "RunwireError",
+    "error_group",
 ]
 
 PROTOCOL_ERROR = "PROTOCOL_ERROR"
@@ -133,7 +146,14 @@ class RunwireError(Exception):
     """The one exception runwire raises for anything the caller can act on.
 
     ``code`` is stable and travels on the wire; ``details`` is JSON-able.
+    Built as ``RunwireError(code, ...)``, the instance is of the code's group
+    (see ``ERROR_GROUPS``); a code of no group gives a plain ``RunwireError``.
     """
+
+    def __new__(cls, code: str = INTERNAL_ERROR, *args: Any, **kwargs: Any) -> RunwireError:
+        if cls is RunwireError:
+            cls = error_group(code)
+        return super().__new__(cls)
 
     def __init__(
         self, code: str, message: str | None = None, *, details: dict[str, Any] | None = None
@@ -167,5 +187,81 @@ class RunwireError(Exception):
     def __hash__(self) -> int:
         return hash((self.code, self.message))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.message), {"details": self.details})
+
     def __repr__(self) -> str:
         return f"RunwireError({self.code!r}, {self.message!r}, details={self.details!r})"
+
+
+class RetryableError(RunwireError):
+    """Retry: the request may work later, as it stands (after a backoff or a new attach)."""
+
+
+class CredentialsError(RunwireError):
+    """Authenticate again: the token is missing, expired or lacks the right."""
+
+
+class RequestError(RunwireError):
+    """Fix the request: as sent, it will be refused again."""
+
+
+class FinalError(RunwireError):
+    """Give up: the Run or the question moved on, and no retry changes that."""
+
+
+ERROR_GROUPS: dict[type[RunwireError], frozenset[str]] = {
+    RetryableError: frozenset(
+        {
+            STORE_UNAVAILABLE,
+            RATE_LIMITED,
+            CONFLICT,
+            SLOW_CONSUMER,
+            EPOCH_MISMATCH,
+            INTERNAL_ERROR,
+            THREAD_BUSY,
+            "CONNECTION_CLOSED",  # the SDKs' own code (transport.asyncio.connection)
+        }
+    ),
+    CredentialsError: frozenset({UNAUTHORIZED, TOKEN_EXPIRED}),
+    RequestError: frozenset(
+        {
+            PROTOCOL_ERROR,
+            UNKNOWN_FRAME,
+            VALIDATION_ERROR,
+            PAYLOAD_TOO_LARGE,
+            NOT_ATTACHED,
+            RUN_NOT_FOUND,
+            DUPLICATE_RUN,
+            INTERRUPT_ANSWER_INVALID,
+            NOT_FOUND,
+            LLM_CONTENT_FILTERED,
+            "PII_DETECTED",  # the input checks' codes (transport.checks)
+            "PROMPT_INJECTION_DETECTED",
+            "CHECK_FAILED",
+        }
+    ),
+    FinalError: frozenset(
+        {
+            RUN_NOT_ACTIVE,
+            RUN_CANCELLED,
+            RUN_TIMEOUT,
+            AGENT_LOST,
+            INTERRUPT_EXPIRED,
+            CANCEL_DENIED,
+            THREAD_ACCESS_DENIED,
+            ABORTED,
+            NOT_IMPLEMENTED,
+        }
+    ),
+}
+"""Which codes belong to which group: what the caller should do about them."""
+
+_GROUP_OF: dict[str, type[RunwireError]] = {
+    code: group for group, codes in ERROR_GROUPS.items() for code in codes
+}
+
+
+def error_group(code: str) -> type[RunwireError]:
+    """The class ``RunwireError(code)`` builds: the code's group, else ``RunwireError``."""
+    return _GROUP_OF.get(code, RunwireError)

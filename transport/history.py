@@ -37,6 +37,7 @@ __all__ = [
     "OUTCOME_UNKNOWN_TEXT",
     "coded_result",
     "history_message",
+    "model_history",
     "repair_unanswered_tool_calls",
 ]
 
@@ -122,3 +123,17 @@ def repair_unanswered_tool_calls(messages: Sequence[UIMessage]) -> list[UIMessag
                 answered.add(part.tool_call_id)
         out.append(message.model_copy(update={"parts": parts}))
     return out
+
+
+def model_history(messages: Iterable[UIMessage]) -> list[UIMessage]:
+    """The conversation as a model should read it: interrupted replies marked
+    ``[interrupted by the user]`` (``history_message``), empty replies left out, and
+    every tool call without a result answered ``OUTCOME_UNKNOWN``
+    (``repair_unanswered_tool_calls``)."""
+    out: list[UIMessage] = []
+    for message in messages:
+        if message.role == "assistant" and not message.parts:
+            if not message.metadata.get("interrupted"):
+                continue
+        out.append(history_message(message))
+    return repair_unanswered_tool_calls(out)

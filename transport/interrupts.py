@@ -1,29 +1,19 @@
 """Interrupts: a Run asks people and waits (no I/O).
 
-The relay keeps what a paused Run waits on as the ``pause`` of its record (a
-plain dict, so every relay node replays it the same way):
+The relay keeps what a paused Run waits on as the ``pause`` of its record, a
+``PauseRecord``. Every relay node replays it the same way, and a store keeps
+it as the plain data of ``PauseRecord.to_dict()``.
 
-* ``version``: 1;
-* ``round``: how many times the Run paused (names the relay's resume entry);
-* ``interrupts``: the questions of the latest pause, as ``Interrupt`` dicts;
-* ``answers``: every answer the Run got so far, by interrupt id (kept across
-  pauses, so a tool that asks several times gets earlier answers back in order);
-* ``expired``: ids of questions nobody answered in time (the Run went on);
-* ``moved_on``: a new prompt came instead of answers;
-* ``declined``: the reason a client gave for ending the pause without answers;
-* ``step``: the version-1 checkpoint of the tool step that paused;
-* ``due``: every question is settled, the relay owes the Run a ``run: pending``.
-
-``check_answer`` checks one answer against its question (``VALIDATION_ERROR``,
-``INTERRUPT_EXPIRED``, ``INTERRUPT_ANSWER_INVALID``); the texts a tool call
-gets instead of an answer are ``expired_text``, ``MOVED_ON_TEXT``,
-``NOT_STARTED_TEXT`` and ``declined_text``.
+``check_answer`` checks one answer against its question. The texts a tool
+call gets instead of an answer are ``expired_text``, ``MOVED_ON_TEXT``,
+``NOT_STARTED_TEXT`` and ``declined_text``. The explanation page
+docs/explanation/run-rules.md tells how a pause is settled.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -36,6 +26,7 @@ __all__ = [
     "MOVED_ON_TEXT",
     "NOT_STARTED_TEXT",
     "PAUSE_VERSION",
+    "PauseRecord",
     "PausedRun",
     "check_answer",
     "declined_text",
@@ -98,18 +89,60 @@ def declined_text(message: str, reason: str | None = None) -> str:
     return f"{text}: {reason}" if reason else text
 
 
-def waiting(pause: dict[str, Any] | None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PauseRecord:
+    """What a paused Run waits on, as the relay keeps it in the Run's record."""
+
+    version: int = PAUSE_VERSION
+    round: int = 0
+    """How many times the Run paused (names the relay's resume entry)."""
+    interrupts: list[dict[str, Any]] = field(default_factory=list)
+    """The questions of the latest pause, as ``Interrupt`` dicts."""
+    answers: dict[str, Any] = field(default_factory=dict)
+    """Every answer the Run got so far, by interrupt id (kept across pauses)."""
+    expired: list[str] = field(default_factory=list)
+    """Ids of questions nobody answered in time (the Run went on)."""
+    moved_on: bool = False
+    """A new prompt came instead of answers."""
+    declined: dict[str, Any] | None = None
+    """``{"reason": ...}`` once a client ended the pause without answers."""
+    step: dict[str, Any] | None = None
+    """The version-1 checkpoint of the tool step that paused."""
+    due: bool = False
+    """Every question is settled: the relay owes the Run a ``run: pending``."""
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """The questions not answered, expired or otherwise settled yet."""
+        if self.due or self.moved_on or self.declined:
+            return []
+        settled = set(self.answers) | set(self.expired)
+        return [q for q in self.interrupts if q["id"] not in settled]
+
+    def settle(self, **changes: Any) -> PauseRecord:
+        """A copy with ``changes`` applied (``due=True`` and the like)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for a store or a dispatch's checkpoint."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | PauseRecord | None) -> PauseRecord | None:
+        """Rebuild from ``to_dict()`` output; keys this version does not know are ignored."""
+        if data is None or isinstance(data, PauseRecord):
+            return data
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def waiting(pause: PauseRecord | None) -> list[dict[str, Any]]:
     """The questions of ``pause`` not answered, expired or otherwise settled yet."""
-    if not pause or pause.get("due") or pause.get("moved_on") or pause.get("declined"):
-        return []
-    settled = set(pause.get("answers", {})) | set(pause.get("expired", []))
-    return [q for q in pause.get("interrupts", []) if q["id"] not in settled]
+    return [] if pause is None else pause.waiting()
 
 
-def check_answer(pause: dict[str, Any] | None, interrupt_id: str, answer: Any, now_ms: int) -> None:
+def check_answer(pause: PauseRecord | None, interrupt_id: str, answer: Any, now_ms: int) -> None:
     """Raise the ``RunwireError`` that refuses ``answer`` to ``interrupt_id``, if any."""
-    pause = pause or {}
-    if interrupt_id in pause.get("answers", {}):
+    if pause is not None and interrupt_id in pause.answers:
         raise RunwireError(
             VALIDATION_ERROR,
             f"interrupt {interrupt_id!r} was already answered",

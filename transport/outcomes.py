@@ -53,9 +53,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._run_state import end_reason
 from .errors import RUN_NOT_ACTIVE
 from .frames import RunEndReason
-from .runs import end_reason
 
 __all__ = ["OutcomeBook", "OutcomeRecord", "ended_before_stored"]
 

@@ -1,20 +1,19 @@
 """Who may do what in a session, and the relay-wide settings the Run rules use (no I/O).
 
-A token grants capabilities per session-id pattern (see ``relay.auth``); the
-relay hands the Run rules (``transport.runs``) a ``Sender`` carrying the
-sender's capabilities in the session at hand.
+A token grants capabilities per session-id pattern (see ``relay.auth``). The
+relay passes the Run rules (``transport.runs``) a ``Sender`` that carries the
+sender's capabilities in the session at hand. ``SlotBook`` counts the Runs
+that hold a slot of the relay's ``max_concurrent_runs``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from ._run_record import RunRecord
 from .frames import Multitask, ThreadAccess
-
-if TYPE_CHECKING:
-    from .runs import RunRecord
 
 __all__ = [
     "AGENT",

@@ -108,7 +108,7 @@ async def test_an_outside_signal_cancels_the_run_with_its_reason(relay_url: str)
                     tg.start_soon(disconnect)
                     await seed_loop(run, held_model(started))
             assert run.abort_signal.reason == "the request was closed"
-            assert run._unlinks == []  # the link to the outside signal is dropped
+            assert run.linked_signals == 0  # the link to the outside signal is dropped
         await client.wait_status(run_id, "cancelled")
         [end] = [e for e in client.of(run_id, "run") if e["status"] == "cancelled"]
         assert end["error"]["code"] == RUN_CANCELLED

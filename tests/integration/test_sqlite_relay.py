@@ -135,7 +135,7 @@ def test_a_lock_taken_on_a_file_its_holder_removed_meanwhile_is_taken_again(
 ) -> None:
     """A relay stopping removes its lock file while a starting one may have opened it: the
     starting one must not hold a lock on the removed file (a third could then lock a new one)."""
-    from relay.store import sqlite as sqlite_store
+    from relay.store import sqlite_file
 
     path = str(tmp_path / "relay.db-relay.lock")
     real_open = os.open
@@ -149,7 +149,7 @@ def test_a_lock_taken_on_a_file_its_holder_removed_meanwhile_is_taken_again(
         return fd
 
     monkeypatch.setattr(os, "open", open_then_removed)
-    fd = sqlite_store._lock(path)
+    fd = sqlite_file.lock(path)
     monkeypatch.undo()
     try:
         assert len(opened) == 2

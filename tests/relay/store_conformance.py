@@ -44,7 +44,7 @@ def body(entry_id: str, n: int = 0) -> bytes:
 def run(
     session_id: str, run_id: str, status: RunStatus = "pending", agent: str = "default"
 ) -> RunRecord:
-    """A Run record with ``error`` and ``extra`` filled in, to show they round-trip."""
+    """A Run record with ``error`` and ``checkpoint`` filled in, to show they round-trip."""
     return RunRecord(
         session_id=session_id,
         run_id=run_id,
@@ -52,7 +52,7 @@ def run(
         status=status,
         prompt_id=f"m-{run_id}",
         error={"code": "X"} if status == "error" else None,
-        extra={"k": [1, 2]},
+        checkpoint={"k": [1, 2]},
     )
 
 

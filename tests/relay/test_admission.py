@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,9 +34,14 @@ def raw(port: int) -> Iterator[socket.socket]:
 
 
 def read_response(sock: socket.socket) -> tuple[int, dict[str, Any]]:
-    """The status and JSON body of the one response the relay sends before it closes."""
+    """The status and JSON body of the relay's first response (read to its
+    ``Content-Length``: a connection served stays open for the next request)."""
     data = b""
     while True:
+        head, sep, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head) if sep else None
+        if length is not None and len(body) >= int(length[1]):
+            break
         try:
             chunk = sock.recv(65536)
         except ConnectionResetError:
@@ -139,14 +145,16 @@ async def test_connections_over_the_caps_are_refused_and_logged_once_per_burst(
                 while server.admission.total < 3:
                     await anyio.sleep(0.01)
             for _ in range(4):
-                status, body = await exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+                status, body = await exchange(
+                    server.port, b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n"
+                )
                 assert status == 503
                 assert body["error"]["code"] == "RATE_LIMITED"
                 assert body["error"]["details"] == {"limit": "max_connections", "value": 3}
         # Once they closed, a connection is served again.
         with anyio.fail_after(10):
             while True:
-                status, _ = await exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+                status, _ = await exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n")
                 if status == 200:
                     break
                 await anyio.sleep(0.05)
@@ -157,7 +165,7 @@ async def test_connections_over_the_caps_are_refused_and_logged_once_per_burst(
 async def test_connections_over_the_per_address_cap_are_429() -> None:
     async with relay.serve(port=0, store="memory://", max_connections_per_ip=2) as server:
         with raw(server.port), raw(server.port):
-            status, body = await exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+            status, body = await exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n")
             assert status == 429
             assert body["error"]["details"] == {"limit": "max_connections_per_ip", "value": 2}
             assert "127.0.0.1" in body["error"]["message"]

@@ -296,10 +296,11 @@ async def test_a_body_over_max_frame_bytes_is_payload_too_large() -> None:
 
 
 def exchange(port: int, data: bytes) -> bytes:
-    """Send raw bytes as one request and read everything the relay answers until it
-    closes the connection."""
+    """Send raw bytes, and nothing more (a half-close: connections stay open between
+    requests), and read everything the relay answers until it closes the connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
         out = b""
         while chunk := sock.recv(65536):
             out += chunk

@@ -133,7 +133,9 @@ async def test_a_run_past_the_grace_ends_with_a_clear_reason() -> None:
 
 async def test_a_durable_run_is_handed_to_another_worker(tmp_path: Path) -> None:
     async with (
-        relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=0.3) as server,
+        # The grace outlasts the worker's exit on a loaded machine: the Run must still be
+        # active when the test looks, before a second worker adopts it.
+        relay.serve(host="127.0.0.1", port=0, store="memory://", agent_grace=1.5) as server,
         client_end(server.url, "worker-durable") as client,
     ):
         # Everything from a configuration file this time.

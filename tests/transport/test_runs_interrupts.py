@@ -53,7 +53,7 @@ def test_a_pause_records_the_questions_and_an_answer_resumes_the_run() -> None:
     assert drain(reg) == [("r1", "pending", "relay")]
     record = reg.runs["r1"]
     assert record.owner is None and record.adoptions == 1
-    assert record.pause is not None and record.pause["answers"] == {"c1#0": {"region": "eu"}}
+    assert record.pause is not None and record.pause.answers == {"c1#0": {"region": "eu"}}
     assert drain(reg) == []
 
 
@@ -74,7 +74,7 @@ def test_an_answer_once_the_rest_expired_resumes() -> None:
     reg.apply(reg.plan(answer({"c1#0": {"region": "eu"}}), ALICE, 6000))
     assert drain(reg) == [("r1", "pending", "relay")]
     pause = reg.runs["r1"].pause
-    assert pause is not None and pause["expired"] == ["c2#0"]
+    assert pause is not None and pause.expired == ["c2#0"]
 
 
 def test_a_new_prompt_moves_on_and_a_decline_ends_the_pause() -> None:
@@ -82,7 +82,7 @@ def test_a_new_prompt_moves_on_and_a_decline_ends_the_pause() -> None:
     publish(reg, prompt("r2"), ALICE)
     assert ("r1", "pending", "relay") in drain(reg)
     pause = reg.runs["r1"].pause
-    assert pause is not None and pause["moved_on"]
+    assert pause is not None and pause.moved_on
     reg = suspended(Q1)
     declined = InterruptEntry(id="d", run_id="r1", status="declined", reason="busy")
     publish(reg, declined, ALICE)

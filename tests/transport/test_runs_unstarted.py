@@ -80,4 +80,4 @@ def test_every_node_replays_the_relays_end_alike() -> None:
     mine, theirs = reg.get("a"), other.get("a")
     assert mine is not None and theirs is not None
     assert theirs.status == "cancelled" and theirs.owner is None
-    assert replace(theirs, prompt_id="", extra={}) == replace(mine, prompt_id="", extra={})
+    assert replace(theirs, prompt_id="") == replace(mine, prompt_id="")
