@@ -3,7 +3,8 @@
 An SDK sends its publishes over one connection in the order the user made them. Each
 publish takes a place in the lane with ``reserve()``. It may go once every place taken
 before it was sent and no earlier publish waits to go again. ``turn()`` says so, or says
-until when to wait.
+until when to wait. After a reconnect, ``resend()`` says whether a publish still waiting
+for its reply goes again at once or back in line.
 
 The relay may refuse a publish ``RATE_LIMITED`` or ``STORE_UNAVAILABLE``. ``refused()``
 then says when it goes again, with the same entry id, or that it gives up. A refused
@@ -163,6 +164,22 @@ class PublishLane:
         if place in unsent:
             unsent.remove(place)
             return True
+        return False
+
+    def resend(self, place: int) -> bool:
+        """The link dropped before the reply to the publish of ``place`` came: may it go
+        again at once on the new connection?
+
+        It may when no publish before it waits to go again or to be sent. Otherwise it goes
+        back in line, as if it was never sent: the driver asks ``turn`` again before it
+        sends it. The new connection has no relay hold behind the earlier publish, so sent
+        at once it could be stored before it.
+        """
+        held = bool(self._held) and self._held[0] < place
+        if not held and not (self._unsent and self._unsent[0] < place):
+            return True
+        if place not in self._unsent:
+            bisect.insort(self._unsent, place)
         return False
 
     def turn(self, place: int, now: float) -> Turn:

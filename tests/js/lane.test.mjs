@@ -25,6 +25,8 @@ function perform(lane, step) {
       return lane.release(step.place);
     case "sent":
       return lane.sent(step.place);
+    case "resend":
+      return lane.resend(step.place);
     case "turn":
       try {
         const turn = lane.turn(step.place, step.now);

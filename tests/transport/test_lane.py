@@ -72,6 +72,9 @@ class Script:
     def sent(self, place: int) -> bool:
         return bool(self._record({"op": "sent", "place": place}, self.lane.sent(place)))
 
+    def resend(self, place: int) -> bool:
+        return bool(self._record({"op": "resend", "place": place}, self.lane.resend(place)))
+
     def turn(self, place: int) -> Result:
         """``{"go": True}``, ``{"wait": wake_at or None}`` or ``{"raise": code and message}``."""
         try:
@@ -348,6 +351,32 @@ def reconnect_resend(s: Script) -> None:
     s.done(second)
 
 
+def reconnect_behind_a_refused_one(s: Script) -> None:
+    """The store refuses ``a`` while ``b`` is in flight, and the link drops before ``b``'s
+    reply. The new connection has no relay hold behind ``a``: ``b`` must not go again
+    before ``a``, or the store, back by then, takes ``b`` first. So ``b`` goes back in line,
+    and so does ``c``, in flight behind it. A publish with nothing before it goes at once."""
+    a, b, c = s.reserve(), s.reserve(), s.reserve()
+    for place in (a, b, c):
+        s.go(place)
+    again = s.refused(a, "e1", STORE_UNAVAILABLE, "away")
+    assert again == pytest.approx(0.1)
+    assert s.resend(b) is False  # the link dropped: b has no reply yet
+    assert s.resend(c) is False
+    assert s.turn(b) == WAIT_FOR_THE_LANE
+    assert s.turn(c) == WAIT_FOR_THE_LANE
+    s.at(again)  # type: ignore[arg-type]
+    s.go(a)
+    s.done(a)
+    assert s.turn(c) == WAIT_FOR_THE_LANE  # b is not sent yet
+    s.go(b)
+    s.go(c)
+    assert s.resend(b) is True  # dropped again, nothing before it waits: both go at once
+    assert s.resend(c) is True
+    s.done(b)
+    s.done(c)
+
+
 def duplicate_ack(s: Script) -> None:
     """A publish refused ``STORE_UNAVAILABLE`` may have been stored: the relay acks its
     retry as a duplicate. For the lane that is an ack like any other."""
@@ -431,6 +460,7 @@ SCENARIOS: dict[str, tuple[Callable[[Script], None], dict[str, float]]] = {
     "store_gives_up": (store_gives_up, {"store_wait": 0.5}),
     "waiting_behind_one_that_gave_up": (waiting_behind_one_that_gave_up, {"store_wait": 0.5}),
     "reconnect_resend": (reconnect_resend, {}),
+    "reconnect_behind_a_refused_one": (reconnect_behind_a_refused_one, {}),
     "duplicate_ack": (duplicate_ack, {}),
     "stale_places": (stale_places, {}),
     "other_errors_are_not_retried": (other_errors_are_not_retried, {}),

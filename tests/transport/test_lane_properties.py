@@ -3,7 +3,9 @@
 A small simulation plays the driver: each publish asks for its turn, goes, and gets an ack or
 a refusal, in an order and at times Hypothesis picks. Whatever happens, no publish goes while
 an earlier one is unsent or waits to go again, a refused one never goes before its retry
-time, and the lane never stalls: every publish ends, taken or given up.
+time, and the lane never stalls: every publish ends, taken or given up. Now and then the link
+drops: the publishes in flight go again at once, in the order they were sent, or back in
+line, and none that goes again at once has an earlier one still to go.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def test_no_publish_overtakes_and_none_is_stuck(
     retry_at: dict[int, float] = {}
     wake: dict[int, float | None] = {}
     taken: list[int] = []
+    sent_at: dict[int, int] = {}  # the order of the sends: a driver re-sends in that order
+    sends = 0
     for step in range(400):
         moved = True
         while moved:  # every publish that may go now goes
@@ -61,6 +65,7 @@ def test_no_publish_overtakes_and_none_is_stuck(
                 assert all(state[q] != WAITING for q in places if q < p), (p, state)
                 assert now >= retry_at.get(p, 0.0)
                 lane.sent(p)
+                sent_at[p] = sends = sends + 1
                 state[p] = FLYING
                 moved = True
         flying = [p for p in places if state[p] == FLYING]
@@ -69,6 +74,14 @@ def test_no_publish_overtakes_and_none_is_stuck(
             break
         times = [t for p in waiting if (t := wake.get(p)) is not None]
         assert flying or times, f"stuck: {state}"  # nothing could ever wake them
+        if flying and step <= 60 and data.draw(st.integers(0, 9)) == 0:
+            for p in sorted(flying, key=sent_at.__getitem__):  # the link dropped
+                if lane.resend(p):
+                    assert all(state[q] != WAITING for q in places if q < p), (p, state)
+                else:
+                    state[p] = WAITING
+                    wake[p] = None
+            continue
         if flying and (not times or data.draw(st.booleans())):
             p = data.draw(st.sampled_from(flying))
             code, detail = ("ack", None) if step > 60 else data.draw(_REPLIES)

@@ -5,16 +5,18 @@ a fresh ``req`` id, sends it once the connection is ready, and returns the reply
 ``attached``, ``ack`` or ``page``. An ``error`` reply raises ``RunwireError``. Frames the
 relay pushes unasked go to ``on_frame``.
 
-When the socket drops, the connection reconnects with exponential backoff and full
-jitter. After a 1012 close the first try goes at once, since the relay restarts. A relay
+When the socket drops, the connection connects again. Its ``policy``, a
+``transport.reconnect.ReconnectPolicy``, says after how long, and when to give up. A relay
 that answers no ping for ``keepalive_timeout`` seconds counts as dropped. After each
 ``hello`` and ``welcome`` it awaits ``on_connect``, where the SDK re-attaches its
-sessions. Then it sends again every request still waiting for a reply. Each request of
-the protocol is idempotent, so a retry never duplicates anything.
+sessions. Then it sends again every request still waiting for a reply, in ``req`` order
+(``transport.asyncio.pending``). Each request of the protocol is idempotent, so a retry
+never duplicates anything.
 
 Publishes go through the connection's publish lane, ``self.lane``, a
-``transport.lane.PublishLane``. The lane decides their order and when a refused one goes
-again. This module only feeds it the replies and the clock, and waits as it says.
+``transport.lane.PublishLane``, driven by a ``Publisher`` (``transport.asyncio.publishing``).
+The lane decides their order, when a refused one goes again, and which publishes go again
+at once after a reconnect.
 
 ``token`` is sent as ``Authorization: Bearer``. ``token_provider`` is asked for a fresh
 token before every connect but a first one that already has ``token``. ``UNAUTHORIZED``
@@ -28,7 +30,6 @@ docs/explanation/publish-lane.md.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import random
@@ -43,19 +44,14 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from .. import codec
-from ..errors import (
-    CLOSE_CODES,
-    PAYLOAD_TOO_LARGE,
-    TOKEN_EXPIRED,
-    UNAUTHORIZED,
-    CloseCode,
-    RunwireError,
-)
+from ..errors import CLOSE_CODES, UNAUTHORIZED, CloseCode, RunwireError
 from ..frames import Error, Hello, Publish, RelayFrame, Welcome
-from ..keepalive import DEFAULT_KEEPALIVE_TIMEOUT, keepalive
+from ..keepalive import DEFAULT_KEEPALIVE_TIMEOUT, Keepalive, keepalive
 from ..lane import RATE_LIMIT_WAIT, STORE_WAIT, PublishLane
-from ..lane import backoff as lane_backoff
+from ..reconnect import ReconnectPolicy
 from ..redact import install as redact_tokens
+from .pending import DEFAULT_MAX_FRAME_BYTES, PendingRequest, Requests, SendAgain
+from .publishing import Publisher
 
 __all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "STORE_WAIT", "Connection", "TokenProvider"]
 
@@ -67,24 +63,6 @@ CONNECTION_CLOSED = "CONNECTION_CLOSED"
 FrameHandler = Callable[[RelayFrame], None]
 TokenProvider = Callable[[], "str | Awaitable[str]"]
 ConnectHook = Callable[["Connection"], Awaitable[None]]
-
-
-DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
-"""The largest frame a request may be before the relay's welcome says its own limit."""
-
-
-class _Pending:
-    __slots__ = ("data", "done", "error", "reply", "sent_on", "text")
-
-    def __init__(self, data: dict[str, Any], text: bytes) -> None:
-        self.data = data
-        self.text = text  # the frame as sent (UTF-8 JSON)
-        self.sent_on = -1
-        # asyncio's own Event: this module is asyncio-only, and anyio's costs a
-        # backend lookup per request (one request per streamed append).
-        self.done = asyncio.Event()
-        self.reply: RelayFrame | None = None
-        self.error: RunwireError | None = None
 
 
 class Connection:
@@ -121,8 +99,13 @@ class Connection:
         self.on_frame = on_frame
         self.on_connect = on_connect
         self.reconnect = reconnect
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
+        self.policy = ReconnectPolicy(
+            jitter=random.random,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            token_provider=token_provider is not None,
+        )
+        """When the connection tries again after a drop, and when it gives up."""
         self.open_timeout = open_timeout
         self.welcome: Welcome | None = None
         self.connects = 0
@@ -131,8 +114,7 @@ class Connection:
         self._ready = anyio.Event()
         self._closed = False
         self._fatal: RunwireError | None = None
-        self._next_req = 0
-        self._pending: dict[int, _Pending] = {}
+        self._requests = Requests()
         self._tg: anyio.abc.TaskGroup | None = None
         # The background task's own scope: ``aclose()`` cancels it, not the task
         # group's, which also covers the body of the caller's ``async with``. It is
@@ -147,8 +129,7 @@ class Connection:
             jitter=random.random, rate_limit_wait=rate_limit_wait, store_wait=store_wait
         )
         """The order of this connection's publishes and their refusals (``transport.lane``)."""
-        self._lane_waiting = 0  # publishes waiting in ``_turn``
-        self._lane_changed = asyncio.Event()
+        self._publisher = Publisher(self.lane, self._exchange, self._check_open)
 
     # ------------------------------------------------------------ public --
 
@@ -161,6 +142,24 @@ class Connection:
     def store_wait(self) -> float:
         """Seconds a publish refused ``STORE_UNAVAILABLE`` keeps going again (the lane's)."""
         return self.lane.store_wait
+
+    @property
+    def backoff_initial(self) -> float:
+        """Seconds at most before the first try again after a drop (the policy's)."""
+        return self.policy.backoff_initial
+
+    @backoff_initial.setter
+    def backoff_initial(self, value: float) -> None:
+        self.policy.backoff_initial = value
+
+    @property
+    def backoff_max(self) -> float:
+        """The longest wait between two tries to connect (the policy's)."""
+        return self.policy.backoff_max
+
+    @backoff_max.setter
+    def backoff_max(self, value: float) -> None:
+        self.policy.backoff_max = value
 
     @property
     def connected(self) -> bool:
@@ -246,8 +245,7 @@ class Connection:
 
     def release(self, slot: int) -> None:
         """Give back a place ``reserve`` took that no publish will use (idempotent)."""
-        if self.lane.release(slot) and self._lane_waiting:
-            self._wake_lane()
+        self._publisher.release(slot)
 
     async def request(
         self, frame: BaseModel, *, wait_ready: bool = True, slot: int | None = None
@@ -264,48 +262,15 @@ class Connection:
             if slot is not None:
                 self.release(slot)
             return await self._exchange(frame, wait_ready)
-        lane = self.lane
-        place = lane.reserve() if slot is None else slot
-        try:
-            while True:
-                await self._turn(place)
-                try:
-                    reply = await self._exchange(frame, wait_ready, place)
-                except RunwireError as exc:
-                    retry_at = lane.refused(place, frame.entry.id, exc, time.monotonic())
-                    if retry_at is None:
-                        raise
-                    log.debug("publish refused %s; again at %.3f", exc, retry_at)
-                    continue  # it keeps its place: nothing after it goes before it
-                lane.accepted(place)
-                return reply
-        finally:
-            if lane.finish(place):
-                self._wake_lane()
+        place = self.lane.reserve() if slot is None else slot
+        return await self._publisher.publish(frame, wait_ready, place)
 
-    async def _turn(self, place: int) -> None:
-        """Wait until the lane lets the publish of ``place`` go; raise when it gives up."""
-        while True:
-            if self._fatal is not None:
-                raise self._fatal
-            if self._closed:
-                raise RunwireError(CONNECTION_CLOSED, "connection closed")
-            turn = self.lane.turn(place, time.monotonic())
-            if turn.go:
-                return
-            timeout = None if turn.wake_at is None else turn.wake_at - time.monotonic()
-            changed = self._lane_changed
-            self._lane_waiting += 1
-            try:
-                with anyio.move_on_after(timeout):
-                    await changed.wait()
-            finally:
-                self._lane_waiting -= 1
-
-    def _wake_lane(self) -> None:
-        """Wake the publishes waiting for their turn: the lane changed."""
-        self._lane_changed.set()
-        self._lane_changed = asyncio.Event()
+    def _check_open(self) -> None:
+        """Raise the error that ended the connection, if it ended."""
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed:
+            raise RunwireError(CONNECTION_CLOSED, "connection closed")
 
     async def _exchange(self, frame: BaseModel, wait_ready: bool, place: int = 0) -> RelayFrame:
         """One request: send ``frame`` (again after every reconnect) and return its reply.
@@ -314,35 +279,21 @@ class Connection:
         frame is in line: sent at once, or sent on the next connect in ``req`` order. Either
         way it goes before anything made after it, so the next publish may go.
         """
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed:
-            raise RunwireError(CONNECTION_CLOSED, "connection closed")
-        self._next_req += 1
-        req = self._next_req
-        data = frame.model_dump(mode="json", exclude_none=True)
-        data["req"] = req
-        text = codec.dumps(data)
+        self._check_open()
         limit = self.welcome.max_frame_bytes if self.welcome else DEFAULT_MAX_FRAME_BYTES
-        if len(text) > limit:
-            # The relay would refuse it, or close the socket (1009) unread over its hard
-            # limit: a request re-sent after every reconnect would close every one of them.
-            raise RunwireError(
-                PAYLOAD_TOO_LARGE,
-                f"frame of {len(text)} bytes exceeds the relay's limit of {limit}",
-                details={"size": len(text), "limit": limit},
-            )
-        pending = _Pending(data, text)
-        self._pending[req] = pending
-        if place and self.lane.sent(place) and self._lane_waiting:
-            self._wake_lane()
+        pending = self._requests.open(frame, limit, place)
+        if place:
+            self._publisher.sent(place)
         try:
-            if wait_ready:
-                await self._wait_ready(pending)
-            await self._send_pending(pending)
+            if wait_ready and not self._ready.is_set():
+                await pending.wait_ready(self._ready)  # the next connect sends it, in order
+            else:
+                await self._send(pending)
             await pending.done.wait()
         finally:
-            self._pending.pop(req, None)
+            self._requests.close(pending)
+        if pending.again:
+            raise SendAgain
         if pending.error is not None:
             raise pending.error
         assert pending.reply is not None
@@ -355,22 +306,7 @@ class Connection:
 
     # ----------------------------------------------------------- internal --
 
-    async def _wait_ready(self, pending: _Pending) -> None:
-        # Until the link is up, or the request failed meanwhile (aclose, a fatal error):
-        # waiting on the ready event alone would hang forever after those.
-        if self._ready.is_set() or pending.done.is_set():
-            return
-        async with anyio.create_task_group() as tg:
-
-            async def ready() -> None:
-                await self._ready.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(ready)
-            await pending.done.wait()
-            tg.cancel_scope.cancel()
-
-    async def _send_pending(self, pending: _Pending) -> None:
+    async def _send(self, pending: PendingRequest) -> None:
         ws = self._ws
         if ws is None or pending.done.is_set():
             return  # re-sent after the next connect
@@ -405,46 +341,23 @@ class Connection:
             self._emit("closed")
 
     def _fail_all(self, error: RunwireError) -> None:
-        for pending in list(self._pending.values()):
-            if not pending.done.is_set():
-                pending.error = error
-                pending.done.set()
-        self._wake_lane()  # publishes waiting for their turn see the end too
-
-    async def _fresh_token(self) -> None:
-        assert self.token_provider is not None
-        try:
-            token = self.token_provider()
-            if inspect.isawaitable(token):
-                token = await token
-        except Exception as exc:
-            raise RunwireError(UNAUTHORIZED, f"the token provider failed: {exc!r}") from None
-        if not isinstance(token, str) or not token:
-            raise RunwireError(UNAUTHORIZED, "the token provider returned no token")
-        self.token = token
+        self._requests.fail_all(error)
+        self._publisher.wake()  # publishes waiting for their turn see the end too
 
     async def _run(self) -> None:
-        attempt = 0
-        tries = 0
-        expired = 0  # tokens refused as expired since the last connect that got through
+        policy = self.policy
         while not self._closed:
             connects = self.connects
+            policy.token_provider = self.token_provider is not None  # it may be set late
             try:
-                if self.token_provider is not None and (tries or self.token is None):
-                    await self._fresh_token()
-                tries += 1
+                if policy.start(self.token is not None):
+                    assert self.token_provider is not None
+                    self.token = await fresh_token(self.token_provider)
                 await self._connect_once()
-                attempt = 0
+                policy.ended()
             except RunwireError as exc:
-                if self.connects != connects:
-                    expired = attempt = 0
-                if exc.code == TOKEN_EXPIRED:
-                    expired += 1
-                final = exc.code == UNAUTHORIZED or (
-                    exc.code == TOKEN_EXPIRED and (self.token_provider is None or expired > 3)
-                )
-                retry_expired = exc.code == TOKEN_EXPIRED and not final
-                if final or (not self._first.is_set() and not retry_expired):
+                welcomed = self.connects != connects
+                if policy.failed(exc.code, welcomed=welcomed, started=self._first.is_set()):
                     self._give_up(exc)
                     return
             except (OSError, WebSocketException, TimeoutError) as exc:
@@ -462,33 +375,14 @@ class Connection:
                 self._fail_all(RunwireError(CONNECTION_CLOSED, "connection lost"))
                 return
             self._emit("disconnected")
-            # A relay that restarts (1012) wants its clients elsewhere at once: no backoff
-            # before the first try; should that fail, the backoff goes on as usual.
             restarting, self._restarting = self._restarting, False
-            if not (restarting and attempt == 0):
-                await anyio.sleep(backoff(self.backoff_initial, self.backoff_max, attempt))
-            attempt += 1
+            now = time.monotonic()
+            await anyio.sleep(policy.next_try_at(now, restarting=restarting) - now)
 
     async def _connect_once(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        tls: dict[str, Any] = {} if self.ssl is None else {"ssl": self.ssl}
-        try:
-            ws = await connect(
-                self.url,
-                additional_headers=headers,
-                open_timeout=self.open_timeout,
-                max_size=64 * 1024 * 1024,
-                compression=None,
-                ping_interval=self.keepalive.ping_interval,
-                ping_timeout=self.keepalive.ping_timeout,
-                close_timeout=self.keepalive.close_timeout,
-                **tls,
-            )
-        except InvalidStatus as exc:
-            if exc.response.status_code in (401, 403):
-                raise RunwireError(UNAUTHORIZED, "the relay refused the credentials") from None
-            raise
-        self._ws = ws
+        ws = self._ws = await open_socket(
+            self.url, self.token, self.ssl, self.keepalive, self.open_timeout
+        )
         try:
             hello = Hello(client_id=self.client_id, role=self.role)
             await ws.send(codec.encode(hello).decode())
@@ -536,9 +430,13 @@ class Connection:
         if not self._first.is_set():
             self._first.set()
         self._emit("connected")
-        for pending in list(self._pending.values()):
-            if pending.sent_on != connects:
-                await self._send_pending(pending)
+        for pending in self._requests.waiting():
+            if pending.sent_on == connects or pending.done.is_set():
+                continue
+            if pending.place and not self.lane.resend(pending.place):
+                pending.send_again_later()  # behind an earlier publish that goes again
+                continue
+            await self._send(pending)
 
     async def _read(self, ws: ClientConnection) -> None:
         try:
@@ -551,13 +449,7 @@ class Connection:
                 # Fields live in the model's __dict__; getattr's miss path is slow in pydantic.
                 req = frame.__dict__.get("req")
                 if req is not None and frame.type != "welcome":
-                    pending = self._pending.get(req) if isinstance(req, int) else None
-                    if pending is not None and not pending.done.is_set():
-                        if isinstance(frame, Error):
-                            pending.error = RunwireError.from_wire(frame.error.model_dump())
-                        else:
-                            pending.reply = frame
-                        pending.done.set()
+                    self._requests.reply(req, frame)
                     continue
                 if self.on_frame is not None:
                     self.on_frame(frame)
@@ -572,7 +464,38 @@ def close_error(code: str, reason: str) -> RunwireError:
     return RunwireError(code, reason.removeprefix(prefix) or None)
 
 
-def backoff(first: float, most: float, attempt: int) -> float:
-    """Seconds to wait before try ``attempt`` (0 first) goes again: ``first`` doubling
-    up to ``most``, with jitter (between half of that and all of it)."""
-    return lane_backoff(first, most, attempt, random.random())
+async def fresh_token(provider: TokenProvider) -> str:
+    """A token from ``provider``; ``UNAUTHORIZED`` when it fails or gives none."""
+    try:
+        token = provider()
+        if inspect.isawaitable(token):
+            token = await token
+    except Exception as exc:
+        raise RunwireError(UNAUTHORIZED, f"the token provider failed: {exc!r}") from None
+    if not isinstance(token, str) or not token:
+        raise RunwireError(UNAUTHORIZED, "the token provider returned no token")
+    return token
+
+
+async def open_socket(
+    url: str, token: str | None, ssl: SSLContext | None, pings: Keepalive, open_timeout: float
+) -> ClientConnection:
+    """Open a WebSocket to the relay; ``UNAUTHORIZED`` when it refuses the credentials."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    tls: dict[str, Any] = {} if ssl is None else {"ssl": ssl}
+    try:
+        return await connect(
+            url,
+            additional_headers=headers,
+            open_timeout=open_timeout,
+            max_size=64 * 1024 * 1024,
+            compression=None,
+            ping_interval=pings.ping_interval,
+            ping_timeout=pings.ping_timeout,
+            close_timeout=pings.close_timeout,
+            **tls,
+        )
+    except InvalidStatus as exc:
+        if exc.response.status_code in (401, 403):
+            raise RunwireError(UNAUTHORIZED, "the relay refused the credentials") from None
+        raise

@@ -2267,8 +2267,14 @@ function _up(ws, timer) {
   this._ready = true;
   this._first.resolve(this);
   this._emit("connected");
-  for (const p of [...this._pending.values()]) {
-    if (p.sentOn !== this._connects) this._send(p);
+  for (const [req, p] of [...this._pending.entries()]) {
+    if (p.sentOn === this._connects) continue;
+    if (p.place !== 0 && p.again !== void 0 && !this._lane.resend(p.place)) {
+      this._pending.delete(req);
+      p.again();
+      continue;
+    }
+    this._send(p);
   }
 }
 function _onFrame(frame) {
@@ -2355,7 +2361,7 @@ function _request(frame, handlers) {
     );
     return null;
   }
-  const pending = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
+  const pending = { data, text, sentOn: -1, place: handlers.place ?? 0, resolve: handlers.resolve, reject: handlers.reject, again: handlers.again };
   this._pending.set(req, pending);
   if (this._ready || handlers.immediate) this._send(pending);
   return req;
@@ -2373,12 +2379,15 @@ async function _publish(entry) {
   if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
   const lane = this._lane;
   const place = lane.reserve();
-  let reply;
+  let reply = null;
   try {
-    for (; ; ) {
+    while (reply === null) {
       await this._turn(place);
       try {
-        const call = this._call({ type: "publish", session_id: this.sessionId, entry });
+        const call = new Promise((resolve, reject) => {
+          const frame = { type: "publish", session_id: this.sessionId, entry };
+          this._request(frame, { place, again: () => resolve(null), resolve, reject });
+        });
         if (lane.sent(place)) this._wakeLane();
         reply = await call;
       } catch (err) {
@@ -2392,8 +2401,7 @@ async function _publish(entry) {
         if (!(err instanceof RunwireError) || lane.refused(place, entry.id, err, Date.now()) === null) throw err;
         continue;
       }
-      lane.accepted(place);
-      break;
+      if (reply !== null) lane.accepted(place);
     }
   } finally {
     if (lane.finish(place)) this._wakeLane();
@@ -2481,6 +2489,23 @@ var PublishLane = class {
     if (at < 0) return false;
     this.unsent.splice(at, 1);
     return true;
+  }
+  /**
+   * The link dropped before the reply to the publish of `place` came: may it go again at once on
+   * the new connection? It may when no publish before it waits to go again or to be sent.
+   * Otherwise it goes back in line, as if it was never sent: the driver asks turn() again before it
+   * sends it. The new connection has no relay hold behind the earlier publish, so sent at once it
+   * could be stored before it.
+   */
+  resend(place) {
+    const held = this.held.length > 0 && this.held[0] < place;
+    if (!held && !(this.unsent.length > 0 && this.unsent[0] < place)) return true;
+    if (!this.unsent.includes(place)) {
+      let at = this.unsent.length;
+      while (at > 0 && this.unsent[at - 1] > place) at--;
+      this.unsent.splice(at, 0, place);
+    }
+    return false;
   }
   /**
    * May the publish of `place` be sent at `now`? Throws its refusal when its deadline passed while

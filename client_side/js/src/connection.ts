@@ -220,8 +220,15 @@ export function _up(this: Session, ws: WebSocket, timer: ReturnType<typeof setTi
   this._ready = true;
   this._first.resolve(this);
   this._emit("connected");
-  for (const p of [...this._pending.values()]) {
-    if (p.sentOn !== this._connects) this._send(p);
+  for (const [req, p] of [...this._pending.entries()]) {
+    if (p.sentOn === this._connects) continue;
+    if (p.place !== 0 && p.again !== undefined && !this._lane.resend(p.place)) {
+      // An earlier publish goes again first: this one asks for its turn again.
+      this._pending.delete(req);
+      p.again();
+      continue;
+    }
+    this._send(p);
   }
 }
 
@@ -315,7 +322,7 @@ export function _fatalError(this: Session, error: RunwireError) {
  * @returns {number | null} the request's `req` (null when the session is closed)
  * @internal
  */
-export function _request(this: Session, frame: Record<string, any>, handlers: { immediate?: boolean; resolve: (reply: Record<string, any>) => void; reject: (error: RunwireError) => void; }): number | null {
+export function _request(this: Session, frame: Record<string, any>, handlers: { immediate?: boolean; place?: number; again?: () => void; resolve: (reply: Record<string, any>) => void; reject: (error: RunwireError) => void; }): number | null {
   if (this._closed) {
     handlers.reject(this._fatal || new RunwireError(CONNECTION_CLOSED, "connection closed"));
     return null;
@@ -336,7 +343,7 @@ export function _request(this: Session, frame: Record<string, any>, handlers: { 
     return null;
   }
   /** @type {PendingRequest} */
-  const pending: PendingRequest = { data, text, sentOn: -1, resolve: handlers.resolve, reject: handlers.reject };
+  const pending: PendingRequest = { data, text, sentOn: -1, place: handlers.place ?? 0, resolve: handlers.resolve, reject: handlers.reject, again: handlers.again };
   this._pending.set(req, pending);
   if (this._ready || handlers.immediate) this._send(pending);
   return req;
@@ -367,12 +374,16 @@ export async function _publish(this: Session, entry: Entry): Promise<{ serial: n
   if (this._closed) throw this._fatal || new RunwireError(CONNECTION_CLOSED, "the session was closed");
   const lane = this._lane;
   const place = lane.reserve();
-  let reply: Record<string, any>;
+  let reply: Record<string, any> | null = null;
   try {
-    for (;;) {
+    while (reply === null) {
       await this._turn(place);
       try {
-        const call = this._call({ type: "publish", session_id: this.sessionId, entry });
+        const call = new Promise<Record<string, any> | null>((resolve, reject) => {
+          const frame = { type: "publish", session_id: this.sessionId, entry };
+          // `again`: after a reconnect it goes back in line behind an earlier publish (null).
+          this._request(frame, { place, again: () => resolve(null), resolve, reject });
+        });
         if (lane.sent(place)) this._wakeLane();
         reply = await call;
       } catch (err) {
@@ -386,8 +397,7 @@ export async function _publish(this: Session, entry: Entry): Promise<{ serial: n
         if (!(err instanceof RunwireError) || lane.refused(place, entry.id, err, Date.now()) === null) throw err;
         continue; // it keeps its place: nothing after it goes before it
       }
-      lane.accepted(place);
-      break;
+      if (reply !== null) lane.accepted(place);
     }
   } finally {
     if (lane.finish(place)) this._wakeLane();

@@ -2,7 +2,8 @@
 // port of transport/lane.py; the vectors in tests/vectors/lane/ run against both.
 //
 // Each publish takes a place with reserve(). It may go once every place taken before it was sent
-// and no earlier publish waits to go again: turn() says so, or until when to wait. A publish the
+// and no earlier publish waits to go again: turn() says so, or until when to wait; resend() says
+// whether one still waiting for its reply goes again at once after a reconnect. A publish the
 // relay refuses RATE_LIMITED or STORE_UNAVAILABLE keeps its place while it goes again, so nothing
 // made after it overtakes it: refused() says when it goes again, or that it gives up. The lane does
 // no I/O and reads no clock: times are arguments, in units of `second` per second (1000 for the
@@ -120,6 +121,24 @@ export class PublishLane {
     if (at < 0) return false;
     this.unsent.splice(at, 1);
     return true;
+  }
+
+  /**
+   * The link dropped before the reply to the publish of `place` came: may it go again at once on
+   * the new connection? It may when no publish before it waits to go again or to be sent.
+   * Otherwise it goes back in line, as if it was never sent: the driver asks turn() again before it
+   * sends it. The new connection has no relay hold behind the earlier publish, so sent at once it
+   * could be stored before it.
+   */
+  resend(place: number): boolean {
+    const held = this.held.length > 0 && this.held[0] < place;
+    if (!held && !(this.unsent.length > 0 && this.unsent[0] < place)) return true;
+    if (!this.unsent.includes(place)) {
+      let at = this.unsent.length;
+      while (at > 0 && this.unsent[at - 1] > place) at--;
+      this.unsent.splice(at, 0, place);
+    }
+    return false;
   }
 
   /**

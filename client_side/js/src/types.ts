@@ -328,6 +328,10 @@ export interface PendingRequest {
   /** the frame as sent */
   text: string;
   sentOn: number;
+  /** its place in the publish lane; 0 for other requests */
+  place: number;
   resolve: (reply: Record<string, any>) => void;
   reject: (error: RunwireError) => void;
+  /** it goes back in line after a reconnect: its publish asks the lane for its turn again */
+  again?: () => void;
 }
