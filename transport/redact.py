@@ -30,6 +30,8 @@ LOGGERS = (
     "runwire.client",
     "runwire.connection",
     "runwire.abort",
+    "runwire.mirror",
+    "runwire.view",
     "runwire.worker",
     "runwire.access",
 )
