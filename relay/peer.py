@@ -34,7 +34,7 @@ from transport.holds import AdmissionHold
 from transport.runs import AGENT, Sender
 
 from .auth import matches
-from .wsconn import send_frames, write_texts
+from .wsconn import send_frames
 
 if TYPE_CHECKING:
     from .auth import Identity
@@ -244,7 +244,9 @@ class Peer:
         try:
             while queue and self._writable(ws):
                 frames = self._take(queue)
-                write_texts(ws, frames)  # one write
+                for frame in frames:
+                    ws.protocol.send_text(frame)
+                ws.send_data()  # one write on a RelayConnection
                 self.metrics.frames_out.inc(len(frames))
         except Exception:  # never let a send problem escape unseen
             log.exception("send to %s failed", self.connection_id)

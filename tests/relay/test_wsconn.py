@@ -9,16 +9,15 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from relay.wsconn import RelayConnection, send_frames, write_texts
+from relay.wsconn import RelayConnection, send_frames
 
 pytestmark = pytest.mark.anyio
 
 
 async def _exchange(
-    frames: list[bytes], connection: type[ServerConnection], *, framed_here: bool = False
+    frames: list[bytes], connection: type[ServerConnection]
 ) -> tuple[list[str], int]:
-    """Serve a connection that sends ``frames`` by ``send_frames`` (or ``write_texts``):
-    what arrived, writes made."""
+    """Serve a connection that sends ``frames`` by ``send_frames``: what arrived, writes made."""
     writes = 0
     counted = -1
     sent = anyio.Event()
@@ -33,10 +32,7 @@ async def _exchange(
             write(data)
 
         ws.transport.write = counting  # type: ignore[method-assign]
-        if framed_here:
-            write_texts(ws, frames)
-        else:
-            await send_frames(ws, frames)
+        await send_frames(ws, frames)
         counted = writes  # before the closing handshake writes its own frame
         sent.set()
         await ws.wait_closed()
@@ -57,15 +53,6 @@ async def _exchange(
 async def test_frames_queued_together_go_out_in_one_write_in_order() -> None:
     frames = [b'{"type":"ack","req":1}', b"x" * 70_000, '{"t":"é"}'.encode(), b"{}"]
     got, writes = await _exchange(frames, RelayConnection)
-    assert got == [f.decode() for f in frames]
-    assert writes == 1
-
-
-async def test_frames_framed_by_the_relay_arrive_intact_in_one_write() -> None:
-    # Every header size: 7-bit, 16-bit and 64-bit lengths, at their edges.
-    sizes = [0, 1, 125, 126, 127, 65_535, 65_536, 70_000]
-    frames = [b"a" * size for size in sizes] + ['{"t":"é"}'.encode()]
-    got, writes = await _exchange(frames, RelayConnection, framed_here=True)
     assert got == [f.decode() for f in frames]
     assert writes == 1
 
