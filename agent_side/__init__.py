@@ -43,7 +43,7 @@ from .options import (
 )
 from .pipe import PipeResult
 from .run import Run, RunPaused
-from .session import AgentSession, View, connect
+from .session import AgentSession, connect
 from .tools import (
     APPROVAL_SCHEMA,
     INTERRUPTED,
@@ -57,6 +57,7 @@ from .tools import (
     tool,
     tool_calls,
 )
+from .view import RunView, View
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
@@ -83,6 +84,7 @@ __all__ = [
     "RunHandler",
     "RunOptions",
     "RunPaused",
+    "RunView",
     "SteerHook",
     "Tool",
     "ToolContext",

@@ -36,7 +36,9 @@ class RunSession(Protocol):
     """What a ``Run`` knows of the session it belongs to (``run.session``)."""
 
     session_id: str
-    tree: ConversationTree
+
+    @property
+    def tree(self) -> ConversationTree: ...
 
     def run_link(self) -> RunLink: ...
 

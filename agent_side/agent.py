@@ -41,9 +41,10 @@ from transport.frames import Dispatch, Worker
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.runs import run_ended
 
+from .link import Link
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
 from .run import Run, RunPaused
-from .session import AgentSession, _Link
+from .session import AgentSession
 
 __all__ = ["Agent", "RunHandler"]
 
@@ -110,7 +111,7 @@ class Agent:
             raise ValueError(f"rollup_window must be 0 to 10 seconds, not {rollup_window}")
         self.rollup_window = rollup_window
         self.handler: RunHandler | None = None
-        self._link = _Link(
+        self._link: Link[AgentSession] = Link(
             url,
             token=token,
             token_provider=token_provider,

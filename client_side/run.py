@@ -1,72 +1,49 @@
 """``ClientRun``: a client's handle on one Run, and what steering it returns.
 
-Theory of operation
--------------------
-``session.send()`` publishes a prompt and returns a ``ClientRun`` once the
-relay acknowledged it. Everything the handle reports comes from the session's
-view (``transport.tree``), so it agrees with every other client: ``status`` is
-the Run's status in the view (``"pending"`` until the agent starts it),
-``result()`` waits until the view shows the Run ended or suspended.
+``session.send()`` publishes a prompt and returns a ``ClientRun`` once the relay
+acknowledged it. Everything the handle reports comes from the session's view,
+so it agrees with every other client. ``status`` is the Run's status in the
+view, and ``result()`` waits until the view shows the Run ended or suspended.
 
-``steer(message)``, ``follow_up(message)`` and ``inject(message)`` return a
-``Delivery`` at once. Steering joins the Run's current turn at its next model
-call; a follow-up waits for the current answer, then starts a new turn of the
-same Run; an injected message joins the conversation at the next model call
-without causing one (saved at the Run's end if no call was left). The message
-goes out with ``metadata.queued`` set to its kind. If the view already shows
-the Run ended, both awaitables reject with ``RUN_NOT_ACTIVE`` and nothing is
-published. Otherwise the message is published in the background, in the place
-among the connection's publishes it took when the call was made: a ``cancel()``,
-``send()`` or another steer made after it is stored after it:
-``published`` resolves with the serial the relay gave it (or rejects with the
-relay's error, and ``outcome`` with it), and ``outcome`` resolves from the
-view's ``DeliveryEvent`` for that message id (see ``transport.outcomes``).
+``steer()``, ``follow_up()`` and ``inject()`` return a ``Delivery`` at once.
+Steering joins the Run's current turn at its next model call. A follow-up
+starts a new turn once the current answer is done. An injected message joins
+the next model call without causing one. If the view already shows the Run
+ended, both awaitables reject ``RUN_NOT_ACTIVE`` and nothing is published.
 
-Refusals. An input check may refuse a queued message, on the relay (then
-nothing of it is stored: ``published`` rejects with the check's error) or on
-the agent (it stays on the channel, out of the conversation). Either way the
-channel gets a ``refused`` entry, so on every device ``outcome`` resolves
-``Outcome(consumed=False, run_terminal_reason=None, refused=error)``,
-``ClientRun.refused`` lists it and ``connect(on_refused_message=...)`` hears of
-it. The Run goes on without it.
+Otherwise the message is published from a task, in the place it took when the
+call was made. ``published`` resolves with its serial. ``outcome`` resolves
+from the view's ``DeliveryEvent`` for that message id. An input check may
+refuse the message: then ``outcome`` resolves with ``refused`` set, and the
+Run continues without it.
 
-What is not delivered. ``queued`` lists messages sent through the handle that
-wait: not taken in by the agent, not refused, the Run not ended (a message
-still being published or checked waits too); a Run that ends ``error`` leaves
-its untaken messages there. ``result().undelivered`` (at an end that is not an
-error) and the return value of ``cancel()`` list the ones the Run did not
-take; their outcomes resolve ``consumed=False``. A Run that suspends also
-returns the messages it did not take in ``undelivered``, but keeps them queued:
-their outcomes stay pending (the Ably seed's rule, which the core and interrupt
-issues keep) until the resumed Run takes them, or it ends.
+``queued`` lists the messages sent through the handle that still wait.
+``result().undelivered`` lists the ones the Run ended without taking.
 
-Write-only. On a session connected with ``subscribe=False`` the handle
-publishes as usual (``published`` resolves from the ack, or rejects with the
-relay's error) but sees nothing: ``outcome`` rejects ``NOT_ATTACHED`` at once,
-and ``status``, ``queued``, ``refused``, ``result()`` and ``cancel(wait=True)``
-raise ``RunwireError(NOT_ATTACHED)`` at once.
+On a write-only session the handle publishes but sees nothing: ``outcome``,
+``status``, ``queued``, ``refused`` and ``result()`` raise or reject
+``NOT_ATTACHED`` at once.
 
-The awaitables are ``PendingResult`` objects, not futures or tasks: one left
-unawaited never warns, and each may be awaited any number of times.
+The awaitables are ``PendingResult`` objects. One left unawaited never warns,
+and each may be awaited any number of times.
+
+docs/explanation/steering-outcomes.md explains outcomes, refusals and suspends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio
 
-from transport.errors import RunwireError
+from transport.asyncio.view import View, write_only_error
+from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import Interrupt, MessageEntry, RunEndReason, RunStatus
-from transport.messages import UIMessage
+from transport.messages import UIMessage, user_message
 from transport.runs import ended_error, run_ended
-
-from .view import _write_only_error
-
-if TYPE_CHECKING:
-    from .session import ClientSession
+from transport.tree import Refusal
 
 __all__ = [
     "QUEUED_INTENTS",
@@ -116,14 +93,16 @@ class PendingResult(Generic[T]):
         """The error it rejected with, or None (also while not settled)."""
         return self._error
 
-    def _resolve(self, value: T) -> bool:
+    def resolve(self, value: T) -> bool:
+        """Settle it with ``value`` (the SDK does this); False if it was settled already."""
         if self._settled:
             return False
         self._value = value
         self._settle()
         return True
 
-    def _reject(self, error: BaseException) -> bool:
+    def reject(self, error: BaseException) -> bool:
+        """Settle it with ``error`` (the SDK does this); False if it was settled already."""
         if self._settled:
             return False
         self._error = error
@@ -203,9 +182,10 @@ class Delivery:
         self.published: PendingResult[Published] = PendingResult()
         self.outcome: PendingResult[Outcome] = PendingResult()
 
-    def _fail(self, error: RunwireError) -> None:
-        self.published._reject(error)
-        self.outcome._reject(error)
+    def fail(self, error: RunwireError) -> None:
+        """Reject both awaitables with ``error`` (the SDK does this)."""
+        self.published.reject(error)
+        self.outcome.reject(error)
 
     def __repr__(self) -> str:
         return (
@@ -237,6 +217,54 @@ class RunResult:
     reason: str | None = None
 
 
+class RunHost(Protocol):
+    """What a ``ClientRun`` needs of its session (``client_side.deliveries.Deliveries``)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def subscribe(self) -> bool: ...
+
+    @property
+    def view(self) -> View: ...
+
+    @property
+    def resets(self) -> int: ...
+
+    def refused(self, refusal: Refusal) -> Refused: ...
+
+    def start(self, delivery: Delivery, entry: MessageEntry) -> None: ...
+
+    def check_lost(self, run_id: str, resets: int) -> None: ...
+
+    async def wait_change(self) -> None: ...
+
+    async def cancel(
+        self, run_id: str, *, reason: str | None, wait: bool, timeout: float | None
+    ) -> None: ...
+
+
+@runtime_checkable
+class HasRunHost(Protocol):
+    """A session that hands its ``RunHost`` out (``ClientSession``)."""
+
+    @property
+    def run_host(self) -> RunHost: ...
+
+
+def as_message(message: str | UIMessage) -> UIMessage:
+    """A ``UIMessage`` as given, or a user message with the text of a ``str``."""
+    if isinstance(message, UIMessage):
+        return message
+    if isinstance(message, str):
+        return user_message(message)
+    raise RunwireError(
+        VALIDATION_ERROR,
+        f"a message is a str or a UIMessage, not {type(message).__name__}",
+    )
+
+
 class ClientRun:
     """A handle on one Run of a ``ClientSession`` (made by ``send`` or ``session.run``).
 
@@ -245,12 +273,14 @@ class ClientRun:
     through this handle; ``refused`` lists every refusal of the Run.
     """
 
-    def __init__(self, session: ClientSession, run_id: str, prompt: UIMessage | None) -> None:
-        self._session = session
+    def __init__(
+        self, session: HasRunHost | RunHost, run_id: str, prompt: UIMessage | None
+    ) -> None:
+        self._session = session.run_host if isinstance(session, HasRunHost) else session
         self.run_id = run_id
         self.prompt = prompt
         self._deliveries: list[Delivery] = []
-        self._resets = session._resets  # a reset after this one that loses the Run fails waits
+        self._resets = self._session.resets  # a reset after this one that loses the Run fails waits
 
     def __repr__(self) -> str:
         if not self._session.subscribe:
@@ -259,7 +289,7 @@ class ClientRun:
 
     def _check_readable(self, what: str) -> None:
         if not self._session.subscribe:
-            raise _write_only_error(self._session.session_id, what)
+            raise write_only_error(self._session.session_id, what)
 
     @property
     def status(self) -> RunStatus:
@@ -284,7 +314,7 @@ class ClientRun:
     def refused(self) -> list[Refused]:
         """Queued messages of this Run an input check refused, oldest first, with the error."""
         self._check_readable("ClientRun.refused")
-        return [self._session._refused(r) for r in self._session.view.tree.refusals(self.run_id)]
+        return [self._session.refused(r) for r in self._session.view.tree.refusals(self.run_id)]
 
     def steer(self, message: str | UIMessage) -> Delivery:
         """Steer this Run: the message joins its current turn at the next model call.
@@ -316,17 +346,17 @@ class ClientRun:
 
     def _queue(self, intent: QueuedIntent, message: str | UIMessage) -> Delivery:
         session = self._session
-        msg = session._as_message(message)
+        msg = as_message(message)
         if msg.metadata.get("queued") != intent:
             msg = msg.model_copy(update={"metadata": {**msg.metadata, "queued": intent}})
         delivery = Delivery(msg, self.run_id, intent)
         self._deliveries.append(delivery)
         info = session.view.run(self.run_id) if session.subscribe else None
         if info is not None and run_ended(info.status):
-            delivery._fail(ended_error(self.run_id, info.status))
+            delivery.fail(ended_error(self.run_id, info.status))
             return delivery
         entry = MessageEntry(id=msg.id, run_id=self.run_id, intent=intent, message=msg)
-        session._start_delivery(delivery, entry)
+        session.start(delivery, entry)
         return delivery
 
     def _untaken(self) -> list[Delivery]:
@@ -372,8 +402,8 @@ class ClientRun:
                     error=error if run_ended(info.status) else None,
                     reason=error.message if error and info.status == "cancelled" else None,
                 )
-            self._session._check_lost(self.run_id, self._resets)
-            await self._session._wait_change()
+            self._session.check_lost(self.run_id, self._resets)
+            await self._session.wait_change()
 
     async def cancel(
         self,
@@ -388,7 +418,7 @@ class ClientRun:
         ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``), then, with
         ``wait``, waits until the Run ends or ``timeout`` seconds pass, and
         raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses it (the Run
-        goes on), ``RunwireError(EPOCH_MISMATCH)`` if a reset loses the Run
+        continues), ``RunwireError(EPOCH_MISMATCH)`` if a reset loses the Run
         meanwhile. Returns the messages sent through this handle that the Run
         had not taken in (and that no check refused): their outcomes resolve
         ``consumed=False``. A cancel that comes after the Run's last model call

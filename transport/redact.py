@@ -31,6 +31,8 @@ LOGGERS = (
     "runwire.client",
     "runwire.connection",
     "runwire.abort",
+    "runwire.mirror",
+    "runwire.view",
     "runwire.worker",
     "runwire.access",
 )

@@ -24,13 +24,14 @@ client's view and from an SDK connection.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from client_side.view import View
 from transport.asyncio.connection import Connection
-from transport.frames import Ack, Publish
+from transport.frames import Ack, Attached, Publish
+from transport.mirror import Attachment, Folded
 from transport.runs import TERMINAL
 
 __all__ = ["Counts", "Ledger", "watch_connection", "watch_view"]
@@ -209,25 +210,31 @@ class Ledger:
 
 
 def watch_view(ledger: Ledger, name: str, view: View) -> None:
-    """Record every entry ``view`` takes in (its newest serial moves to the entry's) and its
-    resets."""
+    """Record every entry ``view`` takes in (its mirror folds it) and its resets."""
     ledger.observer(name, view.session_id)
-    fold_one, reset = view._fold_one, view._reset
+    mirror = view.mirror
+    deliver, attached = mirror.deliver, mirror.attached
 
-    def folding(entry: dict[str, Any]) -> Any:
-        newest = view._newest
-        events = fold_one(entry)
-        serial = entry.get("serial")
-        if isinstance(serial, int) and view._newest == serial and newest != serial:
-            ledger.saw(name, serial, str(entry.get("id")))  # the view took it in
-        return events
+    def taking(folded: Iterator[Folded]) -> Iterator[Folded]:
+        for item in folded:
+            serial = item.entry.get("serial")
+            if isinstance(serial, int):
+                ledger.saw(name, serial, str(item.entry.get("id")))  # the view took it in
+            yield item
 
-    def resetting(entries: list[dict[str, Any]], head: int, has_older: bool) -> None:
-        ledger.reset(name)
-        reset(entries, head, has_older)
+    def delivering(entries: Iterable[dict[str, Any]]) -> Iterator[Folded]:
+        return taking(deliver(entries))
 
-    view._fold_one = folding  # type: ignore[method-assign]
-    view._reset = resetting  # type: ignore[method-assign]
+    def attaching(reply: Attached) -> Attachment:
+        attachment = attached(reply)
+        if attachment.reset:
+            ledger.reset(name)
+        attachment.folded = taking(attachment.folded)
+        attachment.held = taking(attachment.held)
+        return attachment
+
+    mirror.deliver = delivering  # type: ignore[method-assign]
+    mirror.attached = attaching  # type: ignore[method-assign]
 
 
 def watch_connection(ledger: Ledger, conn: Connection) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -9,8 +10,10 @@ import pytest
 
 import client_side
 import relay
-from client_side.view import View
 from relay.store.memory import MemoryStore
+from transport.asyncio.view import ViewFeed
+from transport.frames import History, Page
+from transport.mirror import Folded
 
 from .checker import Counts, Ledger, watch_connection, watch_view
 
@@ -144,21 +147,22 @@ def _id(data: bytes) -> str:
 
 
 def test_watch_view_records_only_what_the_view_took_in() -> None:
-    async def no_older(before: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
-        return [], False
+    async def no_older(request: History) -> Page:
+        raise AssertionError("no history expected")
 
-    view = View("s", no_older)
-    take = view._fold_one
+    feed = ViewFeed("s", no_older)
+    view = feed.view
+    take = view.mirror.deliver
 
-    def dropping(entry: dict[str, Any]) -> Any:  # a view that loses serial 2
-        return [] if entry.get("serial") == 2 else take(entry)
+    def dropping(entries: Iterable[dict[str, Any]]) -> Iterator[Folded]:  # loses serial 2
+        return take([e for e in entries if e.get("serial") != 2])
 
-    view._fold_one = dropping  # type: ignore[method-assign]
+    view.mirror.deliver = dropping  # type: ignore[method-assign]
     ledger = Ledger()
     watch_view(ledger, "phone", view)
     entries = [{"serial": s, "id": i, "kind": "unknown-kind"} for s, i in STORED["s"]]
-    view._fold_live(entries)
-    view._fold_live(entries[:2])  # a repeat the view skips
+    feed.deliver(entries)
+    feed.deliver(entries[:2])  # a repeat the view skips
     assert ledger.seen["phone"] == [(1, "a"), (3, "c")]
     assert ledger.count(STORED, DONE) == Counts(gapped=1)
 

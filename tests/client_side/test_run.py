@@ -32,9 +32,9 @@ async def test_pending_result_resolves_every_awaiter_and_settles_once() -> None:
             tg.start_soon(waiter)
             await anyio.wait_all_tasks_blocked()
             assert not pending.done()
-            assert pending._resolve(7)
-            assert not pending._resolve(8)
-            assert not pending._reject(RunwireError("X"))
+            assert pending.resolve(7)
+            assert not pending.resolve(8)
+            assert not pending.reject(RunwireError("X"))
     assert got == [7, 7]
     assert await pending == 7
     assert pending.value() == 7
@@ -43,7 +43,7 @@ async def test_pending_result_resolves_every_awaiter_and_settles_once() -> None:
 @pytest.mark.anyio
 async def test_pending_result_rejects_every_await() -> None:
     pending: PendingResult[int] = PendingResult()
-    pending._reject(RunwireError("RUN_NOT_ACTIVE", "gone"))
+    pending.reject(RunwireError("RUN_NOT_ACTIVE", "gone"))
     for _ in range(2):
         with pytest.raises(RunwireError) as info:
             await pending
@@ -63,7 +63,7 @@ def test_unawaited_rejected_delivery_warns_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         delivery = Delivery(user_message("x"), "run-1")
-        delivery._fail(RunwireError("RUN_NOT_ACTIVE"))
+        delivery.fail(RunwireError("RUN_NOT_ACTIVE"))
         del delivery
         gc.collect()
 

@@ -15,6 +15,7 @@ from client_side import ClientSession
 from transport.errors import RunwireError
 from transport.frames import Ack, Attach, Attached, Deliver, Publish, RelayFrame
 from transport.messages import user_message
+from transport.mirror import Attachment
 
 from .fake_agent import FakeAgent, channel_entries, prompt_entry
 
@@ -263,13 +264,16 @@ async def test_network_drop_while_streaming_leaves_no_gap_and_no_duplicate(
             # Reconnect late enough that the agent's next entries come as the resume backlog.
             session._conn.backoff_initial = 0.3
             resumed: list[int] = []
-            real_resumed = session.view._resumed
+            mirror = session.view.mirror
+            real_attached = mirror.attached
 
-            def spy(entries: list[dict[str, Any]], head: int) -> None:
-                resumed.append(len(entries))
-                real_resumed(entries, head)
+            def spy(reply: Attached) -> Attachment:
+                attachment = real_attached(reply)
+                if not attachment.first and not attachment.reset:
+                    resumed.append(len(reply.entries))
+                return attachment
 
-            session.view._resumed = spy  # type: ignore[method-assign]
+            mirror.attached = spy  # type: ignore[method-assign]
             await session._conn.kill_socket()
             await dropped.wait()
             assert not session.connected

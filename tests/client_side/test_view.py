@@ -11,44 +11,70 @@ import pytest
 
 import client_side
 from client_side import View
+from transport.asyncio.view import ViewFeed
 from transport.errors import RunwireError
+from transport.frames import Attached, History, Page
 from transport.tree import DeliveryEvent, MessageEvent, RunEvent
 
 from .fake_agent import FakeAgent, prompt_entry, run_entry
 
 
-async def _no_history(before: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
+async def _no_history(request: History) -> Page:
     raise AssertionError("no history expected")
 
 
+def make_feed() -> ViewFeed:
+    return ViewFeed("s", _no_history)
+
+
 def make_view() -> View:
-    return View("s", _no_history)
+    return make_feed().view
+
+
+def attach(
+    feed: ViewFeed, entries: list[dict[str, Any]], head: int, has_older: bool, **kw: Any
+) -> None:
+    """Feed an attach answered with ``entries`` (a reset with ``reset=True``)."""
+    feed.attach(100)
+    reply = Attached(
+        req=1,
+        session_id="s",
+        epoch=kw.pop("epoch", "E1"),
+        head=head,
+        entries=entries,
+        has_older=has_older,
+        **kw,
+    )
+    feed.take_attachment(feed.attached(reply))
 
 
 # ------------------------------------------------------------------- unit --
 
 
 def test_fold_skips_serials_the_view_holds() -> None:
-    view = make_view()
+    feed = make_feed()
+    view = feed.view
     events: list[Any] = []
     view.on("message", events.append)
-    view._attached([prompt_entry(1, "a"), prompt_entry(2, "b")], head=2, has_older=False)
-    view._fold_live([prompt_entry(2, "b"), prompt_entry(3, "c"), prompt_entry(1, "a")])
+    attach(feed, [prompt_entry(1, "a"), prompt_entry(2, "b")], head=2, has_older=False)
+    feed.deliver([prompt_entry(2, "b"), prompt_entry(3, "c"), prompt_entry(1, "a")])
     assert [vm.message.id for vm in view.messages()] == ["a", "b", "c"]
     assert [e.message.message.id for e in events] == ["a", "b", "c"]
     assert view.newest_serial == 3 and view.oldest_serial == 1
 
 
 def test_an_unreadable_entry_is_skipped_not_raised(caplog: pytest.LogCaptureFixture) -> None:
-    view = make_view()
+    feed = make_feed()
+    view = feed.view
     with caplog.at_level(logging.WARNING, logger="runwire.client"):
-        view._fold_live([{"serial": 1, "kind": "bogus"}, prompt_entry(2, "b")])
+        feed.deliver([{"serial": 1, "kind": "bogus"}, prompt_entry(2, "b")])
     assert [vm.message.id for vm in view.messages()] == ["b"]
     assert "cannot read" in caplog.text
 
 
 def test_on_routes_by_kind_and_unsubscribes(caplog: pytest.LogCaptureFixture) -> None:
-    view = make_view()
+    feed = make_feed()
+    view = feed.view
     got: dict[str, list[Any]] = {"message": [], "run": [], "delivery": []}
     removers = {kind: view.on(kind, got[kind].append) for kind in got}
 
@@ -57,7 +83,7 @@ def test_on_routes_by_kind_and_unsubscribes(caplog: pytest.LogCaptureFixture) ->
 
     view.on("run", broken)
     with caplog.at_level(logging.ERROR, logger="runwire.client"):
-        view._fold_live(
+        feed.deliver(
             [
                 prompt_entry(1, "p", run_id="r"),
                 run_entry(2, "r", "active"),
@@ -78,7 +104,7 @@ def test_on_routes_by_kind_and_unsubscribes(caplog: pytest.LogCaptureFixture) ->
     assert delivery.outcome.message_id == "s" and not delivery.outcome.consumed
     removers["message"]()
     removers["message"]()
-    view._fold_live([prompt_entry(5, "q", run_id="r2")])
+    feed.deliver([prompt_entry(5, "q", run_id="r2")])
     assert len(got["message"]) == 2
     assert got["run"][-1].run.run_id == "r2"
 
@@ -90,9 +116,12 @@ def test_on_unknown_event_raises() -> None:
 
 
 def test_reset_replaces_everything() -> None:
-    view = make_view()
-    view._attached([prompt_entry(7, "a", run_id="r")], head=7, has_older=True)
-    view._reset([prompt_entry(1, "z", run_id="q")], head=1, has_older=False)
+    feed = make_feed()
+    view = feed.view
+    attach(feed, [prompt_entry(7, "a", run_id="r")], head=7, has_older=True)
+    attach(
+        feed, [prompt_entry(1, "z", run_id="q")], head=1, has_older=False, epoch="E2", reset=True
+    )
     assert [vm.message.id for vm in view.messages()] == ["z"]
     assert [r.run_id for r in view.runs()] == ["q"]
     assert view.run("r") is None
@@ -101,11 +130,12 @@ def test_reset_replaces_everything() -> None:
 
 
 def test_branches_and_select_branch() -> None:
-    view = make_view()
+    feed = make_feed()
+    view = feed.view
     fork = prompt_entry(3, "b2")
     fork["message"]["parts"][0]["text"] = "edited"
     fork["parent_id"] = "a"
-    view._fold_live([prompt_entry(1, "a"), prompt_entry(2, "b1"), fork])
+    feed.deliver([prompt_entry(1, "a"), prompt_entry(2, "b1"), fork])
     assert view.branches("b1") == ["b1", "b2"]
     assert [vm.message.id for vm in view.messages()] == ["a", "b2"]
     seen: list[Any] = []
@@ -121,7 +151,8 @@ def test_branches_and_select_branch() -> None:
 @pytest.mark.anyio
 async def test_events_follow_every_change_of_the_shown_branch() -> None:
     # What a UI that renders from events holds: upsert what is shown, drop the rest.
-    view = make_view()
+    feed = make_feed()
+    view = feed.view
     shown: dict[str, Any] = {}
     stream = view.events()
 
@@ -135,19 +166,19 @@ async def test_events_follow_every_change_of_the_shown_branch() -> None:
                     shown.pop(event.message.message.id, None)
         assert list(shown) == [vm.message.id for vm in view.messages()]
 
-    view._fold_live([prompt_entry(1, "a", run_id="r1"), prompt_entry(2, "b1", run_id="r2")])
+    feed.deliver([prompt_entry(1, "a", run_id="r1"), prompt_entry(2, "b1", run_id="r2")])
     drain()
     assert list(shown) == ["a", "b1"]
     fork = prompt_entry(3, "b2", run_id="r3")
     fork["parent_id"] = "a"  # another device edits the second question
-    view._fold_live([fork])
+    feed.deliver([fork])
     drain()
     assert list(shown) == ["a", "b2"]
     view.select_branch("b1")
     drain()
     assert list(shown) == ["a", "b1"]
     later = prompt_entry(4, "c", run_id="r4")  # no parent: under the newest branch's tip
-    view._fold_live([later])
+    feed.deliver([later])
     drain()
     assert list(shown) == ["a", "b1"]
     view.select_branch("c")
@@ -158,12 +189,13 @@ async def test_events_follow_every_change_of_the_shown_branch() -> None:
 
 @pytest.mark.anyio
 async def test_each_events_iterator_has_its_own_buffer_and_ends_on_close() -> None:
-    view = make_view()
+    feed = make_feed()
+    view = feed.view
     first, second = view.events(), view.events()
-    view._fold_live([prompt_entry(1, "a", run_id="r")])
+    feed.deliver([prompt_entry(1, "a", run_id="r")])
     late = view.events()
-    view._fold_live([run_entry(2, "r", "active")])
-    view._close()
+    feed.deliver([run_entry(2, "r", "active")])
+    feed.close()
     with anyio.fail_after(5):
         kinds_first = [e.kind async for e in first]
         kinds_second = [e.kind async for e in second]
@@ -175,7 +207,8 @@ async def test_each_events_iterator_has_its_own_buffer_and_ends_on_close() -> No
 
 @pytest.mark.anyio
 async def test_events_iterator_wakes_on_new_events_and_aclose_stops_it() -> None:
-    view = make_view()
+    feed = make_feed()
+    view = feed.view
     stream = view.events()
     got: list[str] = []
 
@@ -189,9 +222,9 @@ async def test_events_iterator_wakes_on_new_events_and_aclose_stops_it() -> None
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume)
             await anyio.wait_all_tasks_blocked()
-            view._fold_live([prompt_entry(1, "a", run_id="r")])
+            feed.deliver([prompt_entry(1, "a", run_id="r")])
     assert got == ["run", "message"]
-    view._fold_live([prompt_entry(2, "b", run_id="r2")])
+    feed.deliver([prompt_entry(2, "b", run_id="r2")])
     assert not stream._buffer
 
 
@@ -286,3 +319,43 @@ def _describe(event: Any) -> str:
 async def _wait(session: client_side.ClientSession, condition: Callable[[], bool]) -> None:
     while not condition():
         await session._wait_change()
+
+
+@pytest.mark.anyio
+async def test_a_failed_attach_drops_what_it_held_and_a_wrong_reply_is_a_protocol_error() -> None:
+    feed = make_feed()
+    attach(feed, [prompt_entry(1, "a")], head=1, has_older=False)
+
+    async def dropped(frame: Any) -> Any:
+        feed.deliver([prompt_entry(2, "b")])  # held while the attach runs
+        raise RunwireError("CONNECTION_CLOSED", "dropped")
+
+    with pytest.raises(RunwireError) as info:
+        await feed.request_attach(100, dropped)
+    assert info.value.code == "CONNECTION_CLOSED"
+    assert not feed.mirror.attaching
+    assert [vm.message.id for vm in feed.view.messages()] == ["a"]
+
+    async def wrong(frame: Any) -> Any:
+        return Page(req=1, session_id="s", entries=[], has_older=False)
+
+    with pytest.raises(RunwireError) as info:
+        await feed.request_attach(100, wrong)
+    assert info.value.code == "PROTOCOL_ERROR"
+
+    sent: list[Any] = []
+
+    async def resumed(frame: Any) -> Any:
+        sent.append(frame)
+        return Attached(
+            req=1,
+            session_id="s",
+            epoch="E1",
+            head=2,
+            entries=[prompt_entry(2, "b")],
+            has_older=False,
+        )
+
+    feed.take_attachment(await feed.request_attach(100, resumed))
+    assert (sent[0].from_serial, sent[0].epoch) == (1, "E1")
+    assert [vm.message.id for vm in feed.view.messages()] == ["a", "b"]

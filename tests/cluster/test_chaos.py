@@ -32,7 +32,7 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +49,9 @@ from relay.store.redis import RedisStore
 from transport import UIMessage, message_text, user_message
 from transport.errors import RunwireError
 from transport.events import RunInfo
-from transport.frames import CancelEntry
+from transport.frames import Attached, CancelEntry
 from transport.messages import new_id
+from transport.mirror import Attachment, Folded
 from transport.runs import TERMINAL
 from transport.tree import ConversationTree
 
@@ -179,25 +180,31 @@ class Chaos:
 
     def record(self, device: Device) -> None:
         """Keep the (serial, id) of every entry the device's view folds, in order."""
-        view = device.session.view
-        fold, reset = view._fold_live, view._reset
+        mirror = device.session.view.mirror
+        deliver, attached = mirror.deliver, mirror.attached
 
-        def folding(entries: Any) -> None:
-            entries = list(entries)
-            for entry in entries:
-                serial = entry.get("serial")
+        def taking(folded: Iterator[Folded]) -> Iterator[Folded]:
+            for item in folded:
+                serial = item.entry.get("serial")
                 last = device.folded[-1][0] if device.folded else 0
                 if isinstance(serial, int) and serial > last:
-                    device.folded.append((serial, entry["id"]))
-            fold(entries)
+                    device.folded.append((serial, item.entry["id"]))
+                yield item
 
-        def resetting(entries: list[dict[str, Any]], head: int, has_older: bool) -> None:
-            device.resets += 1
-            device.folded.clear()
-            reset(entries, head, has_older)
+        def delivering(entries: Iterable[dict[str, Any]]) -> Iterator[Folded]:
+            return taking(deliver(entries))
 
-        view._fold_live = folding  # type: ignore[method-assign]
-        view._reset = resetting  # type: ignore[method-assign]
+        def attaching(reply: Attached) -> Attachment:
+            attachment = attached(reply)
+            if attachment.reset:
+                device.resets += 1
+                device.folded.clear()
+            attachment.folded = taking(attachment.folded)
+            attachment.held = taking(attachment.held)
+            return attachment
+
+        mirror.deliver = delivering  # type: ignore[method-assign]
+        mirror.attached = attaching  # type: ignore[method-assign]
 
     async def start_worker(self, worker: Worker) -> None:
         """Start the worker's Agent on a node that is up, in a task of its own (its task

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -26,6 +26,8 @@ from agent_side import AbortSignal, Run
 from client_side import ClientSession
 from relay.store.redis import RedisStore
 from transport import UIMessage, message_text
+from transport.frames import Attached
+from transport.mirror import Attachment, Folded
 
 from .conftest import REDIS_URL, Balancer, Cluster, Node
 
@@ -55,23 +57,29 @@ class Stream:
 
 def record(session: ClientSession, folded: list[tuple[int, str]], resets: list[int]) -> None:
     """Keep the (serial, id) of every entry the session's view folds, in order."""
-    view = session.view
-    fold, reset = view._fold_live, view._reset
+    mirror = session.view.mirror
+    deliver, attached = mirror.deliver, mirror.attached
 
-    def folding(entries: Any) -> None:
-        entries = list(entries)
-        for entry in entries:
-            serial = entry.get("serial")
+    def taking(taken: Iterator[Folded]) -> Iterator[Folded]:
+        for item in taken:
+            serial = item.entry.get("serial")
             if isinstance(serial, int) and serial > (folded[-1][0] if folded else 0):
-                folded.append((serial, entry["id"]))
-        fold(entries)
+                folded.append((serial, item.entry["id"]))
+            yield item
 
-    def resetting(entries: list[dict[str, Any]], head: int, has_older: bool) -> None:
-        resets.append(head)
-        reset(entries, head, has_older)
+    def delivering(entries: Iterable[dict[str, Any]]) -> Iterator[Folded]:
+        return taking(deliver(entries))
 
-    view._fold_live = folding  # type: ignore[method-assign]
-    view._reset = resetting  # type: ignore[method-assign]
+    def attaching(reply: Attached) -> Attachment:
+        attachment = attached(reply)
+        if attachment.reset:
+            resets.append(attachment.head)
+        attachment.folded = taking(attachment.folded)
+        attachment.held = taking(attachment.held)
+        return attachment
+
+    mirror.deliver = delivering  # type: ignore[method-assign]
+    mirror.attached = attaching  # type: ignore[method-assign]
 
 
 async def stored(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
