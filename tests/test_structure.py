@@ -67,22 +67,7 @@ LONG_MODULE_DOCSTRINGS: set[str] = set()
 LONG_SENTENCES = {
     "agent_side/session.py",
     "agent_side/steps.py",
-    "client_side/run.py",
     "client_side/session.py",
-    "relay/cluster.py",
-    "relay/event_stream.py",
-    "relay/http_front.py",
-    "relay/http_head.py",
-    "relay/http_routes.py",
-    "relay/server.py",
-    "relay/sse.py",
-    "relay/store/memory.py",
-    "relay/store/redis_connections.py",
-    "relay/store/redis_presence.py",
-    "relay/store/redis_wire.py",
-    "transport/_run_due.py",
-    "transport/policy.py",
-    "transport/tree.py",
 }
 
 # Library files where ruff's SLF001 (another object's private member) is ignored, as
@@ -90,13 +75,7 @@ LONG_SENTENCES = {
 SLF001_IGNORED: set[str] = set()
 
 # Library modules whose docstrings still use an avoided word. Shrinks to empty as issue 27 lands.
-JARGON_IN_DOCSTRINGS = {
-    "agent_side/run.py",
-    "transport/_run_book.py",
-    "transport/_run_record.py",
-    "transport/_run_status.py",
-    "transport/policy.py",
-}
+JARGON_IN_DOCSTRINGS: set[str] = set()
 
 # Docs pages that still use an avoided word: the generated JavaScript reference follows the
 # TypeScript sources' comments. Shrinks to empty as issue 27 lands.
