@@ -89,16 +89,12 @@ JARGON_IN_DOCS = {
 # The generated JavaScript reference follows the TypeScript sources' comments.
 # Shrinks to empty as issue 27 lands.
 LONG_DOCS_SENTENCES = {
-    "docs/explanation/agent-runs.md",
-    "docs/explanation/conversation-tree.md",
-    "docs/explanation/run-rules.md",
     "docs/reference/javascript/ai-sdk/classes/ChunkMapper.md",
     "docs/reference/javascript/index/classes/ConversationTree.md",
     "docs/reference/javascript/index/classes/Session.md",
     "docs/reference/javascript/index/functions/checkRelayFrame.md",
     "docs/reference/javascript/index/functions/endedBeforeStored.md",
     "docs/reference/javascript/index/interfaces/MessageEvent.md",
-    "docs/reference/protocol/http.md",
 }
 
 # Library modules whose docstrings nest parentheses. Shrinks to empty as issue 27 lands.
