@@ -68,7 +68,7 @@ from transport.frames import (
     ThreadAccess,
 )
 from transport.frames import Error as ErrorFrame
-from transport.interrupts import PausedRun
+from transport.interrupts import PausedRun, paused_run
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id
 from transport.runs import MULTITASK_STRATEGIES, run_ended
@@ -450,11 +450,7 @@ class ClientSession:
         """
         if not self.subscribe:
             raise write_only_error(self.session_id, "paused_run()")
-        for info in self.view.runs():
-            questions = self.view.tree.interrupts(info.run_id)
-            if questions:
-                return PausedRun(info.run_id, questions)
-        return None
+        return paused_run(self.view.tree)
 
     async def cancel_pause(self, run_id: str, *, reason: str | None = None) -> None:
         """End a pause without answers: each waiting call gets "The user declined to answer ...".
