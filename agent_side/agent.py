@@ -1,28 +1,24 @@
 """Worker mode: ``Agent`` takes the Runs the relay dispatches to its name.
 
-Theory of operation
--------------------
-An ``Agent`` holds one connection. After every (re)connect it re-attaches the
-sessions it is working in, then registers as a ``worker`` of its name; the
-relay answers with ``dispatch`` frames, one per new Run. For each, the agent
-attaches that session (one attachment per session, shared by its Runs, and
-detached when its last Run is done), builds the ``Run`` and calls the
-``on_run`` handler in a task of its own, so one agent serves many Runs at
-once. A handler that raises ends its Run ``error`` (``AGENT_ERROR`` unless it
-raised a ``RunwireError``); one that returns without ending it ends it
-``complete`` (``cancelled`` if its abort signal fired). An end the relay's store
-refused (``STORE_UNAVAILABLE``, after the connection's ``store_wait``) is tried again
-in the background until the store takes it, so the Run does not stay active on the
-relay while the worker is connected.
+An ``Agent`` holds one connection. After every connect and reconnect it attaches again to the
+sessions it works in, then registers as a ``worker`` of its name. The relay answers with one
+``dispatch`` frame per new Run.
 
-A dispatch that says ``adopted`` hands over a durable Run whose worker went
-away: the ``Run`` is built ``adopted`` from the dispatch's checkpoint and the
-handler is called as for a new one (``run.adopted`` tells it apart). A
-handler that raises ``RunPaused`` (the Run paused on questions) leaves the Run
-suspended; once answered the relay dispatches it again, ``adopted``, with
-what it paused on, and ``run.resume_tools()`` finishes the paused step. A Run
-dispatched again while this worker still runs a handler for it is taken once
-that handler is done.
+For each dispatch, the agent attaches to that session, builds the ``Run`` and calls the
+``on_run`` handler in a task of its own. So one agent serves many Runs at once. The Runs of one
+session share one attachment, which ends when the last of them is done.
+
+A handler that raises ends its Run ``error``: ``AGENT_ERROR``, unless it raised a
+``RunwireError``. A handler that returns without ending its Run ends it ``complete``, or
+``cancelled`` if its abort signal fired. When the relay's store refuses that end with
+``STORE_UNAVAILABLE``, the agent tries again in the background until the store takes it.
+
+A dispatch marked ``adopted`` passes this worker a durable Run whose worker went away. The
+``Run`` is built from the dispatch's checkpoint, and the handler is called as for a new Run;
+``run.adopted`` tells the two apart. A handler that raises ``RunPaused`` leaves its Run
+suspended on questions. Once they are answered, the relay dispatches the Run again, adopted, and
+``run.resume_tools()`` finishes the paused step. A Run dispatched again while its handler still
+runs here is taken once that handler is done.
 """
 
 from __future__ import annotations

@@ -1,36 +1,18 @@
-"""``RunInputs``: the queued messages of one Run as the agent takes them in.
+"""``RunInputs``: the queued messages of one Run, as the agent takes them in.
 
-Theory of operation
--------------------
-A Run's input is its prompt, then the queued messages aimed at it: steer,
-follow-up and inject. Each queued message first goes through the Run's input
-checks (the seed's beforeRun hooks): sync checks run the moment it folds in,
-an async one in a background task, and until every check passed the message
-counts as not delivered (it is not taken in, the model never sees it). A
-refused message is dropped, never the Run: it is reported (the Run publishes
-a ``refused`` entry) and never reaches the model.
+A Run's input is its prompt, then the steers, follow-ups and injects aimed at it. Each queued
+message first passes the Run's input checks. A refused message is dropped and reported with a
+``refused`` entry; the Run keeps running.
 
-``has_input()`` decides what the next model call takes in:
+``has_input()`` is true while a model call is still to make. It decides what the next call takes
+in: every injected message, then steering by the steering queue mode. Follow-ups come only when
+the current turn has nothing still to answer, and they start a new turn. ``max_iterations``
+bounds the model calls of one turn; at the limit ``limit_reached`` is set.
 
-* every injected message that passed (it joins the next call but does not
-  cause one);
-* steering that passed, by the steering queue mode: ``all`` takes every one
-  waiting, ``one-at-a-time`` one per call (three steering messages, three
-  calls); steering joins the current turn;
-* only when the current turn owes nothing (the prompt and every steering
-  message answered, no tool results waiting): follow-ups that passed, by the
-  follow-up mode; taking them starts a new turn with a fresh iteration budget.
+``take_seen`` gives what a reply took in, for its ``seen`` list. ``to_save`` gives the injects
+that no call took in, saved at a ``complete`` end.
 
-It is true while a model call is owed: the prompt is unanswered, taken-in
-steering or follow-ups wait for a response, or tool results (or a step retried
-after adoption) wait for the model. ``max_iterations`` counts model calls
-(``pipe()``) per turn: when a call is owed and the turn has used them all,
-``limit_reached`` is set and ``has_input()`` stays false; what was not taken
-is undelivered.
-
-What a response took in (``take_seen``) is what its ``response_open`` lists
-as ``seen``. At a ``complete`` end, injects that no call took in are saved
-(``to_save``), unless the Run keeps no history.
+See docs/explanation/input-checks.md for the rules in full.
 """
 
 from __future__ import annotations
@@ -75,7 +57,7 @@ class RunInputs:
         self.iterations = 0
         self.limit_reached = False
         self.answered = False
-        self.owe = False
+        self.owe = False  # tool results, or a retried step, wait for a model call
         self.drained: list[str] = []
         self.taken: set[str] = set()
         self.stamped: set[str] = set()
@@ -165,24 +147,24 @@ class RunInputs:
         return bool(take)
 
     def has_input(self) -> bool:
-        """True while a model call is owed; takes in what the next call gets (module docstring)."""
+        """True while a model call is still to make; takes in what the next call gets."""
         if self.limit_reached:
             return False
         self._drain(self.available("inject"), "all")
         self._drain(self.available("steer"), self.steering)
-        owed = (
+        call_due = (
             not self.answered
             or self.owe
             or any(self.intents.get(mid) != "inject" for mid in self.drained)
         )
-        if not owed and self._drain(self.available("follow_up"), self.follow_up):
+        if not call_due and self._drain(self.available("follow_up"), self.follow_up):
             self.turn += 1
             self.iterations = 0
-            owed = True
-        if owed and self.max_iterations is not None and self.iterations >= self.max_iterations:
+            call_due = True
+        if call_due and self.max_iterations is not None and self.iterations >= self.max_iterations:
             self.limit_reached = True
             return False
-        return owed
+        return call_due
 
     def take_seen(self) -> tuple[list[str], bool]:
         """A model call starts: what it took in (its ``seen``), and the state to ``untake``."""

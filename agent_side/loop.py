@@ -1,26 +1,23 @@
 """``steering_loop``: the seed's agent loop with ``on_steer``, ready made.
 
-Per iteration the loop gives the model call its own ``AbortController``,
-which a steering message aborts (never the Run), and passes the model a
-signal that fires on either that or the Run's ``abort_signal``. ``pipe()``
-stops reading and closes the model's stream on either (whether or not the
-model watches its signal); a steering abort makes it report ``complete``;
-the loop tells that apart from a real cancel and re-infers with the steering
-message last in the conversation.
+Each model call gets its own ``AbortController``, which a steering message aborts; the Run keeps
+running. The model gets a signal that fires on either that controller or the Run's ``abort_signal``.
+``pipe()`` stops reading and closes the model's stream on either, even when the model ignores its
+signal. After a steering abort, ``pipe()`` reports ``complete``. The loop tells that apart from a
+real cancel, and calls the model again with the steering message last in the conversation.
 
-The model reads ``run.history()``: what the Run took in, interrupted replies
-marked, unanswered tool calls repaired. With ``tools`` the loop runs the tool
-calls a response asks for (``run.run_tools``) and calls the model again with
-their results; a cancel answers the calls not started ``ABORTED_BEFORE_DISPATCH``
-and a steering interruption does the same for the calls of the cut-off
-response (also when the model's stream raises as steering aborts it: the
-seed swallows that rejection). A response is whole when its stream ended before steering
-aborted its call, also when the steering lands while ``pipe()`` closes it.
-Steering that arrives while the tools of a whole response run stops none of
-them (only a cancel does): their results are written, and the next model
-call reads them with the steering after them. Follow-ups start
-new turns after the current answer; every turn has ``max_iterations`` model
-calls, and at the limit the Run stops as ``on_iteration_limit`` says.
+The model reads ``run.history()``: what the Run took in, with interrupted replies marked and
+unanswered tool calls repaired. With ``tools``, the loop runs the tool calls a reply asks for,
+through ``run.run_tools``, and calls the model again with their results. A cancel answers the
+calls not started with ``ABORTED_BEFORE_DISPATCH``. A steering message that cut a reply short
+does the same for that reply's calls, also when the model's stream raised as it was aborted.
+
+A reply is whole when its stream ended before steering aborted its call, even if the steering
+lands while ``pipe()`` closes it. Steering that arrives while the tools of a whole reply run stops
+none of them; only a cancel does. Their results are written, and the next model call reads them
+with the steering after them. Follow-ups start new turns after the current answer. Each turn
+has ``max_iterations`` model calls, and at the limit the Run stops as ``on_iteration_limit``
+says.
 """
 
 from __future__ import annotations
@@ -58,7 +55,7 @@ async def steering_loop(
     max_parallel_tools: int | None = None,
     tool_timeout: float | None = None,
 ) -> PipeResult | None:
-    """Run ``model`` until the Run owes no answer, then end the Run.
+    """Run ``model`` until the Run has nothing still to answer, then end the Run.
 
     Starts the Run if needed. ``max_iterations`` / ``on_iteration_limit``
     override the Run's (model calls per turn; ``"stop"`` ends ``complete``,

@@ -1,10 +1,9 @@
 """The options of a Run, and the small types its hooks see.
 
 ``RunOptions`` holds what ``Agent(...)``, ``agent_side.connect(...)`` and
-``session.create_run(...)`` take for the Runs they make: the queue modes, the
-input checks, the iteration budget per turn and what happens at it, whether
-the Run keeps history, whether a cancelled reply is saved, and whether the Run
-is durable.
+``session.create_run(...)`` take for the Runs they make. That is the queue modes, the input
+checks, and the iteration budget per turn with what happens at it. It also says whether the Run
+keeps history, whether a cancelled reply is saved, and whether the Run is durable.
 """
 
 from __future__ import annotations

@@ -137,6 +137,27 @@ class RelayProcess:
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True
         )
         self.url = self._wait_url(20.0)
+        self._profiler = self._start_profiler(name)
+
+    def _start_profiler(self, name: str) -> subprocess.Popen[bytes] | None:
+        """With ``$RUNWIRE_BENCH_PROFILE`` set to a folder, sample the relay with py-spy.
+
+        Each relay process gets ``<folder>/<name>.txt`` (py-spy's raw, collapsed stacks),
+        written when the relay stops. py-spy's own CPU is not the relay's, but it shares
+        the cores: the figures of a profiled run are only good for relative costs.
+        """
+        folder = os.environ.get("RUNWIRE_BENCH_PROFILE")
+        if not folder:
+            return None
+        out = Path(folder) / f"{name}.txt"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        spy = Path(sys.executable).with_name("py-spy")
+        cmd = [str(spy), "record", "--pid", str(self.pid), "--format", "raw", "-r", "250"]
+        return subprocess.Popen(
+            [*cmd, "--nonblocking", "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     @property
     def pid(self) -> int:
@@ -177,6 +198,10 @@ class RelayProcess:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._log.close()
+        if self._profiler is not None:
+            # py-spy writes its file once the process it samples has gone.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._profiler.wait(10.0)
         if self.db_path is not None:
             # Deleted now, not with the run's directory: the kernel drops a deleted file's
             # unwritten pages, so the next measurements do not share the disk with their
@@ -794,6 +819,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     RelayProcess.extra = ["--rollup-window", str(args.rollup_window)] if args.rollup_window else []
     RelayProcess.extra += args.relay_arg
+    sizes_clients = args.clients or 1000
+    if sizes_clients + 100 > 10_000 and not any("--max-connections" in a for a in args.relay_arg):
+        # The relay answers 503 past --max-connections (10,000 by default): the idle phase
+        # at 10,000 clients (plus its 10 warm ones) needs room, as a deployment would.
+        RelayProcess.extra += [f"--max-connections={sizes_clients + 100}"]
     relays = [r for r in args.relays.split(",") if r]
     if args.redis:
         relays += [k for k in REDIS_KINDS if k not in relays]

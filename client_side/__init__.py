@@ -1,11 +1,10 @@
 """The client SDK: attach to a session, start and steer Runs, watch the conversation.
 
-``async with client_side.connect(url, session_id) as session:`` yields a
-``ClientSession``; ``await session.send(message)`` starts a Run and returns a
-``ClientRun``; ``run.steer(message)``, ``run.follow_up(message)`` and
-``run.inject(message)`` return a ``Delivery`` whose ``published`` and
-``outcome`` are awaitable; ``session.view`` is the live
-conversation (``messages()``, ``runs()``, ``on()``, ``events()``).
+``async with client_side.connect(url, session_id) as session:`` yields a ``ClientSession``.
+``await session.send(message)`` starts a Run and returns a ``ClientRun``. ``run.steer()``,
+``run.follow_up()`` and ``run.inject()`` each return a ``Delivery``, whose ``published`` and
+``outcome`` are awaitable. ``session.view`` is the live conversation, with ``messages()``,
+``runs()``, ``on()`` and ``events()``.
 """
 
 from transport.frames import Multitask

@@ -76,9 +76,11 @@ async def main(typed: str = "EU") -> str:
             print(f"{question.message} ({answer_format(question.response_schema)})")
             parsed = parse_answer(typed, question.response_schema)  # {"region": "eu"}
             assert parsed.ok, parsed.problem
+            events = session.view.events()  # every event from now on: none is missed
             await session.resume(run.run_id, {question.id: parsed.value})
             while run.status != "complete":
-                await session._wait_change()
+                await anext(events)
+            await events.aclose()
             reply = session.view.messages()[-1].message.text()
             print(reply)
             return reply

@@ -1,23 +1,22 @@
 """Tokens: who a connection is and what it may do, per session.
 
-A token is a JWT (PyJWT) with the claims ``sub`` (the user id), ``exp``,
-optional ``client_id``, and ``sessions``: a map from a session-id pattern
-(``*`` matches any run of characters) to a list of capabilities out of
-``subscribe``, ``publish``, ``steer``, ``cancel``, ``cancel-any`` and
-``agent``. A connection's rights in a session are the union over every
-pattern that matches the session id; ``cancel-any`` implies ``cancel``, and
-``agent`` implies ``subscribe`` (an agent reads the conversation it answers).
+A token is a JWT, read with PyJWT. Its claims are ``sub``, the user id; ``exp``; an optional
+``client_id``; and ``sessions``. ``sessions`` maps a session-id pattern, where ``*`` matches
+any run of characters, to a list of capabilities. The capabilities are ``subscribe``,
+``publish``, ``steer``, ``cancel``, ``cancel-any`` and ``agent``. A connection's rights in a
+session are the union over every pattern that matches the session id. ``cancel-any`` implies
+``cancel``, and ``agent`` implies ``subscribe``, since an agent reads the conversation it answers.
 
-The relay verifies HS256 tokens with a shared ``secret`` (at least
-``MIN_SECRET_BYTES``, 32, long: a shorter one is refused at start-up), RS256 / ES256
-tokens with a ``public_key`` (PEM), or both. Nothing else is accepted (no
-``none``, no HMAC with the public key). Verification failures raise
-``RunwireError``: ``TOKEN_EXPIRED`` for an expired token, ``UNAUTHORIZED``
-(``details.reason`` says why) for everything else; a token longer than
-``max_bytes`` (``RelayOptions.max_token_bytes``) is refused unread, reason
-``too_large`` with ``details.size`` and ``details.limit`` (``token_too_large``).
-``nbf`` and ``iat`` may be up to ``CLOCK_SKEW`` seconds ahead of the relay's
-clock; ``exp`` is exact.
+The relay verifies HS256 tokens with a shared ``secret`` of at least ``MIN_SECRET_BYTES`` (32);
+a shorter one is refused at start-up. It verifies RS256 and ES256 tokens with a PEM
+``public_key``, and may take both. Nothing else is accepted: no ``none``, and no HMAC with the
+public key.
+
+A failed verification raises ``RunwireError``: ``TOKEN_EXPIRED`` for an expired token, and
+``UNAUTHORIZED`` for everything else, with ``details.reason``. A token longer than ``max_bytes``,
+the relay's ``max_token_bytes``, is refused unread, with the reason ``too_large`` and
+``details.size`` and ``details.limit``. ``nbf`` and ``iat`` may be up to ``CLOCK_SKEW`` seconds
+ahead of the relay's clock; ``exp`` is exact.
 """
 
 from __future__ import annotations
@@ -195,8 +194,11 @@ made). ``exp`` has none: a token expires when it says."""
 
 def _check_not_before(claims: Mapping[str, Any], now: float) -> None:
     """Refuse a token that is not valid yet: ``nbf`` or ``iat`` more than ``CLOCK_SKEW``
-    seconds ahead (as PyJWT would with no leeway at all, which also refused a fresh token
-    whose ``iat`` was rounded up, or minted where the clock is a moment ahead)."""
+    seconds ahead.
+
+    PyJWT with no leeway at all would also refuse a fresh token whose ``iat`` was rounded up,
+    or one minted where the clock is a moment ahead.
+    """
     for name in ("nbf", "iat"):
         if name not in claims:
             continue

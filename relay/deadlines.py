@@ -1,16 +1,14 @@
 """``Deadlines``: timers that end active Runs at their deadline.
 
-A Run started with a ``timeout`` (the agent's, at most the relay's
-``max_run_seconds``) carries ``deadline_ms`` while it is active
-(``transport.runs``). Every node that follows the session (it took in the
-change, or loaded the session) keeps a timer for it; when it fires, the hub
-ends the Run ``cancelled`` with ``RUN_TIMEOUT``. The end's id names the
-deadline, so several nodes ending the same Run store it once. A Run that
-leaves ``active`` (suspended, handed on, ended) drops its timer; going active
-again starts a new deadline. A node that dies takes its timers along: another
-node that loads the session (the agent attaching it again there, say) starts
-them again from the stored records, and an agent that went away with its node
-is ended by the ``AGENT_LOST`` sweep.
+A Run started with a ``timeout`` carries ``deadline_ms`` while it is active. The timeout is the
+agent's, at most the relay's ``max_run_seconds``. Every node that follows the session keeps a
+timer for the Run. When the timer fires, the hub ends the Run ``cancelled`` with ``RUN_TIMEOUT``.
+The end's id names the deadline, so several nodes that end the same Run store the end once.
+
+A Run that stops being active drops its timer: it was suspended, passed to another worker, or
+ended. Becoming active again starts a new deadline. A node that dies takes its timers along.
+Another node that loads the session starts them again from the stored records. An agent that went
+away with its node is ended by the ``AGENT_LOST`` sweep.
 """
 
 from __future__ import annotations

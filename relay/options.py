@@ -47,7 +47,7 @@ class RelayOptions:
     thread_access: ThreadAccess = "own"
     """Sessions whose first prompt says nothing are shared (``shared``) or not (``own``)."""
     max_concurrent_runs: int | None = None
-    """Runs going on (pending or active) at once on this relay node; more wait, queued."""
+    """Runs running (pending or active) at once on this relay node; more wait, queued."""
     index_html: str | None = None
     """A path to an HTML file served at ``GET /`` (``runwire demo`` serves its chat page)."""
     input_checks: Sequence[Check] = ()

@@ -1,12 +1,10 @@
 """``RelayConnection``: a ``ServerConnection`` that writes frames queued together at once.
 
-websockets hands each outgoing frame to the transport on its own, and asyncio's
-transport makes a ``send`` system call per write while its buffer is empty. A
-peer often has several frames ready at one moment (a publisher's ``ack`` and
-the ``deliver`` of its own entry, a burst of entries of several sessions):
-``send_frames()`` serialises them all in one send context and ``send_data()``
-joins what the protocol produced into one write, so they cost one system
-call instead of one each.
+websockets passes each outgoing frame to the transport on its own. asyncio's transport then
+makes one ``send`` system call per write while its buffer is empty. A peer often has several
+frames ready at one moment, such as a publisher's ``ack`` and the ``deliver`` of its own entry.
+``send_frames()`` serialises them all in one send context, and ``send_data()`` joins what the
+protocol produced into one write. So they cost one system call instead of one each.
 """
 
 from __future__ import annotations

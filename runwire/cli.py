@@ -133,8 +133,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     """The parser of subcommand ``name``."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
+    # argparse has no public way to reach a subcommand's parser from the top one.
+    for action in parser._actions:  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             found: argparse.ArgumentParser = action.choices[name]
             return found
     raise LookupError(name)

@@ -34,7 +34,9 @@ __all__ = [
 ENV_PREFIX = "RUNWIRE_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-_LISTS = (argparse._AppendAction, argparse._ExtendAction)
+# argparse names its action classes and a parser's actions privately, with no public way to
+# list a parser's options: this module reads them, and so does runwire.cli.
+_LISTS = (argparse._AppendAction, argparse._ExtendAction)  # noqa: SLF001
 _SECRET_WORDS = ("token", "secret", "password")
 # The options that choose where configuration comes from are not configuration themselves.
 _META = {"config", "print_config", "help", "version"}
@@ -77,10 +79,10 @@ def option_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     version or config)."""
     return [
         action
-        for action in parser._actions
+        for action in parser._actions  # noqa: SLF001
         if action.dest not in _META
         and action.dest != argparse.SUPPRESS
-        and not isinstance(action, argparse._SubParsersAction)
+        and not isinstance(action, argparse._SubParsersAction)  # noqa: SLF001
     ]
 
 
@@ -122,7 +124,7 @@ def _given_on_command_line(parser: argparse.ArgumentParser, argv: Sequence[str])
     marked = argparse.Namespace()
     for action in option_actions(parser):
         # List and count actions build on what the namespace holds: None means "nothing yet".
-        listy = isinstance(action, (*_LISTS, argparse._CountAction))
+        listy = isinstance(action, (*_LISTS, argparse._CountAction))  # noqa: SLF001
         setattr(marked, action.dest, None if listy else _UNSET)
     parsed = parser.parse_args(list(argv), namespace=marked)
     return {

@@ -1,17 +1,17 @@
-"""runwire's wire protocol and the logic every side shares (no sockets here).
+"""runwire's wire protocol and the logic every side shares, without sockets.
 
-``transport.frames`` defines the protocol, ``transport.codec`` encodes it,
-``transport.runs`` holds the Run rules, ``transport.tree`` folds a channel's
-entries into a conversation, ``transport.outcomes`` resolves steering
-outcomes, ``transport.checks`` holds the input checks and
-``transport.history`` reads back what a stopped Run left (interrupted
-replies, unanswered tool calls). ``transport.asyncio`` is the one I/O driver
-the relay and both SDKs share.
+``transport.frames`` defines the protocol and ``transport.codec`` encodes it.
+``transport.runs`` holds the Run rules, and ``transport.tree`` folds a channel's entries into a
+conversation. ``transport.outcomes`` resolves steering outcomes, and ``transport.checks`` holds
+the input checks. ``transport.history`` reads back what a stopped Run left: interrupted replies
+and unanswered tool calls. ``transport.asyncio`` is the one I/O driver that the relay and both
+SDKs share; importing ``transport`` does not load it.
 """
+
+from typing import TYPE_CHECKING
 
 from . import checks
 from .answers import ParsedAnswer, answer_format, parse_answer
-from .asyncio.abort import AbortController, AbortSignal
 from .errors import (
     CloseCode,
     CredentialsError,
@@ -49,6 +49,9 @@ from .tree import (
     RunInfo,
     ViewMessage,
 )
+
+if TYPE_CHECKING:
+    from .asyncio.abort import AbortController, AbortSignal
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
@@ -90,3 +93,16 @@ __all__ = [
     "repair_unanswered_tool_calls",
     "user_message",
 ]
+
+
+# AbortController and AbortSignal live in the I/O layer, since a signal's scope() cancels an
+# anyio block. They load on first use, so importing transport never imports anyio.
+_LAZY = {"AbortController", "AbortSignal"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from .asyncio import abort
+
+        return getattr(abort, name)
+    raise AttributeError(f"module 'transport' has no attribute {name!r}")

@@ -1,14 +1,18 @@
 """A session's entries as AG-UI events (https://docs.ag-ui.com), one entry at a time.
 
-The mapping has no state, so a reader may start at any entry and resume after any serial. A
-prompt becomes a user text message; a reply becomes an assistant text message whose text
-deltas are its content, with its tool calls (start, args, end) and their results in between;
-Run status changes become ``RUN_STARTED``, ``RUN_FINISHED`` and ``RUN_ERROR``; a checkpoint's
-state becomes ``STATE_SNAPSHOT``. Steering, follow-ups, injects, cancels, refusals, interrupts
-and data parts become ``CUSTOM`` events named ``runwire.<what>``. Tool input previews
-(``tool-input-start`` and ``-delta``) and reasoning are left out. The JavaScript client's
-``toAgUiEvents`` (client_side/js/src/ag-ui.ts) is the same mapping; the JSON vectors in
-tests/vectors/ag-ui/ pin both.
+The mapping has no state, so a reader may start at any entry and resume after any serial.
+
+- A prompt becomes a user text message.
+- A reply becomes an assistant text message whose text deltas are its content. Its tool calls,
+  with their start, arguments and end, and their results come in between.
+- Run status changes become ``RUN_STARTED``, ``RUN_FINISHED`` and ``RUN_ERROR``.
+- A checkpoint's state becomes ``STATE_SNAPSHOT``.
+- Steering, follow-ups, injects, cancels, refusals, interrupts and data parts become ``CUSTOM``
+  events named ``runwire.<what>``.
+
+Tool input previews, ``tool-input-start`` and ``-delta``, and reasoning are left out. The
+JavaScript client's ``toAgUiEvents`` in client_side/js/src/ag-ui.ts is the same mapping. The JSON
+vectors in tests/vectors/ag-ui/ pin both.
 """
 
 from __future__ import annotations

@@ -1,24 +1,23 @@
-"""Answers typed or spoken: read a person's text by a question's JSON Schema (no I/O).
+"""Answers typed or spoken: read a person's text by a question's JSON Schema, without I/O.
 
 ``parse_answer(text, schema)`` returns ``ParsedAnswer(ok, value, problem)``:
 
-* a boolean takes yes or no, in English or Russian (``yes``, ``y``, ``sure``,
-  ``да``, ``no``, ``нет``, ...);
-* a number or an integer takes a number (``1 000``, ``2,5``), inside its
-  ``minimum`` / ``maximum``;
-* an ``enum`` (or ``const``) takes one of its members, whatever the case;
-* ``anyOf`` / ``oneOf`` take the first member the text fits;
-* an object with one property (or one required property) takes the text as
-  that field;
+* a boolean takes yes or no, in English or Russian: ``yes``, ``y``, ``sure``, ``да``, ``no``,
+  ``нет``, ...;
+* a number or an integer takes a number such as ``1 000`` or ``2,5``, inside its ``minimum``
+  and ``maximum``;
+* an ``enum`` or a ``const`` takes one of its members, whatever the case;
+* ``anyOf`` and ``oneOf`` take the first member the text fits;
+* an object with one property, or one required property, takes the text as that field;
 * an array takes JSON or a comma-separated list, each item read by ``items``;
 * a string takes the text as it is;
 * anything takes JSON that fits the schema.
 
-Otherwise ``problem`` says what is wrong, in words to show the person, and
-``answer_format(schema)`` says what an answer looks like (``yes or no``, ``a
-number from 1 to 5``, ``one of: eu, us``), for the prompt; ``answer_choices(schema)``
-lists the members a person picks from (an ``enum``, also as an object's one field). Local ``$ref``s
-(``#/$defs/...``, as pydantic writes them) are followed.
+Otherwise ``problem`` says what is wrong, in words to show the person.
+``answer_format(schema)`` says what an answer looks like, such as ``a number from 1 to 5``, for
+the prompt. ``answer_choices(schema)`` lists the members a person picks from: an ``enum``, also
+as an object's one field. Local ``$ref`` links such as ``#/$defs/...`` are followed, as pydantic
+writes them.
 """
 
 from __future__ import annotations

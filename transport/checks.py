@@ -1,43 +1,20 @@
-"""Input checks: what may refuse a user's message before it reaches a model (no I/O).
+"""Input checks: what may refuse a user's message before it reaches a model, without I/O.
 
-Theory of operation
--------------------
-A check is a callable, plain or async, ``check(message: UIMessage) -> None``
-that raises ``RunwireError(code, ...)`` to refuse the message (the seed's
-beforeRun hooks). ``first_refusal(checks, message)`` runs them in order and
-returns the first refusal, or ``None``: a ``RunwireError`` travels as it was
-raised; any other exception refuses the message with ``CHECK_FAILED`` (a
-broken check fails closed, it never lets a message through unchecked).
+A check is a callable, plain or async, ``check(message: UIMessage) -> None``. It raises
+``RunwireError(code, ...)`` to refuse the message. ``first_refusal(checks, message)`` runs checks
+in order and returns the first refusal, or ``None``. Any other exception refuses the message with
+``CHECK_FAILED``, so a broken check never lets a message through.
 
-Two places run them. The relay (``relay.serve(input_checks=[...])``, ``runwire
-relay --check NAME``) checks every message entry before the Run rules: a
-refused prompt is answered with the error and stores nothing; a refused
-steer, follow-up or inject stores nothing of the message either, only a small
-``refused`` entry (``refusal_entry``: the message id, its intent and the error)
-so that every device learns of the refusal, and the publisher gets the error.
-The agent (``Agent(input_checks=[...])``) checks the Run's prompt and every
-queued message before the model sees it, and publishes the same ``refused``
-entry for one it refuses.
+The relay runs checks on every message entry, and the agent on its Run's prompt and queued
+messages. For a refused queued message, both publish the entry ``refusal_entry`` builds. It names
+the message and the error, never the text.
 
-Shipped checks, each a factory returning a check:
+The shipped checks are factories that return a check. ``pii()`` refuses with ``PII_DETECTED``,
+``prompt_injection()`` with ``PROMPT_INJECTION_DETECTED`` and ``content_filter()`` with
+``LLM_CONTENT_FILTERED``. ``CHECKS`` maps their command-line names to them, and ``named(name)``
+builds one.
 
-* ``pii(mode="block")``: e-mail addresses, phone numbers (9 to 15 digits in
-  the usual groupings, optionally with ``+`` and a country code), payment
-  card numbers (13 to 19 digits, plain or grouped, passing the Luhn check) and
-  IBANs (country code, check digits, passing the ISO 13616 mod-97 check) ->
-  ``PII_DETECTED`` with ``details.types``. The error never contains what was
-  found, so a refusal record leaks nothing.
-* ``prompt_injection()``: instruction overrides ("ignore previous
-  instructions"), prompt leaks ("reveal your system prompt"), role hijacks
-  ("you are now DAN", "developer mode") and chat-template delimiters ->
-  ``PROMPT_INJECTION_DETECTED`` with ``details.threats``.
-* ``content_filter()``: harmful requests by category (``CONTENT_CATEGORIES``:
-  weapons of mass harm, self-harm, violent threats, sexual content with
-  minors), plus blocked terms and patterns of your own -> ``LLM_CONTENT_FILTERED``
-  with ``details.categories``. Like ``pii``, the error never quotes the text.
-
-``CHECKS`` maps the command-line names (``pii``, ``prompt_injection``,
-``content_filter``) to their factories; ``named(name)`` builds one.
+See docs/explanation/input-checks.md for where checks run and what each one looks for.
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
-"""Folding UI message stream chunks into a message (no I/O).
+"""Folding UI message stream chunks into a message, without I/O.
 
-Chunks use AI SDK names and camelCase keys; parts use snake_case.
+An agent streams its reply as chunks with the AI SDK's names and camelCase keys, such as
+``text-delta`` or ``tool-input-available``. ``fold_chunks`` folds them into the parts of one
+``UIMessage``, whose keys are snake_case. ``fold_part`` folds one chunk other than text and
+reasoning. The conversation tree and the agent SDK both use them, so every side builds the same
+message.
 
-Text and reasoning. ``text-start {id}`` starts an empty text part known by
-``id``; ``text-delta {id?, delta}`` appends to the part with that id (a new
-one for an unknown id) or, without an id, to the last part if it is a text
-part, else a new one; ``text-end`` does nothing; ``reasoning-*`` likewise for
-reasoning parts.
+A chunk with ids, deltas or texts that are not strings is ignored, as is a chunk type this module
+does not know.
 
-Tool input. ``tool-input-start {toolCallId, toolName}`` adds a call whose
-``input_text`` is ``""`` (nothing when that call is there already);
-``tool-input-delta {toolCallId, inputTextDelta}`` appends to the
-``input_text`` of a call still streaming. ``tool-input-available
-{toolCallId, toolName, input}`` makes the call whole: it replaces the part of
-that call in place (``input_text`` gone), else adds it. ``tool-input-error
-{toolCallId, toolName, input?, errorText}`` does the same and adds an error
-result with ``output=errorText``.
-
-Tool output. ``tool-output-available {toolCallId, output}`` adds a result
-named after its call (else the chunk's ``toolName``, else ``""``); one with
-``preliminary: true`` is left out (only the final output is kept).
-``tool-output-error {toolCallId, errorText, errorCode?}`` adds a result with
-``is_error`` and ``output=errorText``, or, with a string ``errorCode``,
-``output={"code": errorCode, "message": errorText}`` (how runwire's tool
-runner and history repair write results that carry a code).
-``tool-output-denied {toolCallId}`` adds the error result ``TOOL_DENIED``.
-
-Sources, files, data. ``source-url {sourceId, url, title?}``,
-``source-document {sourceId, mediaType, title, filename?}`` and ``file {url,
-mediaType}`` add the part of the same name. ``data-<name> {id?, data,
-transient?}`` adds a ``data-<name>`` part; with ``transient: true`` it is
-not stored at all; with an ``id`` it replaces, in place, the part of the same
-type and id if there is one (reconciliation).
-
-A chunk whose ids, deltas or texts are not strings is ignored, as are all
-other chunk types (``start-step``, ``tool-approval-request``, ``error``...).
-``transport.tree`` folds responses with ``fold_chunks``; the agent SDK's
-``MessageBuilder`` folds all but text and reasoning with ``fold_part``.
+See docs/explanation/chunks.md for what each chunk does to the message.
 """
 
 from __future__ import annotations

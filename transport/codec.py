@@ -1,23 +1,24 @@
 """The codec: frames to bytes and back. The only module that touches orjson.
 
 Decoding never raises anything but ``RunwireError``, with a stable code:
-``PAYLOAD_TOO_LARGE`` (over ``max_bytes``), ``PROTOCOL_ERROR`` (not JSON, not an
-object, no string ``type``), ``UNKNOWN_FRAME`` (a ``type`` this side does not
-know) or ``VALIDATION_ERROR`` (a known frame with bad fields; ``details.errors``
-says which). ``request_id()`` recovers the ``req`` of a frame that failed, so
-the error reply can still be matched to its request. A field the models do not
-know is bad in a frame ``decode_client_frame`` reads and in an entry; a frame
-``decode_relay_frame`` reads goes without it (``transport.frames``, "Unknown fields").
 
-Depth. A frame nested more than ``MAX_DEPTH`` (100) objects and arrays deep is a
-``VALIDATION_ERROR`` (``details.limit``), checked by ``loads`` before any model
-sees it: orjson encodes no more than 254 levels, so a deeper entry could be
-decoded but never stored. ``decode_relay_frame`` allows ``RELAY_FRAME_DEPTH``, a
-few levels more, as a relay frame wraps the entries it carries.
+* ``PAYLOAD_TOO_LARGE``: over ``max_bytes``;
+* ``PROTOCOL_ERROR``: not JSON, not an object, or no string ``type``;
+* ``UNKNOWN_FRAME``: a ``type`` this side does not know;
+* ``VALIDATION_ERROR``: a known frame with bad fields, which ``details.errors`` names.
 
-Entries are stored and delivered as bytes: the relay encodes an entry once,
-without its serial, and ``splice_serial`` adds the serial in front without
-re-encoding, so fan-out to many subscribers costs one encode.
+``request_id()`` recovers the ``req`` of a frame that failed, so the error reply still matches
+its request. ``decode_client_frame`` refuses fields the models do not know, and so does every
+entry. ``decode_relay_frame`` drops them; docs/explanation/wire-protocol.md says why.
+
+A frame nested more than ``MAX_DEPTH`` (100) levels deep is a ``VALIDATION_ERROR`` with
+``details.limit``. ``loads`` checks it before any model sees the frame. orjson encodes no more
+than 254 levels, so a deeper entry could be decoded but never stored. ``decode_relay_frame``
+allows ``RELAY_FRAME_DEPTH``, a few levels more, since a relay frame wraps the entries it carries.
+
+Entries are stored and delivered as bytes. The relay encodes an entry once, without its serial,
+and ``splice_serial`` adds the serial in front without encoding it again. So fan-out to many
+subscribers costs one encode.
 """
 
 from __future__ import annotations

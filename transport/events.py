@@ -103,10 +103,10 @@ class MessageEvent:
     ``op="added"``: a new message, or one already held that came onto the
     active branch (a ``select_branch``, a rebuild). ``op="updated"``: its
     content, parent or ``refused`` changed. ``op="removed"``: it left
-    ``messages()``: a fork or rollback left its turn behind, a branch was
-    selected, it was refused, a rebuild (an older page merged) moved it, or a
-    client's reset dropped it (``message`` is then the tree's view of it if it
-    still has one, a held message, else the last one it had).
+    ``messages()``. A fork or rollback left its turn behind, a branch was
+    selected, it was refused, a rebuild moved it, or a client's reset dropped it.
+    ``message`` is then the tree's view of it while the tree still holds it, else
+    the last one it had.
 
     ``shown``: whether the message is in ``messages()`` once the entry (or
     selection) that caused the event is applied; always ``False`` for

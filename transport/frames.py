@@ -1,96 +1,23 @@
-"""The runwire wire protocol, version 1: frames and channel entries.
+"""The runwire wire protocol, version 1: its frames and channel entries, as pydantic models.
 
-Theory of operation
--------------------
-A connection carries JSON text frames, each an object with a ``type``. The
-first frame a peer sends is ``hello``; the relay answers ``welcome``. After
-that a peer may ``attach`` to any number of sessions (one channel each),
-``publish`` entries to them, page ``history``, and (agents) register as a
-``worker`` of an agent name to be sent ``dispatch`` frames for new Runs.
+A connection carries JSON text frames, each an object with a ``type``. A peer opens with
+``hello`` and the relay answers ``welcome``. A peer then attaches to sessions, publishes entries,
+pages history, and an agent may register as a ``worker`` of an agent name.
 
-Requests carry a ``req`` id chosen by the sender; the relay's reply echoes it
-(``attached``, ``ack``, ``page``, or ``error``). Frames the relay pushes
-unasked (``deliver``, ``dispatch``, and ``error`` without ``req``) carry none.
+A request carries a ``req`` id, and the relay's reply echoes it: ``attached``, ``ack``, ``page``
+or ``error``. Frames the relay sends unasked carry none: ``deliver``, ``dispatch``, and an
+``error`` that answers no request.
 
-What a channel holds is a sequence of *entries*. Publishers send an entry body
-(``EntryBody``); the relay stamps it with ``serial`` (strictly increasing per
-channel), ``ts`` (ms since the epoch), ``user_id`` and ``client_id`` taken
-from the connection (whatever the sender claimed is overwritten), stores it,
-acknowledges it, and delivers it to every attached connection in serial order.
-Every entry has a sender-chosen ``id``: the relay drops a repeated id and
-acknowledges it again with the original serial (``duplicate: true``), so a
-publisher may retry after a reconnect.
+A channel holds entries. A publisher sends an ``EntryBody``; the relay stamps it with a
+``serial``, a ``ts`` and the connection's ids, stores it, acknowledges it and delivers it. The
+entry kinds are ``message``, ``run``, ``cancel``, ``cancel_denied``, ``response_open``,
+``response_append``, ``response_close``, ``refused``, ``interrupt`` and ``checkpoint``.
 
-Entry kinds:
+Integer fields take JSON integers only, never a bool, a string or a float. A frame a peer sends,
+and every entry, refuses unknown fields with ``VALIDATION_ERROR``. A frame the relay sends ignores
+them, so a client keeps working when a later relay adds some.
 
-* ``message``: a user's message with an ``intent``. ``prompt`` starts a Run
-  named by ``run_id`` (the sender picks it); ``steer``, ``follow_up`` and
-  ``inject`` are aimed at an existing Run.
-* ``run``: a Run's lifecycle (``active`` when started or resumed,
-  ``suspended``, or terminal ``complete``/``cancelled``/``error``; ``pending``
-  only from the relay, when a queued Run's turn comes or when it hands a
-  durable Run whose agent went away to another worker). ``seen`` on a
-  terminal entry lists queued messages the Run took in without a response
-  (injects saved at its end).
-* ``cancel``: a signal asking the Run's agent to stop.
-* ``cancel_denied``: the Run's agent refused a cancel (its ``on_cancel``
-  hook); the Run goes on, and the asker's SDK reports ``CANCEL_DENIED``.
-* ``response_open`` / ``response_append`` / ``response_close``: the agent's
-  output, one message that grows by appends of UI message stream parts. A
-  close carries the whole message (it replaces what the appends built) or,
-  when that would not fit a frame, none: the content as folded is kept.
-  ``response_open.seen`` lists the steering message ids the agent had taken in
-  before producing this response: that is how outcomes resolve. A
-  ``response_open`` naming a response of the same Run that is still open (a
-  step retried after a crash) starts it over.
-* ``refused``: an input check refused a queued message. It names the message
-  and carries the error, never the message's content: a message the relay's
-  checks refuse is not stored at all; one the agent's checks refuse stays on
-  the channel but out of the conversation.
-* ``interrupt``: a Run asks people and waits. ``status: paused`` (from the
-  Run's agent) lists the questions (``interrupts``: id, kind, reason, message,
-  the answer's JSON Schema, ``expires_at`` in ms, the tool call that asked)
-  and carries the version-1 ``checkpoint`` of the step that paused; the agent
-  then publishes ``run: suspended``. ``status: resumed`` (from a client)
-  carries ``responses`` by interrupt id; the relay checks each one and stamps
-  ``interrupts`` with the answered questions (their ``response``). Once every
-  question is answered or expired the relay puts the Run back to ``pending``
-  and a worker adopts it. ``status: declined`` (a client's ``cancel_pause``)
-  ends the pause without answers.
-* ``checkpoint``: a durable Run finished a step; what another worker needs to
-  go on from there (the step number, the turn, the model calls of the turn,
-  the queued messages answered, the agent's own ``state``).
-
-Multitasking. A prompt may carry ``multitask`` (``alongside``, ``reject``,
-``enqueue``, ``interrupt`` or ``rollback``; none means the relay's default),
-``parent_run_id`` (a Run started from a tool call of that Run: never held
-back) and ``thread_access`` (``shared`` on a session's first prompt lets other
-users' strategies touch its Runs). The relay decides, atomically, what the
-prompt does and stamps it on the stored prompt: ``multitask`` (the strategy in
-effect), ``queued: true`` when its Run waits (status ``queued``) and
-``interrupts`` (the Runs it cancels). Relay-published entries then carry it
-out: a ``cancel`` with ``interrupted_by`` for each interrupted Run, ``run:
-cancelled`` for a queued Run its sender cancelled (or an interrupted Run no
-agent had started), and ``run: pending`` when a queued Run's turn comes; the
-tree adds a queued prompt to the conversation only then.
-
-Attaching names ``from_serial`` (and the ``epoch`` it belongs to) to resume, or
-nothing to get the newest page. A resume from another epoch gets ``reset: true``
-and the newest page, never a silent gap.
-
-Integers. Every integer field (``serial``, ``ts``, ``step``, ``expires_at``,
-``limit``, ``req``, ...) takes a JSON integer only: ``true``/``false`` (a
-Python ``bool`` is an ``int``), a string such as ``"5"`` and a float are
-refused ``VALIDATION_ERROR`` (``int_type``), as the JavaScript client refuses
-them; a boolean field takes ``true``/``false`` only (not ``1`` or ``"yes"``).
-
-Unknown fields, by direction. A frame a peer sends (``hello``, ``attach``, ...) and an entry
-(published, stored or delivered) with a field its model does not know is refused
-``VALIDATION_ERROR`` (``extra_forbidden``). A frame the relay sends (``welcome``, ``ack``,
-``deliver``, ...; the ``error`` object of an ``error`` frame too) is read ignoring the fields
-its model does not know, so a client keeps working when a later relay adds some; its known
-fields are checked as strictly as ever. The ``entries`` such a frame carries are entries:
-``decode_entry`` checks them, strictly.
+See docs/explanation/wire-protocol.md for the tour, and docs/reference/protocol/ for every field.
 """
 
 from __future__ import annotations
@@ -221,7 +148,7 @@ class MessageEntry(_Entry):
     agent: Id | None = None
     """For a prompt: the agent name its Run goes to (default ``default``)."""
     multitask: Multitask | None = None
-    """For a prompt: what its Run does to Runs going on (None: the relay's default).
+    """For a prompt: what its Run does to running Runs (None: the relay's default).
 
     The relay stamps the strategy in effect on the stored prompt."""
     parent_run_id: Id | None = None

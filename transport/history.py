@@ -1,25 +1,20 @@
 """What a Run leaves behind, read back for a model: interrupted replies and lost tool calls.
 
-Theory of operation
--------------------
 A Run that stops early leaves its conversation whole:
 
 * A reply cut short by a cancel is saved with ``metadata.interrupted: true``.
-  ``history_message(message)`` renders it for a model with
-  ``[interrupted by the user]`` after it, so the model does not take the part
-  that was shown for a finished answer.
-* Tool calls that had not started when the Run stopped are answered
-  ``Aborted before dispatch: ...`` (``ABORTED_BEFORE_DISPATCH``); calls that
-  finished keep their results; a call still running gets no result at all.
-* A crash leaves calls without results. ``repair_unanswered_tool_calls``
-  gives each such call the result ``The run stopped before this tool call
-  returned: outcome unknown, verify before retrying`` (``OUTCOME_UNKNOWN``),
-  so the model knows the call may have run instead of losing it. It returns
-  new messages; what it was given (and the channel's log) is never changed.
+  ``history_message(message)`` renders it for a model with ``[interrupted by the user]`` after
+  it. So the model does not take the part that was shown for a finished answer.
+* Tool calls that had not started when the Run stopped are answered with
+  ``ABORTED_BEFORE_DISPATCH``. Calls that finished keep their results. A call still running gets
+  no result at all.
+* A crash leaves calls without results. ``repair_unanswered_tool_calls`` gives each such call the
+  result ``OUTCOME_UNKNOWN``: the call may have run, so verify before retrying. It returns new
+  messages, and never changes what it was given or the channel's log.
 
-Results that carry a code are ``ToolResultPart(is_error=True, output={"code":
-..., "message": ...})``, as the tool runner writes them (the stream chunk
-``tool-output-error`` with ``errorCode``, see ``transport.chunks``).
+A result that carries a code is ``ToolResultPart(is_error=True, output={"code": ...,
+"message": ...})``, as the tool runner writes it. The stream chunk for it is
+``tool-output-error`` with ``errorCode``; docs/explanation/chunks.md has the details.
 """
 
 from __future__ import annotations

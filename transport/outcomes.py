@@ -1,50 +1,21 @@
-"""Steering outcomes: when a steer (or follow-up, or inject) message is settled.
+"""Steering outcomes: when a steer, follow-up or inject message is settled, and how.
 
-Theory of operation
--------------------
-The seed's ``activeRun.steer()`` returns an ``outcome`` that resolves to
-``{consumed, runTerminalReason}``. Nobody publishes outcomes: every side
-derives them from the same channel entries, so every client agrees.
-``OutcomeBook`` is that derivation for one session, fed in serial order:
+Nobody publishes outcomes. Every side works them out from the same channel entries, so every
+client agrees. ``OutcomeBook`` does that for one session, fed the entries in serial order:
 
-* ``track(message_id, run_id)``: a steer / follow-up / inject message folded.
-  It is *pending*. If its Run has already ended (the relay refuses these, but
-  the book stays consistent anyway) it resolves at once, ``consumed=False``,
-  with the Run's end reason.
-* ``saw(run_id, ids)``: a ``response_open`` of that Run listed ``ids`` in
-  ``seen``; those of the Run's messages are *consumed* (not yet resolved).
-  Only the Run's own ``seen`` lists count: a response of another Run does not
-  consume a message aimed at this one.
-* ``run_status(run_id, status)``: a Run lifecycle entry.
+* ``track`` a steer, follow-up or inject message when it arrives: it is pending;
+* ``saw`` the ``seen`` list of a reply of its Run: it is consumed;
+* ``run_status`` at a suspend or an end of the Run: it resolves;
+* ``refuse`` when an input check refused it: it resolves at once.
 
-  - ``suspended``: every consumed, unresolved message of the Run resolves
-    ``consumed=True`` with ``run_terminal_reason=None`` (the Run has not
-    ended). Unconsumed ones stay pending until the Run resumes and consumes
-    them, or ends.
-  - terminal (``complete`` / ``cancelled`` / ``error``): every unresolved
-    message of the Run resolves: ``consumed`` says whether the Run's responses
-    had seen it, ``run_terminal_reason`` is the end reason. The first terminal
-    status wins; later lifecycle entries of that Run change nothing.
-  - ``active`` / ``pending``: nothing resolves.
+``ended_before_stored()`` gives the outcome of a message the relay refused to store because its
+Run had ended.
 
-* ``refuse(message_id, run_id, error)``: an input check refused the message
-  (a ``refused`` entry). It resolves at once, ``consumed=False``,
-  ``run_terminal_reason=None`` and ``refused`` set to the error (a wire error
-  object), whether or not the message itself was ever tracked (a message the
-  relay refused is never stored). A message already resolved stays as it was.
+Each message resolves exactly once. Each method returns the records it resolved, in tracking
+order, so the caller reports each one once. ``outcome(message_id)`` is ``None`` while a message
+is pending or unknown.
 
-``ended_before_stored(message_id, run_id, code, details)``: the relay refused
-to store a steer / follow-up / inject with ``RUN_NOT_ACTIVE`` because its Run
-had ended by the time the message came (sent while the sender's view still
-showed the Run going on, or while its link was down). The message was never
-published, but its outcome is the seed's "the Run ended before the agent saw
-it": ``consumed=False`` with the Run's end reason (from the error's
-``details.status``), so the sender shows it was not delivered and lists it as
-undelivered instead of losing it. Any other refusal gives ``None``.
-
-Each message resolves exactly once; the methods return the records they
-resolved (in tracking order) so the caller can report each one once.
-``outcome(message_id)`` is ``None`` while a message is pending (or unknown).
+See docs/explanation/steering-outcomes.md for the rules in full.
 """
 
 from __future__ import annotations

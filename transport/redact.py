@@ -1,13 +1,14 @@
 """Tokens never reach a log: a logging filter that redacts them from every record.
 
-``RedactTokens`` rewrites a record's message, its traceback text and its
-stack text, at every level: the value of a ``token=`` query parameter, the
-value of an ``Authorization`` header, whatever follows ``Bearer``, and any
-string that looks like a JWT (three base64url parts, the first ``eyJ``).
-``install()`` puts it on the loggers of websockets and of runwire (``LOGGERS``,
-idempotent); the relay and the SDK connections call it as they start, and
-``runwire relay`` also puts it on the handlers of the root logger, which
-sees every record that propagates.
+``RedactTokens`` rewrites a record's message, its traceback text and its stack text, at every
+level. It redacts the value of a ``token=`` query parameter and of an ``Authorization`` header,
+and whatever follows ``Bearer``. It also redacts any string that looks like a JWT: three
+base64url parts, the first starting ``eyJ``.
+
+``install()`` puts the filter on the loggers of websockets and of runwire, listed in ``LOGGERS``;
+a second call changes nothing. The relay and the SDK connections call it as they start.
+``runwire relay`` also puts it on the handlers of the root logger, which sees every record that
+propagates.
 """
 
 from __future__ import annotations

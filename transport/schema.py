@@ -1,31 +1,30 @@
 """JSON Schemas of the wire protocol, generated from the pydantic models of ``transport.frames``.
 
-``frame_schemas()`` returns one JSON Schema (draft 2020-12) per frame and per
-entry kind, plus the unions a receiver dispatches on. They are what
-``docs/schema/*.json`` holds (``python -m transport.schema`` writes them there;
-a test fails when the two differ), so a client in another language can be
-built from the documents alone.
+``frame_schemas()`` returns one JSON Schema, draft 2020-12, per frame and per entry kind. It also
+returns the unions a receiver dispatches on. They are what ``docs/schema/*.json`` holds:
+``python -m transport.schema`` writes them there, and a test fails when the two differ. So a
+client in another language can be built from the documents alone.
 
-The schemas come from ``TypeAdapter.json_schema()`` with three facts of the
-wire the models leave implicit made explicit:
+The schemas come from ``TypeAdapter.json_schema()``. Three facts of the wire that the models
+leave implicit are made explicit:
 
-* the discriminator (``type`` of a frame or part, ``kind`` of an entry) is
-  required: the codec refuses a frame without a string ``type``;
-* an entry the relay delivers (in ``attached``, ``page`` and ``deliver``) is
-  *stamped*: ``serial``, ``ts`` and ``client_id`` are always there
-  (``user_id`` when the connection has one); what a publisher sends in
-  ``publish.entry`` may leave them out (the relay overwrites them anyway);
-* the ``entries`` of those frames are stamped entries, not any object.
+* the discriminator is required: ``type`` of a frame or part, ``kind`` of an entry;
+* an entry the relay delivers is *stamped*: ``serial``, ``ts`` and ``client_id`` are always
+  there, and ``user_id`` when the connection has one; a publisher may leave them out of
+  ``publish.entry``, since the relay overwrites them anyway;
+* the ``entries`` of ``attached``, ``page`` and ``deliver`` are stamped entries.
 
-Names (each the file name without ``.json``): the frames a peer sends
-(``hello``, ``attach``, ``detach``, ``publish``, ``history``, ``worker``),
-the frames the relay sends (``welcome``, ``attached``, ``ack``, ``page``,
-``deliver``, ``dispatch``, ``error``), the entry bodies a peer publishes
-(``entry-message``, ``entry-run``, ``entry-cancel``, ``entry-cancel_denied``,
-``entry-response_open``, ``entry-response_append``, ``entry-response_close``,
-``entry-refused``, ``entry-checkpoint``), and the unions
-``client-frame``, ``relay-frame``, ``entry`` (as published) and
-``stamped-entry`` (as delivered).
+Each schema's name is its file name without ``.json``:
+
+* the frames a peer sends: ``hello``, ``attach``, ``detach``, ``publish``, ``history``,
+  ``worker``;
+* the frames the relay sends: ``welcome``, ``attached``, ``ack``, ``page``, ``deliver``,
+  ``dispatch``, ``error``;
+* the entry bodies a peer publishes: ``entry-message``, ``entry-run``, ``entry-cancel``,
+  ``entry-cancel_denied``, ``entry-response_open``, ``entry-response_append``,
+  ``entry-response_close``, ``entry-refused``, ``entry-checkpoint``;
+* the unions ``client-frame``, ``relay-frame``, ``entry`` as published, and ``stamped-entry`` as
+  delivered.
 """
 
 from __future__ import annotations

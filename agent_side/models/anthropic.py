@@ -1,16 +1,17 @@
 """Anthropic Messages: conversation to ``messages``, stream to UI chunks, a model callable.
 
-``to_anthropic_messages(messages)`` turns a Run's conversation into the
-``messages`` parameter under Anthropic's rules: roles alternate (consecutive
-turns of one role merge into one message), the first message is the user's,
-tool calls are ``tool_use`` blocks and their results ``tool_result`` blocks at
-the head of the next user message, steering is user text after them, and an
-interrupted reply ends with ``[interrupted by the user]``. System messages go
-to the ``system`` parameter (``anthropic_system``). ``anthropic_chunks(stream)``
-turns the raw stream events (the SDK's objects or their JSON as dicts) into
-UI chunks: text, thinking as reasoning, tool
-calls with their JSON streamed, and a ``finish`` chunk with usage and stop
-reason. ``anthropic_model(client, model, ...)`` is a ``steering_loop`` model.
+``to_anthropic_messages(messages)`` turns a Run's conversation into the ``messages`` parameter,
+under Anthropic's rules. Roles alternate, so consecutive turns of one role merge into one
+message, and the first message is the user's. Tool calls are ``tool_use`` blocks. Their results
+are ``tool_result`` blocks at the head of the next user message, and steering is user text after
+them. An interrupted reply ends with ``[interrupted by the user]``. System messages go to the
+``system`` parameter, through ``anthropic_system``.
+
+``anthropic_chunks(stream)`` turns the raw stream events into UI chunks. The events may be the
+SDK's objects or their JSON as dicts. The chunks hold text, thinking as reasoning, tool calls
+with their JSON streamed, and a ``finish`` chunk with usage and stop reason.
+
+``anthropic_model(client, model, ...)`` is a ``steering_loop`` model.
 Install with ``pip install 'runwire[anthropic]'``.
 """
 

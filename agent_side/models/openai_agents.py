@@ -1,14 +1,14 @@
 """The OpenAI Agents SDK: a streamed run (``Runner.run_streamed``) to UI chunks, a model callable.
 
-``agents_chunks(result)`` reads ``result.stream_events()``: the raw
-Responses API events of each model call become text, reasoning and tool
-calls with streamed arguments (as ``openai_responses`` reads them), the
-outputs of the tools the Agents SDK ran become ``tool-output-available``
-chunks, and a ``finish`` chunk carries the usage summed over the run's model
-calls. Closing it cancels the run. ``openai_agents_model(agent)`` is a
-``steering_loop`` model: the conversation goes in as Responses input items,
-and the Agents SDK runs its own tools. Install with
-``pip install 'runwire[openai-agents]'``.
+``agents_chunks(result)`` reads ``result.stream_events()``. The raw Responses API events of
+each model call become text, reasoning, and tool calls with streamed arguments, as
+``openai_responses`` reads them. The outputs of the tools the Agents SDK ran become
+``tool-output-available`` chunks. A ``finish`` chunk carries the usage, summed over the run's
+model calls. Closing it cancels the run.
+
+``openai_agents_model(agent)`` is a ``steering_loop`` model: the conversation goes in as
+Responses input items, and the Agents SDK runs its own tools.
+Install with ``pip install 'runwire[openai-agents]'``.
 """
 
 from __future__ import annotations

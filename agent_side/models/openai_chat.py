@@ -1,14 +1,14 @@
 """OpenAI Chat Completions: conversation to ``messages``, stream to UI chunks, a model callable.
 
-``to_chat_messages(messages, system=...)`` turns a Run's conversation
-(``run.history()``) into the ``messages`` parameter: tool calls ride the
-assistant message's ``tool_calls``, each result is a ``tool`` message,
-steering is a user message where it came, and an interrupted reply ends with
-``[interrupted by the user]``. ``chat_chunks(stream)`` turns the streamed
-``ChatCompletionChunk`` objects (or their JSON as dicts) into UI chunks:
-text, tool calls with their
-arguments streamed (``tool-input-start`` / ``-delta`` / ``-available``), and a
+``to_chat_messages(messages, system=...)`` turns a Run's conversation, ``run.history()``, into
+the ``messages`` parameter. Tool calls ride the assistant message's ``tool_calls``, and each
+result is a ``tool`` message. Steering is a user message where it came. An interrupted reply ends
+with ``[interrupted by the user]``.
+
+``chat_chunks(stream)`` turns the streamed ``ChatCompletionChunk`` objects, or their JSON as
+dicts, into UI chunks. The chunks hold text, tool calls with their arguments streamed, and a
 ``finish`` chunk whose metadata carries the usage and finish reason.
+
 ``openai_chat_model(client, model, ...)`` is a ``steering_loop`` model.
 Install with ``pip install 'runwire[openai]'``.
 """

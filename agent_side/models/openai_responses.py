@@ -1,16 +1,18 @@
 """OpenAI Responses API: conversation to ``input`` items, stream to UI chunks, a model callable.
 
-``to_responses_input(messages)`` turns a Run's conversation into ``input``
-items: user and assistant text as messages, tool calls as ``function_call``
-items and their results as ``function_call_output`` items, steering as a user
-message where it came, an interrupted reply ending with ``[interrupted by the
-user]``. ``responses_chunks(stream)`` turns the streamed events (the SDK's
-objects or their JSON as dicts) into UI
-chunks: text, reasoning summaries, function calls with their arguments
-streamed, and a ``finish`` chunk with usage. An ``error`` event or a failed
-response becomes an ``error`` chunk. ``openai_responses_model(client, model,
-...)`` is a ``steering_loop`` model (``store=False``: the conversation is the
-Run's, sent whole each call). Install with ``pip install 'runwire[openai]'``.
+``to_responses_input(messages)`` turns a Run's conversation into ``input`` items. User and
+assistant text become messages. Tool calls become ``function_call`` items, and their results
+``function_call_output`` items. Steering is a user message where it came. An interrupted reply
+ends with ``[interrupted by the user]``.
+
+``responses_chunks(stream)`` turns the streamed events, the SDK's objects or their JSON as dicts,
+into UI chunks. The chunks hold text, reasoning summaries, function calls with their arguments
+streamed, and a ``finish`` chunk with usage. An ``error`` event or a failed response becomes an
+``error`` chunk.
+
+``openai_responses_model(client, model, ...)`` is a ``steering_loop`` model. It sends
+``store=False``, since the conversation is the Run's and goes whole with each call.
+Install with ``pip install 'runwire[openai]'``.
 """
 
 from __future__ import annotations

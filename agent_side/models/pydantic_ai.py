@@ -1,14 +1,14 @@
 """pydantic-ai: an agent's streamed run to UI chunks, and a model callable.
 
-``pydantic_ai_chunks(events)`` turns the events of
-``Agent.run_stream_events()`` into UI chunks with pydantic-ai's own AI SDK
-encoder (``VercelAIEventStream``): text, thinking, tool calls with streamed
-arguments and their outputs, and an ``error`` chunk with the provider's
-message when the run fails (``pipe()`` then ends the Run ``error``).
-``to_pydantic_ai_history(messages)`` turns a Run's conversation into the
-``message_history`` pydantic-ai takes, the last user turn kept apart as the
-prompt. ``pydantic_ai_model(agent)`` is a ``steering_loop`` model; the agent
-runs its own tools. Install with ``pip install 'runwire[pydantic-ai]'``.
+``pydantic_ai_chunks(events)`` turns the events of ``Agent.run_stream_events()`` into UI chunks,
+with pydantic-ai's own AI SDK encoder, ``VercelAIEventStream``. The chunks hold text, thinking,
+and tool calls with streamed arguments and their outputs. When the run fails, an ``error`` chunk
+carries the provider's message, and ``pipe()`` then ends the Run ``error``.
+
+``to_pydantic_ai_history(messages)`` turns a Run's conversation into the ``message_history``
+that pydantic-ai takes, with the last user turn kept apart as the prompt.
+``pydantic_ai_model(agent)`` is a ``steering_loop`` model; the agent runs its own tools.
+Install with ``pip install 'runwire[pydantic-ai]'``.
 """
 
 from __future__ import annotations

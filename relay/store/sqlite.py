@@ -5,7 +5,10 @@ its own connection. In WAL mode with ``synchronous=NORMAL`` a commit costs tens
 of microseconds, so the loop can afford it.
 
 Appends queued in one iteration of the loop share one transaction (group
-commit), in call order. The serial is given in the transaction, so a failed
+commit), in call order. Under load a flush waits until ``LINGER`` after the
+previous commit, so one commit carries what arrives meanwhile (a few pages of
+WAL per commit, however many entries it holds); a write to an idle store
+commits at once. The serial is given in the transaction, so a failed
 commit neither skips nor repeats a serial, and several stores may share a file.
 After the commit, callers and subscribers are woken in serial order.
 
@@ -21,6 +24,7 @@ docs/explanation/stores.md for the group commit, the dedup and the checkpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import time
@@ -67,11 +71,21 @@ from .sqlite_sql import (
     select_serial,
 )
 
-__all__ = ["BUSY_TIMEOUT", "CHECKPOINT_COMMITS", "DEDUP_WINDOW", "WAL_LIMIT", "SQLiteStore"]
+__all__ = [
+    "BUSY_TIMEOUT",
+    "CHECKPOINT_COMMITS",
+    "DEDUP_WINDOW",
+    "LINGER",
+    "WAL_LIMIT",
+    "SQLiteStore",
+]
 
 T = TypeVar("T")
 
 _RETRY = 0.001
+
+LINGER = 0.001
+"""Seconds a flush waits after the previous commit (group commit under load)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -120,6 +134,7 @@ class SQLiteStore(Store):
         self._one_by_one = False
         self._heads: dict[str, int] = {}
         self._version = -1
+        self._committed_at = -LINGER  # loop time of the last commit
         self._background = Background(self.path)  # reads and checkpoints
         self._claim: int | None = None  # the lock file's descriptor, while claimed
         self._claim_path = ""  # and its path
@@ -156,6 +171,8 @@ class SQLiteStore(Store):
         self._subscribers.clear()
         await self._background.aclose()  # lets queued reads finish
         if self._conn is not None:  # the last connection to close checkpoints: off the loop
+            with contextlib.suppress(sqlite3.Error):  # and syncs, as the background's do
+                self._conn.execute("PRAGMA synchronous = NORMAL")
             await anyio.to_thread.run_sync(self._conn.close)
         self._conn = None
         if self._claim is not None:  # only now: the file is closed and folded in
@@ -297,7 +314,11 @@ class SQLiteStore(Store):
             raise RunwireError(STORE_UNAVAILABLE, "the SQLite store is not open")
         self._batch.append(job)
         if self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
+            wait = self._committed_at + LINGER - self._loop.time()
+            if wait > 0:  # a commit just went: let more join the next one
+                self._flush_handle = self._loop.call_later(wait, self._flush)
+            else:
+                self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Commit the batch in one transaction, then wake its callers and subscribers in order.
@@ -354,6 +375,7 @@ class SQLiteStore(Store):
             outcomes = [failed] * len(batch)
         else:
             self._heads.update(heads)
+            self._committed_at = self._loop.time()
             self.commits += 1
             self._ok = True
             self._background.count_commit()

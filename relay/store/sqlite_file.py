@@ -1,7 +1,12 @@
 """The SQLite file of ``SQLiteStore``: its connections, its schema and the lock beside it.
 
 A connection is set up for WAL mode with ``synchronous=NORMAL`` and no automatic
-checkpoints. One relay at a time serves a file: it holds an exclusive ``flock``
+checkpoints; the writer's (``wait=False``) with ``synchronous=OFF``. The writer
+never checkpoints, so that only drops the sync of the WAL header when a commit
+starts the WAL over, which stalled the event loop for tens of milliseconds on a
+busy disk. The background connection's checkpoints still sync the WAL before
+copying it and the file after, so a power cut still loses at most the newest
+commits. One relay at a time serves a file: it holds an exclusive ``flock``
 on ``<file>-relay.lock``, with its pid written in, and removes that file when it
 stops. A second relay is refused with ``STORE_UNAVAILABLE``.
 """
@@ -71,8 +76,9 @@ def connect(path: str, *, wait: bool) -> sqlite3.Connection:
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         conn.executescript(SCHEMA)
-        if not wait:
+        if not wait:  # the writer, on the event loop: no sync there (module docstring)
             conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA synchronous = OFF")
     except sqlite3.Error as exc:
         raise RunwireError(
             STORE_UNAVAILABLE, f"cannot open the SQLite database {path!r}: {exc}"

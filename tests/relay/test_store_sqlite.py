@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -97,6 +98,27 @@ async def test_an_append_to_an_idle_store_commits_alone(tmp_path: Path) -> None:
             for i in range(20):
                 await store.append("s", f"e{i}", body(f"e{i}"))
         assert store.commits - before == 20
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_appends_arriving_turn_after_turn_under_load_share_commits(tmp_path: Path) -> None:
+    # Right after a commit the next flush lingers (LINGER), so appends that come one
+    # per turn of the event loop, as a busy relay's do, are committed together.
+    store = SQLiteStore(tmp_path / "l.db")
+    await store.start()
+    try:
+        await store.open_channel("s")
+        await store.append("s", "first", body("first"))
+        before = store.commits
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(10):
+                    tg.start_soon(store.append, "s", f"e{i}", body(f"e{i}"))
+                    await anyio.lowlevel.checkpoint()  # the next append: a turn later
+        assert store.commits - before <= 5, store.commits - before
+        assert [s for s, _ in await _read_all(store, "s")] == list(range(1, 12))
     finally:
         await store.aclose()
 

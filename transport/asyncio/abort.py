@@ -1,14 +1,15 @@
 """``AbortController`` and ``AbortSignal``, as the web platform defines them.
 
-A signal fires once, with an optional reason, and never un-fires. Callbacks run
-synchronously at the moment it fires (in the order they were added), so
-``on_steer`` can abort a model call before the next token is handled. A
-callback that raises is logged and the others still run, as the web platform
-reports a listener's exception without stopping the rest: the SDK's own
-listeners (the one that stops a ``pipe()``) sit beside the user's, on the
-path that delivers frames, and one bad listener must break neither.
-``AbortSignal.any()`` fires when any of its sources fires; ``scope()`` cancels
-an ``async with`` block when the signal fires.
+A signal fires once, with an optional reason, and never un-fires. Callbacks run synchronously
+at the moment it fires, in the order they were added. So ``on_steer`` can abort a model call
+before the next token is handled.
+
+A callback that raises is logged, and the others still run, as on the web platform. The SDK's
+own listeners, such as the one that stops a ``pipe()``, sit beside the user's on the path that
+delivers frames. One bad listener must break neither.
+
+``AbortSignal.any()`` fires when any of its sources fires. ``scope()`` cancels an
+``async with`` block when the signal fires.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """``Background``: tasks started in a task group that one call can cancel, and only them.
 
-A task group entered by ``async with`` also covers the body of that block, so
-cancelling its scope from ``aclose()`` would cancel the caller's code too (and an
-``aclose()`` called from another scope, a caller's ``fail_after``, must not leave
-the group at all: only the ``async with`` exit does). Each task started here runs in
-a cancel scope of its own instead, and ``cancel()`` cancels those scopes alone: a
-task cancelled so ends quietly, its task group goes on.
+A task group entered by ``async with`` also covers the body of that block. So cancelling its
+scope from ``aclose()`` would cancel the caller's code too. And an ``aclose()`` called from
+another scope, such as a caller's ``fail_after``, must not leave the group at all; only the
+``async with`` exit does.
+
+So each task started here runs in a cancel scope of its own, and ``cancel()`` cancels those
+scopes alone. A task cancelled so ends quietly, and its task group keeps running.
 """
 
 from __future__ import annotations
