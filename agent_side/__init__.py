@@ -20,14 +20,14 @@ Explicit mode::
         await run.end()
 """
 
-from transport.asyncio.abort import AbortController, AbortSignal
-from transport.history import (
+from transport._history import (
     ABORTED_BEFORE_DISPATCH,
     OUTCOME_UNKNOWN,
     history_message,
     repair_unanswered_tool_calls,
 )
-from transport.interrupts import pending_questions
+from transport._interrupts import pending_questions
+from transport.asyncio._abort import AbortController, AbortSignal
 
 from .agent import Agent, RunHandler
 from .loop import Model, steering_loop

@@ -16,8 +16,8 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from transport._interrupts import MOVED_ON_TEXT, PauseRecord, declined_text, expired_text
 from transport.frames import Interrupt, InterruptKind
-from transport.interrupts import MOVED_ON_TEXT, PauseRecord, declined_text, expired_text
 
 __all__ = ["APPROVAL_SCHEMA", "Approval", "Pause", "Paused", "ToolContext", "Unanswered"]
 
@@ -38,7 +38,7 @@ APPROVAL_SCHEMA: dict[str, Any] = Approval.model_json_schema(mode="validation")
 
 @dataclass
 class Pause:
-    """What a paused Run knows on resume (the relay's ``pause``, see ``transport.interrupts``)."""
+    """What a paused Run knows on resume (the relay's ``pause``, see ``transport._interrupts``)."""
 
     answers: dict[str, Any] = field(default_factory=dict)
     asked: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from transport.asyncio.abort import AbortController, AbortSignal
+from transport.asyncio._abort import AbortController, AbortSignal
 from transport.errors import RUN_CANCELLED, RunwireError
 from transport.frames import CancelDenied, ErrorBody
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from transport.asyncio.abort import AbortController
+from transport._tree import ViewMessage
+from transport.asyncio._abort import AbortController
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, RunwireError
 from transport.frames import RunStatus
-from transport.tree import ViewMessage
 
 from ._run_cancels import RunCancels
 from ._run_end_retry import EndAsked, RunEndRetry

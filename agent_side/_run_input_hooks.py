@@ -13,10 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from transport._tree import ViewMessage
 from transport.checks import Check, first_refusal, refusal_entry_id
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ErrorBody, RefusedEntry
-from transport.tree import ViewMessage
 
 from ._run_link import RunLink
 from .options import SteerHook

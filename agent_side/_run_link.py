@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from transport._tree import ConversationTree, RunInfo, ViewMessage
 from transport.frames import EntryBody
-from transport.tree import ConversationTree, RunInfo, ViewMessage
 
 from .options import CancelRequest
 

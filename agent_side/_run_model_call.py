@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, Awaitable, Callable
 
-from transport import tracing
-from transport.asyncio.abort import AbortSignal
+from transport import _tracing as tracing
+from transport.asyncio._abort import AbortSignal
 from transport.frames import EntryBody
 
 from .pipe import Chunk, PipeResult, close_budget, pipe_stream

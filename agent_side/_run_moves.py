@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from transport._runs import ended_error
 from transport.errors import (
     RUN_NOT_ACTIVE,
     STORE_UNAVAILABLE,
@@ -18,7 +19,6 @@ from transport.errors import (
     RunwireError,
 )
 from transport.frames import RunStatus
-from transport.runs import ended_error
 
 from ._run_cancels import RunCancels, end_error
 from ._run_end_retry import RunEndRetry

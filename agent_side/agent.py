@@ -32,14 +32,15 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-from transport import logcontext, tracing
-from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
-from transport.asyncio.tasks import Background
+from transport import _tracing as tracing
+from transport import logcontext
+from transport._keepalive import DEFAULT_KEEPALIVE_TIMEOUT
+from transport._runs import run_ended
+from transport.asyncio._connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
+from transport.asyncio._tasks import Background
 from transport.checks import Check
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
-from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
-from transport.runs import run_ended
 
 from .link import Link
 from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from transport.history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT, coded_result
+from transport._history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT, coded_result
+from transport._tree import ConversationTree
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
-from transport.tree import ConversationTree
 
 __all__ = [
     "TOOL_STEP",

@@ -21,9 +21,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from transport._tree import ViewMessage
 from transport.checks import Check, as_refusal, first_refusal
 from transport.errors import RunwireError
-from transport.tree import ViewMessage
 
 __all__ = ["RunInputs"]
 

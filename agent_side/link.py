@@ -27,10 +27,10 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 import anyio.abc
 
-from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
+from transport._keepalive import DEFAULT_KEEPALIVE_TIMEOUT
+from transport.asyncio._connection import RATE_LIMIT_WAIT, STORE_WAIT, Connection, TokenProvider
 from transport.errors import AGENT_LOST, UNAUTHORIZED, RunwireError
 from transport.frames import Deliver, Detach, Dispatch, Error, RelayFrame
-from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 
 __all__ = ["Link", "LinkedSession", "SessionPort"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterable, Callable, Iterable
 
-from transport.asyncio.abort import AbortController, AbortSignal
+from transport.asyncio._abort import AbortController, AbortSignal
 from transport.messages import UIMessage
 
 from .options import IterationLimit

@@ -2,7 +2,7 @@
 
 ``run.pipe(stream)`` reads text deltas or UI message stream parts.
 ``Normalizer`` turns each item into stream chunks, ``MessageBuilder`` folds
-them into the response message by the rules of ``transport.tree``, and
+them into the response message by the rules of ``transport._tree``, and
 ``Coalescer`` merges the deltas waiting to be published. So when the relay
 is slower than the model, many tokens ride one ``response_append``.
 
@@ -26,9 +26,9 @@ from typing import Any, Literal
 import anyio
 import anyio.lowlevel
 
-from transport import codec
-from transport.asyncio.abort import AbortSignal
-from transport.chunks import fold_part
+from transport import _codec as codec
+from transport._chunks import fold_part
+from transport.asyncio._abort import AbortSignal
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
 from transport.messages import (
@@ -255,7 +255,7 @@ class _Streamed:
 
 
 class MessageBuilder:
-    """Folds stream chunks into an assistant ``UIMessage`` (``transport.chunks``'s rules).
+    """Folds stream chunks into an assistant ``UIMessage`` (``transport._chunks``'s rules).
 
     Text and reasoning are folded here; every other chunk by ``fold_part``.
 

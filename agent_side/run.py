@@ -23,7 +23,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from transport.asyncio.abort import AbortController, AbortSignal
+from transport._history import model_history
+from transport._runs import ended_error, run_ended
+from transport.asyncio._abort import AbortController, AbortSignal
 from transport.checks import Check
 from transport.errors import (
     RunwireError,
@@ -33,9 +35,7 @@ from transport.frames import (
     InterruptKind,
     RunStatus,
 )
-from transport.history import model_history
 from transport.messages import ToolCallPart, UIMessage
-from transport.runs import ended_error, run_ended
 
 from ._run_cancels import RunCancels
 from ._run_end_retry import RunEndRetry

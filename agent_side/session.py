@@ -29,16 +29,16 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
-from transport.asyncio.abort import AbortSignal
-from transport.asyncio.connection import RATE_LIMIT_WAIT, STORE_WAIT, TokenProvider
-from transport.asyncio.view import View, ViewFeed
+from transport._interrupts import PausedRun, paused_run
+from transport._keepalive import DEFAULT_KEEPALIVE_TIMEOUT
+from transport._mirror import Folded
+from transport._tree import ConversationTree, MessageEvent
+from transport.asyncio._abort import AbortSignal
+from transport.asyncio._connection import RATE_LIMIT_WAIT, STORE_WAIT, TokenProvider
+from transport.asyncio._view import View, ViewFeed
 from transport.checks import Check
 from transport.errors import PROTOCOL_ERROR, VALIDATION_ERROR, RunwireError
 from transport.frames import Attach, EntryBody, History, Page, Publish, RunEntry
-from transport.interrupts import PausedRun, paused_run
-from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
-from transport.mirror import Folded
-from transport.tree import ConversationTree, MessageEvent
 
 from ._run_link import RunLink
 from .link import Link, SessionPort

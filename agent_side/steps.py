@@ -14,7 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any, Literal, Protocol
 
-from transport.asyncio.abort import AbortController, AbortSignal
+from transport._interrupts import PAUSE_VERSION
+from transport._runs import ended_error
+from transport.asyncio._abort import AbortController, AbortSignal
 from transport.errors import RunwireError
 from transport.frames import (
     CheckpointEntry,
@@ -28,9 +30,7 @@ from transport.frames import (
     ResponseOpen,
     RunEntry,
 )
-from transport.interrupts import PAUSE_VERSION
 from transport.messages import TextPart, ToolCallPart, UIMessage, new_id
-from transport.runs import ended_error
 
 from ._asking import Paused, Unanswered
 from ._run_link import RunLink

@@ -31,8 +31,10 @@ from typing import Any, Literal, TypeVar, overload
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from transport import tracing
-from transport.asyncio.abort import AbortSignal
+from transport import _tracing as tracing
+from transport._history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT
+from transport._interrupts import NOT_STARTED_TEXT
+from transport.asyncio._abort import AbortSignal
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
     EntryBody,
@@ -40,8 +42,6 @@ from transport.frames import (
     ResponseAppend,
     ResponseOpen,
 )
-from transport.history import ABORTED_BEFORE_DISPATCH, ABORTED_BEFORE_DISPATCH_TEXT
-from transport.interrupts import NOT_STARTED_TEXT
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
 from ._asking import APPROVAL_SCHEMA, Approval, Pause, Paused, ToolContext, Unanswered

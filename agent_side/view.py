@@ -1,6 +1,6 @@
 """The agent's views: ``View`` for a whole session and ``RunView``, one Run's filter over it.
 
-``session.view`` is the ``View`` both SDKs share (``transport.asyncio.view``).
+``session.view`` is the ``View`` both SDKs share (``transport.asyncio._view``).
 ``run.view`` is a ``RunView``: the same methods, over the same session, but
 ``messages()`` shows that Run's conversation only. It is what a prompt for the
 Run's model is built from.
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from transport.asyncio.view import EventStream, View
-from transport.mirror import SessionMirror
-from transport.tree import ConversationTree, RunInfo, ViewMessage
+from transport._mirror import SessionMirror
+from transport._tree import ConversationTree, RunInfo, ViewMessage
+from transport.asyncio._view import EventStream, View
 
 __all__ = ["RunView", "View"]
 

@@ -7,9 +7,9 @@
 ``runs()``, ``on()`` and ``events()``.
 """
 
+from transport._interrupts import pending_questions
+from transport._runs import MULTITASK_STRATEGIES
 from transport.frames import Multitask
-from transport.interrupts import pending_questions
-from transport.runs import MULTITASK_STRATEGIES
 
 from .run import (
     QUEUED_INTENTS,

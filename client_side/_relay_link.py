@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from transport.asyncio.connection import CONNECTION_CLOSED, Connection
-from transport.asyncio.view import ViewFeed
+from transport._mirror import Attachment
+from transport.asyncio._connection import CONNECTION_CLOSED, Connection
+from transport.asyncio._view import ViewFeed
 from transport.errors import NOT_ATTACHED, PROTOCOL_ERROR, RunwireError
 from transport.frames import Ack, Deliver, EntryBody, History, Page, Publish, RelayFrame
 from transport.frames import Error as ErrorFrame
-from transport.mirror import Attachment
 
 from .deliveries import write_only_refused
 

@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from transport._runs import run_ended
+from transport._tree import CancelDenial
 from transport.errors import CANCEL_DENIED, RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Ack, CancelEntry, EntryBody
 from transport.messages import new_id
-from transport.runs import run_ended
-from transport.tree import CancelDenial
 
 from .deliveries import Deliveries
 

@@ -24,8 +24,11 @@ from typing import Any
 
 import anyio
 
-from transport.asyncio.connection import CONNECTION_CLOSED
-from transport.asyncio.view import Event, View, ViewFeed, write_only_error
+from transport._mirror import Attachment
+from transport._outcomes import OutcomeRecord, ended_before_stored
+from transport._tree import DeliveryEvent, Refusal
+from transport.asyncio._connection import CONNECTION_CLOSED
+from transport.asyncio._view import Event, View, ViewFeed, write_only_error
 from transport.errors import (
     EPOCH_MISMATCH,
     INTERNAL_ERROR,
@@ -35,9 +38,6 @@ from transport.errors import (
 )
 from transport.frames import Ack, EntryBody, MessageEntry
 from transport.messages import UIMessage
-from transport.mirror import Attachment
-from transport.outcomes import OutcomeRecord, ended_before_stored
-from transport.tree import DeliveryEvent, Refusal
 
 from .run import Delivery, Outcome, Published, Refused
 

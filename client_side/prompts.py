@@ -11,12 +11,12 @@ docs/howto/double-texting.md explains the multitask strategies.
 
 from __future__ import annotations
 
-from transport import tracing
-from transport.asyncio.view import View
+from transport import _tracing as tracing
+from transport._runs import MULTITASK_STRATEGIES
+from transport.asyncio._view import View
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import MessageEntry, Multitask, ThreadAccess, Welcome
 from transport.messages import UIMessage
-from transport.runs import MULTITASK_STRATEGIES
 
 __all__ = ["check_strategy", "prompt_entry"]
 

@@ -38,12 +38,12 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, cast, runtime_check
 
 import anyio
 
-from transport.asyncio.view import View, write_only_error
+from transport._runs import ended_error, run_ended
+from transport._tree import Refusal
+from transport.asyncio._view import View, write_only_error
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import Interrupt, MessageEntry, RunEndReason, RunStatus
 from transport.messages import UIMessage, user_message
-from transport.runs import ended_error, run_ended
-from transport.tree import Refusal
 
 __all__ = [
     "QUEUED_INTENTS",

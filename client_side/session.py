@@ -37,17 +37,20 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from transport import tracing
-from transport.asyncio.abort import AbortSignal
-from transport.asyncio.connection import (
+from transport import _tracing as tracing
+from transport._interrupts import PausedRun, paused_run
+from transport._keepalive import DEFAULT_KEEPALIVE_TIMEOUT
+from transport._runs import MULTITASK_STRATEGIES, run_ended
+from transport.asyncio._abort import AbortSignal
+from transport.asyncio._connection import (
     CONNECTION_CLOSED,
     RATE_LIMIT_WAIT,
     STORE_WAIT,
     Connection,
     TokenProvider,
 )
-from transport.asyncio.tasks import Background
-from transport.asyncio.view import ViewFeed, write_only_error
+from transport.asyncio._tasks import Background
+from transport.asyncio._view import ViewFeed, write_only_error
 from transport.errors import (
     ABORTED,
     RUN_NOT_FOUND,
@@ -59,10 +62,7 @@ from transport.frames import (
     Multitask,
     ThreadAccess,
 )
-from transport.interrupts import PausedRun, paused_run
-from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id
-from transport.runs import MULTITASK_STRATEGIES, run_ended
 
 from ._relay_link import RelayLink
 from .cancels import cancel_quietly, cancel_run

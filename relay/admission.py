@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
-from transport import codec
+from transport import _codec as codec
 from transport.errors import PROTOCOL_ERROR, RATE_LIMITED, RunwireError
 
 __all__ = ["QUIET", "Admission", "BurstLog", "refuse_raw"]

@@ -30,9 +30,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import jwt
 
+from transport._policy import RELAY
+from transport._runs import AGENT, CANCEL, CANCEL_ANY, CAPABILITIES, SUBSCRIBE
 from transport.errors import TOKEN_EXPIRED, UNAUTHORIZED, RunwireError
-from transport.policy import RELAY
-from transport.runs import AGENT, CANCEL, CANCEL_ANY, CAPABILITIES, SUBSCRIBE
 
 __all__ = [
     "MAX_TOKEN_BYTES",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from transport import codec
+from transport import _codec as codec
 from transport.errors import EPOCH_MISMATCH, RunwireError
 
 from .channel import Channel

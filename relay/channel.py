@@ -28,7 +28,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from transport import checks, codec
+from transport import _codec as codec
+from transport import checks
+from transport._policy import RELAY
+from transport._runs import RunRecord, RunRegistry, Sender, rights_refusal
 from transport.errors import (
     CONFLICT,
     EPOCH_MISMATCH,
@@ -37,8 +40,6 @@ from transport.errors import (
     RunwireError,
 )
 from transport.frames import EntryBody, MessageEntry, ResponseAppend
-from transport.policy import RELAY
-from transport.runs import RunRecord, RunRegistry, Sender, rights_refusal
 
 from .peer import Peer
 from .store.base import Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe

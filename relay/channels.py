@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from transport.runs import Policy, RunRecord, RunRegistry, SlotBook
+from transport._runs import Policy, RunRecord, RunRegistry, SlotBook
 
 from .channel import Channel, Committed, MakeRegistry
 from .deadlines import Deadlines

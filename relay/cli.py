@@ -18,8 +18,8 @@ import anyio
 
 from runwire import config
 from transport import checks, logcontext
+from transport._runs import MULTITASK_STRATEGIES
 from transport.errors import RunwireError
-from transport.runs import MULTITASK_STRATEGIES
 
 from .auth import MAX_TOKEN_BYTES
 from .server import serve

@@ -37,9 +37,9 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from transport._runs import RunRecord
 from transport.errors import RunwireError
 from transport.messages import new_id
-from transport.runs import RunRecord
 
 from .dispatch import Expire, RunKey, discharge, enlist, hand_to_worker
 from .metrics import Metrics

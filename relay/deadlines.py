@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from transport.runs import RunRecord
+from transport._runs import RunRecord
 
 __all__ = ["Deadlines"]
 

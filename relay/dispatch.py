@@ -28,9 +28,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from transport import codec
+from transport import _codec as codec
+from transport._runs import AGENT, RunRecord
 from transport.frames import Dispatch
-from transport.runs import AGENT, RunRecord
 
 from .metrics import Metrics
 from .peer import Peer, in_scope

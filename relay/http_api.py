@@ -32,7 +32,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import ValidationError
 from websockets.http11 import Response
 
-from transport import codec
+from transport import _codec as codec
+from transport._runs import SUBSCRIBE, Sender
 from transport.errors import (
     EPOCH_MISMATCH,
     INTERNAL_ERROR,
@@ -44,7 +45,6 @@ from transport.errors import (
 )
 from transport.frames import CancelEntry, EntryBody, InterruptEntry, MessageEntry
 from transport.messages import new_id, user_message
-from transport.runs import SUBSCRIBE, Sender
 
 from .auth import Identity, TokenVerifier, token_from_request
 from .event_stream import MAX_WAIT, EventStream

@@ -17,7 +17,7 @@ from typing import Any
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
-from transport import codec
+from transport import _codec as codec
 
 __all__ = ["CORS_HEADERS", "HttpRequest", "json_response", "response"]
 

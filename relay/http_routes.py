@@ -20,7 +20,7 @@ from pathlib import Path
 
 from websockets.http11 import Response
 
-from transport import codec
+from transport import _codec as codec
 
 from .http_api import HttpApi
 from .http_front import Exchange

@@ -6,12 +6,12 @@ frame gets an ``error`` frame with a stable code and changes nothing.
 Publishes run as tasks, at most ``max_inflight`` per connection. So a worker that
 streams into many sessions is not held up by one session's store write. Channel locks
 are FIFO, so one connection's publishes to a channel keep their order. The
-connection's ``AdmissionHold`` (``transport.holds``) refuses a publish over the limit,
+connection's ``AdmissionHold`` (``transport._holds``) refuses a publish over the limit,
 or one behind a refused publish, before it runs.
 
 Rights. Every frame is checked against the connection's token for its session:
 ``attach`` needs ``subscribe``, and ``worker`` needs ``agent`` in some session. What a
-publish needs is decided by the Run rules (``transport.runs``). A publish needs an
+publish needs is decided by the Run rules (``transport._runs``). A publish needs an
 attach, except from a token that grants rights in the session but not ``subscribe``.
 Such a token cannot attach, so its publishes are taken unattached, as the HTTP API
 takes them, and it reads nothing.
@@ -32,7 +32,11 @@ from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
-from transport import codec, tracing
+from transport import _codec as codec
+from transport import _tracing as tracing
+from transport._holds import AdmissionHold
+from transport._policy import RELAY
+from transport._runs import AGENT, SUBSCRIBE, Policy, RunRecord, Sender, SlotBook
 from transport.errors import (
     EPOCH_MISMATCH,
     INTERNAL_ERROR,
@@ -56,9 +60,6 @@ from transport.frames import (
     Publish,
     Worker,
 )
-from transport.holds import AdmissionHold
-from transport.policy import RELAY
-from transport.runs import AGENT, SUBSCRIBE, Policy, RunRecord, Sender, SlotBook
 
 from .backlog import attach, newest_within
 from .channel import Channel

@@ -26,11 +26,11 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from transport import logcontext
+from transport._policy import RELAY
+from transport._runs import AGENT, RunRecord, relay_entry_id, timeout_entry
 from transport.errors import AGENT_LOST, CONFLICT, RunwireError
 from transport.frames import EntryBody, ErrorBody, RunEntry
 from transport.messages import new_id
-from transport.policy import RELAY
-from transport.runs import AGENT, RunRecord, relay_entry_id, timeout_entry
 
 from .channel import Channel
 from .deadlines import Deadlines

@@ -28,10 +28,10 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-from transport import codec
+from transport import _codec as codec
+from transport._holds import AdmissionHold
+from transport._runs import AGENT, Sender
 from transport.errors import CloseCode, RunwireError
-from transport.holds import AdmissionHold
-from transport.runs import AGENT, Sender
 
 from .auth import matches
 from .wsconn import send_frames

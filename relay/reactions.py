@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from transport._runs import RunRecord, SlotBook
 from transport.errors import CONFLICT, STORE_UNAVAILABLE, RunwireError
 from transport.frames import EntryBody, MessageEntry, RunEntry
-from transport.runs import RunRecord, SlotBook
 
 from .channel import Channel
 from .channels import Channels, oldest_waiting

@@ -46,10 +46,11 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 
-from transport import codec, logcontext
+from transport import _codec as codec
+from transport import logcontext
+from transport._keepalive import keepalive
 from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED, CloseCode, RunwireError
 from transport.frames import Hello, Welcome
-from transport.keepalive import keepalive
 from transport.messages import new_id
 from transport.redact import install as redact_tokens
 

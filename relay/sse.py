@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from transport import agui, codec
+from transport import _codec as codec
+from transport import agui
 
 __all__ = ["RETRY_MS", "ag_ui_block", "entry_block", "opening", "reset_block", "resume_id"]
 

@@ -34,9 +34,9 @@ from transport import (
     parse_answer,
     user_message,
 )
-from transport.answers import answer_choices
+from transport._answers import answer_choices
+from transport._runs import run_ended
 from transport.errors import RUN_NOT_ACTIVE
-from transport.runs import run_ended
 
 __all__ = ["COMMANDS", "Chat", "Question"]
 

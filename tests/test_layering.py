@@ -79,15 +79,15 @@ def test_relative_imports_are_read() -> None:
     init = next(m for m in library_modules() if m.name == "transport")
     targets = {t for item in imports(init) for t in item.targets}
     assert "transport.checks" in targets  # from . import checks
-    assert "transport.answers" in targets  # from .answers import ...
-    assert "transport.asyncio.abort" in targets  # under TYPE_CHECKING and in __getattr__
+    assert "transport._answers" in targets  # from .answers import ...
+    assert "transport.asyncio._abort" in targets  # under TYPE_CHECKING and in __getattr__
     top_level = {t for item in imports(init) if item.top_level for t in item.targets}
-    assert "transport.asyncio.abort" not in top_level
+    assert "transport.asyncio._abort" not in top_level
 
 
 def test_importing_transport_loads_no_io_library() -> None:
     code = (
-        "import sys, transport, transport.codec, transport.tree, transport.runs;"
+        "import sys, transport, transport._codec, transport._tree, transport._runs;"
         "print(sorted(m for m in ('anyio', 'asyncio', 'websockets') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -98,7 +98,7 @@ def test_importing_transport_loads_no_io_library() -> None:
 
 def test_transport_still_exports_the_abort_pair() -> None:
     import transport
-    from transport.asyncio.abort import AbortController, AbortSignal
+    from transport.asyncio._abort import AbortController, AbortSignal
 
     assert transport.AbortController is AbortController
     assert transport.AbortSignal is AbortSignal

@@ -1,9 +1,9 @@
 """runwire's wire protocol and the logic every side shares, without sockets.
 
-``transport.frames`` defines the protocol and ``transport.codec`` encodes it.
-``transport.runs`` holds the Run rules, and ``transport.tree`` folds a channel's entries into a
-conversation. ``transport.outcomes`` resolves steering outcomes, and ``transport.checks`` holds
-the input checks. ``transport.history`` reads back what a stopped Run left: interrupted replies
+``transport.frames`` defines the protocol and ``transport._codec`` encodes it.
+``transport._runs`` holds the Run rules, and ``transport._tree`` folds a channel's entries into a
+conversation. ``transport._outcomes`` resolves steering outcomes, and ``transport.checks`` holds
+the input checks. ``transport._history`` reads back what a stopped Run left: interrupted replies
 and unanswered tool calls. ``transport.asyncio`` is the one I/O driver that the relay and both
 SDKs share; importing ``transport`` does not load it.
 """
@@ -11,7 +11,24 @@ SDKs share; importing ``transport`` does not load it.
 from typing import TYPE_CHECKING
 
 from . import checks
-from .answers import ParsedAnswer, answer_format, parse_answer
+from ._answers import ParsedAnswer, answer_format, parse_answer
+from ._history import (
+    ABORTED_BEFORE_DISPATCH,
+    OUTCOME_UNKNOWN,
+    history_message,
+    repair_unanswered_tool_calls,
+)
+from ._interrupts import PausedRun
+from ._outcomes import OutcomeRecord
+from ._tree import (
+    ConversationTree,
+    DeliveryEvent,
+    MessageEvent,
+    Refusal,
+    RunEvent,
+    RunInfo,
+    ViewMessage,
+)
 from .errors import (
     CloseCode,
     CredentialsError,
@@ -21,13 +38,6 @@ from .errors import (
     RunwireError,
 )
 from .frames import PROTOCOL_VERSION, Interrupt, RunEndReason, RunStatus
-from .history import (
-    ABORTED_BEFORE_DISPATCH,
-    OUTCOME_UNKNOWN,
-    history_message,
-    repair_unanswered_tool_calls,
-)
-from .interrupts import PausedRun
 from .messages import (
     Part,
     ReasoningPart,
@@ -39,19 +49,9 @@ from .messages import (
     new_id,
     user_message,
 )
-from .outcomes import OutcomeRecord
-from .tree import (
-    ConversationTree,
-    DeliveryEvent,
-    MessageEvent,
-    Refusal,
-    RunEvent,
-    RunInfo,
-    ViewMessage,
-)
 
 if TYPE_CHECKING:
-    from .asyncio.abort import AbortController, AbortSignal
+    from .asyncio._abort import AbortController, AbortSignal
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",
@@ -102,7 +102,7 @@ _LAZY = {"AbortController", "AbortSignal"}
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
-        from .asyncio import abort
+        from .asyncio import _abort as abort
 
         return getattr(abort, name)
     raise AttributeError(f"module 'transport' has no attribute {name!r}")

@@ -9,10 +9,10 @@ docs/explanation/run-rules.md tells the reasons.
 
 from __future__ import annotations
 
+from ._policy import AGENT, CANCEL, CANCEL_ANY, PUBLISH, STEER, Sender
 from ._run_record import RunRecord
 from .errors import RUN_NOT_ACTIVE, UNAUTHORIZED, RunwireError
 from .frames import CancelEntry, EntryBody, InterruptEntry, MessageEntry
-from .policy import AGENT, CANCEL, CANCEL_ANY, PUBLISH, STEER, Sender
 
 __all__ = [
     "ENTRY_RIGHTS",

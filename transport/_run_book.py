@@ -2,7 +2,7 @@
 
 ``RunBook`` holds the records and the relay's slots. It answers which Runs are
 running, queued or waiting for their resume, and whose turn has come. The rules
-that change records (``transport.runs``) read it and write it back through
+that change records (``transport._runs``) read it and write it back through
 ``apply``. docs/explanation/run-rules.md tells the rules.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ._policy import Policy, SlotBook
 from ._run_record import RunRecord
 from ._run_state import INTERRUPTING, WAITING, ended_error
 from .errors import RUN_NOT_FOUND, RunwireError
 from .frames import MessageEntry, ThreadAccess
-from .policy import Policy, SlotBook
 
 __all__ = ["RunBook"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ._policy import RELAY, Sender
 from ._run_book import RunBook
 from ._run_state import INTERRUPTING, relay_entry_id
 from ._run_status import resume_id
 from .frames import CancelEntry, EntryBody, RunEntry
-from .policy import RELAY, Sender
 
 __all__ = ["due"]
 

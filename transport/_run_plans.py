@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal
 
+from ._interrupts import PauseRecord, check_answer
+from ._policy import Sender
 from ._rights import check_owner, check_right, need_cancel
 from ._run_book import RunBook
 from ._run_record import RunRecord
@@ -24,8 +26,6 @@ from .errors import (
     RunwireError,
 )
 from .frames import CancelEntry, InterruptEntry, MessageEntry, Multitask
-from .interrupts import PauseRecord, check_answer
-from .policy import Sender
 
 __all__ = ["applied_prompt", "plan_cancel", "plan_interrupt", "plan_prompt"]
 

@@ -1,6 +1,6 @@
 """What the relay keeps about one Run, and its deadline (no I/O).
 
-A ``RunRecord`` is plain data. The relay's rules (``transport.runs``) make new
+A ``RunRecord`` is plain data. The relay's rules (``transport._runs``) make new
 records from old ones, and a store writes ``to_dict()`` in the same
 transaction as the entry that changed it. docs/explanation/run-rules.md tells
 what each field is for.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ._interrupts import PauseRecord
 from ._run_state import GOING_ON, TERMINAL, relay_entry_id
 from .errors import RUN_TIMEOUT
 from .frames import ErrorBody, Multitask, RunEntry, RunStatus, ThreadAccess
-from .interrupts import PauseRecord
 
 __all__ = ["RunRecord", "deadline_at", "effective_timeout", "timed_out", "timeout_entry"]
 

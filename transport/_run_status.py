@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ._interrupts import PauseRecord
+from ._policy import Sender
 from ._rights import check_owner, check_right
 from ._run_book import RunBook
 from ._run_record import (
@@ -21,8 +23,6 @@ from ._run_record import (
 from ._run_state import TRANSITIONS, ended_error, relay_entry_id
 from .errors import RUN_NOT_ACTIVE, UNAUTHORIZED, VALIDATION_ERROR, RunwireError
 from .frames import RunEntry
-from .interrupts import PauseRecord
-from .policy import Sender
 
 __all__ = ["is_resume", "plan_status", "release", "resume_id", "taken_up"]
 

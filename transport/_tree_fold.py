@@ -11,11 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._run_state import end_reason, run_ended
-from .chunks import fold_chunks
-from .codec import decode_entry
-from .errors import VALIDATION_ERROR, RunwireError
-from .events import (
+from ._chunks import fold_chunks
+from ._codec import decode_entry
+from ._events import (
     CancelDenial,
     DeliveryEvent,
     MessageEvent,
@@ -25,6 +23,9 @@ from .events import (
     TreeEvent,
     ViewMessage,
 )
+from ._outcomes import OutcomeBook
+from ._run_state import end_reason, run_ended
+from .errors import VALIDATION_ERROR, RunwireError
 from .frames import (
     CancelDenied,
     CancelEntry,
@@ -40,7 +41,6 @@ from .frames import (
     RunEntry,
 )
 from .messages import UIMessage
-from .outcomes import OutcomeBook
 
 __all__ = ["ENTRY_TYPES", "Entry", "Fold", "Node", "RunState", "coerce"]
 

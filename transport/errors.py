@@ -220,7 +220,7 @@ ERROR_GROUPS: dict[type[RunwireError], frozenset[str]] = {
             EPOCH_MISMATCH,
             INTERNAL_ERROR,
             THREAD_BUSY,
-            "CONNECTION_CLOSED",  # the SDKs' own code (transport.asyncio.connection)
+            "CONNECTION_CLOSED",  # the SDKs' own code (transport.asyncio._connection)
         }
     ),
     CredentialsError: frozenset({UNAUTHORIZED, TOKEN_EXPIRED}),

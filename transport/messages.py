@@ -4,7 +4,7 @@ A ``UIMessage`` is what people and models read: an id, a role, a list of
 typed parts (text, reasoning, tool calls and their results, sources, files
 and the app's own ``data-<name>`` parts) and free-form metadata. The relay
 never interprets parts beyond validating their shape; the conversation tree
-(``transport.tree``) folds streamed parts into messages.
+(``transport._tree``) folds streamed parts into messages.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import anyio
 import orjson
 
-from transport.asyncio.abort import AbortSignal
-from transport.history import INTERRUPTED_MARK, history_message
+from transport._history import INTERRUPTED_MARK, history_message
+from transport.asyncio._abort import AbortSignal
 from transport.messages import Part, TextPart, ToolCallPart, ToolResultPart, UIMessage
 
 from ..pipe import Chunk, close_source

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from transport.asyncio.abort import AbortSignal
+from transport.asyncio._abort import AbortSignal
 from transport.messages import TextPart, ToolCallPart, ToolResultPart, UIMessage
 
 from ..loop import Model

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from transport.asyncio.abort import AbortSignal
+from transport.asyncio._abort import AbortSignal
 from transport.messages import UIMessage
 
 from ..loop import Model

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from transport.asyncio.abort import AbortSignal
+from transport.asyncio._abort import AbortSignal
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
 from ..loop import Model

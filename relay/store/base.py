@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from transport.runs import RunRecord
+from transport._runs import RunRecord
 
 __all__ = [
     "SERIAL_LIMIT",

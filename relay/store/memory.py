@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from anyio.lowlevel import checkpoint
 
-from transport.codec import splice_serial
+from transport._codec import splice_serial
+from transport._runs import RunRecord
 from transport.errors import (
     CONFLICT,
     INTERNAL_ERROR,
@@ -24,7 +25,6 @@ from transport.errors import (
     VALIDATION_ERROR,
     RunwireError,
 )
-from transport.runs import RunRecord
 
 from .base import (
     Appended,

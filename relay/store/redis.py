@@ -29,7 +29,8 @@ from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
 
-from transport.codec import splice_serial
+from transport._codec import splice_serial
+from transport._runs import RunRecord
 from transport.errors import (
     CONFLICT,
     EPOCH_MISMATCH,
@@ -38,7 +39,6 @@ from transport.errors import (
     VALIDATION_ERROR,
     RunwireError,
 )
-from transport.runs import RunRecord
 
 from .base import (
     Appended,

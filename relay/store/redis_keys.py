@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from transport.codec import dumps
+from transport._codec import dumps
+from transport._runs import RunRecord
 from transport.errors import VALIDATION_ERROR, RunwireError
-from transport.runs import RunRecord
 
 from .redis_lua import INDEXED, STATUSES
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from transport.codec import dumps, loads
+from transport._codec import dumps, loads
 
 from .redis_keys import RedisKeys
 from .redis_lua import evalsha

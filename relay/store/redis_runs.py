@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from transport.codec import loads
+from transport._codec import loads
+from transport._runs import RunRecord
 from transport.errors import RunwireError
-from transport.runs import RunRecord
 
 from .redis_keys import RedisKeys
 from .redis_lua import INDEXED, STATUSES, evalsha

@@ -35,7 +35,8 @@ from typing import TypeAlias, TypeVar
 
 import anyio.to_thread
 
-from transport.codec import dumps, splice_serial
+from transport._codec import dumps, splice_serial
+from transport._runs import RunRecord
 from transport.errors import (
     CONFLICT,
     INTERNAL_ERROR,
@@ -43,7 +44,6 @@ from transport.errors import (
     VALIDATION_ERROR,
     RunwireError,
 )
-from transport.runs import RunRecord
 
 from .base import (
     Appended,

@@ -9,8 +9,8 @@ import secrets
 import sqlite3
 from collections.abc import Sequence
 
-from transport.codec import loads
-from transport.runs import RunRecord
+from transport._codec import loads
+from transport._runs import RunRecord
 
 from .base import Appended, ChannelInfo, StoredEntry
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import anyio
 
-from transport.asyncio.connection import Connection
+from transport._tree import ConversationTree
+from transport.asyncio._connection import Connection
 from transport.frames import (
     Attach,
     Attached,
@@ -19,7 +20,6 @@ from transport.frames import (
     RelayFrame,
 )
 from transport.messages import new_id, user_message
-from transport.tree import ConversationTree
 
 Entry = dict[str, Any]
 

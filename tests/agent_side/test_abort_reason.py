@@ -11,7 +11,7 @@ import pytest
 import agent_side
 import client_side
 from agent_side import Agent, Run
-from transport.asyncio.abort import AbortController, AbortSignal
+from transport.asyncio._abort import AbortController, AbortSignal
 from transport.errors import RUN_CANCELLED, RunwireError
 from transport.messages import UIMessage
 

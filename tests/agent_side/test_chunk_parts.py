@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agent_side.tools import tool_calls
-from transport import codec
+from transport import _codec as codec
+from transport._history import history_message
 from transport.frames import ResponseClose
-from transport.history import history_message
 from transport.messages import (
     DataPart,
     FilePart,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent_side.inputs import RunInputs
+from transport._tree import ViewMessage
 from transport.errors import RunwireError
 from transport.messages import UIMessage, user_message
-from transport.tree import ViewMessage
 
 
 class Channel:

@@ -19,7 +19,7 @@ import pytest
 import agent_side
 import client_side
 from agent_side import Agent, Run
-from transport.asyncio.abort import AbortSignal
+from transport.asyncio._abort import AbortSignal
 from transport.messages import UIMessage
 
 from .helpers import client_end

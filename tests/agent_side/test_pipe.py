@@ -19,12 +19,12 @@ from agent_side.pipe import (
     close_entry,
     pipe_stream,
 )
-from transport import codec
-from transport.asyncio.abort import AbortController, AbortSignal
+from transport import _codec as codec
+from transport._tree import ConversationTree
+from transport.asyncio._abort import AbortController, AbortSignal
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
 from transport.messages import ReasoningPart, TextPart, ToolCallPart, ToolResultPart, UIMessage
-from transport.tree import ConversationTree
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "tree"
 

@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 import agent_side
 from agent_side import AbortSignal, Run, steering_loop
 from agent_side.pipe import ModelStreamError, Normalizer
-from transport.asyncio.abort import AbortController
+from transport.asyncio._abort import AbortController
 from transport.messages import UIMessage
 
 from .helpers import client_end

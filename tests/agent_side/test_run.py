@@ -11,9 +11,9 @@ import agent_side
 import client_side
 import relay
 from agent_side import CancelRequest, Invocation
+from transport._tree import RunEvent
 from transport.errors import RunwireError
 from transport.frames import CancelDenied, CancelEntry, RunEntry
-from transport.tree import RunEvent
 
 from .helpers import client_end
 

@@ -16,7 +16,7 @@ import pytest
 
 import agent_side
 import relay
-import transport.holds
+import transport._holds
 from transport.errors import STORE_UNAVAILABLE, RunwireError
 
 from .helpers import client_end
@@ -199,7 +199,9 @@ async def test_a_worker_ends_a_run_whose_end_the_store_refused_once_it_is_back(
     end is refused too; the worker keeps the Run and ends it (``error``,
     ``STORE_UNAVAILABLE``) once the store takes writes again, rather than leaving it active
     on the relay for as long as the worker stays connected."""
-    monkeypatch.setattr(transport.holds, "STORE_HOLD", 0.1)  # each end is refused by the store soon
+    monkeypatch.setattr(
+        transport._holds, "STORE_HOLD", 0.1
+    )  # each end is refused by the store soon
     async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
         outage = Outage(server, monkeypatch)
         away = False
@@ -238,7 +240,7 @@ async def test_explicit_mode_ends_a_run_whose_end_the_store_refused_once_it_is_b
     hears it), and the session tries that same end again in the background while it is
     open, so the Run does not stay active on the relay until the caller's code ends it
     again: once the store is back it is stored, with the reason the caller gave."""
-    monkeypatch.setattr(transport.holds, "STORE_HOLD", 0.1)
+    monkeypatch.setattr(transport._holds, "STORE_HOLD", 0.1)
     async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
         outage = Outage(server, monkeypatch)
         away = False
@@ -269,7 +271,7 @@ async def test_the_sessions_end_ends_such_a_run_as_its_code_asked_not_cancelled(
 ) -> None:
     """``session.end()`` ends the active Runs ``cancelled``; one whose ``end("complete")``
     the store refused (and whose end is still to be tried again) ends ``complete``."""
-    monkeypatch.setattr(transport.holds, "STORE_HOLD", 0.1)
+    monkeypatch.setattr(transport._holds, "STORE_HOLD", 0.1)
     monkeypatch.setattr(agent_side.run, "END_RETRY_FIRST", 30.0)  # the session's end comes first
     async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
         outage = Outage(server, monkeypatch)

@@ -10,8 +10,8 @@ import pytest
 import agent_side
 import client_side
 from agent_side import AgentSession
+from transport._tree import MessageEvent, RunEvent
 from transport.frames import Attach, Attached
-from transport.tree import MessageEvent, RunEvent
 
 from .helpers import client_end
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from client_side.view import View
-from transport.asyncio.connection import Connection
+from transport._mirror import Attachment, Folded
+from transport._runs import TERMINAL
+from transport.asyncio._connection import Connection
 from transport.frames import Ack, Attached, Publish
-from transport.mirror import Attachment, Folded
-from transport.runs import TERMINAL
 
 __all__ = ["Counts", "Ledger", "watch_connection", "watch_view"]
 

@@ -37,9 +37,9 @@ from client_side import ClientRun, ClientSession, Delivery
 from tests.cluster.conftest import Node
 from tests.relay.wire import RawPeer
 from transport import UIMessage, message_text
+from transport._runs import TERMINAL
+from transport._tree import ConversationTree
 from transport.errors import RunwireError
-from transport.runs import TERMINAL
-from transport.tree import ConversationTree
 
 from .checker import Counts, Ledger, watch_connection, watch_view
 

@@ -11,9 +11,9 @@ import pytest
 import client_side
 import relay
 from relay.store.memory import MemoryStore
-from transport.asyncio.view import ViewFeed
+from transport._mirror import Folded
+from transport.asyncio._view import ViewFeed
 from transport.frames import History, Page
-from transport.mirror import Folded
 
 from .checker import Counts, Ledger, watch_connection, watch_view
 
@@ -141,7 +141,7 @@ async def test_the_watchers_record_a_real_clients_acks_and_entries() -> None:
 
 
 def _id(data: bytes) -> str:
-    from transport import codec
+    from transport import _codec as codec
 
     return str(codec.loads(data)["id"])
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from transport.asyncio.connection import Connection
+from transport.asyncio._connection import Connection
 from transport.frames import (
     Ack,
     Attach,

@@ -8,8 +8,8 @@ import anyio
 import pytest
 
 import client_side
-from transport.asyncio.abort import AbortController
-from transport.asyncio.connection import Connection
+from transport.asyncio._abort import AbortController
+from transport.asyncio._connection import Connection
 from transport.frames import Attach, MessageEntry, Publish
 from transport.messages import new_id, user_message
 

@@ -12,10 +12,10 @@ from pydantic import BaseModel
 
 import client_side
 from client_side import ClientSession
+from transport._mirror import Attachment
 from transport.errors import RunwireError
 from transport.frames import Ack, Attach, Attached, Deliver, Publish, RelayFrame
 from transport.messages import user_message
-from transport.mirror import Attachment
 
 from .fake_agent import FakeAgent, channel_entries, prompt_entry
 

@@ -13,7 +13,7 @@ import pytest
 
 import client_side
 import relay
-from transport.asyncio.connection import Connection
+from transport.asyncio._connection import Connection
 from transport.errors import STORE_UNAVAILABLE, RunwireError
 from transport.frames import Attach, MessageEntry, Publish
 from transport.messages import new_id, user_message

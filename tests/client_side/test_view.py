@@ -11,10 +11,10 @@ import pytest
 
 import client_side
 from client_side import View
-from transport.asyncio.view import ViewFeed
+from transport._tree import DeliveryEvent, MessageEvent, RunEvent
+from transport.asyncio._view import ViewFeed
 from transport.errors import RunwireError
 from transport.frames import Attached, History, Page
-from transport.tree import DeliveryEvent, MessageEvent, RunEvent
 
 from .fake_agent import FakeAgent, prompt_entry, run_entry
 

@@ -47,13 +47,13 @@ from agent_side import AbortSignal, Run
 from client_side import ClientSession
 from relay.store.redis import RedisStore
 from transport import UIMessage, message_text, user_message
+from transport._events import RunInfo
+from transport._mirror import Attachment, Folded
+from transport._runs import TERMINAL
+from transport._tree import ConversationTree
 from transport.errors import RunwireError
-from transport.events import RunInfo
 from transport.frames import Attached, CancelEntry
 from transport.messages import new_id
-from transport.mirror import Attachment, Folded
-from transport.runs import TERMINAL
-from transport.tree import ConversationTree
 
 from .conftest import REDIS_URL, Cluster, Node
 

@@ -57,10 +57,10 @@ import agent_side
 from agent_side import Run
 from relay.store.redis import RedisStore
 from transport import message_text, user_message
+from transport._runs import TERMINAL
 from transport.errors import RunwireError
 from transport.frames import InterruptEntry
 from transport.messages import new_id
-from transport.runs import TERMINAL
 
 from ..relay.test_http_api import Reply, _request, sse
 from . import test_chaos

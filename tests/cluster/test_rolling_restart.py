@@ -26,8 +26,8 @@ from agent_side import AbortSignal, Run
 from client_side import ClientSession
 from relay.store.redis import RedisStore
 from transport import UIMessage, message_text
+from transport._mirror import Attachment, Folded
 from transport.frames import Attached
-from transport.mirror import Attachment, Folded
 
 from .conftest import REDIS_URL, Balancer, Cluster, Node
 

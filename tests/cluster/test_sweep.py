@@ -21,9 +21,9 @@ from relay.metrics import Metrics
 from relay.options import RelayOptions
 from relay.store.base import Appended, Gone
 from relay.store.redis import RedisStore
+from transport._runs import RunRecord
 from transport.errors import AGENT_LOST, CONFLICT, STORE_UNAVAILABLE, RunwireError
 from transport.messages import new_id
-from transport.runs import RunRecord
 
 from ..relay.store_conformance import write_runs
 from ..relay.wire import RawPeer, prompt, run_status

@@ -126,7 +126,7 @@ def status(session: ClientSession, run_id: str) -> str | None:
 
 async def stored_entries(server: relay.Server, session_id: str) -> list[dict[str, Any]]:
     """Every entry the relay's store holds for a session, as JSON objects."""
-    from transport import codec
+    from transport import _codec as codec
 
     out: list[dict[str, Any]] = []
     after = 0

@@ -13,8 +13,8 @@ import agent_side
 import client_side
 import relay
 from agent_side import Run
+from transport._keepalive import keepalive
 from transport.errors import AGENT_LOST, RunwireError
-from transport.keepalive import keepalive
 
 from .harness import wait_until
 from .link_proxy import LinkProxy

@@ -18,7 +18,7 @@ import pytest
 import client_side
 import relay
 from agent_side import Agent, Run
-from transport.tree import ConversationTree
+from transport._tree import ConversationTree
 
 pytestmark = pytest.mark.anyio
 

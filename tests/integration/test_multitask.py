@@ -12,7 +12,7 @@ import client_side
 import relay
 from client_side import ClientRun, ClientSession
 from transport import RunwireError
-from transport.asyncio.abort import AbortController
+from transport.asyncio._abort import AbortController
 from transport.errors import STORE_UNAVAILABLE
 
 from .conductor import SECRET, Conductor, stack, status, texts, token, until

@@ -15,7 +15,7 @@ import pytest
 import agent_side
 import client_side
 import relay
-from transport.asyncio.connection import Connection
+from transport.asyncio._connection import Connection
 from transport.errors import RATE_LIMITED, RunwireError
 from transport.frames import Attach, MessageEntry, Publish
 from transport.messages import new_id, user_message

@@ -24,7 +24,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 import relay
-from transport.asyncio.connection import Connection
+from transport.asyncio._connection import Connection
 from transport.errors import STORE_UNAVAILABLE
 from transport.frames import Attach, MessageEntry, Publish
 from transport.messages import new_id, user_message

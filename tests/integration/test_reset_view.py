@@ -13,7 +13,7 @@ import client_side
 import relay
 from client_side import ClientRun, ClientSession
 from transport import RunwireError
-from transport.tree import MessageEvent, RunEvent
+from transport._tree import MessageEvent, RunEvent
 
 pytestmark = pytest.mark.anyio
 

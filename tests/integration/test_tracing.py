@@ -17,7 +17,7 @@ import agent_side
 import client_side
 import relay
 from agent_side import Agent, Run
-from transport import tracing
+from transport import _tracing as tracing
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from agent_side.models._common import call_provider
-from transport.asyncio.abort import AbortController
+from transport.asyncio._abort import AbortController
 
 pytestmark = pytest.mark.anyio
 

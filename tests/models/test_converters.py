@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 from agent_side.models.anthropic import anthropic_system, to_anthropic_messages
 from agent_side.models.openai_chat import to_chat_messages
 from agent_side.models.openai_responses import to_responses_input
-from transport.history import INTERRUPTED_MARK, history_message
+from transport._history import INTERRUPTED_MARK, history_message
 from transport.messages import (
     ReasoningPart,
     TextPart,

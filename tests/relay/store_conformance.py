@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relay.store import Appended, Store, StoredEntry
-from transport.codec import splice_serial
+from transport._codec import splice_serial
+from transport._runs import RunRecord
 from transport.errors import (
     CONFLICT,
     INTERNAL_ERROR,
@@ -33,7 +34,6 @@ from transport.errors import (
     RunwireError,
 )
 from transport.frames import RunStatus
-from transport.runs import RunRecord
 
 
 def body(entry_id: str, n: int = 0) -> bytes:

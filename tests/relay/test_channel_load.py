@@ -10,7 +10,7 @@ import pytest
 
 from relay.channel import Channel
 from relay.store.memory import MemoryStore
-from transport.runs import RunRecord
+from transport._runs import RunRecord
 
 pytestmark = pytest.mark.anyio
 

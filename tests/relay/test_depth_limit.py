@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import relay
-from transport import codec
+from transport import _codec as codec
 
 from .test_http_api import post
 from .wire import RawPeer, prompt

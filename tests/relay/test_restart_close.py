@@ -11,8 +11,8 @@ from websockets.exceptions import ConnectionClosed
 
 import relay
 from tests.cluster.conftest import Balancer
-from transport import codec
-from transport.asyncio.connection import Connection
+from transport import _codec as codec
+from transport.asyncio._connection import Connection
 from transport.errors import CLOSE_CODES, CloseCode
 from transport.frames import Hello
 

@@ -11,10 +11,10 @@ import pytest
 
 from relay.channel import Channel
 from relay.store.memory import MemoryStore
+from transport._policy import CAPABILITIES, Sender
+from transport._runs import RunRecord, RunRegistry
 from transport.frames import EntryBody, MessageEntry, RunEntry
 from transport.messages import user_message
-from transport.policy import CAPABILITIES, Sender
-from transport.runs import RunRecord, RunRegistry
 
 pytestmark = pytest.mark.anyio
 

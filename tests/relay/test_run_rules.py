@@ -1,4 +1,4 @@
-"""The Run rules as the relay applies them, frame by frame (``transport.runs``)."""
+"""The Run rules as the relay applies them, frame by frame (``transport._runs``)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ async def test_the_python_block_is_the_example_and_starts_a_relay(tmp_path: Path
 def test_the_documented_defaults_are_the_defaults() -> None:
     from relay.options import RelayOptions
     from relay.store import redis as redis_store
-    from transport import codec
+    from transport import _codec as codec
 
     text = DOC.read_text()
     defaults = RelayOptions()

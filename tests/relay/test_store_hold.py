@@ -1,5 +1,5 @@
 """A publish the store refused (``STORE_UNAVAILABLE``) holds its connection's later publishes
-to the session (``transport.holds.AdmissionHold``): those already on their way are refused
+to the session (``transport._holds.AdmissionHold``): those already on their way are refused
 too, with ``details.held``, until it comes again, so they are not stored before it when the
 store is back at once; for one connection and session only. That the hold lapses after
 ``STORE_HOLD`` seconds is tested with a fake clock in tests/transport/test_holds.py."""

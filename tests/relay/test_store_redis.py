@@ -30,7 +30,8 @@ from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError
 
 from relay.store import Store, StoredEntry, open_store, redis_live
 from relay.store.redis import LINGER_FULL, LINGER_MS, RedisStore
-from transport.codec import dumps, splice_serial
+from transport._codec import dumps, splice_serial
+from transport._runs import RunRecord
 from transport.errors import (
     CONFLICT,
     EPOCH_MISMATCH,
@@ -40,7 +41,6 @@ from transport.errors import (
     RunwireError,
 )
 from transport.frames import RunStatus
-from transport.runs import RunRecord
 
 from .store_conformance import Collector, StoreConformance, body, run, settled, write_runs
 

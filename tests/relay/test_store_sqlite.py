@@ -19,7 +19,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from relay.store import Appended, SQLiteStore, Store
 from relay.store import sqlite as sqlite_store
 from relay.store.sqlite import WAL_LIMIT
-from transport.codec import splice_serial
+from transport._codec import splice_serial
 from transport.errors import CONFLICT, STORE_UNAVAILABLE, RunwireError
 
 from . import sqlite_writer

@@ -7,7 +7,7 @@ import logging
 import anyio
 import pytest
 
-from transport.asyncio.abort import AbortController, AbortSignal
+from transport.asyncio._abort import AbortController, AbortSignal
 
 
 def test_a_callback_that_raises_neither_escapes_abort_nor_stops_the_others(

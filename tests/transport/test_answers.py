@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from transport import answer_format, parse_answer
-from transport.answers import answer_choices
+from transport._answers import answer_choices
 
 BOOL = {"type": "boolean"}
 RATING = {"type": "integer", "minimum": 1, "maximum": 5}

@@ -1,4 +1,4 @@
-"""``transport.codec``: what the decoders refuse, and with which code."""
+"""``transport._codec``: what the decoders refuse, and with which code."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from transport import codec
+from transport import _codec as codec
 from transport.errors import VALIDATION_ERROR, RunwireError
 
 _WELCOME = {"type": "welcome", "client_id": "c", "connection_id": "k", "max_frame_bytes": 1000}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from transport import codec
+from transport import _codec as codec
 from transport.errors import RATE_LIMITED, RunwireError
 from transport.frames import Attached, Error, Page
 

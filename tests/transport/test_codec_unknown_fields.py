@@ -14,7 +14,7 @@ from typing import Any, get_args
 import orjson
 import pytest
 
-from transport import codec
+from transport import _codec as codec
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import Ack, ClientFrame, Dispatch, Error, RelayFrame, Welcome
 

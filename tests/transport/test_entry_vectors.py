@@ -1,4 +1,4 @@
-"""Shared entry vectors (tests/vectors/entries/*.json): what ``transport.codec.decode_entry``
+"""Shared entry vectors (tests/vectors/entries/*.json): what ``transport._codec.decode_entry``
 takes and refuses, for ``client_side/js/runwire.js``'s ``decodeEntry`` to match
 (tests/js/entries.test.mjs).
 
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
 
-from transport import codec
+from transport import _codec as codec
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ErrorBody, Interrupt
 from transport.messages import UIMessage

@@ -1,5 +1,5 @@
 """Shared relay frame vectors: which values of a relay frame's fields
-``transport.codec.decode_relay_frame`` takes, for ``client_side/js/runwire.js``'s
+``transport._codec.decode_relay_frame`` takes, for ``client_side/js/runwire.js``'s
 ``checkRelayFrame`` to match (tests/js/frames.test.mjs).
 
 tests/vectors/frames/booleans.json: ``bases``, a full frame of every relay frame type that has a
@@ -32,7 +32,8 @@ import typing
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from transport import codec, frames
+from transport import _codec as codec
+from transport import frames
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import RelayFrame
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from transport.chunks import fold_chunks
-from transport.history import (
+from transport._chunks import fold_chunks
+from transport._history import (
     ABORTED_BEFORE_DISPATCH,
     ABORTED_BEFORE_DISPATCH_TEXT,
     INTERRUPTED_MARK,

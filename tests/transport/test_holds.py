@@ -4,13 +4,13 @@ behaviours over real sockets are in tests/relay/test_limits.py and test_store_ho
 
 from __future__ import annotations
 
-from transport.errors import RATE_LIMITED, STORE_UNAVAILABLE
-from transport.holds import (
+from transport._holds import (
     RATE_LIMIT_HOLD,
     RATE_LIMIT_RETRY_AFTER,
     STORE_HOLD,
     AdmissionHold,
 )
+from transport.errors import RATE_LIMITED, STORE_UNAVAILABLE
 
 
 class FakeClock:

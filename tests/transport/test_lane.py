@@ -1,4 +1,4 @@
-"""The publish lane (``transport.lane.PublishLane``), run synchronously with a fake clock.
+"""The publish lane (``transport._lane.PublishLane``), run synchronously with a fake clock.
 
 Each scenario drives a lane through a ``Script``: the script calls the lane, asserts what
 it answers, and records every call with its answer. The recordings are the shared vectors
@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from transport.errors import RATE_LIMITED, STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
-from transport.lane import (
+from transport._lane import (
     RATE_LIMIT_WAIT,
     STORE_HELD_WAIT,
     STORE_WAIT,
@@ -25,6 +24,7 @@ from transport.lane import (
     backoff,
     retry_delay,
 )
+from transport.errors import RATE_LIMITED, STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "tests" / "vectors" / "lane"

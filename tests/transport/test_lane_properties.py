@@ -13,8 +13,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transport._lane import PublishLane
 from transport.errors import RATE_LIMITED, STORE_UNAVAILABLE, RunwireError
-from transport.lane import PublishLane
 
 WAITING, FLYING, DONE = "waiting", "flying", "done"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from transport._mirror import Folded, SessionMirror
+from transport._tree import MessageEvent, RunEvent
 from transport.frames import Attach, Attached, History, Page
-from transport.mirror import Folded, SessionMirror
-from transport.tree import MessageEvent, RunEvent
 
 
 def prompt(serial: int, message_id: str, run_id: str = "r1") -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transport.outcomes import OutcomeBook, OutcomeRecord
+from transport._outcomes import OutcomeBook, OutcomeRecord
 
 
 def test_tracked_message_is_pending_until_its_run_ends() -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from transport._interrupts import PauseRecord
+from transport._runs import RunRecord, RunRegistry, Sender
 from transport.frames import Interrupt, InterruptEntry, MessageEntry, RunEntry
-from transport.interrupts import PauseRecord
 from transport.messages import TextPart, UIMessage
-from transport.runs import RunRecord, RunRegistry, Sender
 
 AGENT = Sender(client_id="w", role="agent")
 CLIENT = Sender(client_id="c", user_id="u")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from transport.interrupts import PausedRun, paused_run
-from transport.tree import ConversationTree
+from transport._interrupts import PausedRun, paused_run
+from transport._tree import ConversationTree
 
 
 def entry(serial: int, **fields: Any) -> dict[str, Any]:

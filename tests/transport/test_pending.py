@@ -1,11 +1,11 @@
-"""The requests of a connection that wait for their reply (``transport.asyncio.pending``)."""
+"""The requests of a connection that wait for their reply (``transport.asyncio._pending``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from transport import codec
-from transport.asyncio.pending import Requests
+from transport import _codec as codec
+from transport.asyncio._pending import Requests
 from transport.errors import PAYLOAD_TOO_LARGE, RATE_LIMITED, RunwireError
 from transport.frames import Attach, RelayFrame
 

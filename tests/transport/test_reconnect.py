@@ -1,11 +1,11 @@
-"""The reconnect policy (``transport.reconnect.ReconnectPolicy``) with a fake clock and jitter."""
+"""The reconnect policy (``transport._reconnect.ReconnectPolicy``) with a fake clock and jitter."""
 
 from __future__ import annotations
 
 import pytest
 
+from transport._reconnect import EXPIRED_RETRIES, ReconnectPolicy
 from transport.errors import PROTOCOL_ERROR, TOKEN_EXPIRED, UNAUTHORIZED
-from transport.reconnect import EXPIRED_RETRIES, ReconnectPolicy
 
 
 def policy(*, jitter: float = 1.0, provider: bool = False) -> ReconnectPolicy:

@@ -6,12 +6,12 @@ import typing
 
 import pytest
 
+from transport._policy import CAPABILITIES, Sender
 from transport._rights import ENTRY_RIGHTS, needed_right, rights_refusal
+from transport._runs import RunRegistry, ended_error, run_ended
 from transport.errors import RUN_NOT_ACTIVE, RunwireError
 from transport.frames import EntryBody, Intent, InterruptEntry, MessageEntry
 from transport.messages import user_message
-from transport.policy import CAPABILITIES, Sender
-from transport.runs import RunRegistry, ended_error, run_ended
 
 from .test_runs import AGENT, ALICE, cancel, prompt, publish, status, steer
 

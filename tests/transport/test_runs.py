@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from transport._policy import CAPABILITIES, RELAY, Policy, Sender, SlotBook
+from transport._runs import RunRecord, RunRegistry, relay_entry_id
 from transport.errors import RunwireError
 from transport.frames import (
     CancelDenied,
@@ -16,8 +18,6 @@ from transport.frames import (
     RunEntry,
 )
 from transport.messages import user_message
-from transport.policy import CAPABILITIES, RELAY, Policy, Sender, SlotBook
-from transport.runs import RunRecord, RunRegistry, relay_entry_id
 
 ALICE = Sender(client_id="alice/phone", user_id="alice", caps=CAPABILITIES - {"agent"})
 ALICE_LAPTOP = Sender(client_id="alice/laptop", user_id="alice", caps=ALICE.caps)

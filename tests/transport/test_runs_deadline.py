@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from transport._policy import RELAY, Policy, Sender
+from transport._runs import RunRegistry, effective_timeout, timeout_entry
 from transport.errors import RUN_TIMEOUT, RunwireError
 from transport.frames import EntryBody, ErrorBody, RunEntry
-from transport.policy import RELAY, Policy, Sender
-from transport.runs import RunRegistry, effective_timeout, timeout_entry
 
 from .test_runs import AGENT, ALICE, cancel, prompt
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from transport._runs import RunRecord, RunRegistry, Sender
 from transport.errors import RunwireError
 from transport.frames import (
     CancelDenied,
@@ -16,7 +17,6 @@ from transport.frames import (
     RunEntry,
 )
 from transport.messages import user_message
-from transport.runs import RunRecord, RunRegistry, Sender
 
 CLIENT = Sender("client-1", "user-1", "client")
 AGENT = Sender("agent-1", None, "agent")

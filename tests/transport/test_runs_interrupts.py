@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from transport._policy import RELAY
+from transport._runs import RunRegistry
 from transport.errors import RunwireError
 from transport.frames import Interrupt, InterruptEntry
-from transport.policy import RELAY
-from transport.runs import RunRegistry
 
 from .test_runs import AGENT, ALICE, drain, prompt, publish, refused, session, status
 

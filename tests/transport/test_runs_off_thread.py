@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from transport._runs import RunRegistry
 from transport.errors import RunwireError
-from transport.runs import RunRegistry
 
 from .test_runs import AGENT, ALICE, BOB, drain, prompt, publish, refused, session, state, status
 

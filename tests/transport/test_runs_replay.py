@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from transport._policy import Sender
+from transport._runs import RunRegistry
 from transport.frames import EntryBody
-from transport.policy import Sender
-from transport.runs import RunRegistry
 
 from .test_runs import AGENT, ALICE, prompt, status
 

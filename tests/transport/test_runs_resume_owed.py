@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from transport._policy import RELAY, Policy, Sender, SlotBook
+from transport._runs import RunRegistry
 from transport.frames import CancelDenied, CheckpointEntry, InterruptEntry, RunEntry
-from transport.policy import RELAY, Policy, Sender, SlotBook
-from transport.runs import RunRegistry
 
 from .test_runs import AGENT, ALICE, BOB, cancel, drain, prompt, publish, refused, status
 from .test_runs_interrupts import Q1, answer, paused

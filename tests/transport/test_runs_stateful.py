@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from transport._policy import CAPABILITIES, RELAY, Policy, Sender, SlotBook
+from transport._runs import TERMINAL, RunRecord, RunRegistry
 from transport.errors import RunwireError
 from transport.frames import (
     CancelDenied,
@@ -30,8 +32,6 @@ from transport.frames import (
     RunEntry,
 )
 from transport.messages import user_message
-from transport.policy import CAPABILITIES, RELAY, Policy, Sender, SlotBook
-from transport.runs import TERMINAL, RunRecord, RunRegistry
 
 ALICE = Sender(client_id="alice/phone", user_id="alice", caps=CAPABILITIES - {"agent"})
 BOB = Sender(client_id="bob/web", user_id="bob", caps=CAPABILITIES - {"agent", "cancel-any"})

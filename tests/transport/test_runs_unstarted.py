@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from transport._policy import RELAY
+from transport._runs import RunRegistry, relay_entry_id
 from transport.frames import CancelDenied, RunEntry
-from transport.policy import RELAY
-from transport.runs import RunRegistry, relay_entry_id
 
 from .test_runs import AGENT, ALICE, ALICE_LAPTOP, cancel, drain, prompt, publish, refused, state
 

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from websockets.asyncio.client import connect
 
 import relay
-from transport.codec import CLIENT_FRAME_TYPES, RELAY_FRAME_TYPES
+from transport._codec import CLIENT_FRAME_TYPES, RELAY_FRAME_TYPES
 from transport.schema import DIALECT, frame_schemas, main, schema_files
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,6 +8,16 @@ from typing import Any
 
 import pytest
 
+from transport._outcomes import OutcomeRecord
+from transport._tree import (
+    ConversationTree,
+    DeliveryEvent,
+    MessageEvent,
+    RunEvent,
+    RunInfo,
+    TreeEvent,
+    ViewMessage,
+)
 from transport.errors import VALIDATION_ERROR, RunwireError
 from transport.frames import (
     CancelDenied,
@@ -22,16 +32,6 @@ from transport.frames import (
     RunEntry,
 )
 from transport.messages import UIMessage, user_message
-from transport.outcomes import OutcomeRecord
-from transport.tree import (
-    ConversationTree,
-    DeliveryEvent,
-    MessageEvent,
-    RunEvent,
-    RunInfo,
-    TreeEvent,
-    ViewMessage,
-)
 
 VECTORS = sorted((Path(__file__).parent.parent / "vectors" / "tree").glob("*.json"))
 
@@ -490,10 +490,10 @@ def test_outcome_reported_before_a_rebuild_is_not_reported_again() -> None:
 
 
 def test_exports() -> None:
-    import transport.outcomes
-    import transport.tree
+    import transport._outcomes
+    import transport._tree
 
-    for module in (transport.tree, transport.outcomes):
+    for module in (transport._tree, transport._outcomes):
         for name in module.__all__:
             assert hasattr(module, name), name
     for name in (
@@ -506,9 +506,9 @@ def test_exports() -> None:
         "DeliveryEvent",
     ):
         assert name in transport.__all__
-        assert getattr(transport, name) is getattr(transport.tree, name, None) or getattr(
+        assert getattr(transport, name) is getattr(transport._tree, name, None) or getattr(
             transport, name
-        ) is getattr(transport.outcomes, name, None)
+        ) is getattr(transport._outcomes, name, None)
 
 
 # ----------------------------------------------- refusals, steps, checkpoints ---

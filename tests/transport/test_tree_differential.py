@@ -29,8 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transport.runs import TERMINAL, TRANSITIONS
-from transport.tree import ConversationTree, DeliveryEvent, MessageEvent, TreeEvent, ViewMessage
+from transport._runs import TERMINAL, TRANSITIONS
+from transport._tree import ConversationTree, DeliveryEvent, MessageEvent, TreeEvent, ViewMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = ROOT / "tests" / "js" / "tree_fold_batch.mjs"

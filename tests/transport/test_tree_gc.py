@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from transport.tree import ConversationTree
+from transport._tree import ConversationTree
 
 
 def _entries(run: int, first_serial: int, tokens: int) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from transport._tree import ConversationTree, MessageEvent, RunEvent
 from transport.frames import (
     CancelDenied,
     CancelEntry,
@@ -14,7 +15,6 @@ from transport.frames import (
     RunEntry,
 )
 from transport.messages import user_message
-from transport.tree import ConversationTree, MessageEvent, RunEvent
 
 
 def prompt(serial: int, mid: str, run_id: str, **kw: Any) -> MessageEntry:

@@ -8,6 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transport._runs import TERMINAL, TRANSITIONS
+from transport._tree import ConversationTree, DeliveryEvent, Entry, TreeEvent
 from transport.frames import (
     CancelEntry,
     MessageEntry,
@@ -17,8 +19,6 @@ from transport.frames import (
     RunEntry,
 )
 from transport.messages import UIMessage, user_message
-from transport.runs import TERMINAL, TRANSITIONS
-from transport.tree import ConversationTree, DeliveryEvent, Entry, TreeEvent
 
 _CHUNKS = st.one_of(
     st.builds(lambda d: {"type": "text-delta", "delta": d}, st.sampled_from(["a", "b", ""])),

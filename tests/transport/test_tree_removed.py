@@ -4,8 +4,8 @@ what joins it (rebuilds, resets, live forks and rollbacks, refusals, ``select_br
 
 from __future__ import annotations
 
+from transport._tree import ConversationTree, MessageEvent, RunEvent
 from transport.frames import ErrorBody, RefusedEntry
-from transport.tree import ConversationTree, MessageEvent, RunEvent
 
 from .test_tree import open_, prompt, run, steer, text
 

@@ -11,7 +11,7 @@ then says when it goes again, with the same entry id, or that it gives up. A ref
 publish keeps its place while it goes again, so nothing made after it overtakes it.
 
 The lane does no I/O and reads no clock: every time is an argument, and the jitter of its
-backoffs comes from a function passed in. ``transport.asyncio.connection.Connection`` and
+backoffs comes from a function passed in. ``transport.asyncio._connection.Connection`` and
 the JavaScript client's ``Session`` drive it. The long story, with the reasons for each
 rule, is in docs/explanation/publish-lane.md.
 """

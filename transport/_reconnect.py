@@ -5,9 +5,9 @@ try again after a backoff, try again at once after a relay restart, or give up f
 also says when to ask the token provider for a fresh token.
 
 The policy does no I/O and reads no clock. Every time is an argument, and the jitter of its
-backoff comes from a function passed in. ``transport.asyncio.connection.Connection`` drives
+backoff comes from a function passed in. ``transport.asyncio._connection.Connection`` drives
 it. Which publishes go again after a reconnect, and in which order, is the publish lane's
-part (``transport.lane.PublishLane.resend``). The reasons are in
+part (``transport._lane.PublishLane.resend``). The reasons are in
 docs/explanation/publish-lane.md.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ._lane import backoff
 from .errors import TOKEN_EXPIRED, UNAUTHORIZED
-from .lane import backoff
 
 __all__ = ["EXPIRED_RETRIES", "ReconnectPolicy"]
 

@@ -1,6 +1,6 @@
 """What the conversation tree reports: message and Run snapshots, refusals, events (no I/O).
 
-``transport.tree`` re-exports every name here.
+``transport._tree`` re-exports every name here.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._outcomes import OutcomeRecord
 from .frames import Intent, RunEndReason, RunStatus
 from .messages import UIMessage
-from .outcomes import OutcomeRecord
 
 __all__ = [
     "CancelDenial",

@@ -1,7 +1,7 @@
 """``View``: one session's conversation as an SDK sees it, the same class in both SDKs.
 
 A ``View`` is what ``session.view`` is in the client SDK and in the agent SDK.
-It reads a ``transport.mirror.SessionMirror`` and reports each change to
+It reads a ``transport._mirror.SessionMirror`` and reports each change to
 ``on()`` callbacks and ``events()`` iterators. Its methods are those of the
 API contract: ``messages()``, ``runs()``, ``has_older()``, ``load_older()``,
 ``on()``, ``events()``, ``branches()`` and ``select_branch()``.
@@ -32,10 +32,10 @@ from typing import Any
 
 import anyio
 
+from .._mirror import Attachment, Folded, SessionMirror
+from .._tree import ConversationTree, RunInfo, TreeEvent, ViewMessage
 from ..errors import NOT_ATTACHED, PROTOCOL_ERROR, VALIDATION_ERROR, RunwireError
 from ..frames import Attach, Attached, History, Page, RelayFrame
-from ..mirror import Attachment, Folded, SessionMirror
-from ..tree import ConversationTree, RunInfo, TreeEvent, ViewMessage
 
 __all__ = [
     "EVENT_KINDS",

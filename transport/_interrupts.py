@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import jsonschema
 
+from ._events import RunInfo
 from .errors import INTERRUPT_ANSWER_INVALID, INTERRUPT_EXPIRED, VALIDATION_ERROR, RunwireError
-from .events import RunInfo
 from .frames import Interrupt
 
 __all__ = [

@@ -6,15 +6,15 @@ a fresh ``req`` id, sends it once the connection is ready, and returns the reply
 relay pushes unasked go to ``on_frame``.
 
 When the socket drops, the connection connects again. Its ``policy``, a
-``transport.reconnect.ReconnectPolicy``, says after how long, and when to give up. A relay
+``transport._reconnect.ReconnectPolicy``, says after how long, and when to give up. A relay
 that answers no ping for ``keepalive_timeout`` seconds counts as dropped. After each
 ``hello`` and ``welcome`` it awaits ``on_connect``, where the SDK re-attaches its
 sessions. Then it sends again every request still waiting for a reply, in ``req`` order
-(``transport.asyncio.pending``). Each request of the protocol is idempotent, so a retry
+(``transport.asyncio._pending``). Each request of the protocol is idempotent, so a retry
 never duplicates anything.
 
 Publishes go through the connection's publish lane, ``self.lane``, a
-``transport.lane.PublishLane``, driven by a ``Publisher`` (``transport.asyncio.publishing``).
+``transport._lane.PublishLane``, driven by a ``Publisher`` (``transport.asyncio._publishing``).
 The lane decides their order, when a refused one goes again, and which publishes go again
 at once after a reconnect.
 
@@ -43,15 +43,15 @@ from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from .. import codec
+from .. import _codec as codec
+from .._keepalive import DEFAULT_KEEPALIVE_TIMEOUT, Keepalive, keepalive
+from .._lane import RATE_LIMIT_WAIT, STORE_WAIT, PublishLane
+from .._reconnect import ReconnectPolicy
 from ..errors import CLOSE_CODES, UNAUTHORIZED, CloseCode, RunwireError
 from ..frames import Error, Hello, Publish, RelayFrame, Welcome
-from ..keepalive import DEFAULT_KEEPALIVE_TIMEOUT, Keepalive, keepalive
-from ..lane import RATE_LIMIT_WAIT, STORE_WAIT, PublishLane
-from ..reconnect import ReconnectPolicy
 from ..redact import install as redact_tokens
-from .pending import DEFAULT_MAX_FRAME_BYTES, PendingRequest, Requests, SendAgain
-from .publishing import Publisher
+from ._pending import DEFAULT_MAX_FRAME_BYTES, PendingRequest, Requests, SendAgain
+from ._publishing import Publisher
 
 __all__ = ["CONNECTION_CLOSED", "RATE_LIMIT_WAIT", "STORE_WAIT", "Connection", "TokenProvider"]
 
@@ -128,7 +128,7 @@ class Connection:
         self.lane = PublishLane(
             jitter=random.random, rate_limit_wait=rate_limit_wait, store_wait=store_wait
         )
-        """The order of this connection's publishes and their refusals (``transport.lane``)."""
+        """The order of this connection's publishes and their refusals (``transport._lane``)."""
         self._publisher = Publisher(self.lane, self._exchange, self._check_open)
 
     # ------------------------------------------------------------ public --
@@ -256,7 +256,7 @@ class Connection:
         ``request`` is called, or earlier with ``reserve()`` (``slot``). A publish the
         relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE`` goes again, in order,
         until it is taken or ``rate_limit_wait`` (or ``store_wait``) seconds passed since
-        its first such refusal: then that error is raised. See ``transport.lane``.
+        its first such refusal: then that error is raised. See ``transport._lane``.
         """
         if not isinstance(frame, Publish):
             if slot is not None:

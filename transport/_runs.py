@@ -21,6 +21,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal
 
+from ._policy import (
+    AGENT,
+    CANCEL,
+    CANCEL_ANY,
+    CAPABILITIES,
+    PUBLISH,
+    RELAY,
+    STEER,
+    SUBSCRIBE,
+    Policy,
+    Sender,
+    SlotBook,
+)
 from ._rights import (
     check_not_passed_on,
     check_owner,
@@ -57,19 +70,6 @@ from .frames import (
     ResponseClose,
     ResponseOpen,
     RunEntry,
-)
-from .policy import (
-    AGENT,
-    CANCEL,
-    CANCEL_ANY,
-    CAPABILITIES,
-    PUBLISH,
-    RELAY,
-    STEER,
-    SUBSCRIBE,
-    Policy,
-    Sender,
-    SlotBook,
 )
 
 __all__ = [

@@ -1,9 +1,9 @@
 """``Publisher``: the asyncio driver of one connection's publish lane.
 
-The lane (``transport.lane.PublishLane``) decides the order of the publishes and when a
+The lane (``transport._lane.PublishLane``) decides the order of the publishes and when a
 refused one goes again. The publisher does what it says. It waits for each publish's turn,
 has the connection send it, passes the reply to the lane, and wakes the publishes that
-wait when the lane changed. ``Connection`` sends the frames (transport/asyncio/connection.py).
+wait when the lane changed. ``Connection`` sends the frames (transport/asyncio/_connection.py).
 Why the lane keeps publishes in order is told in docs/explanation/publish-lane.md.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from .._lane import PublishLane
 from ..errors import RunwireError
 from ..frames import Publish, RelayFrame
-from ..lane import PublishLane
-from .pending import SendAgain
+from ._pending import SendAgain
 
 __all__ = ["Exchange", "Publisher"]
 

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._tree import ConversationTree, TreeEvent
 from .frames import Attach, Attached, History, Page
-from .tree import ConversationTree, TreeEvent
 
 __all__ = ["Attachment", "Folded", "SessionMirror"]
 

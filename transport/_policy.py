@@ -1,7 +1,7 @@
 """Who may do what in a session, and the relay-wide settings the Run rules use (no I/O).
 
 A token grants capabilities per session-id pattern (see ``relay.auth``). The
-relay passes the Run rules (``transport.runs``) a ``Sender`` that carries the
+relay passes the Run rules (``transport._runs``) a ``Sender`` that carries the
 sender's capabilities in the session at hand. ``SlotBook`` counts the Runs
 that hold a slot of the relay's ``max_concurrent_runs``.
 """

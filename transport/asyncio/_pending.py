@@ -3,7 +3,7 @@
 Each request the SDK sends gets a fresh ``req`` id. ``Requests.open`` encodes the frame and
 refuses one over the relay's frame limit. ``Requests.reply`` matches a reply frame to its
 request by ``req``, and ``Requests.fail_all`` ends them all with one error. ``Connection``
-sends them, and sends them again after a reconnect (transport/asyncio/connection.py).
+sends them, and sends them again after a reconnect (transport/asyncio/_connection.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from .. import codec
+from .. import _codec as codec
 from ..errors import PAYLOAD_TOO_LARGE, RunwireError
 from ..frames import Error, RelayFrame
 

@@ -22,9 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ._tree_fold import Entry, Fold, coerce
-from .codec import RELAY_FRAME_DEPTH, dumps, loads
-from .events import (
+from ._codec import RELAY_FRAME_DEPTH, dumps, loads
+from ._events import (
     CancelDenial,
     DeliveryEvent,
     MessageEvent,
@@ -35,8 +34,9 @@ from .events import (
     TreeEvent,
     ViewMessage,
 )
+from ._outcomes import OutcomeBook, OutcomeRecord
+from ._tree_fold import Entry, Fold, coerce
 from .frames import CheckpointEntry, Interrupt, ResponseAppend, ResponseClose
-from .outcomes import OutcomeBook, OutcomeRecord
 
 __all__ = [
     "CancelDenial",
