@@ -11,7 +11,7 @@ from transport._interrupts import pending_questions
 from transport._runs import MULTITASK_STRATEGIES
 from transport.frames import Multitask
 
-from .run import (
+from ._run import (
     QUEUED_INTENTS,
     ClientRun,
     Delivery,
@@ -21,8 +21,8 @@ from .run import (
     Refused,
     RunResult,
 )
-from .session import ClientSession, connect
-from .view import EVENT_KINDS, Event, EventStream, View
+from ._session import ClientSession, connect
+from ._view import EVENT_KINDS, Event, EventStream, View
 
 __all__ = [
     "EVENT_KINDS",

@@ -24,7 +24,7 @@ from transport.errors import NOT_ATTACHED, PROTOCOL_ERROR, RunwireError
 from transport.frames import Ack, Deliver, EntryBody, History, Page, Publish, RelayFrame
 from transport.frames import Error as ErrorFrame
 
-from .deliveries import write_only_refused
+from ._deliveries import write_only_refused
 
 __all__ = ["RelayLink"]
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from client_side.view import View
+from client_side._view import View
 from transport._mirror import Attachment, Folded
 from transport._runs import TERMINAL
 from transport.asyncio._connection import Connection

@@ -1,7 +1,7 @@
 """``Deliveries``: the steering a client published, and the outcomes still to settle.
 
 A ``ClientRun`` talks to its session through this object (the ``RunHost``
-interface of ``client_side.run``). It publishes each steering message from a
+interface of ``client_side._run``). It publishes each steering message from a
 task in the place it took when the user acted. It settles each ``Delivery``
 from the view's ``DeliveryEvent`` for its message id, or fails it when the
 relay refuses it or the session closes.
@@ -39,7 +39,7 @@ from transport.errors import (
 from transport.frames import Ack, EntryBody, MessageEntry
 from transport.messages import UIMessage
 
-from .run import Delivery, Outcome, Published, Refused
+from ._run import Delivery, Outcome, Published, Refused
 
 __all__ = ["Deliveries", "reused_error", "write_only_refused"]
 

@@ -13,7 +13,7 @@ reconnect and while the relay refuses ``RATE_LIMITED`` or
 in the connection's lane when the user acts, so a ``cancel()`` awaited right
 after a ``steer()`` is stored after it.
 
-Steering, its outcomes and refusals are kept by ``client_side.deliveries``.
+Steering, its outcomes and refusals are kept by ``client_side._deliveries``.
 A prompt that waits (``enqueue``, ``interrupt``, ``rollback``) names no parent
 unless asked: the tree places it when its turn comes.
 
@@ -64,11 +64,11 @@ from transport.frames import (
 )
 from transport.messages import UIMessage, new_id
 
+from ._cancels import cancel_quietly, cancel_run
+from ._deliveries import Deliveries, reused_error
+from ._prompts import check_strategy, prompt_entry
 from ._relay_link import RelayLink
-from .cancels import cancel_quietly, cancel_run
-from .deliveries import Deliveries, reused_error
-from .prompts import check_strategy, prompt_entry
-from .run import ClientRun, Refused, as_message
+from ._run import ClientRun, Refused, as_message
 
 __all__ = ["MULTITASK_STRATEGIES", "ClientSession", "Multitask", "connect"]
 
@@ -274,7 +274,7 @@ class ClientSession:
 
     @property
     def run_host(self) -> Deliveries:
-        """What this session's ``ClientRun`` handles talk to (``client_side.run.RunHost``)."""
+        """What this session's ``ClientRun`` handles talk to (``client_side._run.RunHost``)."""
         return self._runs
 
     @property

@@ -25,7 +25,7 @@ from transport.errors import CANCEL_DENIED, RUN_NOT_ACTIVE, RunwireError
 from transport.frames import Ack, CancelEntry, EntryBody
 from transport.messages import new_id
 
-from .deliveries import Deliveries
+from ._deliveries import Deliveries
 
 __all__ = ["cancel_quietly", "cancel_run", "denied_error"]
 

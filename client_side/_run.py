@@ -218,7 +218,7 @@ class RunResult:
 
 
 class RunHost(Protocol):
-    """What a ``ClientRun`` needs of its session (``client_side.deliveries.Deliveries``)."""
+    """What a ``ClientRun`` needs of its session (``client_side._deliveries.Deliveries``)."""
 
     @property
     def session_id(self) -> str: ...
