@@ -29,9 +29,9 @@ from transport._history import (
 from transport._interrupts import pending_questions
 from transport.asyncio._abort import AbortController, AbortSignal
 
-from .agent import Agent, RunHandler
-from .loop import Model, steering_loop
-from .options import (
+from ._agent import Agent, RunHandler
+from ._loop import Model, steering_loop
+from ._options import (
     AGENT_ERROR,
     ITERATION_LIMIT_REACHED,
     CancelHook,
@@ -41,10 +41,10 @@ from .options import (
     RunOptions,
     SteerHook,
 )
-from .pipe import PipeResult
-from .run import Run, RunPaused
-from .session import AgentSession, connect
-from .tools import (
+from ._pipe import PipeResult
+from ._run import Run, RunPaused
+from ._session import AgentSession, connect
+from ._tools import (
     APPROVAL_SCHEMA,
     INTERRUPTED,
     TOOL_ERROR,
@@ -57,7 +57,7 @@ from .tools import (
     tool,
     tool_calls,
 )
-from .view import RunView, View
+from ._view import RunView, View
 
 __all__ = [
     "ABORTED_BEFORE_DISPATCH",

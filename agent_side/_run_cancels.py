@@ -19,8 +19,8 @@ from transport.asyncio._abort import AbortController, AbortSignal
 from transport.errors import RUN_CANCELLED, RunwireError
 from transport.frames import CancelDenied, ErrorBody
 
+from ._options import CancelHook, CancelRequest, EndReason, as_error
 from ._run_link import RunLink
-from .options import CancelHook, CancelRequest, EndReason, as_error
 
 __all__ = ["CancelledRun", "RunCancels", "cancel_error", "end_error"]
 

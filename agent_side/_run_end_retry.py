@@ -14,8 +14,8 @@ import anyio
 
 from transport.errors import STORE_UNAVAILABLE, RunwireError
 
+from ._options import EndReason
 from ._run_link import RunLink
-from .options import EndReason
 
 __all__ = ["EndAsked", "RunEndRetry"]
 

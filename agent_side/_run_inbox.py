@@ -15,13 +15,13 @@ from transport.asyncio._abort import AbortController
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, RunwireError
 from transport.frames import RunStatus
 
+from ._inputs import RunInputs
+from ._options import CancelRequest, EndReason
 from ._run_cancels import RunCancels
 from ._run_end_retry import EndAsked, RunEndRetry
 from ._run_link import RunLink
 from ._run_output import RunOutput
-from .inputs import RunInputs
-from .options import CancelRequest, EndReason
-from .steps import RunSteps
+from ._steps import RunSteps
 
 __all__ = ["InboxRun", "RunInbox"]
 

@@ -18,8 +18,8 @@ from transport.checks import Check, first_refusal, refusal_entry_id
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ErrorBody, RefusedEntry
 
+from ._options import SteerHook
 from ._run_link import RunLink
-from .options import SteerHook
 
 __all__ = ["RunInputHooks", "SteeredRun"]
 

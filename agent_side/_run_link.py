@@ -3,7 +3,7 @@
 A ``Run`` talks to its session only through ``RunLink``: publish an entry,
 start a task, read the tree. The session builds one with ``run_link()`` and
 talks back through the Run's public methods. So neither reaches into the
-other's private members, and ``agent_side.run`` does not import the session.
+other's private members, and ``agent_side._run`` does not import the session.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from transport._tree import ConversationTree, RunInfo, ViewMessage
 from transport.frames import EntryBody
 
-from .options import CancelRequest
+from ._options import CancelRequest
 
 __all__ = ["RunLink", "RunSession", "RunView"]
 

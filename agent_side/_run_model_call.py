@@ -13,8 +13,8 @@ from transport import _tracing as tracing
 from transport.asyncio._abort import AbortSignal
 from transport.frames import EntryBody
 
-from .pipe import Chunk, PipeResult, close_budget, pipe_stream
-from .steps import RunSteps
+from ._pipe import Chunk, PipeResult, close_budget, pipe_stream
+from ._steps import RunSteps
 
 __all__ = ["model_call"]
 

@@ -20,14 +20,14 @@ from transport.errors import (
 )
 from transport.frames import RunStatus
 
+from ._inputs import RunInputs
+from ._options import ITERATION_LIMIT_REACHED, EndReason, IterationLimit
 from ._run_cancels import RunCancels, end_error
 from ._run_end_retry import RunEndRetry
 from ._run_inbox import RunInbox
 from ._run_input_hooks import RunInputHooks
 from ._run_link import RunLink
-from .inputs import RunInputs
-from .options import ITERATION_LIMIT_REACHED, EndReason, IterationLimit
-from .steps import RunSteps
+from ._steps import RunSteps
 
 __all__ = ["MovingRun", "RunMoves"]
 

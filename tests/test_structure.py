@@ -48,7 +48,7 @@ LONG_MODULES: set[str] = set()
 
 # Classes over MAX_CLASS_LINES lines, as "module:Class". Shrinks to empty as issue 27 lands.
 LONG_CLASSES = {
-    "agent_side/steps.py:RunSteps",
+    "agent_side/_steps.py:RunSteps",
     "relay/channel.py:Channel",
     "relay/store/redis.py:RedisStore",
 }
@@ -64,8 +64,8 @@ LONG_MODULE_DOCSTRINGS: set[str] = set()
 # Modules with a module, class or function docstring sentence over MAX_SENTENCE_WORDS words.
 # Shrinks to empty as issue 27 lands.
 LONG_SENTENCES = {
-    "agent_side/session.py",
-    "agent_side/steps.py",
+    "agent_side/_session.py",
+    "agent_side/_steps.py",
     "client_side/_session.py",
 }
 

@@ -17,8 +17,8 @@ from transport._history import INTERRUPTED_MARK, history_message
 from transport.asyncio._abort import AbortSignal
 from transport.messages import Part, TextPart, ToolCallPart, ToolResultPart, UIMessage
 
-from ..pipe import Chunk, close_source
-from ..tools import Tool
+from .._pipe import Chunk, close_source
+from .._tools import Tool
 
 __all__ = [
     "ProviderStreamError",

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from transport.asyncio._abort import AbortSignal
 from transport.messages import UIMessage
 
-from ..loop import Model
-from ..pipe import Chunk
+from .._loop import Model
+from .._pipe import Chunk
 from ._common import call_provider
 from .openai_responses import ResponsesFolder, to_responses_input
 

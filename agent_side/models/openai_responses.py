@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from transport.asyncio._abort import AbortSignal
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
-from ..loop import Model
-from ..pipe import Chunk
-from ..tools import Tool
+from .._loop import Model
+from .._pipe import Chunk
+from .._tools import Tool
 from ._common import (
     RawStream,
     ToolSpec,

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from transport.asyncio._abort import AbortSignal
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
-from ..loop import Model
-from ..pipe import Chunk
+from .._loop import Model
+from .._pipe import Chunk
 from ._common import call_provider, output_text, segments, text_of
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_side.tools import tool_calls
+from agent_side._tools import tool_calls
 from transport import _codec as codec
 from transport._history import history_message
 from transport.frames import ResponseClose

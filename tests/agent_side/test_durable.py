@@ -17,7 +17,7 @@ from pydantic import BaseModel
 import agent_side
 import relay
 from agent_side import AbortSignal, Run, steering_loop
-from agent_side.durable import TOOL_STEP, not_started, tool_step_metadata
+from agent_side._durable import TOOL_STEP, not_started, tool_step_metadata
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
 from .helpers import client_end

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_side.inputs import RunInputs
+from agent_side._inputs import RunInputs
 from transport._tree import ViewMessage
 from transport.errors import RunwireError
 from transport.messages import UIMessage, user_message

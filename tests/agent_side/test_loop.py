@@ -12,7 +12,7 @@ from pydantic import BaseModel
 import agent_side
 import relay
 from agent_side import AbortSignal, steering_loop
-from agent_side.loop import Model
+from agent_side._loop import Model
 from relay.store.memory import MemoryStore
 from transport.frames import EntryBody, ResponseClose
 from transport.messages import ToolResultPart, UIMessage

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import agent_side
-from agent_side.pipe import (
+from agent_side._pipe import (
     Coalescer,
     MessageBuilder,
     Normalizer,

@@ -12,7 +12,7 @@ from pydantic.alias_generators import to_camel
 
 import agent_side
 from agent_side import AbortSignal, Run, steering_loop
-from agent_side.pipe import ModelStreamError, Normalizer
+from agent_side._pipe import ModelStreamError, Normalizer
 from transport.asyncio._abort import AbortController
 from transport.messages import UIMessage
 

@@ -272,7 +272,7 @@ async def test_the_sessions_end_ends_such_a_run_as_its_code_asked_not_cancelled(
     """``session.end()`` ends the active Runs ``cancelled``; one whose ``end("complete")``
     the store refused (and whose end is still to be tried again) ends ``complete``."""
     monkeypatch.setattr(transport._holds, "STORE_HOLD", 0.1)
-    monkeypatch.setattr(agent_side.run, "END_RETRY_FIRST", 30.0)  # the session's end comes first
+    monkeypatch.setattr(agent_side._run, "END_RETRY_FIRST", 30.0)  # the session's end comes first
     async with relay.serve(host="127.0.0.1", port=0, store="memory://") as server:
         outage = Outage(server, monkeypatch)
         away = False

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from agent_side import AbortController, Tool, tool, tool_calls
-from agent_side.tools import execute_tools
+from agent_side._tools import execute_tools
 from transport.errors import RunwireError
 from transport.frames import EntryBody, ResponseAppend, ResponseClose, ResponseOpen
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage

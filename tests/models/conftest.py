@@ -11,7 +11,7 @@ from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 
 import relay
-from agent_side.loop import Model
+from agent_side._loop import Model
 from agent_side.models.anthropic import anthropic_model
 from agent_side.models.openai_chat import openai_chat_model
 from agent_side.models.openai_responses import openai_responses_model

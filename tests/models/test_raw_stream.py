@@ -20,11 +20,11 @@ from openai._models import construct_type as openai_construct
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 
+from agent_side._pipe import Chunk
 from agent_side.models._common import ProviderStreamError, _Yielder, sse_data
 from agent_side.models.anthropic import anthropic_chunks
 from agent_side.models.openai_chat import chat_chunks
 from agent_side.models.openai_responses import ResponseFailedError, responses_chunks
-from agent_side.pipe import Chunk
 
 from .fake_provider import SSE_DIR
 

@@ -69,7 +69,7 @@ class SessionPort:
 
 
 class LinkedSession(Protocol):
-    """What the link needs of a session (``agent_side.session.AgentSession``)."""
+    """What the link needs of a session (``agent_side._session.AgentSession``)."""
 
     @property
     def session_id(self) -> str: ...

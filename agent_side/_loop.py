@@ -28,10 +28,10 @@ from collections.abc import AsyncIterable, Callable, Iterable
 from transport.asyncio._abort import AbortController, AbortSignal
 from transport.messages import UIMessage
 
-from .options import IterationLimit
-from .pipe import Chunk, PipeResult, close_source
-from .run import Run
-from .tools import Tool, tool_calls
+from ._options import IterationLimit
+from ._pipe import Chunk, PipeResult, close_source
+from ._run import Run
+from ._tools import Tool, tool_calls
 
 __all__ = ["Model", "steering_loop"]
 

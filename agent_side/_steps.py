@@ -1,8 +1,8 @@
 """The steps a Run publishes besides model calls: tool calls, saved replies, checkpoints.
 
 ``RunSteps`` is a part of ``agent_side.Run``. It numbers the Run's steps, each
-one a response with a stable message id (``agent_side.durable``). It runs tool
-calls as a step (``agent_side.tools``), saves a reply the agent's code decided
+one a response with a stable message id (``agent_side._durable``). It runs tool
+calls as a step (``agent_side._tools``), saves a reply the agent's code decided
 after a cancel, and checkpoints a durable Run after every step. It talks to the
 session through the Run's ``RunLink``, and to the Run through ``RunLifecycle``.
 """
@@ -33,11 +33,11 @@ from transport.frames import (
 from transport.messages import TextPart, ToolCallPart, UIMessage, new_id
 
 from ._asking import Paused, Unanswered
+from ._durable import Adoption, run_prefix, step_message_id
+from ._inputs import RunInputs
+from ._pipe import PipeResult, close_budget, close_entry
 from ._run_link import RunLink
-from .durable import Adoption, run_prefix, step_message_id
-from .inputs import RunInputs
-from .pipe import PipeResult, close_budget, close_entry
-from .tools import (
+from ._tools import (
     INTERRUPTED,
     Pause,
     Tool,
@@ -121,7 +121,7 @@ class RunSteps:
         self._seq = 0
 
     def adopt(self, plan: Adoption) -> None:
-        """Take up the steps a worker that went away left (``agent_side.durable``)."""
+        """Take up the steps a worker that went away left (``agent_side._durable``)."""
         self.step = plan.step
         self.state = plan.state
         self.retry_id = plan.retry_id
@@ -138,7 +138,7 @@ class RunSteps:
         """Close the replies the worker that went away left open, then checkpoint."""
         for message in self.to_close:  # as they stand: their parts are what the view folded
             chunks = self.close_appends.pop(message.id, None)
-            if chunks:  # results of calls the step never started (agent_side.durable)
+            if chunks:  # results of calls the step never started (agent_side._durable)
                 await self.publish(
                     ResponseAppend(
                         id=self.entry_id(), run_id=self.run_id, message_id=message.id, chunks=chunks
@@ -210,7 +210,7 @@ class RunSteps:
         timeout: float | None = None,
         signal: AbortSignal | None = None,
     ) -> list[ToolResult]:
-        """Run tool calls as one step and publish their results (see ``agent_side.tools``).
+        """Run tool calls as one step and publish their results (see ``agent_side._tools``).
 
         ``calls`` are tool call parts, or a message / ``PipeResult`` whose
         unanswered calls to run. ``signal`` (default: the Run's abort signal)
@@ -263,7 +263,7 @@ class RunSteps:
         step started runs them here (``parallel``, ``max_parallel`` and
         ``timeout`` as ``run_tools`` takes them), or, when steering newer
         than that model step waits, answers them ``ABORTED_BEFORE_DISPATCH``
-        (see ``agent_side.durable``).
+        (see ``agent_side._durable``).
         """
         step = self.pause.step
         if not step or not step.get("calls"):

@@ -37,17 +37,9 @@ from transport.frames import (
 )
 from transport.messages import ToolCallPart, UIMessage
 
-from ._run_cancels import RunCancels
-from ._run_end_retry import RunEndRetry
-from ._run_inbox import RunInbox
-from ._run_input_hooks import RunInputHooks
-from ._run_link import RunLink, RunSession, RunView
-from ._run_model_call import model_call
-from ._run_moves import RunMoves
-from ._run_output import RunOutput
-from .durable import plan_adoption
-from .inputs import RunInputs
-from .options import (
+from ._durable import plan_adoption
+from ._inputs import RunInputs
+from ._options import (
     CancelHook,
     EndReason,
     Invocation,
@@ -57,9 +49,17 @@ from .options import (
     SteerHook,
     queue_options,
 )
-from .pipe import Chunk, PipeResult
-from .steps import RunPaused, RunSteps
-from .tools import Pause, Tool, ToolResult
+from ._pipe import Chunk, PipeResult
+from ._run_cancels import RunCancels
+from ._run_end_retry import RunEndRetry
+from ._run_inbox import RunInbox
+from ._run_input_hooks import RunInputHooks
+from ._run_link import RunLink, RunSession, RunView
+from ._run_model_call import model_call
+from ._run_moves import RunMoves
+from ._run_output import RunOutput
+from ._steps import RunPaused, RunSteps
+from ._tools import Pause, Tool, ToolResult
 
 __all__ = ["END_RETRY_FIRST", "END_RETRY_MAX", "Run", "RunPaused"]
 
@@ -168,7 +168,7 @@ class Run:
             self.link_signal(signal)
 
     def _adopt(self, checkpoint: dict[str, Any] | None) -> None:
-        """Take up where the worker that went away left the Run (``agent_side.durable``)."""
+        """Take up where the worker that went away left the Run (``agent_side._durable``)."""
         plan = plan_adoption(self._link.tree(), self.run_id, self._steps.prefix, checkpoint)
         self._steps.adopt(plan)
         self._inputs.restore(
@@ -355,7 +355,7 @@ class Run:
         signal: AbortSignal | None = None,
         rollup_window: float | None = None,
     ) -> PipeResult:
-        """Publish a model call's output stream as one response (see ``agent_side.pipe``).
+        """Publish a model call's output stream as one response (see ``agent_side._pipe``).
 
         Starts the Run if needed. The response's ``seen`` lists what
         ``has_input()`` took in, and the call counts against ``max_iterations``.
@@ -397,7 +397,7 @@ class Run:
         timeout: float | None = None,
         signal: AbortSignal | None = None,
     ) -> list[ToolResult]:
-        """Run tool calls as one step and publish their results (see ``agent_side.tools``).
+        """Run tool calls as one step and publish their results (see ``agent_side._tools``).
 
         ``calls`` are tool call parts, or a message or ``PipeResult`` whose
         unanswered calls to run. ``signal`` (default: the Run's abort signal)

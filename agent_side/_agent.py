@@ -42,10 +42,10 @@ from transport.checks import Check
 from transport.errors import AGENT_LOST, RUN_NOT_ACTIVE, STORE_UNAVAILABLE, RunwireError
 from transport.frames import Dispatch, Worker
 
-from .link import Link
-from .options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
-from .run import Run, RunPaused
-from .session import AgentSession
+from ._link import Link
+from ._options import EndReason, Invocation, IterationLimit, QueueOptions, RunOptions, as_error
+from ._run import Run, RunPaused
+from ._session import AgentSession
 
 __all__ = ["Agent", "RunHandler"]
 

@@ -1,7 +1,7 @@
 """Explicit mode: ``connect()`` and ``AgentSession``, one session attached by an agent.
 
 An ``AgentSession`` is one session attached over an agent connection
-(``agent_side.link.Link``), shared by all its Runs. Its ``view`` is the
+(``agent_side._link.Link``), shared by all its Runs. Its ``view`` is the
 ``View`` both SDKs share: a ``ViewFeed`` folds every delivered entry into the
 session's ``SessionMirror``, in serial order and each serial once. After every
 reconnect the link attaches the session again from the newest serial held, so
@@ -40,9 +40,8 @@ from transport.checks import Check
 from transport.errors import PROTOCOL_ERROR, VALIDATION_ERROR, RunwireError
 from transport.frames import Attach, EntryBody, History, Page, Publish, RunEntry
 
-from ._run_link import RunLink
-from .link import Link, SessionPort
-from .options import (
+from ._link import Link, SessionPort
+from ._options import (
     CancelHook,
     CancelRequest,
     EndReason,
@@ -52,8 +51,9 @@ from .options import (
     RunOptions,
     SteerHook,
 )
-from .run import Run
-from .view import RunView
+from ._run import Run
+from ._run_link import RunLink
+from ._view import RunView
 
 __all__ = ["AgentSession", "View", "connect"]
 
@@ -99,7 +99,7 @@ class AgentSession:
             deliver=self._feed.deliver,
             lose=self._lose,
         )
-        """What the session's ``Link`` drives (``agent_side.link``)."""
+        """What the session's ``Link`` drives (``agent_side._link``)."""
         self._link = link
         self.options = (options or RunOptions()).merge(queue=queue)
         self._max_in_flight = max_in_flight
@@ -372,7 +372,7 @@ class AgentSession:
         )
 
     def _view_of(self, run: Run) -> RunView:
-        """The Run's view: a filter over the session's (``agent_side.view.RunView``)."""
+        """The Run's view: a filter over the session's (``agent_side._view.RunView``)."""
         return RunView(
             self.view,
             run.run_id,

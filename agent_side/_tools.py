@@ -45,8 +45,8 @@ from transport.frames import (
 from transport.messages import ToolCallPart, ToolResultPart, UIMessage
 
 from ._asking import APPROVAL_SCHEMA, Approval, Pause, Paused, ToolContext, Unanswered
-from .durable import tool_step_metadata
-from .pipe import MessageBuilder, close_entry
+from ._durable import tool_step_metadata
+from ._pipe import MessageBuilder, close_entry
 
 __all__ = [
     "APPROVAL_SCHEMA",
