@@ -259,7 +259,7 @@ class Run:
 
     @property
     def iteration_limit_reached(self) -> bool:
-        """True once a model call was owed with the turn's ``max_iterations`` used up."""
+        """True once a model call was still to make with the turn's ``max_iterations`` used up."""
         return self._inputs.limit_reached
 
     @property
@@ -289,7 +289,7 @@ class Run:
         return dict(self._inputs.refused)
 
     def has_input(self) -> bool:
-        """True while a model call is owed; takes queued messages in (module docstring).
+        """True while a model call is still to make; takes queued messages in (module docstring).
 
         False once ``abort_signal`` fired: a loop ``while run.has_input()`` then ends,
         and what waited stays undelivered.

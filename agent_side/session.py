@@ -35,7 +35,7 @@ from transport.asyncio.view import View, ViewFeed
 from transport.checks import Check
 from transport.errors import PROTOCOL_ERROR, VALIDATION_ERROR, RunwireError
 from transport.frames import Attach, EntryBody, History, Page, Publish, RunEntry
-from transport.interrupts import PausedRun
+from transport.interrupts import PausedRun, paused_run
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.mirror import Folded
 from transport.tree import ConversationTree, MessageEvent
@@ -345,11 +345,7 @@ class AgentSession:
 
     def paused_run(self) -> PausedRun | None:
         """The oldest Run of the session that waits on questions, with them; None if none."""
-        for info in self.tree.runs():
-            questions = self.tree.interrupts(info.run_id)
-            if questions:
-                return PausedRun(info.run_id, questions)
-        return None
+        return paused_run(self.tree)
 
     def _lose(self, error: RunwireError, started_only: bool) -> None:
         """The attachment is gone (``error``): tell the live Runs (only started ones if asked)."""

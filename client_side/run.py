@@ -374,11 +374,11 @@ class ClientRun:
     async def result(self) -> RunResult:
         """Wait until the Run ends or suspends.
 
-        Raises ``RunwireError(CONNECTION_CLOSED)`` if the session closes first,
-        ``RunwireError(EPOCH_MISMATCH)`` (``details["run_id"]``) if a reset (the
-        relay lost the session's history) rebuilt the view without the Run: how
-        it ends can no longer be told; ``NOT_ATTACHED`` at once on a write-only
-        session (it never sees the Run end).
+        Raises ``RunwireError(CONNECTION_CLOSED)`` if the session closes first.
+        Raises ``RunwireError(EPOCH_MISMATCH)`` (``details["run_id"]``) if a reset
+        rebuilt the view without the Run, because the relay lost the session's
+        history: how it ends can no longer be told. Raises ``NOT_ATTACHED`` at
+        once on a write-only session, which never sees the Run end.
         """
         self._check_readable("ClientRun.result()")
         while True:
@@ -415,11 +415,11 @@ class ClientRun:
         """Cancel this Run; return the messages it never took (never delivered, never saved).
 
         Publishes the cancel (a Run that already ended is left as it is;
-        ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``), then, with
-        ``wait``, waits until the Run ends or ``timeout`` seconds pass, and
-        raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses it (the Run
-        continues), ``RunwireError(EPOCH_MISMATCH)`` if a reset loses the Run
-        meanwhile. Returns the messages sent through this handle that the Run
+        ``RUN_NOT_FOUND`` or ``UNAUTHORIZED`` raise ``RunwireError``). With
+        ``wait``, it then waits until the Run ends or ``timeout`` seconds pass.
+        It raises ``RunwireError(CANCEL_DENIED)`` if the agent refuses the cancel
+        (the Run continues), and ``RunwireError(EPOCH_MISMATCH)`` if a reset
+        loses the Run meanwhile. Returns the messages sent through this handle that the Run
         had not taken in (and that no check refused): their outcomes resolve
         ``consumed=False``. A cancel that comes after the Run's last model call
         has nothing left to stop: the Run may still complete.

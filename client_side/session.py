@@ -1,10 +1,11 @@
 """``connect()`` and ``ClientSession``: a client attached to one session on a relay.
 
 A ``ClientSession`` owns one ``Connection`` with role ``client`` and a
-``ViewFeed`` for its ``View``. Each time the connection comes up it attaches:
-the first time for the newest page, later from the newest serial the view
-holds. The feed's ``SessionMirror`` keeps the view free of gaps and
-duplicates, and rebuilds it when the relay lost the history.
+``ViewFeed`` for its ``View``. Its ``RelayLink`` (``client_side._relay_link``)
+attaches each time the connection comes up: the first time for the newest
+page, later from the newest serial the view holds. The feed's
+``SessionMirror`` keeps the view free of gaps and duplicates, and rebuilds it
+when the relay lost the history.
 
 Publishing goes through ``Connection.request``, which sends again after a
 reconnect and while the relay refuses ``RATE_LIMITED`` or
@@ -49,32 +50,23 @@ from transport.asyncio.tasks import Background
 from transport.asyncio.view import ViewFeed, write_only_error
 from transport.errors import (
     ABORTED,
-    NOT_ATTACHED,
-    PROTOCOL_ERROR,
     RUN_NOT_FOUND,
     VALIDATION_ERROR,
     RunwireError,
 )
 from transport.frames import (
-    Ack,
-    Deliver,
-    EntryBody,
-    History,
     InterruptEntry,
     Multitask,
-    Page,
-    Publish,
-    RelayFrame,
     ThreadAccess,
 )
-from transport.frames import Error as ErrorFrame
-from transport.interrupts import PausedRun
+from transport.interrupts import PausedRun, paused_run
 from transport.keepalive import DEFAULT_KEEPALIVE_TIMEOUT
 from transport.messages import UIMessage, new_id
 from transport.runs import MULTITASK_STRATEGIES, run_ended
 
+from ._relay_link import RelayLink
 from .cancels import cancel_quietly, cancel_run
-from .deliveries import Deliveries, reused_error, write_only_refused
+from .deliveries import Deliveries, reused_error
 from .prompts import check_strategy, prompt_entry
 from .run import ClientRun, Refused, as_message
 
@@ -170,34 +162,48 @@ class ClientSession:
         self.history_limit = history_limit
         self.subscribe = subscribe
         """False for a write-only session (``connect(..., subscribe=False)``)."""
-        self._feed = ViewFeed(session_id, self._fetch_older, readable=subscribe, logger=log)
+        self._feed = ViewFeed(
+            session_id,
+            lambda request: self.link.fetch_older(request),
+            readable=subscribe,
+            logger=log,
+        )
         self.view = self._feed.view
-        self._conn = Connection(
+        conn = Connection(
             url,
             client_id=client_id,
             role="client",
             token=token,
             token_provider=token_provider,
-            on_frame=self._on_frame,
-            on_connect=self._on_connect,
+            on_frame=lambda frame: self.link.on_frame(frame),
+            on_connect=lambda conn: self.link.on_connect(conn),
             rate_limit_wait=rate_limit_wait,
             store_wait=store_wait,
             keepalive_timeout=keepalive_timeout,
             ssl=ssl,
         )
+        self.link = RelayLink(
+            conn,
+            self._feed,
+            subscribe=subscribe,
+            history_limit=history_limit,
+            attached=lambda attachment: self._runs.attached(attachment),
+            closed=lambda: self._closed,
+        )
+        """How the session talks to the relay (``client_side._relay_link``; internal to the SDK)."""
         self._runs = Deliveries(
             self._feed,
             subscribe=subscribe,
-            publish=self._publish,
+            publish=self.link.publish,
             spawn=self._start_soon,
             running=lambda: self._tg is not None,
-            reserve=self._conn.reserve,
+            reserve=conn.reserve,
             cancel=self.cancel,
             closed=self._closed_error,
             on_refused_message=on_refused_message,
         )
         self._state_callbacks: list[Callable[[str], None]] = []
-        self._conn.on_state(self._on_conn_state)
+        conn.on_state(self._on_conn_state)
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: AsyncExitStack | None = None  # what ``async with`` entered
         self._background = Background()  # its tasks; aclose cancels them
@@ -215,7 +221,7 @@ class ClientSession:
         try:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)
-            await stack.enter_async_context(self._conn)
+            await stack.enter_async_context(self.link.conn)
         except BaseException:
             self._tg = None
             self._closed = True
@@ -248,7 +254,7 @@ class ClientSession:
         self._closed = True
         self._background.cancel()  # not the task group: it covers the body of ``async with``
         try:
-            await self._conn.aclose()
+            await self.link.conn.aclose()
         finally:
             self._runs.fail_all(RunwireError(CONNECTION_CLOSED, "the session was closed"))
             self._feed.close()
@@ -283,12 +289,12 @@ class ClientSession:
     @property
     def client_id(self) -> str | None:
         """The client id the relay stamps on this client's entries (known once connected)."""
-        return self._conn.client_id
+        return self.link.conn.client_id
 
     @property
     def connected(self) -> bool:
         """True while the connection is up and attached (up, for a write-only session)."""
-        return self._conn.connected
+        return self.link.conn.connected
 
     @property
     def closed(self) -> bool:
@@ -382,15 +388,15 @@ class ClientSession:
             run_id,
             agent=self.agent,
             view=self.view if self.subscribe else None,
-            welcome=self._conn.welcome,
+            welcome=self.link.conn.welcome,
             multitask=multitask,
             parent_id=parent_id,
             parent_run_id=parent_run_id,
             thread_access=thread_access,
             activate=activate,
         )
-        ack = await self._publish(entry)
-        assert ack.serial is not None  # _publish checked it
+        ack = await self.link.publish(entry)
+        assert ack.serial is not None  # RelayLink.publish checked it
         if (
             ack.duplicate
             and self.subscribe
@@ -424,7 +430,7 @@ class ClientSession:
         if wait and not self.subscribe:
             raise write_only_error(self.session_id, "cancel(wait=True)")
         await cancel_run(
-            self._publish, self._runs, run_id, reason=reason, wait=wait, timeout=timeout
+            self.link.publish, self._runs, run_id, reason=reason, wait=wait, timeout=timeout
         )
 
     async def resume(self, run_id: str, responses: dict[str, Any]) -> None:
@@ -441,7 +447,7 @@ class ClientSession:
         ``expires_at``; nothing is taken then.
         """
         entry = InterruptEntry(id=new_id(), run_id=run_id, status="resumed", responses=responses)
-        await self._publish(entry)
+        await self.link.publish(entry)
 
     def paused_run(self) -> PausedRun | None:
         """The oldest Run of the session that waits on questions, with them; None if none.
@@ -450,11 +456,7 @@ class ClientSession:
         """
         if not self.subscribe:
             raise write_only_error(self.session_id, "paused_run()")
-        for info in self.view.runs():
-            questions = self.view.tree.interrupts(info.run_id)
-            if questions:
-                return PausedRun(info.run_id, questions)
-        return None
+        return paused_run(self.view.tree)
 
     async def cancel_pause(self, run_id: str, *, reason: str | None = None) -> None:
         """End a pause without answers: each waiting call gets "The user declined to answer ...".
@@ -462,7 +464,7 @@ class ClientSession:
         Raises ``RunwireError(VALIDATION_ERROR)`` when the Run waits on nothing.
         """
         entry = InterruptEntry(id=new_id(), run_id=run_id, status="declined", reason=reason)
-        await self._publish(entry)
+        await self.link.publish(entry)
 
     def _cancel_soon(self, run_id: str) -> None:
         info = self.view.run(run_id) if self.subscribe else None
@@ -470,7 +472,7 @@ class ClientSession:
             return
         # In the lane now, when the signal fired: after what the user did before, before
         # what they do next.
-        self._start_soon(cancel_quietly, self._publish, run_id, self._conn.reserve())
+        self._start_soon(cancel_quietly, self.link.publish, run_id, self.link.conn.reserve())
 
     def run(self, run_id: str) -> ClientRun:
         """A handle on a Run the view knows (one this client or another one started).
@@ -493,64 +495,12 @@ class ClientSession:
 
     # ----------------------------------------------------------- internal --
 
-    async def _publish(self, entry: EntryBody, slot: int | None = None) -> Ack:
-        """Publish ``entry`` in its place in the connection's lane: ``slot`` (taken with
-        ``Connection.reserve()`` when the user acted, for a publish made from a task), or
-        now."""
-        if self._closed:
-            if slot is not None:
-                self._conn.release(slot)
-            raise RunwireError(CONNECTION_CLOSED, "the session was closed")
-        try:
-            reply = await self._conn.request(
-                Publish(req=0, session_id=self.session_id, entry=entry), slot=slot
-            )
-        except RunwireError as exc:
-            if exc.code == NOT_ATTACHED and not self.subscribe:
-                raise write_only_refused(self.session_id, exc) from None
-            raise
-        if not isinstance(reply, Ack) or reply.serial is None:
-            raise RunwireError(PROTOCOL_ERROR, f"expected an ack with a serial, got {reply.type}")
-        return reply
-
     async def _wait_change(self) -> None:
         """Wait for the view's next change; ``CONNECTION_CLOSED`` once the session closed."""
         await self._runs.wait_change()
 
-    async def _fetch_older(self, request: History) -> Page:
-        if self._closed:
-            raise RunwireError(CONNECTION_CLOSED, "the session was closed")
-        reply = await self._conn.request(request)
-        if not isinstance(reply, Page):
-            raise RunwireError(PROTOCOL_ERROR, f"expected a page, got {reply.type}")
-        return reply
-
-    async def _on_connect(self, conn: Connection) -> None:
-        if not self.subscribe:
-            return  # write-only: publishes go unattached
-        attachment = await self._feed.request_attach(
-            self.history_limit, lambda frame: conn.request(frame, wait_ready=False)
-        )
-        self._runs.attached(attachment)  # no await: deliver frames held meanwhile fold last
-
-    def _on_frame(self, frame: RelayFrame) -> None:
-        try:
-            if isinstance(frame, Deliver):
-                if frame.session_id != self.session_id:
-                    return
-                self._feed.deliver(frame.entries)
-            elif isinstance(frame, ErrorFrame):
-                log.warning(
-                    "relay reported on session %s: %s %s",
-                    frame.session_id,
-                    frame.error.code,
-                    frame.error.message,
-                )
-        except Exception:  # a bug here must not take the connection's reader down
-            log.exception("handling a %s frame failed", frame.type)
-
     def _on_conn_state(self, state: str) -> None:
-        error = self._conn.error
+        error = self.link.conn.error
         if state == "closed" and error is not None and not self.closed:
             self._end(error)
         for fn in list(self._state_callbacks):

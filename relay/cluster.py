@@ -359,8 +359,8 @@ class RedisDispatcher:
     def claim_due(self, now: float) -> bool:
         """Whether entries idle for ``claim_idle`` seconds may be taken as abandoned now.
 
-        Only once this node has had Redis, without a failure, for ``claim_idle`` seconds:
-        Redis counts the time it was away (or paused, or out of reach) as idle time, so
+        Only once this node has had Redis, without a failure, for ``claim_idle`` seconds.
+        Redis counts the time it was away (or paused, or out of reach) as idle time. So
         right after an outage every held entry looks abandoned, those of live nodes too,
         whose heartbeat refreshes them once they have Redis back. This holds for a reader
         that saw the outage and for one that starts just after it (a node's first worker

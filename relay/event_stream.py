@@ -1,9 +1,10 @@
 """``GET /v1/sessions/{id}/events``: a session's entries as Server-Sent Events.
 
 A request that accepts ``text/event-stream`` (every ``EventSource``) gets a
-response that stays open (``EventStream.follow``): batches of events, one
-after another, each written as the channel takes entries in, and the last id
-again every ``STREAM_BEAT`` seconds so that proxies see it alive. Any other
+response that stays open (``EventStream.follow``). It carries batches of
+events, one after another, each written as the channel takes entries in. It
+also carries the last id again every ``STREAM_BEAT`` seconds so that proxies
+see it alive. Any other
 request gets one batch (``EventStream.one_batch``): what is there after its
 position, or what arrives within ``wait`` seconds.
 

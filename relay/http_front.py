@@ -16,11 +16,11 @@ written. A connection closes after a response when the client asked for it
 (``Connection: close``, HTTP/1.0), after a refused request, and after
 ``idle_timeout`` seconds without a new request.
 
-The limits are answered before what they guard is read: 413 for a
-``Content-Length`` over ``max_body`` (a chunked body is cut off there), 401
-for a body sent without a good token, 408 for a request not all read within
-``request_timeout`` seconds of its first byte (of the connection's opening for
-the first request). The connection caps are ``relay.admission``'s. Everything
+The limits are answered before what they guard is read. The answer is 413
+for a ``Content-Length`` over ``max_body`` (a chunked body is cut off there),
+and 401 for a body sent without a good token. It is 408 for a request not all
+read within ``request_timeout`` seconds of its first byte (of the connection's
+opening for the first request). The connection caps are ``relay.admission``'s. Everything
 here uses public APIs: asyncio's transport and protocol methods, h11, and
 websockets' ``ServerConnection``, ``Response`` and ``Headers``. The explanation
 page ``docs/explanation/http-front.md`` says why the relay reads HTTP this way.

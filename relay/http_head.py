@@ -11,11 +11,11 @@ client cannot make the relay hold more than they allow:
 * the whole head may be ``MAX_HEAD_BYTES`` plus room for two tokens; past it
   the answer is 431, and the rest is not read.
 
-A line too long is skipped to its end unread, and left out of the head. When
-it carried a token (the ``Authorization`` header, or a request line with a
-``token`` query parameter) on a relay that checks tokens, the refusal is the
-token's: ``UNAUTHORIZED`` with ``details.reason`` ``too_large``, answered 401,
-or at ``hello`` for a WebSocket handshake. Bytes outside printable ASCII in the
+A line too long is skipped to its end unread, and left out of the head. It
+may carry a token: the ``Authorization`` header, or a request line with a
+``token`` query parameter. Then, on a relay that checks tokens, the refusal is
+the token's: ``UNAUTHORIZED`` with ``details.reason`` ``too_large``. It is
+answered 401, or at ``hello`` for a WebSocket handshake. Bytes outside printable ASCII in the
 request target are percent-encoded, so such a request is answered by its route
 rather than refused as malformed. The result is a ``Head``: the bytes h11 then
 parses (``relay.http_front``), and the error to answer, if any.

@@ -1,11 +1,11 @@
 """Which answer each HTTP request on the relay's port gets, and which web pages may ask.
 
-``Site.handle`` answers every request the HTTP front reads (``relay.http_front``):
-``/v1/...`` is the HTTP API (``relay.http_api``); ``GET /healthz`` answers JSON
-(503 while the store cannot write); ``GET /metrics`` the Prometheus text
-format; ``GET /client.js`` the JavaScript client
-(``client_side/js/dist/runwire.js``); ``GET /static/...`` the chat page's own
-files (a fixed list, ``relay.static_files``); and ``GET /`` the ``index_html``
+``Site.handle`` answers every request the HTTP front reads (``relay.http_front``).
+``/v1/...`` is the HTTP API (``relay.http_api``). ``GET /healthz`` answers JSON
+(503 while the store cannot write), and ``GET /metrics`` the Prometheus text
+format. ``GET /client.js`` answers the JavaScript client
+(``client_side/js/dist/runwire.js``), and ``GET /static/...`` the chat page's own
+files (a fixed list, ``relay.static_files``). ``GET /`` answers the ``index_html``
 file when that option names one. Anything else is 404, and a method other than
 ``GET`` or ``HEAD`` outside ``/v1`` is 405.
 

@@ -277,9 +277,9 @@ async def _handle_connection(
     """Serve one connection: ``hello`` (``_greet``), then each frame in turn.
 
     An idle connection waits here for its next frame, so this frame is kept
-    small: the handshake's leftovers (the token, the ``hello`` frame) live in
-    ``_greet``'s, gone once it returns, and frames are read with ``recv()``
-    (an ``async for`` keeps an async generator per connection).
+    small. The handshake's leftovers (the token, the ``hello`` frame) live in
+    ``_greet``'s, gone once it returns. Frames are read with ``recv()``, since
+    an ``async for`` keeps an async generator per connection.
     """
     peer = Peer(ws, new_id(), opts.send_queue_bytes, metrics, flusher)
     metrics.connections.inc()

@@ -3,9 +3,9 @@
 Each function returns the bytes of one or more events, as
 ``GET /v1/sessions/{id}/events`` writes them (``relay.event_stream`` decides
 which, and when). An entry is ``id: <serial>`` / ``event: entry`` / ``data:
-<entry JSON>``; an entry that pauses a Run on questions is followed by
-``event: interrupt-required``; a position that cannot be continued from gets
-``event: reset``; a batch ends with ``id: <serial>@<epoch>``, which sets the
+<entry JSON>``. An entry that pauses a Run on questions is followed by
+``event: interrupt-required``. A position that cannot be continued from gets
+``event: reset``. A batch ends with ``id: <serial>@<epoch>``, which sets the
 last event id and fires no event. With ``format=ag-ui`` an entry is the AG-UI
 events it stands for (``transport.agui``). The reference page is
 ``docs/reference/protocol/http.md``.

@@ -131,7 +131,8 @@ class RunBook:
 
     def slot_left(self, owed: int | None = None) -> bool:
         """True if a slot is free for a Run that was not running, once the session's
-        resumes (``owed`` of them; by default those of the records) took theirs."""
+        resumes still to make took theirs. The argument counts those resumes; by
+        default it is the number the records hold."""
         free = self.slots.available() if self.slots is not None else None
         if free is None:
             return True

@@ -23,13 +23,14 @@ __all__ = ["due"]
 def due(book: RunBook) -> list[tuple[EntryBody, Sender]]:
     """What the relay still has to publish in the session now, with the identity to use.
 
-    In order: ``run: cancelled`` for each pending Run no agent started whose
-    cancel stands; for each queued interrupting Run, a ``cancel`` (under the
-    interrupting sender's identity, with ``interrupted_by``) for each Run it
-    interrupts that is running, or ``run: cancelled`` for one no agent started;
-    ``run: cancelled`` for each queued Run whose sender cancelled it;
-    ``run: pending`` for each suspended Run whose questions are settled (its
-    resume); ``run: pending`` for the queued Run whose turn came. Publishing
+    In order, first ``run: cancelled`` for each pending Run no agent started
+    whose cancel stands. Then, for each queued interrupting Run, a ``cancel``
+    for each Run it interrupts that is running, or ``run: cancelled`` for one no
+    agent started. That ``cancel`` carries the interrupting sender's identity
+    and ``interrupted_by``. Then ``run: cancelled`` for each queued Run whose
+    sender cancelled it, and ``run: pending`` for each suspended Run whose
+    questions are settled (its resume). Last, ``run: pending`` for the queued
+    Run whose turn came. Publishing
     them goes through ``plan`` like any entry, which refuses what is stale.
     """
     out: list[tuple[EntryBody, Sender]] = []

@@ -87,7 +87,10 @@ class RunRecord:
 
     @property
     def resume_owed(self) -> bool:
-        """True while suspended with every question settled (the relay owes ``run: pending``)."""
+        """True while suspended with every question settled.
+
+        The relay has still to publish ``run: pending`` for it then.
+        """
         return self.status == "suspended" and self.pause is not None and self.pause.due
 
     def to_dict(self) -> dict[str, Any]:

@@ -181,7 +181,7 @@ def is_resume(entry: RunEntry, record: RunRecord) -> bool:
 
 def taken_up(record: RunRecord, status: str) -> PauseRecord | None:
     """The pause once ``record`` goes to ``status``. Its agent resuming a suspended Run
-    itself takes up the settled pause, so the relay no longer owes it a resume."""
+    itself takes up the settled pause, so the relay no longer has a resume to make."""
     if record.pause is None or status != "active" or record.status != "suspended":
         return record.pause
     return record.pause.settle(due=False)

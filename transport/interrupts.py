@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import jsonschema
 
 from .errors import INTERRUPT_ANSWER_INVALID, INTERRUPT_EXPIRED, VALIDATION_ERROR, RunwireError
+from .events import RunInfo
 from .frames import Interrupt
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "declined_text",
     "expired_text",
     "format_expiry",
+    "paused_run",
     "pending_questions",
     "waiting",
 ]
@@ -47,6 +49,26 @@ class PausedRun:
 
     run_id: str
     interrupts: list[Interrupt] = field(default_factory=list)
+
+
+class _RunQuestions(Protocol):
+    """What ``paused_run`` reads: a ``ConversationTree``, or anything with its two methods."""
+
+    def runs(self) -> list[RunInfo]: ...
+
+    def interrupts(self, run_id: str) -> list[Interrupt]: ...
+
+
+def paused_run(tree: _RunQuestions) -> PausedRun | None:
+    """The oldest Run of ``tree`` that waits on questions, with them; None if none.
+
+    Both SDKs' ``session.paused_run()`` answer with it.
+    """
+    for info in tree.runs():
+        questions = tree.interrupts(info.run_id)
+        if questions:
+            return PausedRun(info.run_id, questions)
+    return None
 
 
 class _Paused(Protocol):

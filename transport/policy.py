@@ -79,10 +79,10 @@ Key = tuple[str, str]
 class SlotBook:
     """Runs holding a slot of one relay's ``max_concurrent_runs`` (no limit: ``None``).
 
-    A Run holds a slot while it goes on (``pending`` or ``active``); a queued
-    or suspended Run holds none (a suspended Run takes one again when it
-    resumes, and waits for one to be free, unless a cancel stands: then it
-    resumes at once to end, holding a slot past the limit if none is free).
+    A Run holds a slot while it is running (``pending`` or ``active``); a
+    queued or suspended Run holds none. A suspended Run takes one again when it
+    resumes, and waits for one to be free. If a cancel stands, it resumes at
+    once to end instead, holding a slot past the limit if none is free.
     Registries share one book: ``plan`` holds a slot for the Run it starts (so
     two sessions planning at once cannot both take the last one), ``apply`` /
     ``abandon`` / ``reload`` settle it.
@@ -114,7 +114,7 @@ class SlotBook:
         self._held.add(key)
 
     def sync(self, records: Iterable[RunRecord]) -> None:
-        """Hold slots for the records going on, release them for the rest."""
+        """Hold slots for the records running, release them for the rest."""
         for record in records:
             key = (record.session_id, record.run_id)
             if record.going_on:
@@ -123,6 +123,6 @@ class SlotBook:
                 self._held.discard(key)
 
     def replace_session(self, session_id: str, records: Iterable[RunRecord]) -> None:
-        """Forget the session's slots, then hold those of ``records`` going on."""
+        """Forget the session's slots, then hold those of ``records`` running."""
         self._held = {k for k in self._held if k[0] != session_id}
         self.sync(records)

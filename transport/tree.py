@@ -161,12 +161,12 @@ class ConversationTree:
     def removed_since(self, before: ConversationTree) -> list[TreeEvent]:
         """What a UI that showed ``before`` must take away to show this tree instead.
 
-        ``MessageEvent(op="removed")`` for each message of ``before.messages()``
-        this tree does not show (in that order), then for each other message
-        ``before`` held as a node that this tree does not (in the order they
-        were added); then ``RunEvent(op="removed")`` for each Run of ``before``
-        this tree does not know, in order of creation. A client's view reports
-        these after a reset.
+        First ``MessageEvent(op="removed")`` for each message of
+        ``before.messages()`` this tree does not show, in that order. Then the
+        same for each other message ``before`` held as a node that this tree
+        does not, in the order they were added. Last ``RunEvent(op="removed")``
+        for each Run of ``before`` this tree does not know, in order of creation.
+        A client's view reports these after a reset.
         """
         events = self._removed(*before._shown())
         events.extend(

@@ -3,7 +3,7 @@
 For tests and throwaway relays: nothing survives the process, and every
 channel keeps all its entries and ids (so its dedup window is its whole
 history). Each call runs to completion without yielding before it returns, so
-serials follow call order trivially; ``append`` hands the new entry to the
+serials follow call order trivially. ``append`` passes the new entry to the
 channel's subscribers, then yields once, like a store that waits for a disk,
 so callers are exercised the same way.
 """

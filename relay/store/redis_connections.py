@@ -49,7 +49,7 @@ class Connections:
         """A new, unconnected connection to this store's Redis, without redis-py's timeouts.
 
         The store times each round trip as a whole (``Pipeline``), and the listener
-        watches its connection for silence. redis-py's ``socket_timeout`` would instead
+        watches its connection for silence. The ``socket_timeout`` of redis-py would instead
         wrap every send in a task of its own (``asyncio.wait_for``) and every reply read
         in a timer: the larger part of a round trip's cost on the relay.
         """

@@ -75,12 +75,12 @@ class Presence:
         self, grace: float, *, limit: int = 1000
     ) -> dict[str, list[tuple[str, str]]]:
         """The owners absent for ``grace`` seconds past a presence deadline (everywhere, or
-        in some sessions: ``mark_present``), each with the Runs it still owns (session id,
-        run id) in sessions where no deadline of it is that recent; of those left owning
-        nothing so, what lapsed is forgotten. At most ``limit`` owners, oldest deadline
-        first; an owner returned moves behind the others (its lapsed deadlines become
-        ``grace`` ago, so it is still gone), so owners whose Runs' ends keep failing do
-        not take every pass's places for ever.
+        in some sessions: ``mark_present``). Each comes with the Runs it still owns
+        (session id, run id) in sessions where no deadline of it is that recent. For
+        those left owning nothing so, what lapsed is forgotten. At most ``limit`` owners,
+        oldest deadline first; an owner returned moves behind the others (its lapsed
+        deadlines become ``grace`` ago, so it is still gone), so owners whose Runs' ends
+        keep failing do not take every pass's places for ever.
 
         One round trip, whatever the number of active Runs: the work follows the
         agents that left, not the Runs under way.

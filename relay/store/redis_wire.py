@@ -3,9 +3,9 @@
 Design
 ------
 redis-py connects a connection (the URL's host or socket, TLS, AUTH, SELECT
-and its handshake); ``Wire(on_reply).adopt(conn)`` then takes its transport over: the
-transport's protocol becomes a ``Wire``, whose ``data_received`` feeds a
-hiredis reader and hands each complete reply on at once, inside the event
+and its handshake). ``Wire(on_reply).adopt(conn)`` then takes its transport over:
+the transport's protocol becomes a ``Wire``. Its ``data_received`` feeds a
+hiredis reader and passes each complete reply on at once, inside the event
 loop's read callback:
 
 * to ``on_reply(wire, reply)`` when it was given. That is the pub/sub

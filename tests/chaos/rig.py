@@ -150,9 +150,9 @@ class Fleet:
         for session_id in self.session_ids:
             session = client_side.connect(self.url, session_id)
             await self.stack.enter_async_context(session)
-            session._conn.backoff_max = BACKOFF
+            session.link.conn.backoff_max = BACKOFF
             watch_view(self.ledger, session_id, session.view)
-            watch_connection(self.ledger, session._conn)
+            watch_connection(self.ledger, session.link.conn)
             self.devices.append(Device(session_id, session))
         return self
 

@@ -125,7 +125,7 @@ async def test_the_watchers_record_a_real_clients_acks_and_entries() -> None:
         client_side.connect(server.url, "s") as phone,
     ):
         watch_view(ledger, "phone", phone.view)
-        watch_connection(ledger, phone._conn)
+        watch_connection(ledger, phone.link.conn)
         handles = [await phone.send(f"p{i}") for i in range(3)]
         for handle in handles:
             ledger.watch_run("s", handle.run_id)

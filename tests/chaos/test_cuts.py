@@ -78,4 +78,4 @@ async def test_a_cut_loses_nothing_and_hangs_no_run(side: str, kind: str) -> Non
     else:
         assert ended == {"complete"}  # the relay kept every Run: nothing gave up
     if side == "client":
-        assert all(d.session._conn.connects == 2 for d in fleet.devices)
+        assert all(d.session.link.conn.connects == 2 for d in fleet.devices)

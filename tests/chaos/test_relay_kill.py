@@ -55,4 +55,4 @@ async def test_a_sqlite_relay_sigkilled_mid_stream_loses_nothing(tmp_path: Path)
     assert counts.zero, ledger.report(counts)
     assert not fleet.errors, fleet.errors
     assert len(ledger.runs) == fleet.prompts
-    assert all(d.session._conn.connects == KILLS + 1 for d in fleet.devices)
+    assert all(d.session.link.conn.connects == KILLS + 1 for d in fleet.devices)

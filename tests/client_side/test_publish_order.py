@@ -83,7 +83,7 @@ async def test_a_steer_made_while_the_link_is_down_still_goes_before_a_later_can
         ):
             run = await session.send("plan a trip")
             await agent.start(run.run_id)
-            await session._conn.kill_socket()
+            await session.link.conn.kill_socket()
             steer = run.steer("make it 5 days")
             await run.cancel(wait=False)
             await steer.published

@@ -55,14 +55,14 @@ async def test_deliveries_during_attach_fold_after_its_entries_without_duplicate
 
     def reply(frame: BaseModel) -> RelayFrame:
         # Live entries overtake the attach reply (one overlaps the page).
-        session._on_frame(Deliver(session_id="s", entries=[prompt_entry(2, "b")]))
-        session._on_frame(Deliver(session_id="s", entries=[prompt_entry(3, "c")]))
-        session._on_frame(Deliver(session_id="other", entries=[prompt_entry(4, "x")]))
+        session.link.on_frame(Deliver(session_id="s", entries=[prompt_entry(2, "b")]))
+        session.link.on_frame(Deliver(session_id="s", entries=[prompt_entry(3, "c")]))
+        session.link.on_frame(Deliver(session_id="other", entries=[prompt_entry(4, "x")]))
         assert session.view.messages() == []  # held until the page folded
         return attached([prompt_entry(1, "a"), prompt_entry(2, "b")], head=2)
 
     conn = ScriptedConn([reply, lambda f: attached([], head=3)])
-    await session._on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
     assert serials(session) == [1, 2, 3]
     assert added == ["a", "b", "c"]
     first = conn.sent[0]
@@ -70,7 +70,7 @@ async def test_deliveries_during_attach_fold_after_its_entries_without_duplicate
     assert (first.from_serial, first.epoch, first.limit) == (None, None, 100)
 
     # The next connect resumes after the newest serial, in the epoch the relay named.
-    await session._on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
     second = conn.sent[1]
     assert isinstance(second, Attach)
     assert (second.from_serial, second.epoch) == (3, "E1")
@@ -86,8 +86,8 @@ async def test_resume_skips_what_the_view_holds() -> None:
             lambda f: attached([prompt_entry(1, "a"), prompt_entry(2, "b")], head=2),
         ]
     )
-    await session._on_connect(conn)  # type: ignore[arg-type]
-    await session._on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
     assert [vm.message.id for vm in session.view.messages()] == ["a", "b"]
 
 
@@ -101,11 +101,11 @@ async def test_reset_rebuilds_the_view_from_the_page() -> None:
             lambda f: attached([], head=1, epoch="E2"),
         ]
     )
-    await session._on_connect(conn)  # type: ignore[arg-type]
-    await session._on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
     assert [vm.message.id for vm in session.view.messages()] == ["new"]
     assert session.view.newest_serial == 1
-    await session._on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
     third = conn.sent[2]
     assert isinstance(third, Attach)
     assert (third.from_serial, third.epoch) == (1, "E2")
@@ -119,7 +119,7 @@ async def test_run_finds_its_prompt_when_a_fork_above_left_it_off_the_active_bra
     response["message_id"] = "a1"
     page = [prompt_entry(1, "m0", "r0"), prompt_entry(2, "m1", "r1"), response, fork]
     conn = ScriptedConn([lambda f: attached(page, head=4)])
-    await session._on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
     assert [vm.message.id for vm in session.view.messages()] == ["m0", "m-fork"]
     handle = session.run("r1")
     assert handle.prompt is not None, "the prompt is loaded: it is on another branch"
@@ -130,8 +130,8 @@ async def test_run_finds_its_prompt_when_a_fork_above_left_it_off_the_active_bra
 async def test_empty_channel_resumes_from_its_head() -> None:
     session = ClientSession("ws://unused", "s")
     conn = ScriptedConn([lambda f: attached([], head=0), lambda f: attached([], head=0)])
-    await session._on_connect(conn)  # type: ignore[arg-type]
-    await session._on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
+    await session.link.on_connect(conn)  # type: ignore[arg-type]
     resume = conn.sent[1]
     assert isinstance(resume, Attach) and resume.from_serial == 0
 
@@ -144,10 +144,10 @@ async def test_duplicate_ack_of_a_retried_prompt_is_not_an_error() -> None:
     def ack(frame: BaseModel) -> RelayFrame:
         assert isinstance(frame, Publish)
         stamped = frame.entry.model_dump(mode="json", exclude_none=True) | {"serial": 1}
-        session._on_frame(Deliver(session_id="s", entries=[stamped]))  # the resume folded it
+        session.link.on_frame(Deliver(session_id="s", entries=[stamped]))  # the resume folded it
         return Ack(req=1, serial=1, duplicate=True)
 
-    session._conn = ScriptedConn([ack])  # type: ignore[assignment]
+    session.link.conn = ScriptedConn([ack])  # type: ignore[assignment]
     run = await session.send("hi")
     assert session.view.messages()[0].run_id == run.run_id
 
@@ -164,7 +164,7 @@ async def test_a_duplicate_ack_that_comes_before_its_entry_waits_for_the_entry()
         stored.append(frame.entry.model_dump(mode="json", exclude_none=True) | {"serial": 1})
         return Ack(req=1, serial=1, duplicate=True)
 
-    session._conn = ScriptedConn([ack])  # type: ignore[assignment]
+    session.link.conn = ScriptedConn([ack])  # type: ignore[assignment]
     sent: list[client_side.ClientRun] = []
 
     async def send() -> None:
@@ -177,7 +177,7 @@ async def test_a_duplicate_ack_that_comes_before_its_entry_waits_for_the_entry()
                 await anyio.sleep(0.01)
         await anyio.sleep(0.05)
         assert sent == []  # acknowledged, its entry not seen yet: not told
-        session._on_frame(Deliver(session_id="s", entries=stored))
+        session.link.on_frame(Deliver(session_id="s", entries=stored))
     assert session.view.messages()[0].run_id == sent[0].run_id
 
 
@@ -189,10 +189,10 @@ async def test_a_duplicate_ack_of_another_runs_entry_is_a_reused_id() -> None:
         assert isinstance(frame, Publish)
         theirs = frame.entry.model_dump(mode="json", exclude_none=True)
         theirs |= {"serial": 1, "run_id": "r-other"}
-        session._on_frame(Deliver(session_id="s", entries=[theirs]))
+        session.link.on_frame(Deliver(session_id="s", entries=[theirs]))
         return Ack(req=1, serial=1, duplicate=True)
 
-    session._conn = ScriptedConn([ack])  # type: ignore[assignment]
+    session.link.conn = ScriptedConn([ack])  # type: ignore[assignment]
     with anyio.fail_after(5), pytest.raises(RunwireError) as info:
         await session.send("hi")
     assert info.value.code == "VALIDATION_ERROR"
@@ -262,7 +262,7 @@ async def test_network_drop_while_streaming_leaves_no_gap_and_no_duplicate(
             await _wait(session, lambda: session.view.tree.message(mid) is not None)
 
             # Reconnect late enough that the agent's next entries come as the resume backlog.
-            session._conn.backoff_initial = 0.3
+            session.link.conn.backoff_initial = 0.3
             resumed: list[int] = []
             mirror = session.view.mirror
             real_attached = mirror.attached
@@ -274,7 +274,7 @@ async def test_network_drop_while_streaming_leaves_no_gap_and_no_duplicate(
                 return attachment
 
             mirror.attached = spy  # type: ignore[method-assign]
-            await session._conn.kill_socket()
+            await session.link.conn.kill_socket()
             await dropped.wait()
             assert not session.connected
             # The agent keeps streaming while the client is away; a steer waits for the link.
@@ -331,7 +331,7 @@ async def test_appends_streamed_during_a_drop_arrive_in_order(
             for i in range(5):
                 await agent.append(run.run_id, mid, f"{i},")
                 if i == 2:
-                    await session._conn.kill_socket()
+                    await session.link.conn.kill_socket()
             await agent.end(run.run_id)
             await _wait(session, lambda: run.status == "complete")
             assert session.view.tree.message(mid) is not None
@@ -396,7 +396,7 @@ def _run_ended(session: ClientSession, run_id: str) -> bool:
 
 async def _wait(session: ClientSession, condition: Callable[[], bool]) -> None:
     while not condition():
-        await session._wait_change()
+        await session.run_host.wait_change()
 
 
 @pytest.mark.anyio
@@ -408,9 +408,9 @@ async def test_send_while_disconnected_fails_when_the_session_closes(
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             async with client_side.connect(relay_url, session_id) as session:
-                session._conn.backoff_initial = 60.0  # stay disconnected
+                session.link.conn.backoff_initial = 60.0  # stay disconnected
                 session.on_state(lambda state: dropped.set() if state == "disconnected" else None)
-                await session._conn.kill_socket()
+                await session.link.conn.kill_socket()
                 await dropped.wait()
 
                 async def send() -> None:

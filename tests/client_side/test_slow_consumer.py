@@ -24,7 +24,7 @@ async def test_a_client_closed_slow_consumer_catches_up_with_no_gap_and_no_dupli
         other = await RawPeer.open(s.url)
         await other.attach("s")
         async with client_side.connect(s.url, "s") as session:
-            ws = session._conn._ws
+            ws = session.link.conn._ws
             assert ws is not None
             ws.transport.pause_reading()
             sent = 0
@@ -42,6 +42,6 @@ async def test_a_client_closed_slow_consumer_catches_up_with_no_gap_and_no_dupli
             numbers = [int(t.split(":", 1)[0]) for t in texts]
             assert numbers == list(range(sent - len(numbers), sent)) and numbers
             assert session.view.has_older() == (numbers[0] > 0)
-            assert session._conn.connects >= 2
+            assert session.link.conn.connects >= 2
         # Others on the session were not disturbed.
         assert (await other.publish("s", prompt()))["serial"] == sent + 1

@@ -175,7 +175,7 @@ class Chaos:
                 device = Device(f"{session_id}/{d}", session_id, node, session)
                 self.record(device)
                 await self.stack.enter_async_context(session)
-                session._conn.backoff_max = 0.3
+                session.link.conn.backoff_max = 0.3
                 self.devices.append(device)
 
     def record(self, device: Device) -> None:
@@ -346,7 +346,7 @@ class Chaos:
             cancel = CancelEntry(id=new_id(), run_id=info.run_id)
 
             async def cancelled() -> None:
-                await device.session._publish(cancel)
+                await device.session.link.publish(cancel)
                 self.log.acked[device.session_id].append(cancel.id)
 
             self.spawn(f"{device.name} cancel {info.run_id}", cancelled)
@@ -365,9 +365,9 @@ class Chaos:
         elif kind == "move_client":
             node = rng.choice([n for n in range(3) if n != device.node])
             device.node = node
-            device.session._conn.url = self.url(node)
+            device.session.link.conn.url = self.url(node)
             self.log.actions.append(f"{device.name} moves to node {node}")
-            await device.session._conn.kill_socket()
+            await device.session.link.conn.kill_socket()
         elif kind == "move_agent":
             worker = rng.choice(self.workers)
             if worker.agent is None:

@@ -210,7 +210,7 @@ class OutageChaos(Chaos):
             )
 
             async def answer(entry: InterruptEntry = entry) -> None:
-                await device.session._publish(entry)
+                await device.session.link.publish(entry)
                 self.log.acked[device.session_id].append(entry.id)
                 self.answers[device.session_id].append((entry.id, entry.run_id))
 

@@ -85,7 +85,7 @@ async def test_client_agent_and_second_device_on_three_nodes(cluster: Cluster) -
         await laptop.cancel(second.run_id)
         assert (await second.result()).status == "cancelled"
         # A network drop on the phone: it resumes with no gap and no duplicate.
-        await phone._conn.kill_socket()
+        await phone.link.conn.kill_socket()
         third = await phone.send("steer again")
         assert (await third.result()).status == "complete"
         ids = [vm.message.id for vm in phone.view.messages()]

@@ -376,7 +376,7 @@ async def test_a_network_drop_cancels_nothing_and_the_reply_is_there_after() -> 
     async with stack(handle) as (server, _), client_side.connect(server.url, "s") as session:
         run = await session.send("story time")
         await wait_until(lambda: any("story-3" in t for _, t in texts(session)))
-        await session._conn.kill_socket()
+        await session.link.conn.kill_socket()
         result = await run.result()
         assert result.status == "complete"
         reply = [t for role, t in texts(session) if role == "assistant"]

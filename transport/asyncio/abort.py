@@ -84,7 +84,13 @@ class AbortSignal:
             finally:
                 remove()
 
-    def _fire(self, reason: Any) -> None:
+    def fire(self, reason: Any) -> None:
+        """Fire the signal with ``reason``; later calls do nothing.
+
+        This is the controller's side of the signal, for ``AbortController.abort``
+        and ``AbortSignal.any``. Code that wants to abort should own an
+        ``AbortController`` and call its ``abort()``.
+        """
         if self._aborted:
             return
         self._aborted = True
@@ -104,11 +110,11 @@ class AbortSignal:
         def on_fire(reason: Any) -> None:
             for remove in removers:
                 remove()
-            combined._fire(reason)
+            combined.fire(reason)
 
         for signal in signals:
             if signal.aborted:
-                combined._fire(signal.reason)
+                combined.fire(signal.reason)
                 break
         else:
             for signal in signals:
@@ -135,5 +141,4 @@ class AbortController:
 
     def abort(self, reason: Any = None) -> None:
         """Fire the signal; later calls do nothing."""
-        # The controller is the one object allowed to fire its signal, as on the web platform.
-        self.signal._fire("aborted" if reason is None else reason)  # noqa: SLF001
+        self.signal.fire("aborted" if reason is None else reason)

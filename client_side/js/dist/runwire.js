@@ -380,6 +380,11 @@ var RunwireError = class _RunwireError extends Error {
     this.code = code;
     this.details = { ...details || {} };
     this.text = message || code;
+    const group = new.target === _RunwireError ? groupName(code) : void 0;
+    if (group !== void 0) {
+      Object.setPrototypeOf(this, GROUP_CLASSES[group].prototype);
+      this.name = group;
+    }
   }
   /**
    * Rebuild an error from the `error` object of a frame; tolerant of junk.
@@ -397,6 +402,89 @@ var RunwireError = class _RunwireError extends Error {
     return { code: this.code, message: this.text, details: this.details };
   }
 };
+var RetryableError = class extends RunwireError {
+  constructor(code, message, details) {
+    super(code, message, details);
+    this.name = "RetryableError";
+  }
+};
+var CredentialsError = class extends RunwireError {
+  constructor(code, message, details) {
+    super(code, message, details);
+    this.name = "CredentialsError";
+  }
+};
+var RequestError = class extends RunwireError {
+  constructor(code, message, details) {
+    super(code, message, details);
+    this.name = "RequestError";
+  }
+};
+var FinalError = class extends RunwireError {
+  constructor(code, message, details) {
+    super(code, message, details);
+    this.name = "FinalError";
+  }
+};
+var ERROR_GROUPS = Object.freeze({
+  RetryableError: Object.freeze([
+    "CONFLICT",
+    "CONNECTION_CLOSED",
+    "EPOCH_MISMATCH",
+    "INTERNAL_ERROR",
+    "RATE_LIMITED",
+    "SLOW_CONSUMER",
+    "STORE_UNAVAILABLE",
+    "THREAD_BUSY"
+  ]),
+  CredentialsError: Object.freeze(["TOKEN_EXPIRED", "UNAUTHORIZED"]),
+  RequestError: Object.freeze([
+    "CHECK_FAILED",
+    "DUPLICATE_RUN",
+    "INTERRUPT_ANSWER_INVALID",
+    "LLM_CONTENT_FILTERED",
+    "NOT_ATTACHED",
+    "NOT_FOUND",
+    "PAYLOAD_TOO_LARGE",
+    "PII_DETECTED",
+    "PROMPT_INJECTION_DETECTED",
+    "PROTOCOL_ERROR",
+    "RUN_NOT_FOUND",
+    "UNKNOWN_FRAME",
+    "VALIDATION_ERROR"
+  ]),
+  FinalError: Object.freeze([
+    "ABORTED",
+    "AGENT_LOST",
+    "CANCEL_DENIED",
+    "INTERRUPT_EXPIRED",
+    "NOT_IMPLEMENTED",
+    "RUN_CANCELLED",
+    "RUN_NOT_ACTIVE",
+    "RUN_TIMEOUT",
+    "THREAD_ACCESS_DENIED"
+  ])
+});
+var GROUP_CLASSES = {
+  RetryableError,
+  CredentialsError,
+  RequestError,
+  FinalError
+};
+var groupNames = null;
+function groupName(code) {
+  if (groupNames === null) {
+    groupNames = /* @__PURE__ */ new Map();
+    for (const [name, codes] of Object.entries(ERROR_GROUPS)) {
+      for (const each of codes) groupNames.set(each, name);
+    }
+  }
+  return groupNames.get(code);
+}
+function errorGroup(code) {
+  const name = groupName(code);
+  return name === void 0 ? RunwireError : GROUP_CLASSES[name];
+}
 function newId() {
   const c = globalThis.crypto;
   if (c && typeof c.randomUUID === "function") return c.randomUUID().replace(/-/g, "");
@@ -3146,12 +3234,17 @@ export {
   CONNECTION_CLOSED,
   ClientRun,
   ConversationTree,
+  CredentialsError,
   Delivery,
+  ERROR_GROUPS,
   EVENT_KINDS,
+  FinalError,
   MULTITASK_STRATEGIES,
   OutcomeBook,
   PROTOCOL_VERSION,
   PublishLane,
+  RequestError,
+  RetryableError,
   RunwireError,
   Session,
   TERMINAL,
@@ -3162,6 +3255,7 @@ export {
   endReason,
   endedBeforeStored,
   entryChunks,
+  errorGroup,
   messageText,
   newId,
   userMessage

@@ -40,7 +40,14 @@ export const THREAD_ACCESS = ["own", "shared"];
 
 // ------------------------------------------------------------------------------- basics ---
 
-/** The one error runwire reports: a stable `code`, a `message` for people, JSON `details`. */
+/**
+ * The one error runwire reports: a stable `code`, a `message` for people, JSON `details`.
+ *
+ * `new RunwireError(code, ...)` builds an instance of the code's group (`RetryableError`,
+ * `CredentialsError`, `RequestError` or `FinalError`; see `ERROR_GROUPS`), so
+ * `instanceof RunwireError` still holds for every error. A code of no group gives a plain
+ * `RunwireError`.
+ */
 export class RunwireError extends Error {
   text: string;
   details: Record<string, unknown>;
@@ -59,6 +66,11 @@ export class RunwireError extends Error {
     this.details = { ...(details || {}) };
     /** The message without the code in front. */
     this.text = message || code;
+    const group = new.target === RunwireError ? groupName(code) : undefined;
+    if (group !== undefined) {
+      Object.setPrototypeOf(this, GROUP_CLASSES[group].prototype);
+      this.name = group;
+    }
   }
 
   /**
@@ -77,6 +89,114 @@ export class RunwireError extends Error {
   toWire(): { code: string; message: string; details: Record<string, unknown>; } {
     return { code: this.code, message: this.text, details: this.details };
   }
+}
+
+/** Retry: the request may work later, as it stands (after a backoff or a new attach). */
+export class RetryableError extends RunwireError {
+  constructor(code: string, message?: string, details?: Record<string, unknown>) {
+    super(code, message, details);
+    this.name = "RetryableError";
+  }
+}
+
+/** Authenticate again: the token is missing, expired or lacks the right. */
+export class CredentialsError extends RunwireError {
+  constructor(code: string, message?: string, details?: Record<string, unknown>) {
+    super(code, message, details);
+    this.name = "CredentialsError";
+  }
+}
+
+/** Fix the request: as sent, it will be refused again. */
+export class RequestError extends RunwireError {
+  constructor(code: string, message?: string, details?: Record<string, unknown>) {
+    super(code, message, details);
+    this.name = "RequestError";
+  }
+}
+
+/** Give up: the Run or the question moved on, and no retry changes that. */
+export class FinalError extends RunwireError {
+  constructor(code: string, message?: string, details?: Record<string, unknown>) {
+    super(code, message, details);
+    this.name = "FinalError";
+  }
+}
+
+/** The name of an error group: what the caller should do about its codes. */
+export type ErrorGroupName = "RetryableError" | "CredentialsError" | "RequestError" | "FinalError";
+
+/**
+ * Which codes belong to which group, as the Python SDK's `transport.errors.ERROR_GROUPS` has
+ * them (tests/vectors/errors/groups.json holds the table both SDKs are checked against).
+ */
+export const ERROR_GROUPS: Readonly<Record<ErrorGroupName, readonly string[]>> = Object.freeze({
+  RetryableError: Object.freeze([
+    "CONFLICT",
+    "CONNECTION_CLOSED",
+    "EPOCH_MISMATCH",
+    "INTERNAL_ERROR",
+    "RATE_LIMITED",
+    "SLOW_CONSUMER",
+    "STORE_UNAVAILABLE",
+    "THREAD_BUSY",
+  ]),
+  CredentialsError: Object.freeze(["TOKEN_EXPIRED", "UNAUTHORIZED"]),
+  RequestError: Object.freeze([
+    "CHECK_FAILED",
+    "DUPLICATE_RUN",
+    "INTERRUPT_ANSWER_INVALID",
+    "LLM_CONTENT_FILTERED",
+    "NOT_ATTACHED",
+    "NOT_FOUND",
+    "PAYLOAD_TOO_LARGE",
+    "PII_DETECTED",
+    "PROMPT_INJECTION_DETECTED",
+    "PROTOCOL_ERROR",
+    "RUN_NOT_FOUND",
+    "UNKNOWN_FRAME",
+    "VALIDATION_ERROR",
+  ]),
+  FinalError: Object.freeze([
+    "ABORTED",
+    "AGENT_LOST",
+    "CANCEL_DENIED",
+    "INTERRUPT_EXPIRED",
+    "NOT_IMPLEMENTED",
+    "RUN_CANCELLED",
+    "RUN_NOT_ACTIVE",
+    "RUN_TIMEOUT",
+    "THREAD_ACCESS_DENIED",
+  ]),
+});
+
+/** A `RunwireError` class: `RunwireError` itself or one of its groups. */
+export type ErrorClass = new (code: string, message?: string, details?: Record<string, unknown>) => RunwireError;
+
+const GROUP_CLASSES: Readonly<Record<ErrorGroupName, ErrorClass>> = {
+  RetryableError,
+  CredentialsError,
+  RequestError,
+  FinalError,
+};
+
+let groupNames: Map<string, ErrorGroupName> | null = null;
+
+/** The name of the group `code` belongs to, or undefined for a code of no group. */
+function groupName(code: string): ErrorGroupName | undefined {
+  if (groupNames === null) {
+    groupNames = new Map();
+    for (const [name, codes] of Object.entries(ERROR_GROUPS)) {
+      for (const each of codes) groupNames.set(each, name as ErrorGroupName);
+    }
+  }
+  return groupNames.get(code);
+}
+
+/** The class `new RunwireError(code)` builds: the code's group, else `RunwireError`. */
+export function errorGroup(code: string): ErrorClass {
+  const name = groupName(code);
+  return name === undefined ? RunwireError : GROUP_CLASSES[name];
 }
 
 /** A fresh random id (32 hex digits, like the Python SDK's). */

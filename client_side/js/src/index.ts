@@ -61,16 +61,23 @@ export type {
 export {
   CLOSE_CODES,
   CONNECTION_CLOSED,
+  CredentialsError,
+  ERROR_GROUPS,
   EVENT_KINDS,
+  FinalError,
   MULTITASK_STRATEGIES,
   PROTOCOL_VERSION,
+  RequestError,
+  RetryableError,
   RunwireError,
   TERMINAL,
   endReason,
+  errorGroup,
   messageText,
   newId,
   userMessage,
 } from "./errors.js";
+export type { ErrorClass, ErrorGroupName } from "./errors.js";
 export { decodeEntry } from "./entries.js";
 export { checkRelayFrame } from "./frames.js";
 export { OutcomeBook, endedBeforeStored } from "./outcomes.js";
