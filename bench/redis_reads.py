@@ -1,4 +1,4 @@
-"""CPU per pub/sub message read through redis-py against ``relay.store.redis_wire.Wire``.
+"""CPU per pub/sub message read through redis-py against ``relay.store._redis_wire.Wire``.
 
 A subscriber process reads ``--messages`` messages that another process
 publishes one at a time (0.5 ms apart, so each read is a wake-up of its own,
@@ -22,9 +22,9 @@ from typing import Any
 
 from redis.asyncio.connection import Connection
 
-from relay.store.redis import RedisStore
-from relay.store.redis_live import connect
-from relay.store.redis_wire import Wire, pack
+from relay.store._redis import RedisStore
+from relay.store._redis_live import connect
+from relay.store._redis_wire import Wire, pack
 
 
 def _cpu() -> float:

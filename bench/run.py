@@ -224,7 +224,7 @@ class RedisKeys:
     @property
     def client_url(self) -> str:
         """The URL without the store's own options (``?linger_ms=`` ...), for redis-py."""
-        from relay.store.redis import URL_OPTIONS  # needs redis, as this class does
+        from relay.store._redis import URL_OPTIONS  # needs redis, as this class does
 
         parts = urlsplit(self.url)
         query = [(k, v) for k, v in parse_qsl(parts.query) if k not in URL_OPTIONS]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 
 
 async def measure(

@@ -15,7 +15,7 @@ except ImportError as exc:
         name=exc.name,
     ) from exc
 
-from .options import RelayOptions
-from .server import Server, serve
+from ._options import RelayOptions
+from ._server import Server, serve
 
 __all__ = ["RelayOptions", "Server", "serve"]

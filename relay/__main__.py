@@ -1,5 +1,5 @@
 """``python -m relay``: the same as ``runwire relay``."""
 
-from .cli import main
+from ._cli import main
 
 main()

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the HTTP API (``/v1``), served at ``GET /v1/openapi.json``.
 
-The request bodies' schemas come from the models ``relay.http_api`` validates
+The request bodies' schemas come from the models ``relay._http_api`` validates
 bodies with, so the document cannot drift from what the relay accepts. The
 paths, parameters and responses are written out here; ``tests/relay/test_openapi.py``
 checks them against the routes the relay answers, and ``docs/reference/protocol/openapi.json``
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .http_models import PostCancel, PostMessage, PostResume
+from ._http_models import PostCancel, PostMessage, PostResume
 
 __all__ = ["DOCS_COPY", "document", "render"]
 

@@ -19,7 +19,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``runwire`` command's parser: ``relay``, ``demo`` and ``token`` (needs the relay)."""
-    from relay import cli as relay_cli
+    from relay import _cli as relay_cli
 
     from .demo import DEFAULT_PACE
 
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``runwire`` console script."""
     try:
-        from relay import cli as relay_cli
+        from relay import _cli as relay_cli
     except ImportError as exc:
         _without_relay(argv, exc)
         return

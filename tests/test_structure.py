@@ -225,6 +225,41 @@ EXPORTS: dict[str, set[str]] = {
 # Packages that export nothing: their modules are imported by name.
 PACKAGES_WITHOUT_EXPORTS = {"runwire", "transport.asyncio"}
 
+# The packages whose implementation modules are private (issue 27): ``runwire`` is the CLI.
+SDK_PACKAGES = ("transport", "client_side", "agent_side", "relay")
+
+# Each package's public modules, chosen on purpose. Every other module's name starts with ``_``:
+# it is internal, and users import its public names from the package.
+PUBLIC_MODULES = {
+    # transport
+    "transport",  # the package: its __all__ is the shared public API
+    "transport.agui",  # the AG-UI event mapping (docs/howto/ag-ui.md)
+    "transport.asyncio",  # the I/O driver package both SDKs and the relay share
+    "transport.checks",  # the input checks (API.md, docs/howto/guardrails.md)
+    "transport.errors",  # error classes and codes (docs/reference/errors.md, examples/)
+    "transport.frames",  # the wire protocol's frames (docs/reference/protocol/index.md)
+    "transport.logcontext",  # bind() adds log context (docs/howto/observability.md)
+    "transport.messages",  # UIMessage parts (examples/, docs/howto/agent-loop-safety.md)
+    "transport.redact",  # token redaction in logs (docs/howto/securing-the-relay.md)
+    "transport.schema",  # `python -m transport.schema` (docs/reference/protocol/index.md)
+    # client_side
+    "client_side",  # the package: the client SDK
+    # agent_side
+    "agent_side",  # the package: the agent SDK
+    "agent_side.models",  # model adapters: users import each provider's module
+    "agent_side.models.anthropic",  # runwire[anthropic] (examples/anthropic_agent.py)
+    "agent_side.models.openai_agents",  # runwire[openai-agents] (docs/howto/openai.md)
+    "agent_side.models.openai_chat",  # runwire[openai] (examples/openai_agent.py)
+    "agent_side.models.openai_responses",  # runwire[openai] (docs/howto/openai.md)
+    "agent_side.models.pydantic_ai",  # runwire[pydantic-ai] (examples/pydantic_ai_agent.py)
+    # relay
+    "relay",  # the package: relay.serve, Server, RelayOptions
+    "relay.__main__",  # `python -m relay`
+    "relay.auth",  # relay.auth.mint_token (docs/howto/tokens-and-rights.md)
+    "relay.openapi",  # `python -m relay.openapi` (docs/reference/protocol/http.md)
+    "relay.store",  # open_store and the Store interface a custom store implements
+}
+
 
 # ------------------------------------------------------------------- finders --
 
@@ -471,6 +506,30 @@ def test_module_exports_exist_and_are_public() -> None:
         for name in getattr(loaded, "__all__", ()):
             assert not name.startswith("_"), f"{module.name} exports private {name}"
             assert hasattr(loaded, name), f"{module.name}.{name} is in __all__ but missing"
+
+
+def test_implementation_modules_are_private() -> None:
+    """A module is private (``_name.py``) unless PUBLIC_MODULES lists it, with its reason."""
+    modules = {m.name for m in library_modules() if m.name.split(".")[0] in SDK_PACKAGES}
+    public = {name for name in modules if not name.rpartition(".")[2].startswith("_")}
+    public |= {name for name in modules if name.endswith(".__main__")}
+    assert public - PUBLIC_MODULES == set(), "name it _module.py, or add it to PUBLIC_MODULES"
+    assert PUBLIC_MODULES - modules == set(), "PUBLIC_MODULES names a module that is gone"
+
+
+def test_user_code_imports_only_public_modules() -> None:
+    """Examples, the README, the tutorial and the how-to pages import public modules only."""
+    pages = [ROOT / "README.md", *(ROOT / "examples").rglob("*.py")]
+    pages += [*(ROOT / "docs" / "tutorial").rglob("*.md"), *(ROOT / "docs" / "howto").rglob("*.md")]
+    packages = "|".join(SDK_PACKAGES)
+    pattern = re.compile(rf"^\s*(?:from|import)\s+((?:{packages})[\w.]*)", re.M)
+    private = {
+        f"{path.relative_to(ROOT).as_posix()}: {name}"
+        for path in pages
+        for name in pattern.findall(path.read_text())
+        if name not in PUBLIC_MODULES
+    }
+    assert private == set()
 
 
 def offenders() -> dict[str, object]:

@@ -4,18 +4,18 @@
 * ``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` (as SQLAlchemy
   writes them): one SQLite file, the default.
 * ``redis://host:port/db`` (``rediss://`` for TLS): several relay nodes sharing
-  sessions (``pip install 'runwire[redis]'``); see ``relay.store.redis``.
+  sessions (``pip install 'runwire[redis]'``); see ``relay.store._redis``.
   ``redis+cluster://host:port`` (or ``?cluster=1``): the same on a Redis Cluster,
-  any node a seed; see ``relay.store.redis_cluster``.
+  any node a seed; see ``relay.store._redis_cluster``.
 """
 
 from __future__ import annotations
 
 from transport.errors import VALIDATION_ERROR, RunwireError
 
-from .base import Appended, ChannelInfo, Gone, Store, StoredEntry
-from .memory import MemoryStore
-from .sqlite import SQLiteStore
+from ._base import Appended, ChannelInfo, Gone, Store, StoredEntry
+from ._memory import MemoryStore
+from ._sqlite import SQLiteStore
 
 __all__ = [
     "Appended",
@@ -58,7 +58,7 @@ def open_store(url: str) -> Store:
         return SQLiteStore(rest[1:])
     if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         try:
-            from .redis import RedisStore
+            from ._redis import RedisStore
         except ModuleNotFoundError as exc:
             if (exc.name or "").partition(".")[0] not in ("redis", "hiredis"):
                 raise

@@ -13,7 +13,7 @@ import agent_side
 import relay
 from agent_side import AbortSignal, steering_loop
 from agent_side._loop import Model
-from relay.store.memory import MemoryStore
+from relay.store._memory import MemoryStore
 from transport.frames import EntryBody, ResponseClose
 from transport.messages import ToolResultPart, UIMessage
 

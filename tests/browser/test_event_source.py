@@ -1,5 +1,5 @@
 """The HTTP API's event stream in a real browser: chromium's own ``EventSource`` gets every
-entry once, in order, on one response that stays open (``relay.sse``), and resumes with
+entry once, in order, on one response that stays open (``relay._sse``), and resumes with
 ``Last-Event-ID`` when that response ends (here: the relay restarts)."""
 
 from __future__ import annotations

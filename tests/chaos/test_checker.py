@@ -10,7 +10,7 @@ import pytest
 
 import client_side
 import relay
-from relay.store.memory import MemoryStore
+from relay.store._memory import MemoryStore
 from transport._mirror import Folded
 from transport.asyncio._view import ViewFeed
 from transport.frames import History, Page

@@ -27,7 +27,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from tests.cluster.conftest import Cluster
 from tests.cluster.test_redis_outage import ThrowawayRedis
 

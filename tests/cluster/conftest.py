@@ -17,7 +17,7 @@ import redis
 
 import relay
 from relay import Server
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from transport.messages import new_id
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import relay
-from relay.cluster import RedisDispatcher
-from relay.store.redis import RedisStore
+from relay._cluster import RedisDispatcher
+from relay.store._redis import RedisStore
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt, run_status

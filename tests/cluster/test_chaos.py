@@ -45,7 +45,7 @@ import agent_side
 import client_side
 from agent_side import AbortSignal, Run
 from client_side import ClientSession
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from transport import UIMessage, message_text, user_message
 from transport._events import RunInfo
 from transport._mirror import Attachment, Folded

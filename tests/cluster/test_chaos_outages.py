@@ -55,7 +55,7 @@ import redis
 
 import agent_side
 from agent_side import Run
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from transport import message_text, user_message
 from transport._runs import TERMINAL
 from transport.errors import RunwireError

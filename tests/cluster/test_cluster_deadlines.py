@@ -11,7 +11,7 @@ import client_side
 import relay
 from agent_side import Run
 from relay import Server
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from transport.errors import RUN_TIMEOUT
 
 from .conftest import REDIS_URL, Cluster

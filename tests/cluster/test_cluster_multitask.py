@@ -12,7 +12,7 @@ import agent_side
 import client_side
 import relay
 from agent_side import AbortSignal, Run
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from tests.agent_side.test_interrupts import worker
 from tests.integration.conductor import Conductor, status
 from tests.relay.wire import RawPeer, prompt, run_status

@@ -19,7 +19,7 @@ import client_side
 import relay
 from client_side import ClientRun
 from relay import Server
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from tests.integration.conductor import CLIENT_CAPS, SECRET, token
 from transport import RunwireError
 

@@ -15,7 +15,7 @@ import pytest
 
 import relay
 from relay import Server
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 
 from ..relay.test_http_api import Event, call, events, post
 from ..relay.wire import RawPeer, prompt

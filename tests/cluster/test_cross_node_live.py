@@ -17,8 +17,8 @@ from websockets.exceptions import ConnectionClosed
 
 import relay
 from relay import Server
-from relay.store.redis import RedisStore
-from relay.store.redis_live import Listener, _Channel, _Sub
+from relay.store._redis import RedisStore
+from relay.store._redis_live import Listener, _Channel, _Sub
 
 from ..relay.test_http_api import call, post
 from ..relay.wire import RawPeer, prompt, run_status

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from relay import Server
-from relay.store.redis_live import Listener
+from relay.store._redis_live import Listener
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt, run_status

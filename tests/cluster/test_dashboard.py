@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from tests.relay.test_metrics_latency import scrape_after_runs
 
 from .conftest import REDIS_URL

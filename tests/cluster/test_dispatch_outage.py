@@ -14,8 +14,8 @@ import pytest
 import redis
 
 import relay
-from relay.cluster import RedisDispatcher
-from relay.store.redis import RedisStore
+from relay._cluster import RedisDispatcher
+from relay.store._redis import RedisStore
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt

@@ -10,8 +10,8 @@ from redis.asyncio import Redis
 
 import relay
 from relay import Server
-from relay.cluster import RedisDispatcher
-from relay.store.redis import RedisStore
+from relay._cluster import RedisDispatcher
+from relay.store._redis import RedisStore
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt

@@ -11,9 +11,9 @@ import pytest
 from websockets.asyncio.client import connect
 
 import relay
+from relay._cluster import RedisDispatcher
 from relay.auth import mint_token
-from relay.cluster import RedisDispatcher
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from transport.messages import new_id
 
 from ..relay.wire import RawPeer, prompt

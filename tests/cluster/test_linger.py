@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 import relay
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from tests.relay.wire import RawPeer, append, prompt, run_status, steer
 from transport.messages import new_id
 

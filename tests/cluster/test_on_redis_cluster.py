@@ -19,7 +19,7 @@ import pytest
 
 import relay
 from relay import Server
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from tests.redis_cluster import RedisCluster
 
 from ..relay.test_store_redis_cluster import delete_prefix

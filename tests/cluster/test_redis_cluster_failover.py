@@ -21,8 +21,8 @@ import agent_side
 import client_side
 import relay
 from agent_side import AbortSignal, Run
-from relay.store.redis import RedisStore
-from relay.store.redis_cluster import cluster_prefix
+from relay.store._redis import RedisStore
+from relay.store._redis_cluster import cluster_prefix
 from tests.redis_cluster import RedisCluster
 from transport import UIMessage, message_text
 

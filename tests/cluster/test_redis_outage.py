@@ -19,7 +19,7 @@ import redis
 import agent_side
 import client_side
 import relay
-from relay.store.redis import RedisStore
+from relay.store._redis import RedisStore
 from tests.relay.test_http_api import post
 from tests.relay.wire import RawPeer, prompt
 from transport import message_text
@@ -313,7 +313,7 @@ async def test_a_hung_redis_is_answered_quickly_by_the_configured_timeouts(
     """Redis stopped (SIGSTOP: connections stay open, nothing answers): ``/healthz`` answers
     503 within ``HEALTH_TIMEOUT``, publishes (those queued behind the first too) fail
     ``STORE_UNAVAILABLE`` within ``socket_timeout``, a new attach fails as fast."""
-    from relay.store import redis as redis_store
+    from relay.store import _redis as redis_store
 
     # The documented defaults, which the times below follow from.
     assert (redis_store.SOCKET_TIMEOUT, redis_store.HEALTH_TIMEOUT) == (1.5, 0.8)

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from redis import Redis
 
 import relay
-from relay.cluster import RedisDispatcher
-from relay.dispatch import Expire
-from relay.hub import Hub
-from relay.metrics import Metrics
-from relay.options import RelayOptions
-from relay.store.base import Appended, Gone
-from relay.store.redis import RedisStore
+from relay._cluster import RedisDispatcher
+from relay._dispatch import Expire
+from relay._hub import Hub
+from relay._metrics import Metrics
+from relay._options import RelayOptions
+from relay.store._base import Appended, Gone
+from relay.store._redis import RedisStore
 from transport._runs import RunRecord
 from transport.errors import AGENT_LOST, CONFLICT, STORE_UNAVAILABLE, RunwireError
 from transport.messages import new_id

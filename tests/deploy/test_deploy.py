@@ -20,7 +20,7 @@ import pytest
 import trustme
 import yaml
 
-from relay import cli as relay_cli
+from relay import _cli as relay_cli
 from runwire import config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -119,7 +119,7 @@ async def test_the_relay_closes_a_blackholed_client_within_its_keepalive_timeout
 
 
 def test_the_relay_cli_takes_the_new_options() -> None:
-    from relay import cli
+    from relay import _cli as cli
 
     args = cli.build_parser().parse_args(["--max-run-seconds", "90", "--keepalive-timeout", "4"])
     options = cli.options(args)

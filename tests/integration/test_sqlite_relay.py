@@ -135,7 +135,7 @@ def test_a_lock_taken_on_a_file_its_holder_removed_meanwhile_is_taken_again(
 ) -> None:
     """A relay stopping removes its lock file while a starting one may have opened it: the
     starting one must not hold a lock on the removed file (a third could then lock a new one)."""
-    from relay.store import sqlite_file
+    from relay.store import _sqlite_file as sqlite_file
 
     path = str(tmp_path / "relay.db-relay.lock")
     real_open = os.open

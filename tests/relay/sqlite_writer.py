@@ -9,7 +9,7 @@ import sys
 
 import anyio
 
-from relay.store.sqlite import SQLiteStore
+from relay.store._sqlite import SQLiteStore
 
 WRITERS = 8
 

@@ -1,4 +1,4 @@
-"""One conformance suite for every ``Store`` (the contract in ``relay/store/base.py``).
+"""One conformance suite for every ``Store`` (the contract in ``relay/store/_base.py``).
 
 A store's test module subclasses ``StoreConformance`` as ``Test...`` and
 defines ``make_store()``, which returns a new, empty store that is not

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-import relay.liveness
-from relay.hub import Hub
-from relay.metrics import Metrics
-from relay.options import RelayOptions
-from relay.store.base import ChannelInfo
-from relay.store.memory import MemoryStore
+import relay._liveness
+from relay._hub import Hub
+from relay._metrics import Metrics
+from relay._options import RelayOptions
+from relay.store._base import ChannelInfo
+from relay.store._memory import MemoryStore
 from transport.errors import STORE_UNAVAILABLE, RunwireError
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +38,7 @@ async def test_an_end_that_keeps_failing_is_logged_once_per_interval(
     assert len(warned) == 2  # once for r1, once for r2
     assert "bad/r1" in warned[0] and "bad/r2" in warned[1]
     caplog.clear()
-    monkeypatch.setattr(relay.liveness, "LOST_LOG_EVERY", 0.0)  # the interval has passed
+    monkeypatch.setattr(relay._liveness, "LOST_LOG_EVERY", 0.0)  # the interval has passed
     with caplog.at_level("WARNING", logger="runwire.relay"):
         await hub.agent_lost("bad", "r1")
     warned = [r.getMessage() for r in caplog.records if "could not end run" in r.getMessage()]

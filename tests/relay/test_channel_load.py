@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from relay.channel import Channel
-from relay.store.memory import MemoryStore
+from relay._channel import Channel
+from relay.store._memory import MemoryStore
 from transport._runs import RunRecord
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import pytest
 from websockets.exceptions import InvalidMessage
 
 import relay
-from relay.handshake_log import HangUpBeforeRequest
+from relay._handshake_log import HangUpBeforeRequest
 
 
 async def hang_up(port: int, data: bytes = b"") -> None:

@@ -150,7 +150,7 @@ async def events(
     assert reply.status == 200, reply.body
     assert reply.headers["Content-Type"].startswith("text/event-stream")
     found, retry, left = sse(reply.body)
-    assert retry == relay.http_api.RETRY_MS
+    assert retry == relay._http_api.RETRY_MS
     return reply, found, left
 
 

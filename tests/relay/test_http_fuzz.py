@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import relay
+from relay._http_api import STATUS
 from relay.auth import mint_token
-from relay.http_api import STATUS
 
 from .test_fuzz import json_values
 

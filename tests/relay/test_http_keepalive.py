@@ -1,4 +1,4 @@
-"""HTTP/1.1 keep-alive on the relay's port (``relay.http_front``): several requests on one
+"""HTTP/1.1 keep-alive on the relay's port (``relay._http_front``): several requests on one
 connection, pipelined too, ``Connection: close`` and HTTP/1.0 honoured, an idle timeout, and
 every limit still answered with its code on a connection that served a request before."""
 

@@ -11,7 +11,7 @@ import pytest
 
 import relay
 from agent_side import Agent, Run
-from relay.store.base import Store
+from relay.store._base import Store
 from tests.agent_side.helpers import client_end
 from transport.errors import RunwireError
 

@@ -14,7 +14,7 @@ from openapi_spec_validator import validate
 
 import relay
 from relay import openapi
-from relay.http_api import PostMessage
+from relay._http_api import PostMessage
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 import relay
-from relay import cli
-from relay.origins import OriginPolicy
+from relay import _cli as cli
+from relay._origins import OriginPolicy
 from transport.errors import RunwireError
 
 from .test_http_api import SECRET, call
@@ -127,7 +127,7 @@ async def test_http_requests_by_origin_with_tokens() -> None:
 
 
 def test_origin_refused_is_unauthorized() -> None:
-    from relay.origins import origin_refused
+    from relay._origins import origin_refused
 
     error = origin_refused("https://evil.example")
     assert isinstance(error, RunwireError) and error.details["reason"] == "origin"

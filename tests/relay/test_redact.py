@@ -120,7 +120,7 @@ async def test_no_token_reaches_the_debug_log(caplog: pytest.LogCaptureFixture) 
 
 
 def test_the_relay_cli_filters_the_root_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from relay import cli
+    from relay import _cli as cli
 
     root = logging.getLogger()
     saved = list(root.handlers)
@@ -139,4 +139,4 @@ def test_the_relay_cli_filters_the_root_handlers(monkeypatch: pytest.MonkeyPatch
         for handler in saved:
             root.addHandler(handler)
         root.setLevel(logging.WARNING)
-    assert sys.modules["relay.cli"] is cli
+    assert sys.modules["relay._cli"] is cli

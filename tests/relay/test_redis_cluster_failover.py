@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from relay.store.redis import RedisStore
-from relay.store.redis_cluster import cluster_prefix
+from relay.store._redis import RedisStore
+from relay.store._redis_cluster import cluster_prefix
 from tests.redis_cluster import RedisCluster
 from transport.errors import STORE_UNAVAILABLE, RunwireError
 

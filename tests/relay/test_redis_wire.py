@@ -23,9 +23,9 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from relay.store import redis_live
-from relay.store.redis import RedisStore
-from relay.store.redis_wire import Wire, pack
+from relay.store import _redis_live as redis_live
+from relay.store._redis import RedisStore
+from relay.store._redis_wire import Wire, pack
 
 from .test_store_redis import REDIS_URL, _redis_is_there  # noqa: F401  (the Redis check)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from relay.channel import Channel
-from relay.store.memory import MemoryStore
+from relay._channel import Channel
+from relay.store._memory import MemoryStore
 from transport._policy import CAPABILITIES, Sender
 from transport._runs import RunRecord, RunRegistry
 from transport.frames import EntryBody, MessageEntry, RunEntry

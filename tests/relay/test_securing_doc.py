@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import relay
-from relay import cli
+from relay import _cli as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "howto" / "securing-the-relay.md"
@@ -56,8 +56,8 @@ async def test_the_python_block_is_the_example_and_starts_a_relay(tmp_path: Path
 
 
 def test_the_documented_defaults_are_the_defaults() -> None:
-    from relay.options import RelayOptions
-    from relay.store import redis as redis_store
+    from relay._options import RelayOptions
+    from relay.store import _redis as redis_store
     from transport import _codec as codec
 
     text = DOC.read_text()

@@ -1,4 +1,4 @@
-"""The event stream that stays open (``relay.sse``): an ``Accept: text/event-stream`` request
+"""The event stream that stays open (``relay._sse``): an ``Accept: text/event-stream`` request
 gets a chunked response that carries each entry as it is stored, with the ids, resume and
 ``event: reset`` of the one-response form, until the client or the relay ends it."""
 

@@ -1,6 +1,6 @@
 """A few hundred stalled connections (half a request each, no token) to a relay with a secret
 hold little memory, and give it back once they close: what a connection holds before its
-token is checked is bounded (``relay.admission``, ``relay.http_head``, ``relay.http_front``)."""
+token is checked is bounded (``relay._admission``, ``relay._http_head``, ``relay._http_front``)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 import relay
-from relay.static_files import STATIC_DIR, STATIC_FILES, VENDOR_FILES
+from relay._static_files import STATIC_DIR, STATIC_FILES, VENDOR_FILES
 from tests.relay.test_static import http_get
 
 pytestmark = pytest.mark.anyio

@@ -28,8 +28,9 @@ import trustme
 from redis import Redis
 from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError
 
-from relay.store import Store, StoredEntry, open_store, redis_live
-from relay.store.redis import LINGER_FULL, LINGER_MS, RedisStore
+from relay.store import Store, StoredEntry, open_store
+from relay.store import _redis_live as redis_live
+from relay.store._redis import LINGER_FULL, LINGER_MS, RedisStore
 from transport._codec import dumps, splice_serial
 from transport._runs import RunRecord
 from transport.errors import (
@@ -527,7 +528,7 @@ def test_without_the_redis_packages_open_store_says_what_to_install(
     for name in list(sys.modules):
         if name == missing or name.startswith(f"{missing}."):
             monkeypatch.setitem(sys.modules, name, None)
-        elif name.startswith("relay.store.redis"):
+        elif name.startswith("relay.store._redis"):
             monkeypatch.delitem(sys.modules, name)  # imported again, without the package
     with pytest.raises(RunwireError) as caught:
         open_store("redis://127.0.0.1:6379/0")

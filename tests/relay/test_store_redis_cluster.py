@@ -14,8 +14,8 @@ import pytest
 from redis import Redis
 
 from relay.store import Store, open_store
-from relay.store.redis import RedisStore
-from relay.store.redis_cluster import cluster_prefix, split_url
+from relay.store._redis import RedisStore
+from relay.store._redis_cluster import cluster_prefix, split_url
 from tests.redis_cluster import RedisCluster
 from transport.errors import STORE_UNAVAILABLE, VALIDATION_ERROR, RunwireError
 

@@ -17,8 +17,8 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from relay.store import Appended, SQLiteStore, Store
-from relay.store import sqlite as sqlite_store
-from relay.store.sqlite import WAL_LIMIT
+from relay.store import _sqlite as sqlite_store
+from relay.store._sqlite import WAL_LIMIT
 from transport._codec import splice_serial
 from transport.errors import CONFLICT, STORE_UNAVAILABLE, RunwireError
 

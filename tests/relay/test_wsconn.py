@@ -9,7 +9,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from relay.wsconn import RelayConnection, send_frames
+from relay._wsconn import RelayConnection, send_frames
 
 pytestmark = pytest.mark.anyio
 

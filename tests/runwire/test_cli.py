@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import relay
-from relay import cli as relay_cli
+from relay import _cli as relay_cli
 from runwire.cli import build_parser, main
 
 

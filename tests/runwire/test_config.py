@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from relay import cli as relay_cli
+from relay import _cli as relay_cli
 from runwire import config
 from runwire.cli import main
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relay import cli as relay_cli
+from relay import _cli as relay_cli
 from relay.auth import TokenVerifier
 from runwire.cli import main
 
