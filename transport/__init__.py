@@ -6,6 +6,8 @@ conversation. ``transport._outcomes`` resolves steering outcomes, and ``transpor
 the input checks. ``transport._history`` reads back what a stopped Run left: interrupted replies
 and unanswered tool calls. ``transport.asyncio`` is the one I/O driver that the relay and both
 SDKs share; importing ``transport`` does not load it.
+
+Modules whose names start with ``_`` are internal: import their public names from ``transport``.
 """
 
 from typing import TYPE_CHECKING

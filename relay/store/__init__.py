@@ -4,9 +4,12 @@
 * ``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` (as SQLAlchemy
   writes them): one SQLite file, the default.
 * ``redis://host:port/db`` (``rediss://`` for TLS): several relay nodes sharing
-  sessions (``pip install 'runwire[redis]'``); see ``relay.store._redis``.
+  sessions (``pip install 'runwire[redis]'``).
   ``redis+cluster://host:port`` (or ``?cluster=1``): the same on a Redis Cluster,
-  any node a seed; see ``relay.store._redis_cluster``.
+  any node a seed.
+
+A custom store implements ``Store``. The modules named ``_*.py`` are internal. How each store
+works is in docs/explanation/stores.md.
 """
 
 from __future__ import annotations
