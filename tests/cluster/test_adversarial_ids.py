@@ -46,7 +46,10 @@ async def two_nodes(redis_prefix: str) -> AsyncIterator[tuple[relay.Server, rela
 
 def events(port: int, session_id: str) -> list[dict[str, Any]]:
     """The entries of a session's event stream from the start (``from=0``, no wait)."""
-    request = f"GET /v1/sessions/{session_id}/events?from=0&wait=0 HTTP/1.1\r\n\r\n".encode()
+    request = (
+        f"GET /v1/sessions/{session_id}/events?from=0&wait=0 HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    ).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(request)
         raw = b""
