@@ -2927,8 +2927,9 @@ var Session = class {
    * until the Run ends, for up to `timeout` ms, or with no limit when `timeout` is null. It then
    * rejects with RunwireError(CANCEL_DENIED) if its agent refuses this cancel, and with
    * CONNECTION_CLOSED if the session closes first. It rejects with EPOCH_MISMATCH, naming
-   * `details.run_id`, if a reset meanwhile rebuilt the view without the Run. Rejects with the relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED
-   * without the right, ...) when it refuses the cancel.
+   * `details.run_id`, if a reset meanwhile rebuilt the view without the Run. Rejects with the
+   * relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED without the right, ...) when it refuses
+   * the cancel.
    * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<void>}
    */
