@@ -65,6 +65,26 @@ class RunPaused(Exception):
         self.interrupts = interrupts
 
 
+def paused_step(
+    message_id: str,
+    calls: list[ToolCallPart],
+    results: list[ToolResult],
+    parallel: bool,
+    max_parallel: int | None,
+    timeout: float | None,
+) -> dict[str, Any]:
+    """The checkpoint a tool step keeps when it pauses: what ``resume_tools`` runs again."""
+    return {
+        "version": PAUSE_VERSION,
+        "message_id": message_id,
+        "calls": [c.model_dump(mode="json") for c in calls],
+        "results": {r.tool_call_id: asdict(r) for r in results if r.status in ("ok", "error")},
+        "parallel": parallel,
+        "max_parallel": max_parallel,
+        "timeout": timeout,
+    }
+
+
 class RunLifecycle(Protocol):
     """What ``RunSteps`` needs of its ``Run``: its status, and to start or suspend it."""
 
@@ -253,17 +273,17 @@ class RunSteps:
     ) -> list[ToolResult]:
         """Finish the tool step a resumed Run paused in; ``[]`` when it paused in none.
 
-        Call it first thing in a handler: finished calls keep their results,
-        the calls that asked run again and get their answers, the rest run as
-        the step ran them (``parallel``, ``max_parallel``, ``timeout`` from
-        the checkpoint), unless these options set them: each one given (not
-        ``None``) overrides what the checkpoint kept. May raise ``RunPaused``
-        again. An adopted Run whose
-        worker went away after a model step asked for tools and before their
-        step started runs them here (``parallel``, ``max_parallel`` and
-        ``timeout`` as ``run_tools`` takes them), or, when steering newer
-        than that model step waits, answers them ``ABORTED_BEFORE_DISPATCH``
-        (see ``agent_side.durable``).
+        Call it first thing in a handler. Finished calls keep their results,
+        and the calls that asked run again and get their answers. The rest run
+        as the step ran them, with ``parallel``, ``max_parallel`` and ``timeout``
+        from the checkpoint; each of these options given here overrides what the
+        checkpoint kept. May raise ``RunPaused`` again.
+
+        An adopted Run's worker may have gone away after a model step asked for
+        tools and before their step started. This runs those calls, with the
+        options as ``run_tools`` takes them. When steering newer than that model
+        step waits, it answers them ``ABORTED_BEFORE_DISPATCH`` instead (see
+        ``agent_side.durable``).
         """
         step = self.pause.step
         if not step or not step.get("calls"):
@@ -385,17 +405,7 @@ class RunSteps:
         if self.pause.remembered:
             self.state["approved_tools"] = sorted(self.pause.remembered)
         if questions:
-            step = {
-                "version": PAUSE_VERSION,
-                "message_id": message_id,
-                "calls": [c.model_dump(mode="json") for c in calls],
-                "results": {
-                    r.tool_call_id: asdict(r) for r in results if r.status in ("ok", "error")
-                },
-                "parallel": parallel,
-                "max_parallel": max_parallel,
-                "timeout": timeout,
-            }
+            step = paused_step(message_id, calls, results, parallel, max_parallel, timeout)
             await self._pause_on(questions, step)
             raise RunPaused(questions)
         if not signal.aborted:

@@ -40,8 +40,9 @@ from transport.frames import EntryBody, MessageEntry, ResponseAppend
 from transport.policy import RELAY
 from transport.runs import RunRecord, RunRegistry, Sender, rights_refusal
 
+from .channel_listeners import Listeners, SerialWaiters
 from .peer import Peer
-from .store.base import Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
+from .store.base import ChannelInfo, Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 
 __all__ = ["Channel", "Committed", "MakeRegistry"]
 
@@ -106,7 +107,7 @@ class Channel:
         self._make_registry: MakeRegistry = make_registry or (lambda sid, rs: RunRegistry(sid, rs))
         self.registry = self._make_registry(session_id, [])
         self.subscribers: set[Peer] = set()
-        self._listeners: list[tuple[OnEntry, OnReset | None]] | None = None
+        self._listeners: Listeners | None = None
         self.holds = 0
         """Users that keep the channel loaded without subscribing (see ``Hub.hold``)."""
         self._lock: asyncio.Lock | None = None
@@ -115,7 +116,7 @@ class Channel:
         self._loaded = False
         self._early: list[StoredEntry] | None = None
         self._unsubscribe: Unsubscribe | None = None
-        self._waiters: list[tuple[int, asyncio.Future[None]]] | None = None
+        self._waiters: SerialWaiters | None = None
         self._store_error: RunwireError | None = None  # the last publish's store failure
         self._planned: tuple[int, bytes, list[RunRecord]] | None = None
         """The serial, stored bytes and planned changes of the append in progress: the entry
@@ -124,7 +125,7 @@ class Channel:
     @property
     def listeners(self) -> list[OnEntry]:
         """The entry callbacks ``listen`` added (a copy)."""
-        return [fn for fn, _ in self._listeners or ()]
+        return [] if self._listeners is None else self._listeners.entry_callbacks
 
     @property
     def lock(self) -> asyncio.Lock:
@@ -148,18 +149,7 @@ class Channel:
         self._unsubscribe = await self.store.subscribe(
             self.session_id, self._on_entry, on_reset=self._on_reset
         )
-        for attempt in range(_LOAD_ATTEMPTS):
-            info = await self.store.open_channel(self.session_id)
-            records = await self.store.runs(self.session_id)
-            if await self.store.head(self.session_id) == (info.epoch, info.last):
-                break
-            if attempt == _LOAD_ATTEMPTS - 1:
-                log.warning(
-                    "channel %s: appended to throughout %d loads; its Run records may be "
-                    "ahead of its head",
-                    self.session_id,
-                    _LOAD_ATTEMPTS,
-                )
+        info, records = await _head_and_records(self.store, self.session_id)
         self.epoch, self.first, self.last = info.epoch, info.first, info.last
         self.registry = self._make_registry(self.session_id, records)
         self._loaded = True
@@ -174,9 +164,8 @@ class Channel:
             self._unsubscribe = None
         self.store.close_channel(self.session_id)
         waiters, self._waiters = self._waiters, None
-        for _, waiter in waiters or ():
-            if not waiter.done():
-                waiter.set_exception(RunwireError(EPOCH_MISMATCH, "channel closed"))
+        if waiters is not None:
+            waiters.fail(RunwireError(EPOCH_MISMATCH, "channel closed"))
 
     # ------------------------------------------------------------ entries --
 
@@ -210,36 +199,20 @@ class Channel:
                 )
         for peer in self.subscribers:
             peer.send_entry(self.session_id, stored.data)
-        for listener, _ in list(self._listeners or ()):
-            try:
-                listener(stored)
-            except Exception:
-                log.exception("channel %s: a listener failed", self.session_id)
+        if self._listeners is not None:
+            self._listeners.entry(stored)
         if entry is not None:
             self._on_committed(self, entry, changes)
         if self._waiters:
-            ready = [w for s, w in self._waiters if s <= self.last]
-            self._waiters = [(s, w) for s, w in self._waiters if s > self.last] or None
-            for waiter in ready:
-                if not waiter.done():
-                    waiter.set_result(None)
+            self._waiters.wake(self.last)
 
     def listen(self, fn: OnEntry, on_reset: OnReset | None = None) -> Unsubscribe:
         """Call ``fn`` with each entry this channel takes in from now on, in serial order,
         and ``on_reset`` once if it resets (``_on_reset``: it takes in nothing more);
         returns the function that stops both (idempotent)."""
         if self._listeners is None:
-            self._listeners = []
-        listener = (fn, on_reset)
-        self._listeners.append(listener)
-
-        def stop() -> None:
-            if self._listeners is not None and listener in self._listeners:
-                self._listeners.remove(listener)
-                if not self._listeners:
-                    self._listeners = None
-
-        return stop
+            self._listeners = Listeners(self.session_id)
+        return self._listeners.add(fn, on_reset)
 
     def _on_reset(self) -> None:
         """The store lost the channel's history: close its clients (they attach again and
@@ -254,13 +227,8 @@ class Channel:
             self._unsubscribe = None
         for peer in list(self.subscribers):
             peer.close(4009, "EPOCH_MISMATCH: history lost, attach again")
-        for _, on_reset in list(self._listeners or ()):
-            if on_reset is None:
-                continue
-            try:
-                on_reset()
-            except Exception:
-                log.exception("channel %s: a listener failed on reset", self.session_id)
+        if self._listeners is not None:
+            self._listeners.reset()
 
     async def catch_up(self, serial: int) -> None:
         """Take in every entry up to ``serial`` now, reading the store if need be (raises
@@ -305,10 +273,9 @@ class Channel:
     async def _applied(self, serial: int) -> None:
         if self.last >= serial:
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._waiters is None:
-            self._waiters = []
-        self._waiters.append((serial, waiter))
+            self._waiters = SerialWaiters()
+        waiter = self._waiters.wait_for(serial)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout=1.0)
         except TimeoutError:
@@ -490,6 +457,23 @@ class Channel:
             self._same_history(epoch)
         has_older = bool(page) and page[0].serial > self.first
         return page, has_older
+
+
+async def _head_and_records(store: Store, session_id: str) -> tuple[ChannelInfo, list[RunRecord]]:
+    """A session's head and Run records, read until the head did not move in between."""
+    for attempt in range(_LOAD_ATTEMPTS):
+        info = await store.open_channel(session_id)
+        records = await store.runs(session_id)
+        if await store.head(session_id) == (info.epoch, info.last):
+            break
+        if attempt == _LOAD_ATTEMPTS - 1:
+            log.warning(
+                "channel %s: appended to throughout %d loads; its Run records may be "
+                "ahead of its head",
+                session_id,
+                _LOAD_ATTEMPTS,
+            )
+    return info, records
 
 
 def _never_allowed(refusal: RunwireError, entry: EntryBody, sender: Sender) -> bool:

@@ -98,6 +98,37 @@ def _info(section: Any, field: bytes) -> str | None:
     return None
 
 
+def _warn_if_evicting(where: str, policy: str | None) -> None:
+    """Log a warning unless Redis's ``maxmemory-policy`` keeps every key."""
+    if policy not in (None, "noeviction"):
+        log.warning(
+            "Redis at %s may evict keys when it runs short of memory "
+            "(maxmemory-policy %s): a session's serial counter, de-dup window or Run "
+            "records could then go on their own; set maxmemory-policy noeviction, "
+            "under which a full Redis refuses writes instead (STORE_UNAVAILABLE)",
+            where,
+            policy,
+        )
+
+
+def _check_replicated(
+    reply: Any, wanted: int, wait_ms: int, session_id: str, entry_id: str
+) -> None:
+    """Raise ``STORE_UNAVAILABLE`` unless ``WAIT`` says ``wanted`` replicas have the append.
+
+    The append is on the master all the same, but a failover may lose it.
+    """
+    check(reply)
+    if int(reply) < wanted:
+        raise RunwireError(
+            STORE_UNAVAILABLE,
+            f"{entry_id!r} of {session_id!r} reached {int(reply)} of the "
+            f"{wanted} Redis replicas wait_replicas asks for within "
+            f"{wait_ms} ms: stored on the master, but a failover could lose it",
+            details={"replicas": int(reply)},
+        )
+
+
 class RedisStore(Store):
     """A ``Store`` on Redis (see the module docstring and ``relay.store.base``).
 
@@ -244,15 +275,7 @@ class RedisStore(Store):
             version = _info(server, b"redis_version") or "7"
             self.sharded = int(version.split(".")[0]) >= 7
             policy = self.index.maxmemory_policy = _info(memory, b"maxmemory_policy")
-            if policy not in (None, "noeviction"):
-                log.warning(
-                    "Redis at %s may evict keys when it runs short of memory "
-                    "(maxmemory-policy %s): a session's serial counter, de-dup window or Run "
-                    "records could then go on their own; set maxmemory-policy noeviction, "
-                    "under which a full Redis refuses writes instead (STORE_UNAVAILABLE)",
-                    self.where,
-                    policy,
-                )
+            _warn_if_evicting(self.where, policy)
             await self.pipeline.call(*[("SCRIPT", "LOAD", text) for text in SCRIPTS.values()])
             # Index sets of ended Runs that earlier versions kept (and never read).
             ended = [self.keys.status(s) for s in STATUSES if s not in INDEXED]
@@ -352,7 +375,7 @@ class RedisStore(Store):
         reply, *waited = await self.pipeline.call(*commands, linger=not (urgent or contended))
         check(reply)
         if waited:
-            self._check_replicated(session_id, entry_id, waited[0])
+            _check_replicated(waited[0], self.wait_replicas, self._wait_ms, session_id, entry_id)
         code = int(reply[0])
         if code == 0:
             now = reply[1].decode() or None
@@ -386,19 +409,6 @@ class RedisStore(Store):
         stored = splice_serial(data, serial)
         self._listener.offer(session_id, epoch, serial, stored)
         return Appended(serial, stored)
-
-    def _check_replicated(self, session_id: str, entry_id: str, reply: Any) -> None:
-        """Raise ``STORE_UNAVAILABLE`` unless ``WAIT`` says ``wait_replicas`` replicas
-        have the append (it is on the master all the same: a failover may lose it)."""
-        check(reply)
-        if int(reply) < self.wait_replicas:
-            raise RunwireError(
-                STORE_UNAVAILABLE,
-                f"{entry_id!r} of {session_id!r} reached {int(reply)} of the "
-                f"{self.wait_replicas} Redis replicas wait_replicas asks for within "
-                f"{self._wait_ms} ms: stored on the master, but a failover could lose it",
-                details={"replicas": int(reply)},
-            )
 
     async def subscribe(
         self, session_id: str, fn: OnEntry, *, on_reset: OnReset | None = None
