@@ -165,13 +165,14 @@ class AgentSession:
     ) -> Run:
         """A ``Run`` for a Run of this session (an ``Invocation`` or a run id).
 
-        The options default to the session's (``RunOptions``; see there):
-        ``queue``, ``input_checks``, ``max_iterations`` (model calls per turn),
-        ``on_iteration_limit`` (``"stop"`` or ``"error"``), ``history``
-        (``False``: the Run keeps no history, so injects it had no model call
-        for stay undelivered), ``save_interrupted_reply``, ``durable``,
-        ``timeout`` (seconds the Run may stay active from each start: the relay
-        ends it ``cancelled``, ``RUN_TIMEOUT``, at that deadline).
+        The options default to the session's, as ``RunOptions`` describes:
+        ``queue``, ``input_checks``, ``max_iterations``, ``on_iteration_limit``,
+        ``history``, ``save_interrupted_reply``, ``durable`` and ``timeout``.
+        ``max_iterations`` counts model calls per turn. ``on_iteration_limit`` is
+        ``"stop"`` or ``"error"``. With ``history=False`` the Run keeps no
+        history, so injects it had no model call for stay undelivered.
+        ``timeout`` is how many seconds the Run may stay active from each start.
+        At that deadline the relay ends it ``cancelled``, ``RUN_TIMEOUT``.
         ``adopted`` (default: the view shows the Run was started before)
         makes the Run continue from its last ``checkpoint`` (default: the
         newest in the view). ``signal``, an outside ``AbortSignal`` (a
@@ -402,11 +403,13 @@ class AgentSession:
         ``slot``: its place among the connection's publishes, taken with ``_reserve()``
         when it was decided (none: now); it is used, or given back, either way.
 
-        A publish the relay's store refused (``STORE_UNAVAILABLE``: Redis away or out of
-        memory; it may or may not have been stored) goes again with the same id (the
-        relay de-duplicates it), before anything published after it, for up to the
-        connection's ``store_wait`` seconds (``Connection.request``); then that error is
-        raised, so a Run never hangs on a store that does not come back.
+        The relay's store may refuse a publish with ``STORE_UNAVAILABLE``, when
+        Redis is away or out of memory. The entry may or may not have been stored.
+        It is sent again with the same id, which the relay de-duplicates, and
+        before anything published after it. It is retried for up to the
+        connection's ``store_wait`` seconds, as ``Connection.request`` does.
+        Then that error is raised, so a Run never hangs on a store that does
+        not come back.
         """
         if isinstance(entry, RunEntry):
             self._own.add(entry.id)
@@ -469,10 +472,11 @@ async def connect(
 
     ``queue``, ``input_checks``, ``max_iterations``, ``on_iteration_limit``,
     ``history``, ``save_interrupted_reply`` and ``durable`` are the defaults
-    of the session's Runs (``RunOptions``; ``create_run`` may override each);
-    ``max_in_flight`` is how many appends a ``pipe()`` may have
-    unacknowledged; ``rollup_window`` (seconds, default 0: off) how long a ``pipe()``
-    may hold tokens before it publishes them, so several ride one append. Raises
+    of the session's Runs, as ``RunOptions`` describes; ``create_run`` may
+    override each. ``max_in_flight`` is how many appends a ``pipe()`` may have
+    unacknowledged. ``rollup_window`` is how many seconds a ``pipe()`` may hold
+    tokens before it publishes them, so several ride one append; the default 0
+    turns it off. Raises
     ``RunwireError`` if the relay cannot be reached or refuses, ``ValueError`` for a
     bad option. ``token_provider`` (plain or async) gives a fresh token on each
     reconnect. A publish the relay refuses ``RATE_LIMITED`` or ``STORE_UNAVAILABLE``

@@ -332,10 +332,11 @@ class ClientSession:
     ) -> ClientRun:
         """Start a Run with ``message``; returns once the relay acknowledged the prompt.
 
-        ``multitask`` says what the Run does to Runs running in the session
-        (``None``: the relay's default, itself ``"alongside"`` unless set); a
-        paused Run whose questions are settled (answered, declined, or moved on
-        by this very prompt) is about to resume, and counts as running:
+        ``multitask`` says what the Run does to the Runs already running in the
+        session. With ``None``, the relay's default applies, which is
+        ``"alongside"`` unless set. A paused Run counts as running when its
+        questions are settled, since it is about to resume. They are settled
+        when answered, declined, or moved on by this very prompt. The strategies:
 
         * ``"alongside"``: they run side by side;
         * ``"reject"``: raises ``RunwireError(THREAD_BUSY)`` while one runs;

@@ -899,7 +899,7 @@ var ClientRun = class {
    * Cancel this Run; resolves to the messages sent through this handle that it never took in
    * (and that no check refused). With `wait` (the default) it waits until the Run ends or
    * `timeout` ms pass, and rejects with RunwireError(CANCEL_DENIED) if the agent refuses the
-   * cancel (the Run goes on), EPOCH_MISMATCH if a reset loses the Run meanwhile. RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
+   * cancel (the Run keeps running), EPOCH_MISMATCH if a reset loses the Run meanwhile. RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
    * ended is left as it is.
    * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<UIMessage[]>}
@@ -1512,11 +1512,12 @@ var ConversationTree = class {
     return this._once(events);
   }
   /**
-   * What a UI that showed `before` must take away to show this tree instead: a "removed"
-   * MessageEvent for each message of `before.messages()` this tree does not show (in that order),
-   * then for each other message `before` held as a node that this tree does not (in the order they
-   * were added); then a "removed" RunEvent for each Run of `before` this tree does not know, in
-   * order of creation. A client's view reports these after a reset.
+   * What a UI that showed `before` must take away to show this tree instead. First comes a
+   * "removed" MessageEvent for each message of `before.messages()` that this tree does not show,
+   * in that order. Next comes one for each other message that `before` held as a node and this
+   * tree does not, in the order they were added. Last comes a "removed" RunEvent for each Run of
+   * `before` that this tree does not know, in order of creation. A client's view reports these
+   * after a reset.
    * @param {ConversationTree} before @returns {TreeEvent[]}
    */
   removedSince(before) {
@@ -2696,6 +2697,7 @@ var Session = class {
   _stateCallbacks;
   /** @internal */
   _newsAfter;
+  /** Called the moment an input check refuses a queued message; see ConnectOptions. */
   onRefusedMessage;
   /** @internal */
   _refusedMessages;
@@ -2863,19 +2865,19 @@ var Session = class {
   /**
    * Start a Run with `message`; resolves once the relay acknowledged the prompt.
    *
-   * `multitask` says what the Run does to Runs going on in the session (none: the relay's
-   * default, itself "alongside" unless set); a paused Run whose questions are settled
-   * (answered, declined, or moved on by this very prompt) is about to resume, and counts as
-   * going on:
-   * - "alongside": they go on side by side;
-   * - "reject": rejects with RunwireError(THREAD_BUSY) while one goes on;
+   * `multitask` says what the Run does to the Runs already running in the session. Without it,
+   * the relay's default applies, which is "alongside" unless set. A paused Run counts as running
+   * when its questions are settled, since it is about to resume. They are settled when answered,
+   * declined, or moved on by this very prompt. The strategies:
+   * - "alongside": they run side by side;
+   * - "reject": rejects with RunwireError(THREAD_BUSY) while one is running;
    * - "enqueue": the Run is "queued" until they settle, then starts;
    * - "interrupt": they are cancelled, then the Run starts;
    * - "rollback": as interrupt, and the interrupted turn goes onto a branch of its own: the
    *   conversation continues from before it.
    *
-   * Any strategy but alongside rejects with THREAD_ACCESS_DENIED while another user's Run goes
-   * on, unless the session is shared (its first prompt sent `threadAccess: "shared"`, or the
+   * Any strategy but alongside rejects with THREAD_ACCESS_DENIED while another user's Run is
+   * running, unless the session is shared (its first prompt sent `threadAccess: "shared"`, or the
    * relay shares sessions by default). `parentId` names the message to continue from (by
    * default the view's tail for alongside and reject; the relay's placement for the others);
    * `parentRunId` the Run whose tool call starts this one (never held back). With `signal`
@@ -2922,11 +2924,12 @@ var Session = class {
   /**
    * Ask the agent of `runId` to stop; resolves once the relay acknowledged it. Cancelling a Run
    * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
-   * (up to `timeout` ms; null: no limit) until the Run ends, and rejects with
-   * RunwireError(CANCEL_DENIED) if its agent refuses this cancel, CONNECTION_CLOSED if the
-   * session closes first, EPOCH_MISMATCH (`details.run_id`) if a reset meanwhile rebuilt the view
-   * without the Run. Rejects with the relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED
-   * without the right, ...) when it refuses the cancel.
+   * until the Run ends, for up to `timeout` ms, or with no limit when `timeout` is null. It then
+   * rejects with RunwireError(CANCEL_DENIED) if its agent refuses this cancel, and with
+   * CONNECTION_CLOSED if the session closes first. It rejects with EPOCH_MISMATCH, naming
+   * `details.run_id`, if a reset meanwhile rebuilt the view without the Run. Rejects with the
+   * relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED without the right, ...) when it refuses
+   * the cancel.
    * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<void>}
    */
@@ -3017,9 +3020,10 @@ var Session = class {
     });
   }
   /**
-   * The raw UI message stream chunks of every Run's replies in this session, in order: those
-   * the view holds after `options.after` (a serial; default: from now on), then live ones, each
-   * with its Run and message; ends when the session closes or `options.signal` aborts. A
+   * The raw UI message stream chunks of every Run's replies in this session, in order, each
+   * with its Run and message. First come those the view holds after the serial `options.after`,
+   * then live ones; without `options.after` it starts from now on. It ends when the session
+   * closes or `options.signal` aborts. A
    * reconnect neither skips nor repeats a chunk. Throws NOT_ATTACHED on a write-only session.
    */
   chunks(options = {}) {

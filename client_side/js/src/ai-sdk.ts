@@ -46,9 +46,10 @@ const PASSED = new Set([
 ]);
 
 /**
- * Turns one Run's reply chunks into one AI SDK message stream: `start` once, a step per reply,
- * text and reasoning parts with the ids the AI SDK needs (runwire lets an agent leave them out),
- * steering-message parts for steers the Run took in, and `finish`, `abort` or `error` at its end.
+ * Turns one Run's reply chunks into one AI SDK message stream. The stream has `start` once and
+ * a step per reply. It has text and reasoning parts with the ids the AI SDK needs, since runwire
+ * lets an agent leave them out. It has steering-message parts for steers the Run took in, and
+ * `finish`, `abort` or `error` at its end.
  */
 export class ChunkMapper {
   readonly session: Session;

@@ -108,10 +108,11 @@ export function checkFrameField(kind: string, v: any, where: string) {
 }
 
 /**
- * Check a relay frame's fields as transport.codec.decode_relay_frame does: each field's type (an
- * integer a JSON integer, not a boolean, a string or a number with a fraction part; a boolean
- * `true` or `false` only; strings, objects, lists of objects, an error body, a multitask
- * strategy), null only where the field is optional, a required one present. The entries of
+ * Check a relay frame's fields as transport.codec.decode_relay_frame does. Each field must have
+ * its type: strings, objects, lists of objects, an error body, a multitask strategy. An integer
+ * must be a JSON integer, not a boolean, a string or a number with a fraction part. A boolean
+ * must be `true` or `false` only. A field may be null only where it is optional, and a required
+ * one must be present. The entries of
  * `deliver`, `attached` and `page` must be objects; what is in each is decodeEntry's business.
  * Unlike Python's models, it ignores fields it does not know (docs/protocol.md asks clients to),
  * and a frame of a type it does not know. JSON.parse makes `5.0` and `1e3` the integers 5 and

@@ -54,6 +54,7 @@ export type {
   RunResult,
   QueuedIntent,
   Refused,
+  RefusedMessageHandler,
   ConnectOptions,
   SendOptions,
   CancelOptions,

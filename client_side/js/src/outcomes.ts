@@ -124,9 +124,9 @@ export class OutcomeBook {
 
 /**
  * The outcome of a queued message the relay refused with RUN_NOT_ACTIVE because its Run had ended
- * by the time it came (sent while the view still showed the Run going on, or while offline): never
- * published, never seen, so not consumed with the Run's end reason (`details.status`). Null for
- * any other refusal (transport/outcomes.py `ended_before_stored`).
+ * by the time it came. It was sent while the view still showed the Run running, or while offline.
+ * It was never published and never seen, so it is not consumed with the Run's end reason
+ * (`details.status`). Null for any other refusal (transport/outcomes.py `ended_before_stored`).
  * @param {string} messageId @param {string} runId @param {string} code @param {Record<string, unknown>} details
  * @returns {OutcomeRecord | null}
  */

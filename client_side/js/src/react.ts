@@ -138,7 +138,7 @@ export interface RunState {
   steer: (text: string) => Delivery;
   /** Cancel it. */
   cancel: (reason?: string) => Promise<void>;
-  /** How it ended, once it did (`run.result()`); null while it goes on. */
+  /** How it ended, once it did (`run.result()`); null while it runs. */
   outcome: RunResult | null;
 }
 

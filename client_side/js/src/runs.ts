@@ -238,7 +238,7 @@ export class ClientRun {
    * Cancel this Run; resolves to the messages sent through this handle that it never took in
    * (and that no check refused). With `wait` (the default) it waits until the Run ends or
    * `timeout` ms pass, and rejects with RunwireError(CANCEL_DENIED) if the agent refuses the
-   * cancel (the Run goes on), EPOCH_MISMATCH if a reset loses the Run meanwhile. RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
+   * cancel (the Run keeps running), EPOCH_MISMATCH if a reset loses the Run meanwhile. RUN_NOT_FOUND or UNAUTHORIZED reject too; a Run that already
    * ended is left as it is.
    * @param {{reason?: string, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<UIMessage[]>}

@@ -1,6 +1,6 @@
 import type { ChunksOptions, ReplyChunk } from "./chunks.js";
 import { replyChunks } from "./chunks.js";
-import type { CancelDenial, ConnectOptions, ConnectionState, Entry, Intent, Interrupt, Multitask, OutcomeRecord, Refusal, Refused, ThreadAccess, TreeEvent, UIMessage, PendingRequest } from "./types.js";
+import type { CancelDenial, ConnectOptions, ConnectionState, Entry, Intent, Interrupt, Multitask, OutcomeRecord, Refusal, Refused, RefusedMessageHandler, ThreadAccess, TreeEvent, UIMessage, PendingRequest } from "./types.js";
 import { ABORTED, CANCEL_DENIED, CLOSE_CODES, CONNECTION_CLOSED, EPOCH_MISMATCH, MULTITASK_STRATEGIES, NOT_ATTACHED, PAYLOAD_TOO_LARGE, PROTOCOL_ERROR, PROTOCOL_VERSION, RATE_LIMITED, RUN_NOT_ACTIVE, RUN_NOT_FOUND, RunwireError, STORE_UNAVAILABLE, TERMINAL, TOKEN_EXPIRED, UNAUTHORIZED, VALIDATION_ERROR, backoff, isObject, newId, utf8Length, isTerminal } from "./errors.js";
 import { checkRelayFrame } from "./frames.js";
 import { connect } from "./index.js";
@@ -46,7 +46,8 @@ export class Session {
   _stateCallbacks: Set<(state: ConnectionState) => void>;
   /** @internal */
   _newsAfter: number | null;
-  onRefusedMessage: ((refused: Refused) => void) | null;
+  /** Called the moment an input check refuses a queued message; see ConnectOptions. */
+  onRefusedMessage: RefusedMessageHandler | null;
   /** @internal */
   _refusedMessages: Map<string, UIMessage>;
   /** @internal */
@@ -226,19 +227,19 @@ export class Session {
   /**
    * Start a Run with `message`; resolves once the relay acknowledged the prompt.
    *
-   * `multitask` says what the Run does to Runs going on in the session (none: the relay's
-   * default, itself "alongside" unless set); a paused Run whose questions are settled
-   * (answered, declined, or moved on by this very prompt) is about to resume, and counts as
-   * going on:
-   * - "alongside": they go on side by side;
-   * - "reject": rejects with RunwireError(THREAD_BUSY) while one goes on;
+   * `multitask` says what the Run does to the Runs already running in the session. Without it,
+   * the relay's default applies, which is "alongside" unless set. A paused Run counts as running
+   * when its questions are settled, since it is about to resume. They are settled when answered,
+   * declined, or moved on by this very prompt. The strategies:
+   * - "alongside": they run side by side;
+   * - "reject": rejects with RunwireError(THREAD_BUSY) while one is running;
    * - "enqueue": the Run is "queued" until they settle, then starts;
    * - "interrupt": they are cancelled, then the Run starts;
    * - "rollback": as interrupt, and the interrupted turn goes onto a branch of its own: the
    *   conversation continues from before it.
    *
-   * Any strategy but alongside rejects with THREAD_ACCESS_DENIED while another user's Run goes
-   * on, unless the session is shared (its first prompt sent `threadAccess: "shared"`, or the
+   * Any strategy but alongside rejects with THREAD_ACCESS_DENIED while another user's Run is
+   * running, unless the session is shared (its first prompt sent `threadAccess: "shared"`, or the
    * relay shares sessions by default). `parentId` names the message to continue from (by
    * default the view's tail for alongside and reject; the relay's placement for the others);
    * `parentRunId` the Run whose tool call starts this one (never held back). With `signal`
@@ -288,11 +289,12 @@ export class Session {
   /**
    * Ask the agent of `runId` to stop; resolves once the relay acknowledged it. Cancelling a Run
    * that has already ended does nothing; a queued Run stops waiting. With `wait`, it also waits
-   * (up to `timeout` ms; null: no limit) until the Run ends, and rejects with
-   * RunwireError(CANCEL_DENIED) if its agent refuses this cancel, CONNECTION_CLOSED if the
-   * session closes first, EPOCH_MISMATCH (`details.run_id`) if a reset meanwhile rebuilt the view
-   * without the Run. Rejects with the relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED
-   * without the right, ...) when it refuses the cancel.
+   * until the Run ends, for up to `timeout` ms, or with no limit when `timeout` is null. It then
+   * rejects with RunwireError(CANCEL_DENIED) if its agent refuses this cancel, and with
+   * CONNECTION_CLOSED if the session closes first. It rejects with EPOCH_MISMATCH, naming
+   * `details.run_id`, if a reset meanwhile rebuilt the view without the Run. Rejects with the
+   * relay's RunwireError (RUN_NOT_FOUND, UNAUTHORIZED without the right, ...) when it refuses
+   * the cancel.
    * @param {string} runId @param {{reason?: string | null, wait?: boolean, timeout?: number | null}} [options]
    * @returns {Promise<void>}
    */
@@ -394,9 +396,10 @@ export class Session {
   }
 
   /**
-   * The raw UI message stream chunks of every Run's replies in this session, in order: those
-   * the view holds after `options.after` (a serial; default: from now on), then live ones, each
-   * with its Run and message; ends when the session closes or `options.signal` aborts. A
+   * The raw UI message stream chunks of every Run's replies in this session, in order, each
+   * with its Run and message. First come those the view holds after the serial `options.after`,
+   * then live ones; without `options.after` it starts from now on. It ends when the session
+   * closes or `options.signal` aborts. A
    * reconnect neither skips nor repeats a chunk. Throws NOT_ATTACHED on a write-only session.
    */
   chunks(options: ChunksOptions = {}): AsyncIterableIterator<ReplyChunk> {

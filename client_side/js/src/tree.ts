@@ -120,11 +120,12 @@ export class ConversationTree {
   }
 
   /**
-   * What a UI that showed `before` must take away to show this tree instead: a "removed"
-   * MessageEvent for each message of `before.messages()` this tree does not show (in that order),
-   * then for each other message `before` held as a node that this tree does not (in the order they
-   * were added); then a "removed" RunEvent for each Run of `before` this tree does not know, in
-   * order of creation. A client's view reports these after a reset.
+   * What a UI that showed `before` must take away to show this tree instead. First comes a
+   * "removed" MessageEvent for each message of `before.messages()` that this tree does not show,
+   * in that order. Next comes one for each other message that `before` held as a node and this
+   * tree does not, in the order they were added. Last comes a "removed" RunEvent for each Run of
+   * `before` that this tree does not know, in order of creation. A client's view reports these
+   * after a reset.
    * @param {ConversationTree} before @returns {TreeEvent[]}
    */
   removedSince(before: ConversationTree): TreeEvent[] {

@@ -10,7 +10,7 @@ export type RunEndReason = "complete" | "cancelled" | "error";
 
 export type Intent = "prompt" | "steer" | "follow_up" | "inject";
 
-/** What a prompt's Run does to Runs going on in the session. */
+/** What a prompt's Run does to the Runs already running in the session. */
 export type Multitask = "alongside" | "reject" | "enqueue" | "interrupt" | "rollback";
 
 /** `shared` on a session's first prompt lets other users' strategies touch its Runs. */
@@ -151,10 +151,10 @@ export interface OutcomeRecord {
 }
 
 /**
- * `op: "added"`: a new message, or one already held that came onto the active branch
- * (`selectBranch`, a rebuild); `"updated"`: its content, parent or `refused` changed;
- * `"removed"`: it left `getMessages()` (a fork or rollback left its turn behind, a branch was
- * selected, it was refused, a rebuild moved it, a reset dropped it).
+ * `op: "added"`: a new message, or one already held that came onto the active branch through
+ * `selectBranch` or a rebuild. `"updated"`: its content, parent or `refused` changed.
+ * `"removed"`: it left `getMessages()`. A fork or rollback left its turn behind, a branch was
+ * selected, it was refused, a rebuild moved it, or a reset dropped it.
  * `shown`: whether the message is in `getMessages()` once the entry (or selection) that caused the
  * event is applied (false for "removed", and for messages off the active branch). A UI that
  * follows events upserts a message whose event is shown and drops it otherwise.
@@ -245,6 +245,9 @@ export interface Refused {
   readonly message: UIMessage | null;
 }
 
+/** A function the session calls with each Refused message: `onRefusedMessage`. */
+export type RefusedMessageHandler = (refused: Refused) => void;
+
 export interface ConnectOptions {
   /** The client id the relay stamps on this client's entries. */
   clientId?: string;
@@ -272,7 +275,7 @@ export interface ConnectOptions {
    * Called the moment an input check (the relay's or the agent's) refuses a queued message of
    * the session; not for refusals in the history the session starts with.
    */
-  onRefusedMessage?: (refused: Refused) => void;
+  onRefusedMessage?: RefusedMessageHandler;
   /** First reconnect delay cap in ms (default 50). */
   backoffInitial?: number;
   /** Largest reconnect delay cap in ms (default 5000). */
