@@ -103,9 +103,12 @@ async def test_an_append_to_an_idle_store_commits_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_appends_arriving_turn_after_turn_under_load_share_commits(tmp_path: Path) -> None:
-    # Right after a commit the next flush lingers (LINGER), so appends that come one
-    # per turn of the event loop, as a busy relay's do, are committed together.
+async def test_appends_arriving_turn_after_turn_under_load_share_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a linger set, the flush right after a commit waits (LINGER), so appends that come
+    # one per turn of the event loop, as a busy relay's do, are committed together.
+    monkeypatch.setattr(sqlite_store, "LINGER", 0.001)
     store = SQLiteStore(tmp_path / "l.db")
     await store.start()
     try:
