@@ -73,15 +73,20 @@ class RedisDispatcher:
         claim_idle: float = 10.0,
         consumer_idle: float = 600.0,
         sweep_limit: int = 1000,
+        workers: dict[str, list[Peer]] | None = None,
+        assigned: dict[RunKey, Peer] | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
-        metrics.count_store_round_trips(lambda: store.round_trips)
+        if workers is None:  # else one of a store's shards: ``ShardedDispatcher`` counts
+            metrics.count_store_round_trips(lambda: store.round_trips)
         self.claim_idle = claim_idle
         self.node_id = f"node-{new_id()[:12]}"
         self._redis: Any = store.client()
-        self.workers: dict[str, list[Peer]] = {}
-        self.assigned: dict[RunKey, Peer] = {}
+        self.workers: dict[str, list[Peer]] = {} if workers is None else workers
+        """Local workers by agent name (shared by the dispatchers of a store's shards)."""
+        self.assigned: dict[RunKey, Peer] = {} if assigned is None else assigned
+        """Runs sent to a local worker (shared as ``workers`` is)."""
         self.held: dict[RunKey, tuple[str, str]] = {}  # run -> (agent, stream entry id)
         self.records: dict[RunKey, RunRecord] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -154,10 +159,19 @@ class RedisDispatcher:
     def peer_gone(self, peer: Peer, owned_active: list[RunRecord]) -> None:
         """Re-hand Runs a dead worker had not started; liveness covers its active Runs."""
         del owned_active  # the sweep ends them after the grace period, on whatever node
-        for key in discharge(self.workers, self.assigned, peer, self.metrics):
+        self.hand_again(discharge(self.workers, self.assigned, peer, self.metrics))
+        self.agent_left(peer)
+
+    def hand_again(self, keys: list[RunKey]) -> None:
+        """Hand the Runs of ``keys`` this dispatcher read to another local worker, or back
+        to their stream; keys of Runs it did not read are passed over."""
+        for key in keys:
             record = self.records.get(key)
             if record is not None and not self._hand_local(record):
                 self._spawn(self._give_back(key))
+
+    def agent_left(self, peer: Peer) -> None:
+        """Stop counting an agent connection for the presence heartbeat."""
         if peer.is_agent():  # as ``Hub.hello`` counted it
             self.sweeper.left((peer.sender.client_id, peer.agent_scope()))
 

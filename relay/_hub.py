@@ -75,6 +75,7 @@ from .store._base import Store
 
 if TYPE_CHECKING:
     from ._cluster import RedisDispatcher
+    from ._cluster_shards import ShardedDispatcher
     from .auth import Identity
 
 __all__ = ["Hub"]
@@ -463,14 +464,20 @@ class Hub:
 
 def _dispatcher(
     store: Store, options: RelayOptions, metrics: Metrics, expire: Expire
-) -> Dispatcher | RedisDispatcher:
+) -> Dispatcher | RedisDispatcher | ShardedDispatcher:
     """The dispatcher for ``store``: shared through Redis, or this process's own."""
     if store.url.startswith(_REDIS_URLS):
-        from ._cluster import RedisDispatcher  # imports redis: only when the store is Redis
+        # These import redis: only when the store is Redis.
+        from ._cluster import RedisDispatcher
+        from ._cluster_shards import ShardedDispatcher
         from .store._redis import RedisStore
+        from .store._redis_shards import ShardedRedisStore
 
+        grace = options.agent_grace
+        if isinstance(store, ShardedRedisStore):
+            return ShardedDispatcher(store, grace=grace, expire=expire, metrics=metrics)
         assert isinstance(store, RedisStore)
-        return RedisDispatcher(store, grace=options.agent_grace, expire=expire, metrics=metrics)
+        return RedisDispatcher(store, grace=grace, expire=expire, metrics=metrics)
     return Dispatcher(grace=options.agent_grace, expire=expire, metrics=metrics)
 
 

@@ -42,6 +42,7 @@ from .store._base import Gone, Store
 
 if TYPE_CHECKING:
     from ._cluster import RedisDispatcher
+    from ._cluster_shards import ShardedDispatcher
 
 __all__ = ["LOST_LOG_EVERY", "LOST_LOG_KEEP", "Liveness"]
 
@@ -64,7 +65,7 @@ class Liveness:
     def __init__(
         self,
         store: Store,
-        dispatcher: Dispatcher | RedisDispatcher,
+        dispatcher: Dispatcher | RedisDispatcher | ShardedDispatcher,
         *,
         hold: Hold,
         published: Published,

@@ -37,6 +37,7 @@ from ._metrics import Metrics
 
 if TYPE_CHECKING:
     from ._cluster import RedisDispatcher
+    from ._cluster_shards import ShardedDispatcher
 
 __all__ = ["REACT_RETRY", "REACT_RETRY_MAX", "STORE_FAILURES", "Reactions", "now_ms"]
 
@@ -64,7 +65,7 @@ class Reactions:
     def __init__(
         self,
         channels: Channels,
-        dispatcher: Dispatcher | RedisDispatcher,
+        dispatcher: Dispatcher | RedisDispatcher | ShardedDispatcher,
         *,
         deadlines: Deadlines,
         slots: SlotBook,

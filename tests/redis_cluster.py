@@ -101,6 +101,17 @@ class RedisCluster:
                     return int(master[1])
         raise RuntimeError(f"no master serves slot {slot}")
 
+    def masters(self) -> list[int]:
+        """The ports of the masters that serve slots now."""
+        with self.client(self.live_port()) as client:
+            slots = client.execute_command("CLUSTER", "SLOTS")
+        return sorted({int(master[1]) for _, _, master, *_ in slots})
+
+    def keys_on(self, port: int, match: str) -> list[bytes]:
+        """The keys matching ``match`` that the node on ``port`` holds."""
+        with self.client(port) as client:
+            return list(client.scan_iter(match=match, count=1000))
+
     def live_port(self) -> int:
         return next(p for p, proc in self.procs.items() if proc.poll() is None)
 

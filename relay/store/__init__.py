@@ -6,7 +6,8 @@
 * ``redis://host:port/db`` (``rediss://`` for TLS): several relay nodes sharing
   sessions (``pip install 'runwire[redis]'``).
   ``redis+cluster://host:port`` (or ``?cluster=1``): the same on a Redis Cluster,
-  any node a seed.
+  any node a seed. ``?shards=N`` spreads the sessions over N hash slots, so
+  that every master of the Cluster takes a part of the writes.
 
 A custom store implements ``Store``. The modules named ``_*.py`` are internal. How each store
 works is in docs/explanation/stores.md.
@@ -61,7 +62,7 @@ def open_store(url: str) -> Store:
         return SQLiteStore(rest[1:])
     if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         try:
-            from ._redis import RedisStore
+            from ._redis_shards import redis_store
         except ModuleNotFoundError as exc:
             if (exc.name or "").partition(".")[0] not in ("redis", "hiredis"):
                 raise
@@ -70,5 +71,5 @@ def open_store(url: str) -> Store:
                 f"store URL {url!r} needs the redis and hiredis packages ({exc}): "
                 "pip install 'runwire[redis]'",
             ) from None
-        return RedisStore(url)
+        return redis_store(url)
     raise RunwireError(VALIDATION_ERROR, f"unknown store URL scheme {scheme!r}; use {_FORMS}")

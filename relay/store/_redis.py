@@ -52,6 +52,7 @@ from ._base import (
 )
 from ._redis_connections import Connections
 from ._redis_keys import RedisKeys, glob_escape
+from ._redis_layout import check_shards
 from ._redis_live import Listener
 from ._redis_log import EntryLog
 from ._redis_lua import INDEXED, SCRIPTS, STATUSES, evalsha
@@ -154,6 +155,8 @@ class RedisStore(Store):
         socket_timeout: float = SOCKET_TIMEOUT,
         connect_timeout: float = CONNECT_TIMEOUT,
         wait_replicas: int = 0,
+        shards: int = 1,
+        shard: int = 0,
     ) -> None:
         options = read_url(
             url,
@@ -165,6 +168,8 @@ class RedisStore(Store):
             socket_timeout=socket_timeout,
             connect_timeout=connect_timeout,
             wait_replicas=wait_replicas,
+            shards=shards,
+            shard=shard,
         )
         self.url = options.url
         self.cluster = options.cluster
@@ -172,6 +177,10 @@ class RedisStore(Store):
         self.wait_replicas = options.wait_replicas
         """Replicas an append must reach (``WAIT``) before it is acknowledged; 0: none."""
         self.prefix = options.prefix
+        self.shards = options.shards
+        """How many stores share the URL's sessions (``redis_shards``); 1: this one alone."""
+        self.shard = options.shard
+        """Which of them this store is (its ``prefix`` is that shard's)."""
         self.keys = RedisKeys(options.prefix)
         """The names of this store's keys."""
         self.max_history = options.max_history
@@ -277,6 +286,8 @@ class RedisStore(Store):
             policy = self.index.maxmemory_policy = _info(memory, b"maxmemory_policy")
             _warn_if_evicting(self.where, policy)
             await self.pipeline.call(*[("SCRIPT", "LOAD", text) for text in SCRIPTS.values()])
+            if self.shard == 0:
+                await check_shards(self.pipeline, self.keys.key("shards"), self.shards, self.where)
             # Index sets of ended Runs that earlier versions kept (and never read).
             ended = [self.keys.status(s) for s in STATUSES if s not in INDEXED]
             await self.pipeline.call(("UNLINK", *ended))

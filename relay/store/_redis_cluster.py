@@ -6,9 +6,8 @@ node of the Cluster. In Cluster mode the store wraps its key prefix in a hash
 tag (``rw:`` becomes ``{rw:}``), so every key and pub/sub channel of one
 prefix lives in one hash slot. Every script then touches keys of one slot
 only, and stays atomic as on a standalone Redis. The prefix's slot has one
-master and its replicas: the Cluster gives failover, not write sharding (see
-docs/howto/redis-cluster.md for what this costs and what stands in the way
-of per-session slots).
+master and its replicas; ``?shards=N`` spreads the sessions over N prefixes,
+whose slots ``shard_prefix`` spaces evenly (``relay.store._redis_shards``).
 
 ``ClusterMap`` finds the master serving the prefix's slot with ``CLUSTER
 SLOTS``, asked of the nodes it knows, then of the seed. The store asks it again
@@ -36,7 +35,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-__all__ = ["RETRYABLE", "ClusterMap", "cluster_prefix", "split_url"]
+__all__ = ["RETRYABLE", "SLOTS", "ClusterMap", "cluster_prefix", "shard_prefix", "split_url"]
+
+SLOTS = 16384
+"""Hash slots of a Redis Cluster."""
 
 RETRYABLE: tuple[type[RedisError], ...] = (
     MovedError,
@@ -71,6 +73,30 @@ def split_url(url: str) -> tuple[str, bool]:
 def cluster_prefix(prefix: str) -> str:
     """The key prefix of Cluster mode: ``prefix`` as a hash tag, one slot for all."""
     return "{" + prefix + "}"
+
+
+def shard_prefix(prefix: str, shard: int, shards: int) -> str:
+    """The key prefix of ``shard`` of ``shards``: ``prefix`` itself for shard 0, else
+    ``prefix`` with a suffix (``<shard>.<n>:``) chosen so that its slot sits near
+    ``shard / shards`` of the way round the slots from the slot of ``prefix``.
+
+    Evenly spaced slots land on different masters of a Cluster whose masters serve
+    equal runs of slots, which is how ``redis-cli --cluster create`` lays them out.
+    The suffix depends on ``prefix``, ``shard`` and ``shards`` only, so every node
+    computes the same.
+    """
+    if shard == 0:
+        return prefix
+    start = key_slot(prefix.encode())
+    target = (start + shard * SLOTS // shards) % SLOTS
+    near = max(1, SLOTS // (8 * shards))
+    n = 0
+    while True:
+        candidate = f"{prefix}{shard}.{n}:"
+        gap = (key_slot(candidate.encode()) - target) % SLOTS
+        if min(gap, SLOTS - gap) <= near:
+            return candidate
+        n += 1
 
 
 class ClusterMap:

@@ -4,7 +4,8 @@ Keys live under a prefix (``rw:`` by default). Every key of a session carries
 the session as a hash tag, ``rw:{<session>}:meta`` and so on, so a session's keys
 share one hash slot. The status index, the agents' dispatch streams, the owners'
 sets and the presence are keys of the prefix alone. In Cluster mode the prefix is
-itself a hash tag, ``{rw:}``, so every key of the store shares one slot.
+itself a hash tag, ``{rw:}``, so every key of the store shares one slot. A sharded
+store is several such stores, each with a prefix of its own.
 
 See docs/explanation/stores.md for what each key holds.
 """

@@ -3,7 +3,9 @@
 A URL names Redis as redis-py reads it, plus the store's own query options
 (``URL_OPTIONS``), which win over the keyword arguments of ``RedisStore``. The
 scheme ``redis+cluster://`` or ``?cluster=1`` selects Cluster mode, where the
-key prefix becomes a hash tag (``relay.store._redis_cluster``). A bad option is
+key prefix becomes a hash tag (``relay.store._redis_cluster``). With
+``shards=N`` the store is N stores, each with a prefix of its own
+(``relay.store._redis_shards``). A bad option is
 ``RunwireError(VALIDATION_ERROR)``.
 """
 
@@ -14,9 +16,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from transport.errors import VALIDATION_ERROR, RunwireError
 
-from ._redis_cluster import cluster_prefix, split_url
+from ._redis_cluster import cluster_prefix, shard_prefix, split_url
 
-__all__ = ["URL_OPTIONS", "RedisOptions", "read_url"]
+__all__ = ["MAX_SHARDS", "URL_OPTIONS", "RedisOptions", "read_url"]
+
+MAX_SHARDS = 64
+"""The most ``shards`` a store URL may ask for."""
 
 URL_OPTIONS = (
     "prefix",
@@ -27,6 +32,7 @@ URL_OPTIONS = (
     "socket_timeout",
     "connect_timeout",
     "wait_replicas",
+    "shards",
 )
 """Query options of a ``redis://`` URL that are the store's own, not redis-py's."""
 
@@ -53,6 +59,10 @@ class RedisOptions:
     socket_timeout: float
     connect_timeout: float
     wait_replicas: int
+    shards: int
+    """How many hash slots the store spreads its sessions over (``shard_prefix``)."""
+    shard: int
+    """Which of them this store is: 0 to ``shards - 1``; ``prefix`` is its own."""
 
 
 def read_url(
@@ -66,6 +76,8 @@ def read_url(
     socket_timeout: float,
     connect_timeout: float,
     wait_replicas: int,
+    shards: int = 1,
+    shard: int = 0,
 ) -> RedisOptions:
     """``url`` read, its options over these defaults; raises ``RunwireError(VALIDATION_ERROR)``."""
     given = url
@@ -83,10 +95,15 @@ def read_url(
         socket_timeout = float(options.get("socket_timeout", socket_timeout))
         connect_timeout = float(options.get("connect_timeout", connect_timeout))
         wait_replicas = int(options.get("wait_replicas", wait_replicas))
+        shards = int(options.get("shards", shards))
     except ValueError as exc:
         raise RunwireError(VALIDATION_ERROR, f"store URL {given!r}: {exc}") from None
     if not 0 <= wait_replicas <= 16:
         raise RunwireError(VALIDATION_ERROR, f"wait_replicas must be 0 to 16, not {wait_replicas}")
+    if not 1 <= shards <= MAX_SHARDS:
+        raise RunwireError(VALIDATION_ERROR, f"shards must be 1 to {MAX_SHARDS}, not {shards}")
+    if not 0 <= shard < shards:
+        raise RunwireError(VALIDATION_ERROR, f"shard {shard} of {shards} does not exist")
     if "{" in prefix or "}" in prefix:
         raise RunwireError(VALIDATION_ERROR, f"Redis key prefix {prefix!r} has a brace")
     if dedup_window < 1 or max_history < dedup_window:
@@ -107,8 +124,10 @@ def read_url(
             raise RunwireError(
                 VALIDATION_ERROR, f"store URL {given!r}: a Redis Cluster has database 0 only"
             )
-        prefix = cluster_prefix(prefix)
         parts = parts._replace(path="/0")
+    prefix = shard_prefix(prefix, shard, shards)
+    if cluster:
+        prefix = cluster_prefix(prefix)
     where = parts.hostname or "localhost"
     if parts.port:
         where += f":{parts.port}"
@@ -126,4 +145,6 @@ def read_url(
         socket_timeout=socket_timeout,
         connect_timeout=connect_timeout,
         wait_replicas=wait_replicas,
+        shards=shards,
+        shard=shard,
     )

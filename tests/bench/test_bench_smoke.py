@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.redis_cluster import RedisCluster as RedisClusterNodes
+
 ROOT = Path(__file__).resolve().parents[2]
 RELAYS = ("baseline", "memory", "sqlite")
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -307,3 +309,40 @@ def test_the_capacity_phase_steps_the_session_count_for_each_relay_and_rate(
             for step in result["steps"]:
                 assert step["ok"] == (step["p99_ms"] is not None and step["p99_ms"] < 50)
     assert "sessions carried (p99 < 50 ms" in proc.stdout
+
+
+def test_cluster_shards_reports_each_masters_share_for_each_shard_count(
+    redis_cluster: RedisClusterNodes,
+) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "bench/cluster_shards.py",
+            "--url",
+            redis_cluster.url,
+            "--sessions",
+            "12",
+            "--tokens",
+            "5",
+            "--rounds",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [row["shards"] for row in rows] == [1, 3]
+    for row in rows:
+        assert row["appends"] == 60
+        assert len(row["master_cpu_shares"]) == len(row["master_command_shares"]) == 3
+        assert row["busiest_master_cpu_us_per_append"] > 0
+    # One shard: one master takes (nearly) every command of the run; three: each its part.
+    assert max(rows[0]["master_command_shares"]) > 0.9
+    assert max(rows[1]["master_command_shares"]) < 0.8
+    leftover = []
+    for port in redis_cluster.masters():
+        leftover += redis_cluster.keys_on(port, "{bs*")
+    assert leftover == []

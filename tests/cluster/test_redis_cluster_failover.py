@@ -1,6 +1,11 @@
-"""Relays on a Redis Cluster carry on by themselves when the master they use is SIGKILLed
-while 20 sessions stream and steer: its replica takes over, the stores follow it, and
-the steers sent during the failover are accepted.
+"""Relays on a Redis Cluster carry on by themselves when a master is SIGKILLed while 20
+sessions stream and steer: its replica takes over, the stores follow it, and the steers
+sent during the failover are accepted.
+
+The store has three shards (``?shards=3``), so the sessions are spread over the three
+masters and the one killed holds a third of them. The
+failover of a one-shard store is tested at the store's level
+(``tests/relay/test_redis_cluster_failover.py``).
 
 With ``wait_replicas=1`` the stores acknowledge an append only once the replica has
 it, so what the clients were told is stored survives the failover; the killed
@@ -21,12 +26,13 @@ import agent_side
 import client_side
 import relay
 from agent_side import AbortSignal, Run
-from relay.store._redis import RedisStore
+from relay.store import open_store
 from relay.store._redis_cluster import cluster_prefix
+from relay.store._redis_shards import shard_of
 from tests.redis_cluster import RedisCluster
 from transport import UIMessage, message_text
 
-from ..relay.test_store_redis_cluster import delete_prefix
+from ..relay.test_store_redis_shards import delete_everywhere
 from .test_cluster import wait_until, words
 
 pytestmark = pytest.mark.anyio
@@ -43,11 +49,12 @@ def story_then_short(messages: list[UIMessage], signal: AbortSignal) -> AsyncIte
 async def test_relays_carry_on_when_the_master_dies_while_20_sessions_stream_and_steer(
     redis_cluster: RedisCluster, redis_prefix: str
 ) -> None:
-    url = f"{redis_cluster.url}?wait_replicas=1"
-    master = redis_cluster.master_of(cluster_prefix(redis_prefix))
+    url = f"{redis_cluster.url}?wait_replicas=1&shards=3&prefix={redis_prefix}"
+    master = redis_cluster.master_of(cluster_prefix(redis_prefix))  # shard 0's
+    assert {shard_of(f"s{n}", 3) for n in range(SESSIONS)} == {0, 1, 2}
     async with (
-        relay.serve(port=0, store=RedisStore(url, prefix=redis_prefix)) as a,
-        relay.serve(port=0, store=RedisStore(url, prefix=redis_prefix)) as b,
+        relay.serve(port=0, store=open_store(url)) as a,
+        relay.serve(port=0, store=open_store(url)) as b,
     ):
         worker = agent_side.Agent(b.url)
 
@@ -114,4 +121,4 @@ def redis_prefix(redis_cluster: RedisCluster) -> Iterator[str]:
     prefix = f"rwf:{secrets.token_hex(6)}:"
     yield prefix
     redis_cluster.wait_healthy(60)
-    delete_prefix(redis_cluster, prefix)
+    delete_everywhere(redis_cluster, prefix)
