@@ -112,6 +112,8 @@ class Phase:
     run_tokens: int = 5000
     window: int = 16
     sdk: bool = True
+    sdk_rollup: float = 0.0
+    """The agent SDK's ``rollup_window`` (seconds): ``pipe()`` holds tokens that long."""
     setup_concurrency: int = 25
     redis_url: str | None = None
     """The Redis the relays use: its ``INFO`` is sampled at the edges of the window."""
@@ -187,7 +189,11 @@ class Session:
                     import agent_side
 
                     agent_session = await stack.enter_async_context(
-                        agent_side.connect(phase.urls[self.agent_node], self.session_id)
+                        agent_side.connect(
+                            phase.urls[self.agent_node],
+                            self.session_id,
+                            rollup_window=phase.sdk_rollup,
+                        )
                     )
                 else:
                     agent_conn = await RawConn.open(

@@ -51,6 +51,8 @@ class Sizes:
     window: int = 16
     probes: int = 20
     """Sessions on the SDKs in the steering measurement; the other sessions speak raw frames."""
+    sdk_rollup_window: float = 0.0
+    """The agent SDK's ``rollup_window`` (seconds) where the SDK runs the agent (0: none)."""
 
 
 QUICK = Sizes(

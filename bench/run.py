@@ -405,6 +405,7 @@ def plan(sizes: Sizes, *, sdk: bool) -> list[tuple[str, dict[str, Any]]]:
         "run_tokens": sizes.run_tokens,
         "window": sizes.window,
         "sdk": sdk,
+        "sdk_rollup": sizes.sdk_rollup_window,
     }
     steer: dict[str, Any] = {
         **common,
@@ -800,6 +801,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         help="the runwire relays' --rollup-window, seconds (0: none)",
+    )
+    parser.add_argument(
+        "--sdk-rollup-window",
+        type=float,
+        help="the agent SDK's rollup_window, seconds, where the SDK runs the agent (0: none)",
     )
     parser.add_argument(
         "--loadgen-procs",
