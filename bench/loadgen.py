@@ -283,7 +283,9 @@ class Session:
             opened = entry("response_open", self.entry_id(), run_id, message_id=message_id)
             await conn.publish(sid, opened)
             stream = tokens(phase.run_tokens, phase.rate, self.ctx.stop)
-            text = await publish_coalesced(conn, sid, run_id, message_id, stream, self.entry_id)
+            text = await publish_coalesced(
+                conn, sid, run_id, message_id, stream, self.entry_id, window=phase.sdk_rollup
+            )
             self.run_live.clear()
             message = {
                 "id": message_id,

@@ -240,28 +240,36 @@ async def publish_coalesced(
     message_id: str,
     stream: AsyncIterable[str],
     next_id: Callable[[], str],
+    window: float = 0.0,
 ) -> str:
     """Publish ``stream`` as appends, one in flight; returns the whole text.
 
     A reader task takes tokens as fast as the stream yields them; each append
     carries everything that arrived while the previous one was in flight,
-    merged into one ``text-delta``.
+    merged into one ``text-delta``. With a ``window`` (seconds), an append also
+    waits until its oldest token has waited that long, or the stream ends: the
+    rule of the agent SDK's ``rollup_window``.
     """
     pending: list[str] = []
     sent: list[str] = []
     wake = asyncio.Event()
     done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    oldest = 0.0  # when the oldest pending token arrived
 
     async def read() -> None:
+        nonlocal oldest
         try:
             async for token in stream:
+                if not pending:
+                    oldest = loop.time()
                 pending.append(token)
                 wake.set()
         finally:
             done.set()
             wake.set()
 
-    reader = asyncio.get_running_loop().create_task(read())
+    reader = loop.create_task(read())
     chunks: list[dict[str, Any]] = [{"type": "text-start", "id": "text-1"}]
     try:
         while pending or not done.is_set():
@@ -269,6 +277,11 @@ async def publish_coalesced(
                 await wake.wait()
                 wake.clear()
                 continue
+            hold = oldest + window - loop.time()
+            if window and hold > 0 and not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(hold):
+                        await done.wait()
             text = "".join(pending)
             pending.clear()
             sent.append(text)

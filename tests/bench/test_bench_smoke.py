@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,48 @@ def test_cluster_shards_reports_each_masters_share_for_each_shard_count(
     for port in redis_cluster.masters():
         leftover += redis_cluster.keys_on(port, "{bs*")
     assert leftover == []
+
+
+def test_the_raw_agent_holds_tokens_for_the_sdk_window_as_pipe_does() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from peers import publish_coalesced
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    import asyncio
+
+    class Conn:
+        def __init__(self) -> None:
+            self.appends: list[str] = []
+
+        async def publish(self, session_id: str, entry: dict[str, object]) -> None:
+            chunks = entry["chunks"]
+            assert isinstance(chunks, list)
+            self.appends.append("".join(c.get("delta", "") for c in chunks))
+
+    async def tokens(n: int) -> AsyncIterator[str]:
+        for i in range(n):
+            await asyncio.sleep(0.01)
+            yield f"t{i} "
+
+    async def run(window: float) -> tuple[str, list[str]]:
+        conn = Conn()
+        ids = iter(range(1000))
+        text = await publish_coalesced(
+            conn,  # type: ignore[arg-type]
+            "s",
+            "r",
+            "m",
+            tokens(20),
+            lambda: f"e{next(ids)}",
+            window=window,
+        )
+        return text, conn.appends
+
+    whole = "".join(f"t{i} " for i in range(20))
+    text, appends = asyncio.run(run(0.0))
+    assert text == whole and "".join(appends) == whole
+    held_text, held = asyncio.run(run(0.05))
+    assert held_text == whole and "".join(held) == whole
+    # Tokens 10 ms apart, held 50 ms: about five to an append, and never one each.
+    assert len(held) <= 8 < len(appends)

@@ -169,3 +169,10 @@ async def test_on_the_cluster_each_master_takes_a_third_of_the_sessions(
     assert sum(len(found) for found in logs.values()) == 60
     for found in logs.values():
         assert len({key.split(b"}")[0] for key in found}) == 1
+
+
+def test_a_redis_store_made_directly_from_a_sharded_url_is_refused() -> None:
+    with pytest.raises(RunwireError) as caught:
+        RedisStore(f"{REDIS_URL}?shards=3")
+    assert caught.value.code == VALIDATION_ERROR
+    assert "open_store" in caught.value.message
