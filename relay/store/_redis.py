@@ -169,14 +169,8 @@ class RedisStore(Store):
             connect_timeout=connect_timeout,
             wait_replicas=wait_replicas,
             shards=shards,
-            shard=shard or 0,
+            shard=shard,
         )
-        if shard is None and options.shards > 1:
-            raise RunwireError(
-                VALIDATION_ERROR,
-                f"store URL {url!r} asks for {options.shards} shards: open it with "
-                "relay.store.open_store, which makes a ShardedRedisStore",
-            )
         self.url = options.url
         self.cluster = options.cluster
         """Cluster mode (``redis+cluster://`` or ``?cluster=1``: see ``redis_cluster``)."""

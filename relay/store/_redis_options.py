@@ -77,9 +77,12 @@ def read_url(
     connect_timeout: float,
     wait_replicas: int,
     shards: int = 1,
-    shard: int = 0,
+    shard: int | None = 0,
 ) -> RedisOptions:
-    """``url`` read, its options over these defaults; raises ``RunwireError(VALIDATION_ERROR)``."""
+    """``url`` read, its options over these defaults; raises ``RunwireError(VALIDATION_ERROR)``.
+
+    ``shard`` None: the caller is a whole store, so a URL of several shards is refused.
+    """
     given = url
     url, cluster = split_url(url)
     parts = urlsplit(url)
@@ -102,6 +105,14 @@ def read_url(
         raise RunwireError(VALIDATION_ERROR, f"wait_replicas must be 0 to 16, not {wait_replicas}")
     if not 1 <= shards <= MAX_SHARDS:
         raise RunwireError(VALIDATION_ERROR, f"shards must be 1 to {MAX_SHARDS}, not {shards}")
+    if shard is None:
+        if shards > 1:
+            raise RunwireError(
+                VALIDATION_ERROR,
+                f"store URL {given!r} asks for {shards} shards: open it with "
+                "relay.store.open_store, which makes a ShardedRedisStore",
+            )
+        shard = 0
     if not 0 <= shard < shards:
         raise RunwireError(VALIDATION_ERROR, f"shard {shard} of {shards} does not exist")
     if "{" in prefix or "}" in prefix:
