@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 from ._chunks import fold_chunks
 from ._codec import decode_entry
@@ -30,6 +30,7 @@ from .frames import (
     CancelDenied,
     CancelEntry,
     CheckpointEntry,
+    EntryBody,
     Intent,
     Interrupt,
     InterruptEntry,
@@ -44,30 +45,10 @@ from .messages import UIMessage
 
 __all__ = ["ENTRY_TYPES", "Entry", "Fold", "Node", "RunState", "coerce"]
 
-Entry = (
-    MessageEntry
-    | RunEntry
-    | CancelEntry
-    | CancelDenied
-    | ResponseOpen
-    | ResponseAppend
-    | ResponseClose
-    | RefusedEntry
-    | CheckpointEntry
-    | InterruptEntry
-)
-ENTRY_TYPES = (
-    MessageEntry,
-    RunEntry,
-    CancelEntry,
-    CancelDenied,
-    ResponseOpen,
-    ResponseAppend,
-    ResponseClose,
-    RefusedEntry,
-    CheckpointEntry,
-    InterruptEntry,
-)
+Entry = EntryBody
+"""Any entry (type checkers read the discriminated ``Annotated`` union as the union)."""
+ENTRY_TYPES: tuple[type, ...] = get_args(get_args(EntryBody)[0])
+"""The entry classes of ``EntryBody``, for ``isinstance``."""
 
 
 @dataclass
@@ -424,10 +405,10 @@ def closed_message(current: UIMessage, e: ResponseClose) -> UIMessage:
 
 
 def coerce(entry: Entry | Mapping[str, Any]) -> Entry:
-    if isinstance(entry, ENTRY_TYPES):
-        parsed: Entry = entry
-    elif isinstance(entry, Mapping):
-        parsed = decode_entry(dict(entry))
+    if isinstance(entry, Mapping):
+        parsed: Entry = decode_entry(dict(entry))
+    elif isinstance(entry, ENTRY_TYPES):
+        parsed = entry
     else:
         raise RunwireError(VALIDATION_ERROR, f"not an entry: {type(entry).__name__}")
     if parsed.serial is None:
