@@ -24,7 +24,7 @@ client's view and from an SDK connection.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,9 +209,14 @@ class Ledger:
         return "\n".join(lines)
 
 
-def watch_view(ledger: Ledger, name: str, view: View) -> None:
-    """Record every entry ``view`` takes in (its mirror folds it) and its resets."""
-    ledger.observer(name, view.session_id)
+def tap_view(
+    view: View,
+    on_entry: Callable[[int, dict[str, Any]], None],
+    on_reset: Callable[[Attachment], None],
+) -> None:
+    """Call ``on_entry(serial, entry)`` for every entry with a serial that ``view`` takes
+    in (its mirror folds it, delivered or attached), and ``on_reset`` for an attachment
+    that starts the view over."""
     mirror = view.mirror
     deliver, attached = mirror.deliver, mirror.attached
 
@@ -219,7 +224,7 @@ def watch_view(ledger: Ledger, name: str, view: View) -> None:
         for item in folded:
             serial = item.entry.get("serial")
             if isinstance(serial, int):
-                ledger.saw(name, serial, str(item.entry.get("id")))  # the view took it in
+                on_entry(serial, item.entry)
             yield item
 
     def delivering(entries: Iterable[dict[str, Any]]) -> Iterator[Folded]:
@@ -228,13 +233,23 @@ def watch_view(ledger: Ledger, name: str, view: View) -> None:
     def attaching(reply: Attached) -> Attachment:
         attachment = attached(reply)
         if attachment.reset:
-            ledger.reset(name)
+            on_reset(attachment)
         attachment.folded = taking(attachment.folded)
         attachment.held = taking(attachment.held)
         return attachment
 
     mirror.deliver = delivering  # type: ignore[method-assign]
     mirror.attached = attaching  # type: ignore[method-assign]
+
+
+def watch_view(ledger: Ledger, name: str, view: View) -> None:
+    """Record every entry ``view`` takes in (its mirror folds it) and its resets."""
+    ledger.observer(name, view.session_id)
+    tap_view(
+        view,
+        lambda serial, entry: ledger.saw(name, serial, str(entry.get("id"))),
+        lambda _: ledger.reset(name),
+    )
 
 
 def watch_connection(ledger: Ledger, conn: Connection) -> None:

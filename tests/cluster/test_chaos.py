@@ -32,7 +32,7 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,13 +48,14 @@ from client_side import ClientSession
 from relay.store._redis import RedisStore
 from transport import UIMessage, message_text, user_message
 from transport._events import RunInfo
-from transport._mirror import Attachment, Folded
+from transport._mirror import Attachment
 from transport._runs import TERMINAL
 from transport._tree import ConversationTree
 from transport.errors import RunwireError
-from transport.frames import Attached, CancelEntry
+from transport.frames import CancelEntry
 from transport.messages import new_id
 
+from ..chaos.checker import tap_view
 from .conftest import REDIS_URL, Cluster, Node
 
 pytestmark = pytest.mark.anyio
@@ -180,31 +181,16 @@ class Chaos:
 
     def record(self, device: Device) -> None:
         """Keep the (serial, id) of every entry the device's view folds, in order."""
-        mirror = device.session.view.mirror
-        deliver, attached = mirror.deliver, mirror.attached
 
-        def taking(folded: Iterator[Folded]) -> Iterator[Folded]:
-            for item in folded:
-                serial = item.entry.get("serial")
-                last = device.folded[-1][0] if device.folded else 0
-                if isinstance(serial, int) and serial > last:
-                    device.folded.append((serial, item.entry["id"]))
-                yield item
+        def took(serial: int, entry: dict[str, Any]) -> None:
+            if serial > (device.folded[-1][0] if device.folded else 0):
+                device.folded.append((serial, entry["id"]))
 
-        def delivering(entries: Iterable[dict[str, Any]]) -> Iterator[Folded]:
-            return taking(deliver(entries))
+        def reset(_: Attachment) -> None:
+            device.resets += 1
+            device.folded.clear()
 
-        def attaching(reply: Attached) -> Attachment:
-            attachment = attached(reply)
-            if attachment.reset:
-                device.resets += 1
-                device.folded.clear()
-            attachment.folded = taking(attachment.folded)
-            attachment.held = taking(attachment.held)
-            return attachment
-
-        mirror.deliver = delivering  # type: ignore[method-assign]
-        mirror.attached = attaching  # type: ignore[method-assign]
+        tap_view(device.session.view, took, reset)
 
     async def start_worker(self, worker: Worker) -> None:
         """Start the worker's Agent on a node that is up, in a task of its own (its task

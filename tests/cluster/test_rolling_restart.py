@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -26,9 +26,8 @@ from agent_side import AbortSignal, Run
 from client_side import ClientSession
 from relay.store._redis import RedisStore
 from transport import UIMessage, message_text
-from transport._mirror import Attachment, Folded
-from transport.frames import Attached
 
+from ..chaos.checker import tap_view
 from .conftest import REDIS_URL, Balancer, Cluster, Node
 
 pytestmark = pytest.mark.anyio
@@ -57,29 +56,12 @@ class Stream:
 
 def record(session: ClientSession, folded: list[tuple[int, str]], resets: list[int]) -> None:
     """Keep the (serial, id) of every entry the session's view folds, in order."""
-    mirror = session.view.mirror
-    deliver, attached = mirror.deliver, mirror.attached
 
-    def taking(taken: Iterator[Folded]) -> Iterator[Folded]:
-        for item in taken:
-            serial = item.entry.get("serial")
-            if isinstance(serial, int) and serial > (folded[-1][0] if folded else 0):
-                folded.append((serial, item.entry["id"]))
-            yield item
+    def took(serial: int, entry: dict[str, Any]) -> None:
+        if serial > (folded[-1][0] if folded else 0):
+            folded.append((serial, entry["id"]))
 
-    def delivering(entries: Iterable[dict[str, Any]]) -> Iterator[Folded]:
-        return taking(deliver(entries))
-
-    def attaching(reply: Attached) -> Attachment:
-        attachment = attached(reply)
-        if attachment.reset:
-            resets.append(attachment.head)
-        attachment.folded = taking(attachment.folded)
-        attachment.held = taking(attachment.held)
-        return attachment
-
-    mirror.deliver = delivering  # type: ignore[method-assign]
-    mirror.attached = attaching  # type: ignore[method-assign]
+    tap_view(session.view, took, lambda attachment: resets.append(attachment.head))
 
 
 async def stored(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
