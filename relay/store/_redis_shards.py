@@ -22,15 +22,13 @@ import asyncio
 import zlib
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from transport._runs import RunRecord
-from transport.errors import VALIDATION_ERROR, RunwireError
 
 from ._base import Appended, ChannelInfo, Gone, OnEntry, OnReset, Store, StoredEntry, Unsubscribe
 from ._redis import RedisStore
 
-__all__ = ["ShardedRedisStore", "redis_store", "shard_of", "shards_in_url"]
+__all__ = ["ShardedRedisStore", "redis_store", "shard_of"]
 
 
 def shard_of(session_id: str, shards: int) -> int:
@@ -38,24 +36,11 @@ def shard_of(session_id: str, shards: int) -> int:
     return zlib.crc32(session_id.encode()) % shards
 
 
-def shards_in_url(url: str) -> int:
-    """The ``shards`` option of a store URL (1 when absent; ``read_url`` checks it)."""
-    for name, value in parse_qsl(urlsplit(url).query):
-        if name == "shards":
-            try:
-                return int(value)
-            except ValueError:
-                raise RunwireError(
-                    VALIDATION_ERROR, f"store URL {url!r}: shards must be a whole number"
-                ) from None
-    return 1
-
-
 def redis_store(url: str, **options: Any) -> RedisStore | ShardedRedisStore:
-    """The Redis store a URL names: sharded when it asks for more than one shard."""
-    if shards_in_url(url) > 1:
-        return ShardedRedisStore(url, **options)
-    return RedisStore(url, **options)
+    """The Redis store a URL names: sharded when it asks for more than one shard, else
+    its one ``RedisStore``. The URL is read once, by ``RedisStore``."""
+    store = ShardedRedisStore(url, **options)
+    return store.shards[0] if len(store.shards) == 1 else store
 
 
 class ShardedRedisStore(Store):
