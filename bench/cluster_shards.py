@@ -103,21 +103,13 @@ async def main() -> None:
     parser.add_argument("--shards", default="1,3", help="shard counts to compare")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    cluster = None
-    url = args.url
-    if url is None:
-        from tests.redis_cluster import start_cluster
+    from tests.redis_cluster import cluster_url
 
-        cluster = start_cluster()
-        url = cluster.url
-    try:
+    with cluster_url(args.url) as url:
         for _ in range(args.rounds):
             for shards in [int(n) for n in args.shards.split(",")]:
                 result = await measure(url, shards, args.sessions, args.tokens)
                 print(json.dumps(result), flush=True)
-    finally:
-        if cluster is not None:
-            cluster.stop()
 
 
 if __name__ == "__main__":

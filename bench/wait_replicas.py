@@ -84,25 +84,15 @@ async def main() -> None:
         "which ends the default 2 ms linger sooner and would flatter wait_replicas=1)",
     )
     args = parser.parse_args()
-    cluster = None
-    url = args.url
-    if url is None:
-        from tests.redis_cluster import start_cluster
+    from tests.redis_cluster import cluster_url
 
-        cluster = start_cluster()
-        url = cluster.url
-    try:
-        results = []
+    with cluster_url(args.url) as url:
         for _ in range(args.rounds):
             for wait in (0, 1):
                 result = await measure(
                     url, wait, args.sessions, args.tokens, args.rate, args.linger_ms
                 )
-                results.append(result)
                 print(json.dumps({k: round(v, 2) for k, v in result.items()}), flush=True)
-    finally:
-        if cluster is not None:
-            cluster.stop()
 
 
 if __name__ == "__main__":

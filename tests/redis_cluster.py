@@ -14,6 +14,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from redis import Redis
@@ -189,3 +191,16 @@ def start_cluster() -> RedisCluster:
         cluster.stop()
         raise
     return cluster
+
+
+@contextmanager
+def cluster_url(url: str | None) -> Iterator[str]:
+    """``url`` if given, else the URL of a Cluster started for the block and stopped after it."""
+    if url is not None:
+        yield url
+        return
+    cluster = start_cluster()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
