@@ -22,7 +22,7 @@ from relay import Server
 from relay.store._redis import RedisStore
 from tests.redis_cluster import RedisCluster
 
-from ..relay.test_store_redis_cluster import delete_prefix
+from ..relay.test_store_redis_shards import delete_everywhere
 from .conftest import Cluster
 from .test_cluster import (
     test_a_node_killed_mid_stream_the_client_resumes_on_another,
@@ -44,15 +44,23 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def redis_prefix(redis_cluster: RedisCluster) -> Iterator[str]:
-    prefix = f"rwc:{secrets.token_hex(6)}:"
-    yield prefix
-    delete_prefix(redis_cluster, prefix)
+def store_options() -> str:
+    """More options of the relays' store URL (``test_on_redis_cluster_shards`` adds shards)."""
+    return ""
 
 
 @pytest.fixture
-async def cluster(redis_cluster: RedisCluster, redis_prefix: str) -> AsyncIterator[Cluster]:
-    c = Cluster(store=f"{redis_cluster.url}?prefix={redis_prefix}")
+def redis_prefix(redis_cluster: RedisCluster) -> Iterator[str]:
+    prefix = f"rwc:{secrets.token_hex(6)}:"
+    yield prefix
+    delete_everywhere(redis_cluster, prefix)
+
+
+@pytest.fixture
+async def cluster(
+    redis_cluster: RedisCluster, redis_prefix: str, store_options: str
+) -> AsyncIterator[Cluster]:
+    c = Cluster(store=f"{redis_cluster.url}?prefix={redis_prefix}{store_options}")
     try:
         yield c
     finally:

@@ -10,9 +10,7 @@ relay node runs a dispatcher per shard (``relay._cluster_shards``).
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
 
 import anyio
 import pytest
@@ -21,9 +19,7 @@ import agent_side
 import client_side
 from agent_side import Run
 from relay.store._redis_shards import shard_of
-from tests.redis_cluster import RedisCluster
 
-from ..relay.test_store_redis_shards import delete_everywhere
 from .conftest import Cluster
 from .test_cluster import (
     model_for,
@@ -33,8 +29,11 @@ from .test_cluster import (
     test_simultaneous_sends_through_two_nodes_get_distinct_ordered_serials,
     wait_until,
 )
+from .test_on_redis_cluster import cluster, redis_prefix
 
-__all__ = [
+__all__ = [  # the fixtures too: pytest finds them here
+    "cluster",
+    "redis_prefix",
     "test_a_node_killed_mid_stream_the_client_resumes_on_another",
     "test_an_agent_that_goes_away_has_its_run_ended_agent_lost",
     "test_client_agent_and_second_device_on_three_nodes",
@@ -52,21 +51,9 @@ def test_the_sessions_used_here_fall_in_every_shard() -> None:
 
 
 @pytest.fixture
-def redis_prefix(redis_cluster: RedisCluster) -> Iterator[str]:
-    prefix = f"rwc:{secrets.token_hex(6)}:"
-    yield prefix
-    delete_everywhere(redis_cluster, prefix)
-
-
-@pytest.fixture
-async def cluster(redis_cluster: RedisCluster, redis_prefix: str) -> AsyncIterator[Cluster]:
-    c = Cluster(store=f"{redis_cluster.url}?prefix={redis_prefix}&shards={SHARDS}")
-    try:
-        yield c
-    finally:
-        for node in c.nodes:
-            with suppress(Exception):
-                node.kill()
+def store_options() -> str:
+    """Three shards: the ``cluster`` fixture of ``test_on_redis_cluster`` adds this."""
+    return f"&shards={SHARDS}"
 
 
 async def test_runs_of_every_shard_are_dispatched_to_a_worker_on_another_node(
